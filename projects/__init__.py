@@ -1,0 +1,1 @@
+"""Agent projects written against the magi_lp builder API."""

@@ -1,0 +1,1 @@
+"""DrQ-v2 (Yarats et al. 2021) on the magi_lp builder API."""
