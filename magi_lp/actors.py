@@ -1,0 +1,96 @@
+"""A generic JAX actor over an `ActorCore`, in the shape of Acme's `GenericActor`.
+
+An agent describes acting as three pure functions (`ActorCore`); this module turns them into
+an `acme.core.Actor` that jit-compiles action selection, threads the actor state and the
+random key, writes experience through an adder, and pulls parameters through a
+`VariableClient`. Acme 0.4.0's own version cannot be imported with current jaxlib.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+import dm_env
+import jax
+import numpy as np
+from acme import adders, core
+
+from magi_lp.variable_client import VariableClient
+
+State = TypeVar("State")
+
+
+@dataclasses.dataclass(frozen=True)
+class ActorCore(Generic[State]):
+    """Acting as pure functions.
+
+    Attributes:
+      init: random key -> initial actor state (holds the key and e.g. a step count).
+      select_action: (params, observation, state) -> (action, new state); jit-compatible.
+      get_extras: state -> extras written to replay with each step (often `()`).
+    """
+
+    init: Callable[[jax.Array], State]
+    select_action: Callable[[Any, Any, State], tuple[Any, State]]
+    get_extras: Callable[[State], Any] = lambda state: ()
+
+
+class GenericActor(core.Actor, Generic[State]):
+    """An `acme.core.Actor` driven by an `ActorCore`."""
+
+    def __init__(
+        self,
+        actor_core: ActorCore[State],
+        random_key: jax.Array,
+        variable_client: VariableClient | None,
+        adder: adders.Adder | None = None,
+        jit: bool = True,
+        backend: str | None = "cpu",
+    ):
+        """Creates the actor.
+
+        Args:
+          actor_core: the agent's acting functions.
+          random_key: this actor's own key.
+          variable_client: where parameters come from; None only for parameter-free cores.
+          adder: where experience goes; None for evaluators.
+          jit: compile `select_action` (turn off to debug with prints).
+          backend: XLA backend for acting; actors run on CPU by default so they never
+            compete with the learner for the GPU.
+        """
+        self._core = actor_core
+        self._client = variable_client
+        self._adder = adder
+        select = actor_core.select_action
+        self._select_action = jax.jit(select, backend=backend) if jit else select
+        self._state = actor_core.init(random_key)
+        self._init = actor_core.init
+        self._random_key = random_key
+
+    @property
+    def _params(self) -> Any:
+        return self._client.params if self._client is not None else None
+
+    def select_action(self, observation: Any) -> np.ndarray:
+        action, self._state = self._select_action(self._params, observation, self._state)
+        return np.asarray(action)
+
+    def observe_first(self, timestep: dm_env.TimeStep) -> None:
+        if self._adder is not None:
+            self._adder.add_first(timestep)
+
+    def observe(self, action: np.ndarray, next_timestep: dm_env.TimeStep) -> None:
+        if self._adder is not None:
+            extras = self._core.get_extras(self._state)
+            self._adder.add(action, next_timestep, extras)
+
+    def update(self, wait: bool = False) -> None:
+        if self._client is not None:
+            self._client.update(wait)
+
+    @property
+    def state(self) -> State:
+        """The actor state (for tests and for checkpointing an actor's step count)."""
+        return self._state

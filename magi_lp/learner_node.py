@@ -1,0 +1,139 @@
+"""The learner's process: build, restore, step until stopped, checkpoint.
+
+`LearnerRunner` owns a learner built by the agent's builder and is what both runners drive:
+the Launchpad learner node calls `run()` (step until the program stops), the single-process
+runner calls `step()` itself. It restores the latest checkpoint from the workdir when there is
+one, saves every `checkpoint_minutes` and once more at stop, and serves parameters to actors
+through `get_variables` (a Courier method in the distributed program).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from absl import logging
+
+from magi_lp.builders import Learner
+from magi_lp.checkpointing import Checkpointer
+
+
+class LearnerRunner:
+    """Steps a learner and checkpoints it; restores from the workdir on start."""
+
+    def __init__(
+        self,
+        learner: Learner,
+        checkpointer: Checkpointer | None,
+        *,
+        checkpoint_minutes: float = 10.0,
+        get_counts: Callable[[], dict[str, Any]] | None = None,
+        restore_counts: Callable[[dict[str, Any]], None] | None = None,
+    ):
+        """Creates the runner and restores the latest checkpoint if there is one.
+
+        Args:
+          learner: the agent's learner.
+          checkpointer: where checkpoints go; None disables checkpointing.
+          checkpoint_minutes: time between periodic checkpoints.
+          get_counts: returns the program's step counts, saved with each checkpoint so a
+            resumed run continues counting where it stopped.
+          restore_counts: puts restored counts back into the program's counter.
+        """
+        self._learner = learner
+        self._checkpointer = checkpointer
+        self._period_s = checkpoint_minutes * 60.0
+        self._get_counts = get_counts
+        self._last_save = time.monotonic()
+        self._last_counts: dict[str, Any] = {}
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        self._save_lock = threading.Lock()
+        self.restored_step: int | None = None
+        self.restored_counts: dict[str, Any] = {}
+        if checkpointer is not None and checkpointer.latest_step() is not None:
+            state, metadata = checkpointer.restore(target_like=learner.save())
+            learner.restore(state)
+            self.restored_step = checkpointer.latest_step()
+            self.restored_counts = dict((metadata or {}).get("counts", {}))
+            if restore_counts is not None and self.restored_counts:
+                restore_counts(self.restored_counts)
+            logging.info(
+                "Restored learner checkpoint at step %s (counts %s)",
+                self.restored_step,
+                self.restored_counts,
+            )
+        self._steps = self.restored_step or 0
+
+    @property
+    def learner(self) -> Learner:
+        """The wrapped learner."""
+        return self._learner
+
+    @property
+    def steps(self) -> int:
+        """Learner steps taken, including those before a restore."""
+        return self._steps
+
+    def get_variables(self, names: Sequence[str]) -> list[Any]:
+        """Parameters for actors (a Courier method in the distributed program)."""
+        return self._learner.get_variables(names)
+
+    def step(self) -> None:
+        """One learner step, then a checkpoint if one is due."""
+        self._learner.step()
+        self._steps += 1
+        if self._checkpointer is not None and time.monotonic() - self._last_save >= self._period_s:
+            with self._save_lock:
+                self.save()
+
+    def save(self) -> None:
+        """Saves a checkpoint now (also called at stop)."""
+        if self._checkpointer is None:
+            return
+        counts = self._counts_or_last()
+        self._checkpointer.save(self._steps, self._learner.save(), {"counts": counts})
+        self._last_save = time.monotonic()
+
+    def _counts_or_last(self, timeout_s: float = 5.0) -> dict[str, Any]:
+        # At stop the counter node may already be gone, and a Courier call to a dead server
+        # waits forever; ask on a helper thread and fall back to the last counts seen.
+        if self._get_counts is None:
+            return {}
+        future = self._executor.submit(self._get_counts)
+        try:
+            self._last_counts = dict(future.result(timeout=timeout_s))
+        except Exception as error:  # saving parameters matters more
+            logging.warning("Could not read counts for the checkpoint: %s", error)
+        return self._last_counts
+
+    def run(self, should_stop: Callable[[], bool], poll_s: float = 0.2) -> None:
+        """Steps until `should_stop()`, then saves a final checkpoint.
+
+        Steps run on a worker thread because a learner step can block inside Reverb's
+        sampler for as long as the rate limiter wants more inserts, and actors stop inserting
+        when the program stops. The calling thread watches for the stop and saves the state
+        of the last completed step, so a stop never waits for (or loses) a blocked step.
+        """
+        failure: list[BaseException] = []
+        halt = threading.Event()
+
+        def step_forever() -> None:
+            try:
+                while not halt.is_set():
+                    self.step()
+            except BaseException as error:  # re-raised on the main thread
+                failure.append(error)
+
+        worker = threading.Thread(target=step_forever, name="learner-steps", daemon=True)
+        worker.start()
+        while not should_stop() and worker.is_alive():
+            time.sleep(poll_s)
+        halt.set()
+        worker.join(timeout=poll_s)
+        if failure:
+            raise failure[0]
+        with self._save_lock:
+            self.save()

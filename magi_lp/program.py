@@ -1,0 +1,146 @@
+"""The distributed program: a Launchpad graph that reads as the list of its nodes.
+
+`build_program` follows Acme's `make_distributed_experiment`: replay, counter, learner,
+actors, evaluators, coordinator, each added to the launch group the placement plan assigns,
+so every node runs with its own resource spec's environment.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import launchpad as lp
+import reverb
+from acme import specs
+
+from magi_lp.builders import Experiment
+from magi_lp.nodes import ActorNode, CoordinatorNode, LearnerNode, new_counter
+from magi_lp.placement import PlacementPlan
+from magi_lp.process_setup import configure_process
+
+# Actors and evaluators give up on a learner that does not answer within this time instead of
+# hanging forever (Courier clients have no deadline by default); the launcher notices the dead
+# learner and stops the program long before.
+_RPC_TIMEOUT_S = 120.0
+
+
+def _replay_tables(experiment: Experiment, environment_spec: specs.EnvironmentSpec) -> list:
+    configure_process()
+    return experiment.builder.make_replay_tables(environment_spec, rate_limited=True)
+
+
+def _replay_checkpointer(workdir: str) -> reverb.checkpointers.DefaultCheckpointer:
+    return reverb.checkpointers.DefaultCheckpointer(path=str(Path(workdir) / "checkpoints/replay"))
+
+
+def logical_groups(config: Any) -> dict[str, int]:
+    """Node groups of the program and how many nodes each has."""
+    return {
+        "replay": 1,
+        "counter": 1,
+        "learner": 1,
+        "actor": config.num_actors,
+        "evaluator": config.num_evaluators,
+        "coordinator": 1,
+    }
+
+
+def build_program(
+    experiment: Experiment,
+    plan: PlacementPlan,
+    *,
+    workdir: str,
+    logger_factory: Any,
+    name: str = "magi_lp",
+) -> lp.Program:
+    """Assembles the Launchpad program for `experiment` under `plan`.
+
+    Args:
+      experiment: builder, factories and config.
+      plan: the validated placement plan; decides each node's launch group (and so its env).
+      workdir: where checkpoints and logs go.
+      logger_factory: picklable `(label, steps_key=None) -> Logger`, called inside nodes.
+      name: the program's name.
+    """
+    config = experiment.config
+    environment_spec = experiment.get_environment_spec()
+    program = lp.Program(name)
+
+    checkpoint_ctor = None
+    if config.checkpoint.reverb:
+        checkpoint_ctor = functools.partial(_replay_checkpointer, workdir)
+    replay_node = lp.ReverbNode(
+        functools.partial(_replay_tables, experiment, environment_spec),
+        checkpoint_ctor=checkpoint_ctor,
+    )
+
+    with program.group(plan.launch_group("counter", 0)):
+        counter = program.add_node(lp.CourierNode(new_counter))
+
+    learner_node = lp.CourierNode(
+        LearnerNode,
+        experiment,
+        environment_spec,
+        replay_node.create_handle(),
+        counter,
+        workdir,
+        logger_factory,
+    )
+    learner = learner_node.create_handle()
+    if config.colocate_learner_and_replay:
+        # One process, one env: the learner group's spec applies to both.
+        with program.group(plan.launch_group("learner", 0)):
+            program.add_node(lp.MultiThreadingColocation([learner_node, replay_node]))
+        replay = replay_node.create_handle()
+    else:
+        with program.group(plan.launch_group("replay", 0)):
+            replay = program.add_node(replay_node)
+        with program.group(plan.launch_group("learner", 0)):
+            program.add_node(learner_node)
+    learner.set_client_kwargs(call_timeout=_RPC_TIMEOUT_S)
+
+    for index in range(config.num_actors):
+        with program.group(plan.launch_group("actor", index)):
+            program.add_node(
+                lp.CourierNode(
+                    ActorNode,
+                    experiment,
+                    environment_spec,
+                    index,
+                    replay,
+                    learner,
+                    counter,
+                    logger_factory,
+                )
+            )
+
+    for index in range(config.num_evaluators):
+        with program.group(plan.launch_group("evaluator", index)):
+            program.add_node(
+                lp.CourierNode(
+                    ActorNode,
+                    experiment,
+                    environment_spec,
+                    index,
+                    None,
+                    learner,
+                    counter,
+                    logger_factory,
+                    evaluation=True,
+                )
+            )
+
+    with program.group(plan.launch_group("coordinator", 0)):
+        program.add_node(
+            lp.CourierNode(
+                CoordinatorNode,
+                counter,
+                learner,
+                replay,
+                config.max_actor_steps,
+                checkpoint_replay=config.checkpoint.reverb,
+            )
+        )
+    return program
