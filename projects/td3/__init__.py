@@ -1,0 +1,15 @@
+"""TD3 (Fujimoto et al. 2018) from proprioceptive states, on the magi_lp builder API.
+
+A small second agent: it is what the toolkit's tests run end to end, and it shows the
+files a new agent project needs and nothing more:
+
+    config.py       every hyperparameter, named and commented (`get_agent_config`)
+    networks.py     Haiku MLPs: deterministic tanh actor, twin critics
+    learning.py     `TD3Learner` (magi_lp.builders.Learner) around one jitted update
+    acting.py       the behaviour (Gaussian noise) and evaluation (deterministic) policies
+    builder.py      `TD3Builder` (magi_lp.builders.AgentBuilder): replay, adder, dataset,
+                    learner, policy, actor
+    environment.py  dm_control tasks as flat float32 vectors, and `make_experiment(config)`
+
+The experiment config lives at the repository root: configs/td3_cartpole.py.
+"""

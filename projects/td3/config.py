@@ -1,0 +1,48 @@
+"""TD3 hyperparameters (the `config.agent` part of an experiment).
+
+Defaults follow the paper (Fujimoto et al. 2018, "Addressing Function Approximation Error in
+Actor-Critic Methods", Table 3) and its reference code (sfujim/TD3), except where a small
+proprioceptive dm_control task on a 2-core CPU wants less: a shorter warm-up and a smaller
+replay. Units: an *agent step* is one call of the policy (`env.action_repeat` frames); actions
+are in [-1, 1] (the environment is wrapped to that range), so the noise scales below are
+fractions of the action range's half-width, as `max_action`-scaled noise is in the paper.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+
+def get_agent_config() -> ml_collections.ConfigDict:
+    """TD3 hyperparameters, every one named; override with `--config.agent.<key>=value`."""
+    config = ml_collections.ConfigDict()
+
+    # --- optimisation -------------------------------------------------------------------
+    config.learning_rate = 3e-4  # Adam step size, actor and critic alike (reference code)
+    config.batch_size = 256  # transitions per update (reference code; the paper used 100)
+    config.discount = 0.99  # gamma, per agent step
+    config.n_step = 1  # TD targets over n agent steps (1 = the paper's one-step TD3)
+    config.tau = 0.005  # soft target update: target <- tau * online + (1 - tau) * target
+
+    # --- target policy smoothing and delayed updates ---------------------------------------
+    config.policy_noise = 0.2  # stddev of the Gaussian noise added to target actions
+    config.noise_clip = 0.5  # that noise is clipped to [-noise_clip, noise_clip]
+    config.policy_delay = 2  # critic updates per actor (and target network) update
+
+    # --- exploration ----------------------------------------------------------------------
+    config.exploration_noise = 0.1  # stddev of the Gaussian noise added when acting
+    # Agent steps of uniformly random actions at the start of each actor (the paper's
+    # `start_timesteps`, there 25k for MuJoCo; small tasks learn faster with fewer).
+    config.random_action_steps = 1_000
+
+    # --- networks -------------------------------------------------------------------------
+    config.hidden_sizes = (256, 256)  # ReLU hidden layers of the actor and of each critic
+
+    # --- replay ---------------------------------------------------------------------------
+    config.min_replay_size = 1_000  # transitions in replay before the first update
+    config.actor_steps_per_update = 1.0  # agent steps per update (1 = the paper's ratio)
+    config.replay_size = 1_000_000  # transitions kept (FIFO): the paper keeps all of training
+    # Parallel Reverb readers of the learner's dataset: enough to keep up with a
+    # 256-transition batch on a CPU without spawning a thread per core of a large machine.
+    config.dataset_num_parallel_calls = 2
+    return config

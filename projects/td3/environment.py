@@ -1,0 +1,73 @@
+"""dm_control proprioceptive tasks as TD3 sees them, and the experiment that runs TD3 there.
+
+`make_environment` returns a `dm_env.Environment` whose observation is one flat float32
+vector (the suite's observation dict concatenated in key order), whose action is float32
+in [-1, 1] (rescaled to the task's bounds and clipped), and whose reward and discount are
+float32. No rendering: MuJoCo needs no GL backend here.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import dm_env
+import ml_collections
+from acme import wrappers
+
+from magi_lp.builders import Experiment
+from magi_lp.errors import ConfigError
+from projects.td3.builder import TD3Builder
+from projects.td3.networks import make_networks
+
+
+def make_environment(
+    domain: str,
+    task: str,
+    seed: int,
+    evaluation: bool = False,
+    *,
+    action_repeat: int = 1,
+) -> dm_env.Environment:
+    """A seeded dm_control suite task with flat float32 observations and [-1, 1] actions.
+
+    Args:
+      domain: suite domain, e.g. "cartpole".
+      task: task of that domain, e.g. "balance".
+      seed: the task's random seed (initial states, and noise where the task has some).
+      evaluation: whether this is an evaluator's environment; the same task either way.
+      action_repeat: physics control steps per agent step (rewards add up).
+    """
+    del evaluation
+    from dm_control import suite  # Imported here: loading MuJoCo is only for env nodes.
+
+    if (domain, task) not in suite.ALL_TASKS:
+        raise ConfigError(
+            f"env.domain/env.task={domain}/{task} is not a dm_control suite task; "
+            "e.g. cartpole/balance, cartpole/swingup, pendulum/swingup, walker/walk"
+        )
+    if action_repeat < 1:
+        raise ConfigError(f"env.action_repeat must be >= 1, got {action_repeat}")
+    environment = suite.load(domain, task, task_kwargs={"random": seed})
+    environment = wrappers.ConcatObservationWrapper(environment)
+    if action_repeat > 1:
+        environment = wrappers.ActionRepeatWrapper(environment, action_repeat)
+    environment = wrappers.CanonicalSpecWrapper(environment, clip=True)
+    return wrappers.SinglePrecisionWrapper(environment)
+
+
+def make_experiment(config: ml_collections.ConfigDict) -> Experiment:
+    """TD3 on `config.env.domain`/`config.env.task`, from an experiment config
+    (e.g. configs/td3_cartpole.py); the factories are picklable partials of module-level
+    functions, so Launchpad can ship them to every node."""
+    agent = config.agent
+    return Experiment(
+        builder=TD3Builder(agent, variable_update_period=config.variable_update_period),
+        environment_factory=functools.partial(
+            make_environment,
+            config.env.domain,
+            config.env.task,
+            action_repeat=int(config.env.get("action_repeat", 1)),
+        ),
+        network_factory=functools.partial(make_networks, hidden_sizes=tuple(agent.hidden_sizes)),
+        config=config,
+    )

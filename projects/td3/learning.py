@@ -1,0 +1,266 @@
+"""The TD3 learner: one jitted update, and a `magi_lp.builders.Learner` around it.
+
+Batch contract (what the dataset yields; an `acme.types.Transition`, possibly inside a
+`reverb.ReplaySample(info, data)`, as `NStepTransitionAdder` + `make_reverb_dataset` give):
+
+    observation       float32 [B, O]
+    action            float32 [B, A]   in [-1, 1]
+    reward            float32 [B]      n-step return sum_k gamma^k r_{t+k}
+    discount          float32 [B]      gamma^(n-1) * prod_k d_{t+k} (Acme's convention: the
+                                       learner multiplies by gamma once more)
+    next_observation  float32 [B, O]   observation n agent steps later
+
+One update (Fujimoto et al. 2018, Algorithm 1):
+- critic, every update: y = r + gamma * discount * min_i Q'_i(s', clip(pi'(s') + eps, -1, 1)),
+  eps = clip(N(0, policy_noise), -noise_clip, noise_clip); loss = sum_i mean (Q_i(s, a) - y)^2;
+- actor and both target networks, every `policy_delay` updates (the 2nd, 4th, ... update):
+  the actor maximises Q_1(s, pi(s)) with the critic just updated, then
+  target <- tau * online + (1 - tau) * target for the actor and the critics.
+The delay is a `lax.cond` inside the one compiled update, so the step count stays on device.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from acme.utils import counting, loggers
+
+from magi_lp.builders import Learner
+from projects.td3.networks import Params, TD3Networks
+
+
+class TrainingState(NamedTuple):
+    """Everything the learner owns; a pytree of arrays, checkpointed as it is.
+
+    policy_params / critic_params: online networks; target_policy_params /
+    target_critic_params: their soft-updated copies; policy_opt_state / critic_opt_state:
+    Adam states; steps: updates done (int32 scalar); key: PRNG key of the target noise.
+    """
+
+    policy_params: Params
+    critic_params: Params
+    target_policy_params: Params
+    target_critic_params: Params
+    policy_opt_state: optax.OptState
+    critic_opt_state: optax.OptState
+    steps: jax.Array
+    key: jax.Array
+
+
+def _make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
+    return optax.adam(config.learning_rate)
+
+
+def init_training_state(
+    networks: TD3Networks, config: ml_collections.ConfigDict, key: jax.Array
+) -> TrainingState:
+    """Fresh learner state; targets start as copies of the online networks."""
+    params_key, state_key = jax.random.split(key)
+    policy_params, critic_params = networks.init(params_key)
+    optimizer = _make_optimizer(config)
+    copy = jax.tree_util.tree_map(jnp.copy, (policy_params, critic_params))
+    return TrainingState(
+        policy_params=policy_params,
+        critic_params=critic_params,
+        target_policy_params=copy[0],
+        target_critic_params=copy[1],
+        policy_opt_state=optimizer.init(policy_params),
+        critic_opt_state=optimizer.init(critic_params),
+        steps=jnp.zeros((), jnp.int32),
+        key=state_key,
+    )
+
+
+def soft_update(online: Params, target: Params, tau: float) -> Params:
+    """target <- tau * online + (1 - tau) * target, leaf by leaf."""
+    return jax.tree_util.tree_map(lambda o, t: tau * o + (1.0 - tau) * t, online, target)
+
+
+def make_update_fn(networks: TD3Networks, config: ml_collections.ConfigDict):
+    """The jitted TD3 update: `update(state, batch) -> (state, metrics)`.
+
+    metrics are float32 scalars: critic_loss, q1, q2, target_q, actor_loss (the loss of the
+    current actor, whether or not this update stepped it), batch_reward.
+    """
+    optimizer = _make_optimizer(config)
+    discount = float(config.discount)
+    tau = float(config.tau)
+    policy_noise = float(config.policy_noise)
+    noise_clip = float(config.noise_clip)
+    policy_delay = int(config.policy_delay)
+    if policy_delay < 1:
+        raise ValueError(f"agent.policy_delay must be >= 1, got {policy_delay}")
+
+    def critic_loss_fn(critic_params, observation, action, target_q):
+        q1, q2 = networks.critic_apply(critic_params, observation, action)
+        loss = jnp.mean(jnp.square(q1 - target_q)) + jnp.mean(jnp.square(q2 - target_q))
+        return loss, (q1, q2)
+
+    def actor_loss_fn(policy_params, critic_params, observation):
+        action = networks.policy_apply(policy_params, observation)
+        q1, _ = networks.critic_apply(critic_params, observation, action)
+        return -jnp.mean(q1)
+
+    def update(state: TrainingState, batch: Any) -> tuple[TrainingState, dict[str, jax.Array]]:
+        key, noise_key = jax.random.split(state.key)
+        observation = jnp.asarray(batch.observation, jnp.float32)
+        action = jnp.asarray(batch.action, jnp.float32)
+        reward = jnp.asarray(batch.reward, jnp.float32)
+        transition_discount = jnp.asarray(batch.discount, jnp.float32)
+        next_observation = jnp.asarray(batch.next_observation, jnp.float32)
+
+        # Target policy smoothing: clipped noise on the target actor's action.
+        next_action = networks.policy_apply(state.target_policy_params, next_observation)
+        noise = policy_noise * jax.random.normal(noise_key, next_action.shape)
+        noise = jnp.clip(noise, -noise_clip, noise_clip)
+        next_action = jnp.clip(next_action + noise, -1.0, 1.0)
+        target_q1, target_q2 = networks.critic_apply(
+            state.target_critic_params, next_observation, next_action
+        )
+        target_q = reward + discount * transition_discount * jnp.minimum(target_q1, target_q2)
+        target_q = jax.lax.stop_gradient(target_q)
+
+        (critic_loss, (q1, q2)), critic_grads = jax.value_and_grad(critic_loss_fn, has_aux=True)(
+            state.critic_params, observation, action, target_q
+        )
+        critic_updates, critic_opt_state = optimizer.update(
+            critic_grads, state.critic_opt_state, state.critic_params
+        )
+        critic_params = optax.apply_updates(state.critic_params, critic_updates)
+
+        def delayed_update(_):
+            actor_loss, policy_grads = jax.value_and_grad(actor_loss_fn)(
+                state.policy_params, critic_params, observation
+            )
+            policy_updates, policy_opt_state = optimizer.update(
+                policy_grads, state.policy_opt_state, state.policy_params
+            )
+            policy_params = optax.apply_updates(state.policy_params, policy_updates)
+            return (
+                policy_params,
+                policy_opt_state,
+                soft_update(policy_params, state.target_policy_params, tau),
+                soft_update(critic_params, state.target_critic_params, tau),
+                actor_loss,
+            )
+
+        def no_update(_):
+            actor_loss = actor_loss_fn(state.policy_params, critic_params, observation)
+            return (
+                state.policy_params,
+                state.policy_opt_state,
+                state.target_policy_params,
+                state.target_critic_params,
+                actor_loss,
+            )
+
+        steps = state.steps + 1
+        (
+            policy_params,
+            policy_opt_state,
+            target_policy_params,
+            target_critic_params,
+            actor_loss,
+        ) = jax.lax.cond(steps % policy_delay == 0, delayed_update, no_update, None)
+
+        new_state = TrainingState(
+            policy_params=policy_params,
+            critic_params=critic_params,
+            target_policy_params=target_policy_params,
+            target_critic_params=target_critic_params,
+            policy_opt_state=policy_opt_state,
+            critic_opt_state=critic_opt_state,
+            steps=steps,
+            key=key,
+        )
+        metrics = {
+            "critic_loss": critic_loss,
+            "q1": jnp.mean(q1),
+            "q2": jnp.mean(q2),
+            "target_q": jnp.mean(target_q),
+            "actor_loss": actor_loss,
+            "batch_reward": jnp.mean(reward),
+        }
+        return new_state, metrics
+
+    return jax.jit(update)
+
+
+class TD3Learner(Learner):
+    """Pulls a batch, runs the jitted update, counts the step and logs the metrics.
+
+    Variables by name (`get_variables`): "policy" -> actor params (what actors pull),
+    "critic" -> critic params (both heads).
+    """
+
+    def __init__(
+        self,
+        networks: TD3Networks,
+        config: ml_collections.ConfigDict,
+        iterator: Iterator[Any],
+        random_key: jax.Array,
+        logger: loggers.Logger | None = None,
+        counter: counting.Counter | None = None,
+    ):
+        """Creates the learner with fresh parameters.
+
+        Args:
+          networks: from `make_networks`.
+          config: the agent config (`get_agent_config`).
+          iterator: training batches (see the module docstring for the contract).
+          random_key: the learner's key (parameter init, target noise).
+          logger: gets one row of metrics and counts per step.
+          counter: counts `steps`; magi_lp gives the learner a counter prefixed "learner",
+            so the program sees "learner_steps".
+        """
+        self._update = make_update_fn(networks, config)
+        self._iterator = iterator
+        self._state = init_training_state(networks, config, random_key)
+        self._logger = logger or loggers.NoOpLogger()
+        self._counter = counter or counting.Counter()
+        self._timestamp: float | None = None
+
+    def step(self) -> None:
+        batch = next(self._iterator)
+        batch = getattr(batch, "data", batch)  # reverb.ReplaySample(info, data) -> data
+        self._state, metrics = self._update(self._state, batch)
+        now = time.time()
+        elapsed = 0.0 if self._timestamp is None else now - self._timestamp
+        self._timestamp = now
+        counts = self._counter.increment(steps=1, walltime=elapsed)
+        self._logger.write({**jax.device_get(metrics), **counts})
+
+    def get_variables(self, names: Sequence[str]) -> list[Any]:
+        variables = {"policy": self._state.policy_params, "critic": self._state.critic_params}
+        return [variables[name] for name in names]
+
+    def save(self) -> TrainingState:
+        return self._state
+
+    def restore(self, state: TrainingState) -> None:
+        leaves, treedef = jax.tree_util.tree_flatten(state)
+        expected = jax.tree_util.tree_structure(self._state)
+        if treedef != expected:
+            raise ValueError(
+                "TD3Learner.restore got a state shaped unlike TD3Learner.save()'s: "
+                f"{treedef} != {expected}; restore with save()'s output as the target."
+            )
+        # Device arrays again (a checkpointer may hand back numpy leaves).
+        self._state = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(x) for x in leaves])
+
+    @property
+    def state(self) -> TrainingState:
+        """The current training state (read-only use: tests, diagnostics)."""
+        return self._state
+
+    @property
+    def num_updates(self) -> int:
+        """Updates done, restored ones included."""
+        return int(np.asarray(self._state.steps))
