@@ -1,0 +1,419 @@
+"""The placement plan: which devices every node gets, and the env that gives them.
+
+`make_plan` resolves each node group's `ResourceSpec` against the GPU inventory and checks
+the plan as a whole, so a bad plan is a `ConfigError` naming the group and the fix before
+any process starts. Launchpad applies env per group, not per node; when the nodes of one
+logical group need different envs (round_robin over GPUs) the plan splits the group into
+launch groups ("actor_gpu0", "actor_gpu1"), and program assembly asks
+`plan.launch_group(group, node_index)` where each node goes.
+
+This module imports neither Launchpad nor JAX, so `--dry_run` and the tests stay fast.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from magi_lp.errors import ConfigError
+from magi_lp.gpu_inventory import GpuInventory, pick_identical, rank_by_load
+from magi_lp.resources import (
+    JAX_DEFAULT_PREALLOCATED_FRACTION,
+    MANAGED_VARIABLES,
+    ResourceSpec,
+    spec_to_env,
+)
+
+# Slack for float sums such as 0.1 + 0.2 + 0.7, which must count as 1.0.
+_EPS = 1e-9
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupRequest:
+    """A logical node group to place: its spec and how many nodes it has (0 is allowed)."""
+
+    spec: ResourceSpec
+    num_nodes: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.num_nodes, bool) or not isinstance(self.num_nodes, int):
+            raise ConfigError(f"num_nodes={self.num_nodes!r} is invalid; allowed: an int >= 0")
+        if self.num_nodes < 0:
+            raise ConfigError(f"num_nodes={self.num_nodes} is invalid; allowed: an int >= 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupPlacement:
+    """One launch group: nodes of one logical group that share devices and env.
+
+    Attributes:
+      group: the logical node group ("actor").
+      launch_group: the Launchpad group these nodes go into ("actor" or "actor_gpu1").
+      node_indices: indices of the logical group's nodes in this launch group.
+      device: "cpu" or "gpu", after resolving "gpu_if_available".
+      gpu_ids: the GPUs each of these nodes computes on (empty for CPU).
+      gpu_memory: the spec's gpu_memory on a GPU; None on the CPU.
+      preallocate: whether JAX preallocates (GPU only; None on the CPU).
+      render_gpu: the GPU EGL renders on, or None (first visible GPU / software).
+      env: the environment overrides for these nodes.
+    """
+
+    group: str
+    launch_group: str
+    node_indices: tuple[int, ...]
+    device: str
+    gpu_ids: tuple[int, ...]
+    gpu_memory: float | str | None
+    preallocate: bool | None
+    render_gpu: int | None
+    env: Mapping[str, str] = dataclasses.field(hash=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class PlacementPlan:
+    """A validated plan: launch group -> placement, plus notices for the user.
+
+    Attributes:
+      groups: launch group name -> `GroupPlacement`, in request order.
+      notices: one-line messages the entry point prints (e.g. a GPU fallback to CPU).
+      inventory: the GPUs the plan was made against.
+    """
+
+    groups: Mapping[str, GroupPlacement]
+    notices: tuple[str, ...]
+    inventory: GpuInventory
+
+    def launch_group(self, group: str, node_index: int) -> str:
+        """The launch group node `node_index` of logical group `group` belongs in."""
+        for placement in self.groups.values():
+            if placement.group == group and node_index in placement.node_indices:
+                return placement.launch_group
+        known = sorted({p.group for p in self.groups.values()})
+        raise KeyError(f"no node {node_index} in group {group!r}; planned groups: {known}")
+
+    def launch_groups_of(self, group: str) -> tuple[str, ...]:
+        """The launch groups logical group `group` was split into (empty if it has no node)."""
+        return tuple(p.launch_group for p in self.groups.values() if p.group == group)
+
+    def envs(self) -> dict[str, dict[str, str]]:
+        """Launch group -> env overrides (copies; safe to modify)."""
+        return {name: dict(p.env) for name, p in self.groups.items()}
+
+    def local_resources(self) -> dict[str, Any]:
+        """Launch group -> `PythonProcess(env=...)`, for `lp.launch(local_resources=...)`."""
+        # Imported here: Launchpad takes seconds to import and only the launcher needs it.
+        from launchpad.nodes.python.local_multi_processing import PythonProcess
+
+        return {name: PythonProcess(env=dict(p.env)) for name, p in self.groups.items()}
+
+    def format_table(self) -> str:
+        """The plan as a plain-text table (one row per launch group, env one var per line).
+
+        Notices are not included; print `plan.notices` next to it.
+        """
+        header = ("node group", "launch group", "nodes", "device", "gpus", "GPU memory", "env")
+        rows = []
+        for p in self.groups.values():
+            if p.gpu_ids:
+                gpus = ", ".join(self.inventory[i].label for i in p.gpu_ids)
+            elif p.render_gpu is not None:
+                gpus = f"- (EGL on {self.inventory[p.render_gpu].label})"
+            else:
+                gpus = "-"
+            env_lines = [f"{k}={v}" for k, v in p.env.items()] or [""]
+            rows.append(
+                (
+                    [p.group],
+                    [p.launch_group],
+                    [f"{len(p.node_indices)} ({_ranges(p.node_indices)})"],
+                    [p.device],
+                    [gpus],
+                    [_describe_memory(p)],
+                    env_lines,
+                )
+            )
+        widths = [len(h) for h in header]
+        for row in rows:
+            for col, cell in enumerate(row):
+                widths[col] = max(widths[col], *(len(line) for line in cell))
+
+        def line(cells: Sequence[str]) -> str:
+            return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+
+        out = [line(header), line(["-" * w for w in widths])]
+        for row in rows:
+            height = max(len(cell) for cell in row)
+            for i in range(height):
+                out.append(line([cell[i] if i < len(cell) else "" for cell in row]))
+        return "\n".join(out)
+
+
+def _ranges(indices: Sequence[int]) -> str:
+    """0,1,2,3,5 -> "0-3,5"."""
+    parts: list[str] = []
+    ordered = sorted(indices)
+    start = prev = None
+    for i in [*ordered, None]:
+        if start is not None and (i is None or i != prev + 1):
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+            start = None
+        if i is not None and start is None:
+            start = i
+        prev = i
+    return ",".join(parts)
+
+
+def _describe_memory(p: GroupPlacement) -> str:
+    if p.device != "gpu":
+        return "-"
+    cap = JAX_DEFAULT_PREALLOCATED_FRACTION
+    if isinstance(p.gpu_memory, float):
+        return f"{p.gpu_memory:g} prealloc" if p.preallocate else f"up to {p.gpu_memory:g}"
+    # Without a fraction JAX caps its allocator at 75% of the GPU, preallocated or not.
+    return f"{cap:g} prealloc (JAX default)" if p.preallocate else f"on demand, up to {cap:g}"
+
+
+def _budget_fraction(spec: ResourceSpec) -> float:
+    """The share of a GPU one node of `spec` may end up holding (sum check, "auto" picks).
+
+    A fraction is a cap whether preallocated or not; "grow" and None-without-preallocation
+    are capped only by JAX's default and are not counted (they are the user's way of
+    saying "share dynamically"); None with preallocation takes JAX's 75%.
+    """
+    if spec.memory_fraction is not None:
+        return spec.memory_fraction
+    return JAX_DEFAULT_PREALLOCATED_FRACTION if spec.effective_preallocate else 0.0
+
+
+def _resolve_device(
+    group: str, request: GroupRequest, inventory: GpuInventory, notices: list[str]
+) -> str:
+    spec = request.spec
+    if spec.device == "cpu":
+        return "cpu"
+    if len(inventory):
+        return "gpu"
+    why = inventory.reason or "NVML listed no device"
+    if spec.device == "gpu":
+        raise ConfigError(
+            f"resources.{group}.device='gpu' but no GPU was found ({why}); set "
+            f"resources.{group}.device='cpu', or 'gpu_if_available' to use a GPU only "
+            "when one is present"
+        )
+    notices.append(
+        f"{group}: no GPU found ({why}); device='gpu_if_available' runs its "
+        f"{request.num_nodes} node(s) on the CPU"
+    )
+    return "cpu"
+
+
+def _resolve_gpus(
+    group: str,
+    spec: ResourceSpec,
+    num_nodes: int,
+    inventory: GpuInventory,
+    planned_load: Mapping[int, float],
+) -> tuple[int, ...]:
+    """The GPU ids the group uses, ascending (each node sees all, or one, of them)."""
+    where = f"resources.{group}.gpus"
+    round_robin = spec.gpu_distribution == "round_robin"
+    if isinstance(spec.gpus, tuple):
+        missing = [i for i in spec.gpus if inventory.get(i) is None]
+        if missing:
+            raise ConfigError(
+                f"{where}={list(spec.gpus)}: no GPU with id {missing} on this machine; "
+                f"GPUs present: {inventory.describe()}. Use ids from that list, or 'auto'"
+            )
+        return spec.gpus
+    if isinstance(spec.gpus, int) and spec.gpus > len(inventory):
+        raise ConfigError(
+            f"{where}={spec.gpus} but this machine has {len(inventory)} GPU(s): "
+            f"{inventory.describe()}; ask for at most {len(inventory)}"
+        )
+    if round_robin:
+        # One GPU per node, so the models need not match: take the least loaded.
+        count = spec.gpus if isinstance(spec.gpus, int) else min(num_nodes, len(inventory))
+        return tuple(sorted(g.index for g in rank_by_load(inventory, planned_load)[:count]))
+    count = spec.gpus if isinstance(spec.gpus, int) else 1
+    try:
+        return pick_identical(inventory, count, planned_load)
+    except ConfigError as err:
+        raise ConfigError(f"{where}={spec.gpus!r}: {err}") from None
+
+
+def _check_one_model(group: str, ids: Sequence[int], inventory: GpuInventory) -> None:
+    models = {inventory[i].name for i in ids}
+    if len(models) <= 1:
+        return
+    by_model = "; ".join(
+        f"{name}: {[i for i in ids_ if i in ids]}" for name, ids_ in inventory.models().items()
+    )
+    raise ConfigError(
+        f"resources.{group}.gpus={list(ids)}: one node would see GPUs of different models "
+        f"({', '.join(inventory[i].label for i in ids)}), and pmap needs identical GPUs. "
+        f"List ids of one model ({by_model}), or set "
+        f"resources.{group}.gpu_distribution='round_robin' so each node sees one GPU"
+    )
+
+
+def _check_render_gpu(
+    group: str, spec: ResourceSpec, device: str, inventory: GpuInventory, notices: list[str]
+) -> ResourceSpec:
+    """Validates render_gpu for a CPU node; returns the spec to build env from."""
+    if spec.render_gpu is None or device != "cpu":
+        return spec  # a GPU node's render_gpu is checked against what it sees, in spec_to_env
+    where = f"resources.{group}.render_gpu"
+    if not len(inventory):
+        if spec.device == "gpu_if_available":
+            # Part of the fallback: the same config must run on a machine without a GPU.
+            notices.append(f"{group}: no GPU to render on; EGL uses Mesa's software renderer")
+            return dataclasses.replace(spec, render_gpu=None)
+        raise ConfigError(
+            f"{where}={spec.render_gpu} but no GPU was found ({inventory.reason}); set "
+            f"{where}=None to render with Mesa's software EGL, or render='osmesa'"
+        )
+    if inventory.get(spec.render_gpu) is None:
+        raise ConfigError(
+            f"{where}={spec.render_gpu}: no such GPU; GPUs present: {inventory.describe()}"
+        )
+    return spec
+
+
+def make_plan(requests: Mapping[str, GroupRequest], inventory: GpuInventory) -> PlacementPlan:
+    """Resolves and validates every node group's placement against `inventory`.
+
+    Args:
+      requests: logical group name -> its spec and node count, in program order ("auto"
+        GPU picks are made in this order, each seeing what earlier groups reserved).
+      inventory: the machine's GPUs (`query_inventory()`; tests inject their own).
+
+    Returns:
+      The plan; `plan.notices` holds choices the user should see (CPU fallbacks, ...).
+
+    Raises:
+      ConfigError: naming the group and the fix, for: a GPU group on a machine with no GPU;
+        a GPU id that does not exist; GPUs of different models in one node; no identical
+        set of the size asked for; memory fractions on one GPU summing over 1.0; two or
+        more nodes on a GPU with JAX's default 75% preallocation; a bad render_gpu; a
+        launch group name that collides with another group.
+    """
+    notices: list[str] = []
+    placements: dict[str, GroupPlacement] = {}
+    planned_load: dict[int, float] = {}
+    # GPU id -> [(group, node index, spec)] of the nodes computing on it.
+    on_gpu: dict[int, list[tuple[str, int, ResourceSpec]]] = {}
+
+    for group, request in requests.items():
+        if not isinstance(group, str) or not group:
+            raise ConfigError(f"node group name {group!r} is invalid; use a non-empty string")
+        if request.num_nodes == 0:
+            continue  # e.g. num_evaluators=0: nothing to place, nothing to validate against
+        spec = request.spec
+        device = _resolve_device(group, request, inventory, notices)
+        spec = _check_render_gpu(group, spec, device, inventory, notices)
+
+        if device == "gpu":
+            ids = _resolve_gpus(group, spec, request.num_nodes, inventory, planned_load)
+            if spec.gpu_distribution == "shared":
+                _check_one_model(group, ids, inventory)
+                per_node = [ids] * request.num_nodes
+            else:
+                per_node = [(ids[i % len(ids)],) for i in range(request.num_nodes)]
+            for index, node_ids in enumerate(per_node):
+                for gpu_id in node_ids:
+                    load = planned_load.get(gpu_id, 0.0) + _budget_fraction(spec)
+                    planned_load[gpu_id] = load
+                    on_gpu.setdefault(gpu_id, []).append((group, index, spec))
+        else:
+            # Without render_gpu a CPU node sees no GPU, so EGL falls back to Mesa's
+            # software renderer. No notice: most CPU groups (replay, counter) never render.
+            per_node = [()] * request.num_nodes
+
+        overridden = sorted(set(spec.env) & set(MANAGED_VARIABLES))
+        if overridden:
+            notices.append(
+                f"{group}: resources.{group}.env overrides managed variable(s) "
+                f"{', '.join(overridden)}"
+            )
+
+        # Nodes that see the same GPUs get the same env, so they can share a launch group.
+        by_ids: dict[tuple[int, ...], list[int]] = {}
+        for index, node_ids in enumerate(per_node):
+            by_ids.setdefault(tuple(node_ids), []).append(index)
+        for node_ids, indices in by_ids.items():
+            name = group if len(by_ids) == 1 else f"{group}_gpu{'-'.join(map(str, node_ids))}"
+            if name in placements or (name != group and name in requests):
+                raise ConfigError(
+                    f"launch group {name!r} (from node group {group!r}) collides with another "
+                    f"group of that name; rename the node group {group!r} or the other one"
+                )
+            placements[name] = GroupPlacement(
+                group=group,
+                launch_group=name,
+                node_indices=tuple(indices),
+                device=device,
+                gpu_ids=node_ids,
+                gpu_memory=spec.gpu_memory if device == "gpu" else None,
+                preallocate=spec.effective_preallocate if device == "gpu" else None,
+                render_gpu=spec.render_gpu if spec.render == "egl" else None,
+                env=spec_to_env(spec, node_ids, group=group),
+            )
+
+    _check_memory(on_gpu, inventory, notices)
+    return PlacementPlan(groups=placements, notices=tuple(notices), inventory=inventory)
+
+
+def _summarise(nodes: Sequence[tuple[str, int, ResourceSpec]]) -> list[str]:
+    """[(group, index, spec)] -> ["learner node 0: 0.5", "actor nodes 0-3: 4 x 0.25"]."""
+    by_group: dict[str, list[int]] = {}
+    specs: dict[str, ResourceSpec] = {}
+    for group, index, spec in nodes:
+        by_group.setdefault(group, []).append(index)
+        specs[group] = spec
+    out = []
+    for group, indices in by_group.items():
+        spec = specs[group]
+        each = spec.gpu_memory if spec.gpu_memory is not None else "None (JAX default)"
+        which = f"node {indices[0]}" if len(indices) == 1 else f"nodes {_ranges(indices)}"
+        amount = f"{each}" if len(indices) == 1 else f"{len(indices)} x {each}"
+        out.append(f"{group} {which}: {amount}")
+    return out
+
+
+def _check_memory(
+    on_gpu: Mapping[int, list[tuple[str, int, ResourceSpec]]],
+    inventory: GpuInventory,
+    notices: list[str],
+) -> None:
+    for gpu_id in sorted(on_gpu):
+        nodes = on_gpu[gpu_id]
+        label = inventory[gpu_id].label
+        summary = "; ".join(_summarise(nodes))
+        if len(nodes) >= 2:
+            defaulted = sorted(
+                {g for g, _, s in nodes if s.gpu_memory is None and s.effective_preallocate}
+            )
+            if defaulted:
+                keys = " and ".join(f"resources.{g}.gpu_memory" for g in defaulted)
+                raise ConfigError(
+                    f"GPU {label} is shared by {len(nodes)} nodes ({summary}), and {keys} "
+                    f"is None with preallocation on, so JAX would preallocate "
+                    f"{JAX_DEFAULT_PREALLOCATED_FRACTION:.0%} of the GPU in each; set a "
+                    f"fraction (e.g. {1 / len(nodes):.2g} each to share it equally) or 'grow'"
+                )
+        total = sum(_budget_fraction(spec) for _, _, spec in nodes)
+        if total > 1.0 + _EPS:
+            groups = sorted({g for g, _, _ in nodes})
+            keys = ", ".join(f"resources.{g}.gpu_memory" for g in groups)
+            raise ConfigError(
+                f"GPU {label}: the memory fractions of the nodes sharing it sum to "
+                f"{total:.3g} > 1.0 ({summary}); lower {keys} so they sum to at most 1.0, "
+                "or use 'grow'"
+            )
+        used = inventory[gpu_id].memory_used_fraction
+        if total > 0 and total + used > 1.0 + _EPS:
+            notices.append(
+                f"GPU {label} already has {used:.0%} of its memory in use by other "
+                f"processes; the {total:.3g} planned for {summary} may not fit"
+            )

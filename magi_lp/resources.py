@@ -1,0 +1,411 @@
+"""What one node group needs (`ResourceSpec`) and the environment variables that give it.
+
+A spec is written by the user in `config.resources.<group>`; `ResourceSpec.from_config`
+refuses unknown keys and bad values by name, before anything starts. `spec_to_env` turns a
+spec plus the GPU ids a node sees (decided by `magi_lp.placement`) into the string
+variables Launchpad applies to that node's process.
+
+Launchpad copies the launching shell's environment into every node and applies the
+overrides on top: a variable can be overridden but never removed. So `spec_to_env` sets
+every variable it manages, always, to a value that means "library default" when the spec
+leaves it open (an empty string for the numeric knobs, which every reader here treats as
+unset), so no export in the launching shell leaks into a node.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from magi_lp.errors import ConfigError
+
+DEVICES = ("cpu", "gpu", "gpu_if_available")
+GPU_DISTRIBUTIONS = ("shared", "round_robin")
+ALLOCATORS = ("bfc", "platform")
+RENDERERS = ("egl", "osmesa", "none")
+
+# MUJOCO_GL per `render`. "off" is in both dm_control's and mujoco's list of values that
+# disable rendering, so a state-only node never loads an OpenGL library.
+_MUJOCO_GL = {"egl": "egl", "osmesa": "osmesa", "none": "off"}
+# dm_control's EGL and OSMesa renderers refuse to import when PYOPENGL_PLATFORM names the
+# other platform, so it must always match MUJOCO_GL; "" counts as unset for them.
+_PYOPENGL_PLATFORM = {"egl": "egl", "osmesa": "osmesa", "none": ""}
+
+# Every variable spec_to_env sets, in the order it sets them. `spec.env` may add more.
+MANAGED_VARIABLES = (
+    "CUDA_DEVICE_ORDER",
+    "CUDA_VISIBLE_DEVICES",
+    "JAX_PLATFORMS",
+    "XLA_PYTHON_CLIENT_PREALLOCATE",
+    "XLA_PYTHON_CLIENT_MEM_FRACTION",
+    "XLA_PYTHON_CLIENT_ALLOCATOR",
+    "TF_FORCE_GPU_ALLOW_GROWTH",
+    "MAGI_LP_TF_GPU",
+    "MUJOCO_GL",
+    "PYOPENGL_PLATFORM",
+    "MUJOCO_EGL_DEVICE_ID",
+    "XLA_FLAGS",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "TF_NUM_INTRAOP_THREADS",
+    "TF_NUM_INTEROP_THREADS",
+)
+
+# What JAX does when XLA_PYTHON_CLIENT_MEM_FRACTION is not given and preallocation is on.
+JAX_DEFAULT_PREALLOCATED_FRACTION = 0.75
+
+
+@dataclasses.dataclass(frozen=True)
+class ResourceSpec:
+    """One node group's needs, in the user's words (see docs/architecture.md).
+
+    Attributes:
+      device: "cpu", "gpu", or "gpu_if_available" (GPU when one is found, else CPU, and
+        the plan says so in a notice).
+      gpus: which GPUs a GPU node group uses. "auto": with `shared`, the least-loaded GPU;
+        with `round_robin`, the least-loaded GPUs, one per node, up to every GPU present.
+        A count n: with `shared`, the least-loaded set of n identical GPUs (every node sees
+        all n, as pmap needs); with `round_robin`, the n least-loaded GPUs of any model.
+        A list/tuple of ids: exactly those (ids as nvidia-smi numbers them: PCI bus order).
+      gpu_distribution: "shared" (every node sees all of `gpus`) or "round_robin" (node i
+        sees only `gpus[i % len(gpus)]`).
+      gpu_memory: fraction in (0, 1] of each visible GPU's total memory that JAX may use,
+        "grow" (allocate on demand), or None (JAX's default: preallocate 75%).
+      preallocate: whether JAX reserves its memory up front. None: true with a fraction or
+        None, false with "grow".
+      allocator: "bfc", "platform" (allocate and free exactly; slow, no fragmentation), or
+        None (JAX default, which is bfc).
+      tf_gpu: whether TensorFlow in this node may use the GPU. Off by default: TF is only
+        the Reverb dataset pipeline here, and a TF that sees a GPU grabs memory for nothing.
+      render: MuJoCo's OpenGL backend: "egl", "osmesa" or "none" (no rendering).
+      render_gpu: GPU id EGL renders on, or None (a GPU node renders on its first GPU; a
+        CPU node sees no GPU and renders with Mesa's software EGL). On a CPU node this
+        exposes that one GPU to the process for EGL while JAX stays on the CPU.
+      cpu_threads: threads for XLA, BLAS, OpenMP and TF pools, or None (library defaults).
+      xla_flags: extra XLA flags ("--name=value ..."), appended after the thread flags.
+        An unknown flag aborts the node when JAX starts, so test new ones locally first.
+      env: extra environment variables (str -> str), applied last, so they win.
+    """
+
+    device: str = "cpu"
+    gpus: str | int | tuple[int, ...] = "auto"
+    gpu_distribution: str = "shared"
+    gpu_memory: float | str | None = None
+    preallocate: bool | None = None
+    allocator: str | None = None
+    tf_gpu: bool = False
+    render: str = "egl"
+    render_gpu: int | None = None
+    cpu_threads: int | None = None
+    xla_flags: str = ""
+    # hash=False: a dict cannot be hashed; the spec stays comparable with ==.
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        for name, value in _normalised(values, "ResourceSpec").items():
+            # Frozen: normalised values (tuple ids, float fraction, a private env copy)
+            # are written once here, so every spec in the program has one canonical form.
+            object.__setattr__(self, name, value)
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        """The keys `from_config` accepts, in declaration order."""
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def from_config(cls, group_name: str, mapping: Any) -> ResourceSpec:
+        """Parses `config.resources.<group_name>` (a dict, ConfigDict or None).
+
+        Raises:
+          ConfigError: naming `resources.<group>.<key>` for an unknown key (with the
+            closest valid key and the full list) or a bad value (with the allowed values).
+        """
+        where = f"resources.{group_name}"
+        if mapping is None:
+            return cls()
+        if hasattr(mapping, "to_dict"):  # ml_collections ConfigDict / FrozenConfigDict
+            mapping = mapping.to_dict()
+        if not isinstance(mapping, Mapping):
+            raise ConfigError(
+                f"{where} must be a dict of ResourceSpec fields, got {type(mapping).__name__} "
+                f"{mapping!r}; valid keys: {', '.join(cls.field_names())}"
+            )
+        valid = cls.field_names()
+        for key in mapping:
+            if key not in valid:
+                close = difflib.get_close_matches(str(key), valid, n=1)
+                hint = f" Did you mean '{close[0]}'?" if close else ""
+                raise ConfigError(
+                    f"{where}.{key} is not a resource setting.{hint} Valid keys: {', '.join(valid)}"
+                )
+        # Checked over the full set of values, so that cross-field checks (tf_gpu needs a
+        # GPU device, ...) see the defaults and still name the user's group.
+        defaults = cls()
+        values = {name: getattr(defaults, name) for name in valid}
+        values.update(mapping)
+        return cls(**_normalised(values, where))
+
+    @property
+    def effective_preallocate(self) -> bool:
+        """Whether JAX will reserve its GPU memory at start (the spec's default applied)."""
+        if self.preallocate is not None:
+            return self.preallocate
+        return self.gpu_memory != "grow"
+
+    @property
+    def memory_fraction(self) -> float | None:
+        """The fraction of each visible GPU this node may take; None for "grow"/default."""
+        return self.gpu_memory if isinstance(self.gpu_memory, float) else None
+
+
+def _is_int(value: Any) -> bool:
+    # bool is an int subclass; `gpus=True` is a mistake, not the count 1.
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _bad(where: str, key: str, value: Any, allowed: str) -> ConfigError:
+    return ConfigError(f"{where}.{key}={value!r} is invalid; allowed: {allowed}")
+
+
+def _choice(where: str, key: str, value: Any, choices: Sequence[Any]) -> Any:
+    if value not in choices or isinstance(value, bool):
+        raise _bad(where, key, value, " | ".join(repr(c) for c in choices))
+    return value
+
+
+def _normalised(values: dict[str, Any], where: str) -> dict[str, Any]:
+    """Validates spec values and returns them in canonical form (raises ConfigError)."""
+    out = dict(values)
+    if "device" in out:
+        _choice(where, "device", out["device"], DEVICES)
+    if "gpu_distribution" in out:
+        _choice(where, "gpu_distribution", out["gpu_distribution"], GPU_DISTRIBUTIONS)
+    if "render" in out:
+        _choice(where, "render", out["render"], RENDERERS)
+    if "allocator" in out and out["allocator"] is not None:
+        _choice(where, "allocator", out["allocator"], (*ALLOCATORS, None))
+
+    if "gpus" in out:
+        gpus = out["gpus"]
+        allowed = "'auto', a count >= 1, or a list of distinct GPU ids >= 0"
+        if gpus == "auto":
+            pass
+        elif _is_int(gpus):
+            if gpus < 1:
+                raise _bad(where, "gpus", gpus, allowed + " (use device='cpu' for no GPU)")
+        elif isinstance(gpus, (list, tuple)):
+            if not gpus or not all(_is_int(i) and i >= 0 for i in gpus):
+                raise _bad(where, "gpus", gpus, allowed)
+            if len(set(gpus)) != len(gpus):
+                raise _bad(where, "gpus", gpus, allowed + " (an id is repeated)")
+            out["gpus"] = tuple(gpus)
+        else:
+            raise _bad(where, "gpus", gpus, allowed)
+
+    if "gpu_memory" in out:
+        mem = out["gpu_memory"]
+        allowed = "a fraction in (0, 1] of each GPU's memory, 'grow', or None (JAX default)"
+        if mem is None or mem == "grow":
+            pass
+        elif isinstance(mem, (int, float)) and not isinstance(mem, bool):
+            if not 0.0 < mem <= 1.0:
+                raise _bad(where, "gpu_memory", mem, allowed)
+            out["gpu_memory"] = float(mem)
+        else:
+            raise _bad(where, "gpu_memory", mem, allowed)
+
+    for key in ("preallocate",):
+        if key in out and out[key] is not None and not isinstance(out[key], bool):
+            raise _bad(where, key, out[key], "True, False, or None")
+    if "tf_gpu" in out and not isinstance(out["tf_gpu"], bool):
+        raise _bad(where, "tf_gpu", out["tf_gpu"], "True or False")
+    if out.get("preallocate") is True and out.get("gpu_memory") == "grow":
+        raise ConfigError(
+            f"{where}.preallocate=True contradicts {where}.gpu_memory='grow'; "
+            "give gpu_memory a fraction to preallocate, or drop preallocate"
+        )
+
+    if "render_gpu" in out and out["render_gpu"] is not None:
+        if not (_is_int(out["render_gpu"]) and out["render_gpu"] >= 0):
+            raise _bad(where, "render_gpu", out["render_gpu"], "a GPU id >= 0, or None")
+        if out.get("render", "egl") != "egl":
+            raise ConfigError(
+                f"{where}.render_gpu={out['render_gpu']!r} only applies to render='egl' "
+                f"(render is {out.get('render')!r}); set render='egl' or render_gpu=None"
+            )
+
+    threads = out.get("cpu_threads")
+    if threads is not None and not (_is_int(threads) and threads >= 1):
+        raise _bad(where, "cpu_threads", threads, "an integer >= 1, or None")
+
+    if "xla_flags" in out:
+        flags = out["xla_flags"]
+        if flags is None:
+            flags = ""
+        if not isinstance(flags, str):
+            raise _bad(where, "xla_flags", flags, "a string of '--flag=value' items")
+        for token in flags.split():
+            # XLA silently ignores a token without "--", so a typo would do nothing.
+            if not token.startswith("--"):
+                raise _bad(where, "xla_flags", flags, f"'--flag=value' items ({token!r} is not)")
+        out["xla_flags"] = flags.strip()
+
+    if "env" in out:
+        env = out["env"]
+        if env is None:
+            env = {}
+        if hasattr(env, "to_dict"):
+            env = env.to_dict()
+        if not isinstance(env, Mapping):
+            raise _bad(where, "env", env, "a dict of str -> str")
+        for name, value in env.items():
+            # Launchpad raises TypeError on a non-str value inside the launcher, too late.
+            if not isinstance(name, str) or not name or "=" in name:
+                raise _bad(where, "env", dict(env), f"variable names without '=' ({name!r})")
+            if not isinstance(value, str):
+                raise ConfigError(
+                    f"{where}.env.{name}={value!r} is invalid; allowed: a string "
+                    f"(write {str(value)!r})"
+                )
+        out["env"] = dict(env)
+
+    if out.get("device") == "cpu" and out.get("tf_gpu") is True:
+        raise ConfigError(
+            f"{where}.tf_gpu=True needs a GPU, but {where}.device='cpu'; "
+            "set device='gpu' or tf_gpu=False"
+        )
+    return out
+
+
+def _thread_flags(cpu_threads: int | None) -> list[str]:
+    """XLA flags for a thread budget.
+
+    XLA's CPU backend sizes its Eigen pool from the CPUs the process may run on and has no
+    flag for "N threads"; the only switch is single-threaded Eigen. So cpu_threads=1 maps
+    to the usual recipe, and N > 1 leaves XLA alone (pin the process with taskset to cap
+    it). `intra_op_parallelism_threads=1` is the other half of the recipe JAX users
+    share; XLA ignores tokens without "--", so it documents intent and does no harm.
+    """
+    if cpu_threads == 1:
+        return ["--xla_cpu_multi_thread_eigen=false", "intra_op_parallelism_threads=1"]
+    return []
+
+
+def _format_fraction(fraction: float) -> str:
+    # repr keeps every digit, so the node gets exactly the fraction the plan checked.
+    return repr(fraction)
+
+
+def spec_to_env(
+    spec: ResourceSpec, gpu_ids: Sequence[int] = (), *, group: str | None = None
+) -> dict[str, str]:
+    """The environment variables for one node of `spec` that sees physical GPUs `gpu_ids`.
+
+    Args:
+      spec: the node group's spec.
+      gpu_ids: the GPU ids (nvidia-smi / PCI bus order) the node computes on; empty for a
+        CPU node, including a `gpu_if_available` node that fell back to the CPU.
+      group: the node group's name, used only in error messages.
+
+    Returns:
+      Every variable in `MANAGED_VARIABLES` (all str), then `spec.env` on top.
+
+    Raises:
+      ConfigError: device="gpu" with no GPU ids, or a render_gpu the node cannot see.
+      ValueError: device="cpu" given GPU ids (a bug in the caller, not a user mistake).
+    """
+    where = f"resources.{group}" if group else "ResourceSpec"
+    gpu_ids = tuple(int(i) for i in gpu_ids)
+    if spec.device == "cpu" and gpu_ids:
+        raise ValueError(f"{where}: a device='cpu' node was given GPU ids {gpu_ids}")
+    if spec.device == "gpu" and not gpu_ids:
+        raise ConfigError(f"{where}.device='gpu' but the node was given no GPU")
+    on_gpu = bool(gpu_ids)
+
+    env: dict[str, str] = {
+        # Ids everywhere in magi_lp are NVML's, which are PCI bus order; CUDA's default
+        # order is "fastest first", which differs on mixed-model machines.
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+    }
+
+    # --- which GPUs the process sees, and for what ---
+    # MUJOCO_EGL_DEVICE_ID, from the installed dm_control (_render/pyopengl/
+    # egl_renderer.py): it is an index into eglQueryDevicesEXT(), not a CUDA id, and no
+    # CUDA mapping is applied. NVIDIA's EGL lists only the GPUs in CUDA_VISIBLE_DEVICES
+    # (reports: mujoco#3245, starVLA#390: with CUDA_VISIBLE_DEVICES=1 the valid range is
+    # "0 and 0"), and Mesa's software device (the only one on a machine without a GPU)
+    # follows. So the index is the render GPU's position in the node's own visible list;
+    # with one visible GPU that is 0 and unambiguous. With several, EGL's order can differ
+    # from CUDA's (mujoco#3245), so give a multi-GPU node render_gpu only when it matters.
+    # A CPU node sees no NVIDIA device at all, so to render on a GPU it must see that GPU:
+    # CUDA_VISIBLE_DEVICES then holds only the render GPU, while JAX_PLATFORMS=cpu keeps
+    # JAX (and its CUDA context) off it and MAGI_LP_TF_GPU=0 keeps TF off it.
+    render_index = 0
+    if on_gpu:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_ids)
+        # "cuda", not "gpu": in jax 0.4.30 "gpu" expands to cuda AND rocm, and an explicit
+        # list fails loudly on the missing rocm. Naming cuda first makes it the default
+        # backend and makes a node that cannot start CUDA fail instead of running slowly
+        # on the CPU; "cpu" stays available for host-side arrays.
+        env["JAX_PLATFORMS"] = "cuda,cpu"
+        if spec.render == "egl" and spec.render_gpu is not None:
+            if spec.render_gpu not in gpu_ids:
+                raise ConfigError(
+                    f"{where}.render_gpu={spec.render_gpu} is not among the GPUs this node "
+                    f"sees {list(gpu_ids)}, and EGL only lists visible GPUs; set render_gpu "
+                    f"to one of {list(gpu_ids)} or None"
+                )
+            render_index = gpu_ids.index(spec.render_gpu)
+    else:
+        if spec.render == "egl" and spec.render_gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = str(spec.render_gpu)
+        else:
+            # Empty, not unset: CUDA then finds no device, so nothing pays for a context.
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        env["JAX_PLATFORMS"] = "cpu"
+
+    # --- JAX's GPU allocator. jaxlib treats "" as unset for the fraction. ---
+    env["XLA_PYTHON_CLIENT_PREALLOCATE"] = (
+        "true" if on_gpu and spec.effective_preallocate else "false"
+    )
+    fraction = spec.memory_fraction
+    env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = (
+        _format_fraction(fraction) if on_gpu and fraction is not None else ""
+    )
+    env["XLA_PYTHON_CLIENT_ALLOCATOR"] = spec.allocator if on_gpu and spec.allocator else "default"
+
+    # --- TensorFlow: growth on, so a TF that does see a GPU takes only what it uses;
+    # MAGI_LP_TF_GPU=0 tells configure_process() to hide GPUs from TF altogether. ---
+    env["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
+    env["MAGI_LP_TF_GPU"] = "1" if on_gpu and spec.tf_gpu else "0"
+
+    # --- MuJoCo rendering ---
+    env["MUJOCO_GL"] = _MUJOCO_GL[spec.render]
+    env["PYOPENGL_PLATFORM"] = _PYOPENGL_PLATFORM[spec.render]
+    # Always an integer: dm_control int()s any value present, and a stale export from
+    # the launching shell could point past the node's device list.
+    env["MUJOCO_EGL_DEVICE_ID"] = str(render_index)
+
+    # --- threads. "" is read as unset by OpenBLAS, MKL, TF and XLA. libgomp would print
+    # a one-line warning for "" and then use its default, but nothing in this stack loads
+    # libgomp (checked: numpy, scipy, TF, jax, reverb, mujoco, dm_control). ---
+    flags = _thread_flags(spec.cpu_threads)
+    if spec.xla_flags:
+        flags.append(spec.xla_flags)  # after the thread flags, so the user's win
+    env["XLA_FLAGS"] = " ".join(flags)
+    threads = "" if spec.cpu_threads is None else str(spec.cpu_threads)
+    for name in (
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "TF_NUM_INTRAOP_THREADS",
+        "TF_NUM_INTEROP_THREADS",
+    ):
+        env[name] = threads
+
+    env.update(spec.env)
+    return env

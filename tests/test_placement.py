@@ -1,0 +1,393 @@
+"""Placement plans over injected GPU inventories."""
+
+import pytest
+
+from magi_lp.errors import ConfigError
+from magi_lp.gpu_inventory import GpuInfo, GpuInventory
+from magi_lp.placement import GroupRequest, make_plan
+from magi_lp.resources import MANAGED_VARIABLES, ResourceSpec
+
+GiB = 1024**3
+RTX3060 = "NVIDIA GeForce RTX 3060"
+RTX3080 = "NVIDIA GeForce RTX 3080"
+NO_GPU = GpuInventory((), "NVML is unavailable: NVML Shared Library Not Found")
+
+
+def gpu(index, name=RTX3080, used_gib=0.0, util=0.0, total_gib=12):
+    return GpuInfo(
+        index=index,
+        pci_bus_id=f"00000000:{index + 1:02X}:00.0",
+        name=name,
+        memory_total_bytes=int(total_gib * GiB),
+        memory_used_bytes=int(used_gib * GiB),
+        utilization_percent=util,
+    )
+
+
+TWO_3080 = GpuInventory((gpu(0), gpu(1)))
+MIXED = GpuInventory((gpu(0, RTX3060), gpu(1, RTX3080)))
+
+
+def req(num_nodes=1, **fields):
+    return GroupRequest(ResourceSpec.from_config("test", fields), num_nodes)
+
+
+# --- no GPU -----------------------------------------------------------------------------
+
+
+def test_cpu_program_on_machine_without_gpu():
+    plan = make_plan({"replay": req(), "actor": req(3)}, NO_GPU)
+    assert list(plan.groups) == ["replay", "actor"]
+    assert plan.groups["actor"].node_indices == (0, 1, 2)
+    assert plan.launch_group("actor", 2) == "actor"
+    for env in plan.envs().values():
+        assert env["CUDA_VISIBLE_DEVICES"] == ""
+        assert env["JAX_PLATFORMS"] == "cpu"
+    assert plan.notices == ()  # no GPU to render on, so nothing to point out
+
+
+def test_gpu_group_without_gpu_says_why_and_how_to_fix():
+    with pytest.raises(ConfigError) as err:
+        make_plan({"replay": req(), "learner": req(device="gpu")}, NO_GPU)
+    msg = str(err.value)
+    assert "resources.learner.device='gpu'" in msg
+    assert "no GPU was found" in msg and "NVML Shared Library Not Found" in msg
+    assert "device='cpu'" in msg and "'gpu_if_available'" in msg
+
+
+def test_gpu_if_available_falls_back_to_cpu_and_records_it():
+    plan = make_plan(
+        {"learner": req(device="gpu_if_available", gpu_memory=0.5, tf_gpu=True)}, NO_GPU
+    )
+    placement = plan.groups["learner"]
+    assert placement.device == "cpu" and placement.gpu_ids == ()
+    assert placement.env["CUDA_VISIBLE_DEVICES"] == ""
+    assert placement.env["MAGI_LP_TF_GPU"] == "0"
+    assert len(plan.notices) == 1
+    notice = plan.notices[0]
+    assert notice.startswith("learner:") and "on the CPU" in notice and "\n" not in notice
+
+
+def test_same_spec_uses_the_gpu_when_there_is_one():
+    plan = make_plan({"learner": req(device="gpu_if_available", gpu_memory=0.5)}, TWO_3080)
+    assert plan.groups["learner"].device == "gpu"
+    assert plan.groups["learner"].env["JAX_PLATFORMS"] == "cuda,cpu"
+    assert plan.notices == ()
+
+
+def test_group_with_no_nodes_is_not_placed_or_checked():
+    plan = make_plan({"evaluator": req(0, device="gpu"), "actor": req(1)}, NO_GPU)
+    assert list(plan.groups) == ["actor"]
+    assert plan.launch_groups_of("evaluator") == ()
+
+
+def test_negative_node_count_is_refused():
+    with pytest.raises(ConfigError, match="num_nodes=-1"):
+        req(-1)
+
+
+# --- two identical GPUs -----------------------------------------------------------------
+
+
+def test_auto_groups_spread_over_identical_gpus():
+    inventory = GpuInventory((gpu(0, used_gib=1.2), gpu(1)))
+    plan = make_plan(
+        {
+            "learner": req(device="gpu", gpu_memory=0.6),
+            "evaluator": req(device="gpu", gpu_memory=0.3),
+        },
+        inventory,
+    )
+    # GPU 1 is idle, so the learner takes it; then GPU 1 is 60% planned, GPU 0 10% used.
+    assert plan.groups["learner"].gpu_ids == (1,)
+    assert plan.groups["evaluator"].gpu_ids == (0,)
+    assert plan.groups["learner"].env["CUDA_VISIBLE_DEVICES"] == "1"
+    assert plan.groups["learner"].env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.6"
+
+
+def test_shared_count_two_sees_both_gpus():
+    plan = make_plan({"learner": req(device="gpu", gpus=2, gpu_memory=0.9)}, TWO_3080)
+    assert plan.groups["learner"].env["CUDA_VISIBLE_DEVICES"] == "0,1"
+
+
+def test_count_larger_than_machine_is_refused():
+    with pytest.raises(ConfigError, match=r"resources\.learner\.gpus=3 .*has 2 GPU"):
+        make_plan({"learner": req(device="gpu", gpus=3)}, TWO_3080)
+
+
+# --- mixed models -----------------------------------------------------------------------
+
+
+def test_node_asking_for_two_models_is_refused_naming_them():
+    with pytest.raises(ConfigError) as err:
+        make_plan({"learner": req(device="gpu", gpus=[0, 1], gpu_memory=0.5)}, MIXED)
+    msg = str(err.value)
+    assert "resources.learner.gpus=[0, 1]" in msg
+    assert f"0:{RTX3060}" in msg and f"1:{RTX3080}" in msg
+    assert "round_robin" in msg
+
+
+def test_auto_count_two_on_mixed_models_is_refused():
+    with pytest.raises(ConfigError, match=r"resources\.learner\.gpus=2: no 2 identical GPUs"):
+        make_plan({"learner": req(device="gpu", gpus=2)}, MIXED)
+
+
+def test_auto_count_one_on_mixed_models_picks_least_loaded():
+    inventory = GpuInventory((gpu(0, RTX3060, used_gib=0.5), gpu(1, RTX3080, used_gib=3)))
+    plan = make_plan({"learner": req(device="gpu")}, inventory)
+    assert plan.groups["learner"].gpu_ids == (0,)
+
+
+def test_four_gpus_count_two_picks_the_less_loaded_identical_pair():
+    inventory = GpuInventory(
+        (
+            gpu(0, RTX3060, used_gib=4),
+            gpu(1, RTX3060, used_gib=0),
+            gpu(2, RTX3080, used_gib=1),
+            gpu(3, RTX3080, used_gib=1),
+        )
+    )
+    plan = make_plan({"learner": req(device="gpu", gpus=2, gpu_memory=0.5)}, inventory)
+    assert plan.groups["learner"].gpu_ids == (2, 3)
+    assert plan.groups["learner"].env["CUDA_VISIBLE_DEVICES"] == "2,3"
+
+
+def test_round_robin_may_mix_models_since_each_node_sees_one():
+    plan = make_plan(
+        {"actor": req(2, device="gpu", gpus=[0, 1], gpu_distribution="round_robin")}, MIXED
+    )
+    assert [p.gpu_ids for p in plan.groups.values()] == [(0,), (1,)]
+
+
+# --- ids --------------------------------------------------------------------------------
+
+
+def test_missing_id_is_refused_naming_the_ids_that_exist():
+    with pytest.raises(ConfigError) as err:
+        make_plan({"learner": req(device="gpu", gpus=[1, 3])}, TWO_3080)
+    msg = str(err.value)
+    assert "resources.learner.gpus=[1, 3]" in msg and "[3]" in msg
+    assert f"0:{RTX3080}, 1:{RTX3080}" in msg
+
+
+# --- memory -----------------------------------------------------------------------------
+
+
+def test_oversubscribed_gpu_names_nodes_and_total():
+    with pytest.raises(ConfigError) as err:
+        make_plan(
+            {
+                "learner": req(device="gpu", gpus=[0], gpu_memory=0.5),
+                "actor": req(4, device="gpu", gpus=[0], gpu_memory=0.2),
+            },
+            TWO_3080,
+        )
+    msg = str(err.value)
+    assert f"GPU 0:{RTX3080}" in msg
+    assert "sum to 1.3 > 1.0" in msg
+    assert "learner node 0: 0.5" in msg and "actor nodes 0-3: 4 x 0.2" in msg
+    assert "resources.actor.gpu_memory" in msg and "resources.learner.gpu_memory" in msg
+
+
+def test_fractions_summing_to_exactly_one_fit():
+    plan = make_plan(
+        {
+            "learner": req(device="gpu", gpus=[0], gpu_memory=0.7),
+            "actor": req(3, device="gpu", gpus=[0], gpu_memory=0.1),
+        },
+        TWO_3080,
+    )
+    assert plan.groups["actor"].env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.1"
+
+
+def test_default_preallocation_on_a_shared_gpu_is_refused():
+    with pytest.raises(ConfigError) as err:
+        make_plan(
+            {
+                "learner": req(device="gpu", gpus=[0]),
+                "evaluator": req(device="gpu", gpus=[0], gpu_memory="grow"),
+            },
+            TWO_3080,
+        )
+    msg = str(err.value)
+    assert "shared by 2 nodes" in msg and "75%" in msg
+    assert "resources.learner.gpu_memory" in msg
+    assert "resources.evaluator.gpu_memory" not in msg  # grow is fine
+
+
+def test_default_preallocation_alone_on_a_gpu_is_fine():
+    plan = make_plan({"learner": req(device="gpu", gpus=[0])}, TWO_3080)
+    assert plan.groups["learner"].env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "true"
+
+
+def test_growing_nodes_may_share_a_gpu():
+    plan = make_plan({"actor": req(6, device="gpu", gpus=[1], gpu_memory="grow")}, TWO_3080)
+    assert plan.groups["actor"].env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+
+
+def test_memory_already_in_use_is_a_notice():
+    inventory = GpuInventory((gpu(0, used_gib=6),))
+    plan = make_plan({"learner": req(device="gpu", gpu_memory=0.8)}, inventory)
+    assert any("GPU 0:" in n and "50%" in n for n in plan.notices)
+
+
+# --- round robin ------------------------------------------------------------------------
+
+
+def test_round_robin_splits_into_launch_groups_with_distinct_devices():
+    plan = make_plan(
+        {
+            "learner": req(device="gpu", gpus=[0], gpu_memory=0.5),
+            "actor": req(
+                5, device="gpu", gpus=[0, 1], gpu_distribution="round_robin", gpu_memory=0.1
+            ),
+        },
+        TWO_3080,
+    )
+    assert plan.launch_groups_of("actor") == ("actor_gpu0", "actor_gpu1")
+    assert plan.groups["actor_gpu0"].node_indices == (0, 2, 4)
+    assert plan.groups["actor_gpu1"].node_indices == (1, 3)
+    assert plan.groups["actor_gpu0"].env["CUDA_VISIBLE_DEVICES"] == "0"
+    assert plan.groups["actor_gpu1"].env["CUDA_VISIBLE_DEVICES"] == "1"
+    assert [plan.launch_group("actor", i) for i in range(5)] == [
+        "actor_gpu0",
+        "actor_gpu1",
+        "actor_gpu0",
+        "actor_gpu1",
+        "actor_gpu0",
+    ]
+    assert plan.launch_group("learner", 0) == "learner"
+    with pytest.raises(KeyError, match="no node 5"):
+        plan.launch_group("actor", 5)
+
+
+def test_round_robin_counts_only_the_nodes_on_each_gpu():
+    ok = {
+        "actor": req(5, device="gpu", gpus=[0, 1], gpu_distribution="round_robin", gpu_memory=0.3)
+    }
+    make_plan(ok, TWO_3080)  # GPU 0: 3 x 0.3 = 0.9
+    bad = {
+        "actor": req(5, device="gpu", gpus=[0, 1], gpu_distribution="round_robin", gpu_memory=0.4)
+    }
+    with pytest.raises(ConfigError, match=r"GPU 0:.*sum to 1\.2 .*actor nodes 0,2,4: 3 x 0\.4"):
+        make_plan(bad, TWO_3080)
+
+
+def test_round_robin_auto_spreads_over_all_gpus_up_to_node_count():
+    plan = make_plan(
+        {"actor": req(3, device="gpu", gpu_distribution="round_robin", gpu_memory="grow")},
+        TWO_3080,
+    )
+    assert plan.launch_groups_of("actor") == ("actor_gpu0", "actor_gpu1")
+    single = make_plan(
+        {"actor": req(1, device="gpu", gpu_distribution="round_robin", gpu_memory="grow")},
+        TWO_3080,
+    )
+    assert single.launch_groups_of("actor") == ("actor",)
+
+
+def test_launch_group_name_collision_is_refused():
+    with pytest.raises(ConfigError, match=r"'actor_gpu0'.*collides"):
+        make_plan(
+            {
+                "actor_gpu0": req(),
+                "actor": req(
+                    2, device="gpu", gpus=[0, 1], gpu_distribution="round_robin", gpu_memory=0.1
+                ),
+            },
+            TWO_3080,
+        )
+
+
+# --- rendering --------------------------------------------------------------------------
+
+
+def test_cpu_actors_render_on_a_chosen_gpu_without_jax_on_it():
+    plan = make_plan({"actor": req(2, device="cpu", render_gpu=1)}, TWO_3080)
+    env = plan.groups["actor"].env
+    assert env["CUDA_VISIBLE_DEVICES"] == "1"
+    assert env["JAX_PLATFORMS"] == "cpu"
+    assert env["MUJOCO_EGL_DEVICE_ID"] == "0"
+    assert env["MAGI_LP_TF_GPU"] == "0"
+
+
+def test_cpu_groups_on_a_gpu_machine_see_no_gpu_and_raise_no_notice():
+    plan = make_plan({"replay": req(), "actor": req(2)}, TWO_3080)
+    assert plan.groups["actor"].env["CUDA_VISIBLE_DEVICES"] == ""
+    assert plan.notices == ()
+
+
+def test_render_gpu_that_does_not_exist_is_refused():
+    with pytest.raises(ConfigError, match=r"resources\.actor\.render_gpu=5: no such GPU"):
+        make_plan({"actor": req(device="cpu", render_gpu=5)}, TWO_3080)
+    with pytest.raises(ConfigError, match=r"resources\.actor\.render_gpu=0 but no GPU"):
+        make_plan({"actor": req(device="cpu", render_gpu=0)}, NO_GPU)
+
+
+def test_render_gpu_outside_a_gpu_nodes_view_is_refused():
+    with pytest.raises(ConfigError, match=r"resources\.learner\.render_gpu=1 .*\[0\]"):
+        make_plan({"learner": req(device="gpu", gpus=[0], render_gpu=1)}, TWO_3080)
+
+
+# --- output -----------------------------------------------------------------------------
+
+
+def _plan_for_output():
+    return make_plan(
+        {
+            "learner": req(device="gpu", gpus=[1], gpu_memory=0.5, env={"FOO": "bar"}),
+            "actor": req(
+                3, device="gpu", gpus=[0, 1], gpu_distribution="round_robin", gpu_memory="grow"
+            ),
+            "replay": req(),
+        },
+        MIXED,
+    )
+
+
+def test_format_table_lists_groups_devices_memory_and_env():
+    plan = _plan_for_output()
+    table = plan.format_table()
+    lines = table.splitlines()
+    header = lines[0].split()
+    assert header[:3] == ["node", "group", "launch"]  # "node group", "launch group", ...
+    for column in ("nodes", "device", "gpus", "GPU memory", "env"):
+        assert column in lines[0]
+    env_col = lines[0].index("env")
+    learner_row = next(i for i, line in enumerate(lines) if line.startswith("learner"))
+    assert f"1:{RTX3080}" in lines[learner_row]
+    assert "0.5 prealloc" in lines[learner_row]
+    # The learner's env is listed one variable per line, in the env column.
+    learner_env = [lines[learner_row][env_col:]]
+    for line in lines[learner_row + 1 :]:
+        if line[:env_col].strip():  # the next row starts
+            break
+        learner_env.append(line[env_col:])
+    assert "CUDA_VISIBLE_DEVICES=1" in learner_env and "FOO=bar" in learner_env
+    assert len(learner_env) == len(MANAGED_VARIABLES) + 1
+    actor_rows = [line for line in lines if line.startswith("actor")]
+    assert any("actor_gpu0" in r and "2 (0,2)" in r and f"0:{RTX3060}" in r for r in actor_rows)
+    assert any("actor_gpu1" in r and "1 (1)" in r and "on demand" in r for r in actor_rows)
+    replay_row = next(line for line in lines if line.startswith("replay"))
+    assert replay_row.split()[:4] == ["replay", "replay", "1", "(0)"]
+
+
+def test_envs_are_copies_and_local_resources_carry_them():
+    plan = _plan_for_output()
+    envs = plan.envs()
+    envs["learner"]["FOO"] = "changed"
+    assert plan.envs()["learner"]["FOO"] == "bar"
+    from launchpad.nodes.python.local_multi_processing import PythonProcess
+
+    resources = plan.local_resources()
+    assert set(resources) == {"learner", "actor_gpu0", "actor_gpu1", "replay"}
+    assert all(isinstance(r, PythonProcess) for r in resources.values())
+    assert {name: dict(r.env) for name, r in resources.items()} == plan.envs()
+    assert all(isinstance(v, str) for r in resources.values() for v in r.env.values())
+
+
+def test_env_override_of_a_managed_variable_is_a_notice():
+    plan = make_plan({"actor": req(env={"JAX_PLATFORMS": "cpu", "X": "1"})}, NO_GPU)
+    assert plan.notices == (
+        "actor: resources.actor.env overrides managed variable(s) JAX_PLATFORMS",
+    )

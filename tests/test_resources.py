@@ -1,0 +1,319 @@
+"""ResourceSpec parsing, spec_to_env, and configure_process."""
+
+import logging
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import ml_collections
+import pytest
+
+from magi_lp import process_setup
+from magi_lp.errors import ConfigError
+from magi_lp.resources import MANAGED_VARIABLES, ResourceSpec, spec_to_env
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# --- parsing ------------------------------------------------------------------------
+
+
+def test_from_config_accepts_dict_and_configdict_and_normalises():
+    raw = {"device": "gpu", "gpus": [1, 0], "gpu_memory": 1, "env": {"A": "b"}}
+    from_dict = ResourceSpec.from_config("learner", raw)
+    from_cfg = ResourceSpec.from_config("learner", ml_collections.ConfigDict(raw))
+    assert from_dict == from_cfg
+    assert from_dict.gpus == (1, 0)  # order kept: it is the user's CUDA_VISIBLE_DEVICES order
+    assert from_dict.gpu_memory == 1.0 and isinstance(from_dict.gpu_memory, float)
+    assert from_dict.env == {"A": "b"}
+    assert ResourceSpec.from_config("learner", None) == ResourceSpec()
+
+
+def test_unknown_key_is_refused_by_name_with_suggestion_and_valid_keys():
+    with pytest.raises(ConfigError) as err:
+        ResourceSpec.from_config("learner", {"device": "gpu", "gpu_mem": 0.5})
+    msg = str(err.value)
+    assert "resources.learner.gpu_mem" in msg
+    assert "Did you mean 'gpu_memory'" in msg
+    for key in ResourceSpec.field_names():
+        assert key in msg
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "allowed"),
+    [
+        ("device", "tpu", "'gpu_if_available'"),
+        ("gpus", -1, "'auto'"),
+        ("gpus", 0, "device='cpu'"),
+        ("gpus", True, "'auto'"),
+        ("gpus", "all", "'auto'"),
+        ("gpus", [0, 0], "repeated"),
+        ("gpus", [], "'auto'"),
+        ("gpu_distribution", "spread", "'round_robin'"),
+        ("gpu_memory", 1.5, "(0, 1]"),
+        ("gpu_memory", 0, "(0, 1]"),
+        ("gpu_memory", "half", "'grow'"),
+        ("gpu_memory", True, "'grow'"),
+        ("preallocate", "yes", "True, False, or None"),
+        ("allocator", "cuda_async", "'platform'"),
+        ("tf_gpu", 1, "True or False"),
+        ("render", "glfw", "'osmesa'"),
+        ("render_gpu", -1, "a GPU id >= 0"),
+        ("cpu_threads", 0, "an integer >= 1"),
+        ("cpu_threads", 2.5, "an integer >= 1"),
+        ("xla_flags", "xla_gpu_autotune_level=0", "'--flag=value'"),
+    ],
+)
+def test_bad_value_names_key_value_and_allowed(key, value, allowed):
+    with pytest.raises(ConfigError) as err:
+        ResourceSpec.from_config("actor", {key: value})
+    msg = str(err.value)
+    assert f"resources.actor.{key}={value!r}" in msg
+    assert allowed in msg
+
+
+def test_non_string_env_value_is_refused_with_the_fix():
+    with pytest.raises(ConfigError, match=r"resources\.actor\.env\.SEED=3 .*'3'"):
+        ResourceSpec.from_config("actor", {"env": {"SEED": 3}})
+
+
+@pytest.mark.parametrize(
+    ("mapping", "fragment"),
+    [
+        ({"device": "gpu", "gpu_memory": "grow", "preallocate": True}, "contradicts"),
+        ({"render": "osmesa", "render_gpu": 0}, "only applies to render='egl'"),
+        ({"device": "cpu", "tf_gpu": True}, "tf_gpu=True needs a GPU"),
+    ],
+)
+def test_contradictory_settings_are_refused(mapping, fragment):
+    with pytest.raises(ConfigError, match=fragment):
+        ResourceSpec.from_config("learner", mapping)
+
+
+def test_direct_construction_validates_too():
+    with pytest.raises(ConfigError, match=r"ResourceSpec\.gpu_memory=1\.5"):
+        ResourceSpec(device="gpu", gpu_memory=1.5)
+
+
+# --- spec_to_env ----------------------------------------------------------------------
+
+
+def test_cpu_node_sees_no_gpu_and_every_managed_variable_is_set():
+    env = spec_to_env(ResourceSpec(device="cpu"), ())
+    assert env["CUDA_VISIBLE_DEVICES"] == ""
+    assert env["JAX_PLATFORMS"] == "cpu"
+    assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    assert env["MAGI_LP_TF_GPU"] == "0"
+    assert set(env) == set(MANAGED_VARIABLES)
+    assert all(isinstance(v, str) for v in env.values())
+
+
+GPU = {"device": "gpu"}
+
+
+@pytest.mark.parametrize(
+    ("fields", "gpu_ids", "expected"),
+    [
+        (
+            GPU,
+            (0, 2),
+            {
+                "CUDA_VISIBLE_DEVICES": "0,2",
+                "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+                "JAX_PLATFORMS": "cuda,cpu",
+            },
+        ),
+        ({"device": "gpu_if_available"}, (1,), {"CUDA_VISIBLE_DEVICES": "1"}),
+        ({"device": "gpu_if_available"}, (), {"CUDA_VISIBLE_DEVICES": "", "JAX_PLATFORMS": "cpu"}),
+        (
+            {**GPU, "gpu_memory": 0.25},
+            (0,),
+            {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.25", "XLA_PYTHON_CLIENT_PREALLOCATE": "true"},
+        ),
+        (
+            {**GPU, "gpu_memory": 0.5, "preallocate": False},
+            (0,),
+            {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.5", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
+        ),
+        (
+            {**GPU, "gpu_memory": "grow"},
+            (0,),
+            {"XLA_PYTHON_CLIENT_MEM_FRACTION": "", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
+        ),
+        (
+            {**GPU, "gpu_memory": None},
+            (0,),
+            {"XLA_PYTHON_CLIENT_MEM_FRACTION": "", "XLA_PYTHON_CLIENT_PREALLOCATE": "true"},
+        ),
+        ({**GPU, "allocator": "platform"}, (0,), {"XLA_PYTHON_CLIENT_ALLOCATOR": "platform"}),
+        ({**GPU, "allocator": "bfc"}, (0,), {"XLA_PYTHON_CLIENT_ALLOCATOR": "bfc"}),
+        ({**GPU, "allocator": None}, (0,), {"XLA_PYTHON_CLIENT_ALLOCATOR": "default"}),
+        (
+            {**GPU, "tf_gpu": True},
+            (0,),
+            {"MAGI_LP_TF_GPU": "1", "TF_FORCE_GPU_ALLOW_GROWTH": "true"},
+        ),
+        ({**GPU, "tf_gpu": False}, (0,), {"MAGI_LP_TF_GPU": "0"}),
+        ({"render": "egl"}, (), {"MUJOCO_GL": "egl", "PYOPENGL_PLATFORM": "egl"}),
+        ({"render": "osmesa"}, (), {"MUJOCO_GL": "osmesa", "PYOPENGL_PLATFORM": "osmesa"}),
+        ({"render": "none"}, (), {"MUJOCO_GL": "off", "PYOPENGL_PLATFORM": ""}),
+        ({**GPU, "render_gpu": 2}, (1, 2), {"MUJOCO_EGL_DEVICE_ID": "1"}),
+        ({**GPU, "render_gpu": None}, (3,), {"MUJOCO_EGL_DEVICE_ID": "0"}),
+        (
+            {"device": "cpu", "render_gpu": 3},
+            (),
+            {"CUDA_VISIBLE_DEVICES": "3", "JAX_PLATFORMS": "cpu", "MUJOCO_EGL_DEVICE_ID": "0"},
+        ),
+        (
+            {"cpu_threads": 1},
+            (),
+            {
+                "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
+                "OMP_NUM_THREADS": "1",
+                "MKL_NUM_THREADS": "1",
+                "OPENBLAS_NUM_THREADS": "1",
+                "TF_NUM_INTRAOP_THREADS": "1",
+                "TF_NUM_INTEROP_THREADS": "1",
+            },
+        ),
+        ({"cpu_threads": 4}, (), {"XLA_FLAGS": "", "OMP_NUM_THREADS": "4"}),
+        ({"cpu_threads": None}, (), {"OMP_NUM_THREADS": "", "TF_NUM_INTEROP_THREADS": ""}),
+        (
+            {"cpu_threads": 1, "xla_flags": " --xla_dump_to=/tmp/x "},
+            (),
+            {
+                "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1 "
+                "--xla_dump_to=/tmp/x"
+            },
+        ),
+        ({"env": {"FOO": "bar"}}, (), {"FOO": "bar"}),
+        ({"env": {"JAX_PLATFORMS": "cpu,tpu"}}, (), {"JAX_PLATFORMS": "cpu,tpu"}),  # env wins
+    ],
+)
+def test_each_field_reaches_its_variable(fields, gpu_ids, expected):
+    env = spec_to_env(ResourceSpec.from_config("g", fields), gpu_ids)
+    assert {k: env[k] for k in expected} == expected
+    assert set(MANAGED_VARIABLES) <= set(env)
+
+
+def test_gpu_spec_without_gpu_ids_is_an_error():
+    with pytest.raises(ConfigError, match=r"resources\.learner\.device='gpu'"):
+        spec_to_env(ResourceSpec(device="gpu"), (), group="learner")
+
+
+def test_cpu_spec_given_gpu_ids_is_a_bug():
+    with pytest.raises(ValueError, match="device='cpu'"):
+        spec_to_env(ResourceSpec(device="cpu"), (0,))
+
+
+def test_render_gpu_must_be_visible_to_a_gpu_node():
+    with pytest.raises(ConfigError, match=r"resources\.learner\.render_gpu=3 .*\[0, 1\]"):
+        spec_to_env(ResourceSpec(device="gpu", render_gpu=3), (0, 1), group="learner")
+
+
+def test_cpu_env_really_gives_jax_only_the_cpu(tmp_path):
+    """Runs a real interpreter with the env a CPU node gets (thread flags included)."""
+    env = dict(os.environ)
+    # Simulate a launching shell that would otherwise leak settings into the node.
+    env.update({"JAX_PLATFORMS": "cuda", "CUDA_VISIBLE_DEVICES": "0", "XLA_FLAGS": "--bogus"})
+    env.update(spec_to_env(ResourceSpec(device="cpu", cpu_threads=1), ()))
+    code = (
+        "import os, jax; "
+        "print(sorted({d.platform for d in jax.devices()}), "
+        "repr(os.environ['CUDA_VISIBLE_DEVICES']), float(jax.numpy.ones(3).sum()))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO_ROOT,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["['cpu']", "''", "3.0"]
+
+
+# --- configure_process ------------------------------------------------------------------
+
+
+class _FakeTfConfig:
+    def __init__(self, error=None):
+        self.calls = []
+        self.error = error
+
+    def set_visible_devices(self, devices, device_type):
+        if self.error:
+            raise self.error
+        self.calls.append((devices, device_type))
+
+
+def _fake_tf(monkeypatch, error=None):
+    config = _FakeTfConfig(error)
+    monkeypatch.setitem(sys.modules, "tensorflow", types.SimpleNamespace(config=config))
+    return config
+
+
+def test_configure_process_hides_gpus_from_tf_when_told(monkeypatch):
+    config = _fake_tf(monkeypatch)
+    monkeypatch.setenv("MAGI_LP_TF_GPU", "0")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert process_setup.configure_process() is True
+    assert config.calls == [([], "GPU")]
+
+
+@pytest.mark.parametrize(
+    ("tf_gpu", "visible"), [("1", "0"), ("0", ""), (None, "0")], ids=["tf_gpu", "cpu", "unset"]
+)
+def test_configure_process_leaves_tf_alone_otherwise(monkeypatch, tf_gpu, visible):
+    config = _fake_tf(monkeypatch)
+    if tf_gpu is None:
+        monkeypatch.delenv("MAGI_LP_TF_GPU", raising=False)
+    else:
+        monkeypatch.setenv("MAGI_LP_TF_GPU", tf_gpu)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert process_setup.configure_process() is False
+    assert config.calls == []
+
+
+def test_configure_process_tolerates_initialised_tf(monkeypatch, caplog):
+    _fake_tf(
+        monkeypatch, RuntimeError("Visible devices cannot be modified after being initialized")
+    )
+    monkeypatch.setenv("MAGI_LP_TF_GPU", "0")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    with caplog.at_level(logging.WARNING, logger="magi_lp.process_setup"):
+        assert process_setup.configure_process() is False
+    assert "already initialised" in caplog.text
+
+
+def test_configure_process_with_real_tf_in_node_envs():
+    """A CPU node must not pay for importing TF; a GPU node gets TF's GPU list emptied."""
+    code = (
+        "import sys; from magi_lp.process_setup import configure_process; "
+        "hid = configure_process(); imported = 'tensorflow' in sys.modules; "
+        "gpus = __import__('tensorflow').config.get_visible_devices('GPU') if hid else None; "
+        "print(hid, imported, gpus)"
+    )
+    cpu_env = {**os.environ, **spec_to_env(ResourceSpec(device="cpu"), ())}
+    gpu_env = {**os.environ, **spec_to_env(ResourceSpec(device="gpu"), (0,))}
+    results = []
+    for env in (cpu_env, gpu_env):
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=REPO_ROOT,
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+        results.append(out.stdout.strip().splitlines()[-1])
+    assert results == ["False False None", "True True []"]
+
+
+def test_cross_field_check_against_a_default_names_the_group():
+    # device is left at its default ("cpu"), which tf_gpu=True contradicts.
+    with pytest.raises(ConfigError, match=r"resources\.evaluator\.tf_gpu=True"):
+        ResourceSpec.from_config("evaluator", {"tf_gpu": True})
