@@ -1,0 +1,283 @@
+"""The DrQ-v2 learner: one jitted update (augment, critic + encoder step, actor step,
+soft target update) and an Acme-style `Learner` around it.
+
+Batch contract (what the replay must deliver to `update`), e.g. an `acme.types.Transition`
+or any object with these attributes:
+
+    observation       uint8   [B, H, W, 3*frame_stack]  oldest frame first, newest last
+    action            float32 [B, A]                    in [-1, 1]
+    reward            float32 [B]                       n-step return sum_k gamma^k r_{t+k}
+    discount          float32 [B]                       gamma^n * prod_k d_{t+k}: multiplies
+                                                        the bootstrapped value as it is
+    next_observation  uint8   [B, H, W, 3*frame_stack]  observation n agent steps later
+
+Note on `discount`: Acme's `NStepTransitionAdder` stores gamma^(n-1) * prod d (Acme
+learners multiply by gamma once more); a replay built on it must multiply by
+`config.discount` before handing batches here.
+
+Following the official implementation (facebookresearch/drqv2): the encoder is trained by
+the critic loss only and shared with the actor, whose loss sees stop-gradient features;
+there is no target encoder: targets use the online encoder's features of the augmented
+next observation (no gradient) and a target copy of the critic only; the actor is updated
+after the critic, with the features computed before the critic step and the updated critic.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from acme import core
+
+from projects.drq_v2.augmentations import random_shift
+from projects.drq_v2.networks import DrQNetworks, sample_action
+
+Params = Any
+
+
+class TrainingState(NamedTuple):
+    """Everything the learner owns; a pytree, so it can be checkpointed as it is.
+
+    params: {'encoder', 'actor', 'critic'}; target_critic_params: the soft-updated copy of
+    params['critic']; critic_opt_state: Adam state over {'encoder', 'critic'};
+    actor_opt_state: Adam state over params['actor']; steps: updates done (int32);
+    key: PRNG key for augmentation and policy noise.
+    """
+
+    params: dict[str, Params]
+    target_critic_params: Params
+    critic_opt_state: optax.OptState
+    actor_opt_state: optax.OptState
+    steps: jax.Array
+    key: jax.Array
+
+
+def stddev_schedule(step: jax.Array | int, config: ml_collections.ConfigDict) -> jax.Array:
+    """Exploration stddev at an agent step: linear from init to final over duration, then flat.
+
+    The official `linear(init,final,duration)` schedule; `step` counts agent steps.
+    """
+    schedule = config.stddev_schedule
+    mix = jnp.clip(jnp.asarray(step, jnp.float32) / schedule.duration, 0.0, 1.0)
+    return (1.0 - mix) * schedule.init + mix * schedule.final
+
+
+def learner_steps_to_agent_steps(steps: jax.Array | int, config: ml_collections.ConfigDict):
+    """Agent steps that correspond to `steps` updates at one update per update_every_steps.
+
+    Used for the noise schedule when the caller gives no agent step; it leaves out the
+    agent steps collected before learning starts (min_replay_frames / action_repeat).
+    """
+    return steps * config.update_every_steps
+
+
+def _make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
+    return optax.adam(config.learning_rate, eps=config.adam_eps)
+
+
+def init_training_state(
+    networks: DrQNetworks,
+    config: ml_collections.ConfigDict,
+    key: jax.Array,
+    obs_example: Any,
+) -> TrainingState:
+    """Fresh learner state.
+
+    Args:
+        networks: from `make_networks`.
+        config: the agent config.
+        key: PRNG key.
+        obs_example: one observation [H, W, C], or a dm_env spec of it (anything with
+            `generate_value()`); the action dimension comes from `networks`.
+    """
+    if hasattr(obs_example, "generate_value"):
+        obs_example = obs_example.generate_value()
+    params_key, state_key = jax.random.split(key)
+    params = networks.init(params_key, obs_example)
+    optimizer = _make_optimizer(config)
+    critic_params = {"encoder": params["encoder"], "critic": params["critic"]}
+    return TrainingState(
+        params=params,
+        target_critic_params=jax.tree_util.tree_map(jnp.copy, params["critic"]),
+        critic_opt_state=optimizer.init(critic_params),
+        actor_opt_state=optimizer.init(params["actor"]),
+        steps=jnp.zeros((), jnp.int32),
+        key=state_key,
+    )
+
+
+def make_update_fn(networks: DrQNetworks, config: ml_collections.ConfigDict):
+    """The jitted DrQ-v2 update: `update(state, batch, agent_step=None) -> (state, metrics)`.
+
+    `agent_step` drives the noise schedule; when None it is estimated from the update count
+    (`learner_steps_to_agent_steps`). metrics are scalar float32 arrays.
+    """
+    optimizer = _make_optimizer(config)
+    pad = config.augmentation_pad
+    tau = config.critic_target_tau
+    noise_clip = config.stddev_clip
+    clamp_eps = config.action_clamp_eps
+
+    def critic_loss_fn(trainable, obs, action, target_q):
+        features = networks.encoder_apply(trainable["encoder"], obs)
+        q1, q2 = networks.critic_apply(trainable["critic"], features, action)
+        loss = jnp.mean(jnp.square(q1 - target_q)) + jnp.mean(jnp.square(q2 - target_q))
+        return loss, (features, q1, q2)
+
+    def actor_loss_fn(actor_params, critic_params, features, stddev, key):
+        mean = networks.actor_apply(actor_params, features)
+        action = sample_action(key, mean, stddev, noise_clip, clamp_eps)
+        q1, q2 = networks.critic_apply(critic_params, features, action)
+        return -jnp.mean(jnp.minimum(q1, q2))
+
+    def update(state: TrainingState, batch: Any, agent_step: jax.Array | None = None):
+        key, obs_key, next_obs_key, target_key, actor_key = jax.random.split(state.key, 5)
+        if agent_step is None:
+            agent_step = learner_steps_to_agent_steps(state.steps, config)
+        stddev = stddev_schedule(agent_step, config)
+        params = state.params
+
+        obs = random_shift(obs_key, jnp.asarray(batch.observation).astype(jnp.float32), pad)
+        next_obs = random_shift(
+            next_obs_key, jnp.asarray(batch.next_observation).astype(jnp.float32), pad
+        )
+        action = jnp.asarray(batch.action, jnp.float32)
+        reward = jnp.asarray(batch.reward, jnp.float32)
+        discount = jnp.asarray(batch.discount, jnp.float32)
+
+        # TD target: online encoder and actor, target critic, no gradient.
+        next_features = networks.encoder_apply(params["encoder"], next_obs)
+        next_mean = networks.actor_apply(params["actor"], next_features)
+        next_action = sample_action(target_key, next_mean, stddev, noise_clip, clamp_eps)
+        target_q1, target_q2 = networks.critic_apply(
+            state.target_critic_params, next_features, next_action
+        )
+        target_q = reward + discount * jnp.minimum(target_q1, target_q2)
+        target_q = jax.lax.stop_gradient(target_q)
+
+        # Encoder and critic, one Adam over both.
+        trainable = {"encoder": params["encoder"], "critic": params["critic"]}
+        (critic_loss, (features, q1, q2)), critic_grads = jax.value_and_grad(
+            critic_loss_fn, has_aux=True
+        )(trainable, obs, action, target_q)
+        critic_updates, critic_opt_state = optimizer.update(
+            critic_grads, state.critic_opt_state, trainable
+        )
+        trainable = optax.apply_updates(trainable, critic_updates)
+
+        # Actor: pre-update features without gradient, updated critic.
+        features = jax.lax.stop_gradient(features)
+        actor_loss, actor_grads = jax.value_and_grad(actor_loss_fn)(
+            params["actor"], trainable["critic"], features, stddev, actor_key
+        )
+        actor_updates, actor_opt_state = optimizer.update(
+            actor_grads, state.actor_opt_state, params["actor"]
+        )
+        actor_params = optax.apply_updates(params["actor"], actor_updates)
+
+        target_critic_params = jax.tree_util.tree_map(
+            lambda online, target: tau * online + (1.0 - tau) * target,
+            trainable["critic"],
+            state.target_critic_params,
+        )
+        new_state = TrainingState(
+            params={
+                "encoder": trainable["encoder"],
+                "actor": actor_params,
+                "critic": trainable["critic"],
+            },
+            target_critic_params=target_critic_params,
+            critic_opt_state=critic_opt_state,
+            actor_opt_state=actor_opt_state,
+            steps=state.steps + 1,
+            key=key,
+        )
+        metrics = {
+            "critic_loss": critic_loss,
+            "critic_q1": jnp.mean(q1),
+            "critic_q2": jnp.mean(q2),
+            "critic_target_q": jnp.mean(target_q),
+            "actor_loss": actor_loss,
+            "actor_stddev": stddev,
+            "batch_reward": jnp.mean(reward),
+        }
+        return new_state, metrics
+
+    return jax.jit(update)
+
+
+def policy_params(state: TrainingState) -> dict[str, Params]:
+    """What an actor needs: {'encoder', 'actor'}."""
+    return {"encoder": state.params["encoder"], "actor": state.params["actor"]}
+
+
+class DrQLearner(core.Learner):
+    """Acme `Learner` over the jitted update: pulls a batch, updates, logs, counts.
+
+    Variables by name: 'policy' -> {'encoder', 'actor'} (what actors pull), 'encoder',
+    'actor', 'critic', 'params' -> all three.
+    """
+
+    def __init__(
+        self,
+        networks: DrQNetworks,
+        config: ml_collections.ConfigDict,
+        iterator: Iterator[Any],
+        key: jax.Array,
+        obs_example: Any,
+        counter: Any | None = None,
+        logger: Any | None = None,
+    ):
+        self._update = make_update_fn(networks, config)
+        self._iterator = iterator
+        self._state = init_training_state(networks, config, key, obs_example)
+        self._counter = counter
+        self._logger = logger
+        self._timestamp: float | None = None
+
+    def step(self) -> None:
+        batch = next(self._iterator)
+        # The replay may wrap transitions in a ReplaySample(info, data).
+        batch = getattr(batch, "data", batch)
+        self._state, metrics = self._update(self._state, batch)
+        now = time.time()
+        elapsed = 0.0 if self._timestamp is None else now - self._timestamp
+        self._timestamp = now
+        counts = (
+            self._counter.increment(learner_steps=1, learner_time_s=elapsed)
+            if self._counter is not None
+            else {}
+        )
+        if self._logger is not None:
+            self._logger.write({**jax.device_get(metrics), **counts})
+
+    def get_variables(self, names: Sequence[str]) -> list[Any]:
+        params = self._state.params
+        variables = {
+            "policy": policy_params(self._state),
+            "encoder": params["encoder"],
+            "actor": params["actor"],
+            "critic": params["critic"],
+            "params": params,
+        }
+        return [variables[name] for name in names]
+
+    def save(self) -> TrainingState:
+        return self._state
+
+    def restore(self, state: TrainingState) -> None:
+        self._state = state
+
+    @property
+    def state(self) -> TrainingState:
+        return self._state
+
+    @property
+    def num_updates(self) -> int:
+        return int(np.asarray(self._state.steps))
