@@ -1,0 +1,357 @@
+"""Checkpointer and PeriodicCheckpointer against real orbax files on disk (CPU only)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from magi_lp.checkpointing import Checkpointer, PeriodicCheckpointer, Snapshot
+from magi_lp.errors import ConfigError
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def make_state(seed: int = 0, width: int = 8):
+    """A learner-like state: params, optax Adam state after one update, int counters."""
+    rng = np.random.default_rng(seed)
+    params = {
+        "encoder": {"w": jnp.asarray(rng.normal(size=(4, width)), jnp.float32)},
+        "critic": {"b": jnp.asarray(rng.normal(size=(width,)), jnp.float32)},
+    }
+    optimiser = optax.adam(1e-3)
+    opt_state = optimiser.init(params)
+    grads = jax.tree_util.tree_map(lambda p: p * 0.5 + 1.0, params)
+    _, opt_state = optimiser.update(grads, opt_state, params)  # Non-zero mu, nu, count.
+    return {
+        "params": params,
+        "opt_state": opt_state,
+        "steps": jnp.asarray(1000 + seed, jnp.int32),
+        "np_counter": np.int64(7 + seed),
+        "py_counter": 3 + seed,
+        "rng_key": jax.random.PRNGKey(seed),
+    }
+
+
+def assert_trees_equal(a, b):
+    assert jax.tree_util.tree_structure(a) == jax.tree_util.tree_structure(b)
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True):
+        assert np.asarray(x).dtype == np.asarray(y).dtype
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def run_python(code: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+    )
+
+
+def test_save_restore_round_trip_keeps_types_and_values(tmp_path):
+    state = make_state(1)
+    ckpt = Checkpointer(tmp_path / "ckpt")
+    assert ckpt.latest_step() is None
+    assert ckpt.save(5, state, {"actor_steps": 1234, "episodes": np.int64(9), "lr": 0.5})
+
+    restored, metadata = Checkpointer(tmp_path / "ckpt").restore(make_state(99))
+
+    assert_trees_equal(restored, state)
+    assert isinstance(restored["opt_state"][0], optax.ScaleByAdamState)
+    assert int(restored["opt_state"][0].count) == 1
+    assert isinstance(restored["params"]["critic"]["b"], jax.Array)
+    assert isinstance(restored["np_counter"], np.ndarray | np.generic)
+    assert restored["py_counter"] == 4 and isinstance(restored["py_counter"], int)
+    assert metadata == {"actor_steps": 1234, "episodes": 9, "lr": 0.5}
+
+
+def test_restore_into_abstract_target_and_without_target(tmp_path):
+    state = make_state(2)
+    ckpt = Checkpointer(tmp_path)
+    ckpt.save(1, state)
+
+    # eval_shape turns every leaf, Python and numpy counters too, into a jax array spec.
+    abstract = jax.eval_shape(lambda: state)
+    restored, metadata = ckpt.restore(abstract)
+    assert jax.tree_util.tree_structure(restored) == jax.tree_util.tree_structure(state)
+    for got, want in zip(
+        jax.tree_util.tree_leaves(restored), jax.tree_util.tree_leaves(state), strict=True
+    ):
+        assert isinstance(got, jax.Array)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    assert metadata == {}
+
+    # No target: plain containers of numpy arrays (namedtuples become containers).
+    raw, _ = ckpt.restore()
+    assert all(isinstance(x, np.ndarray) for x in jax.tree_util.tree_leaves(raw))
+    adam = raw["opt_state"][0]
+    np.testing.assert_array_equal(
+        adam["mu"]["encoder"]["w"], state["opt_state"][0].mu["encoder"]["w"]
+    )
+    assert int(raw["steps"]) == 1002
+
+
+def test_latest_of_several_and_restore_a_given_step(tmp_path):
+    ckpt = Checkpointer(tmp_path, max_to_keep=5)
+    for step, seed in [(10, 10), (30, 30), (20, 20)]:  # 20 after 30: not newer, skipped.
+        ckpt.save(step, make_state(seed), {"seed": seed})
+    assert ckpt.all_steps() == [10, 30]
+    assert ckpt.latest_step() == 30
+
+    restored, metadata = ckpt.restore(make_state(0))
+    assert metadata == {"seed": 30}
+    assert_trees_equal(restored, make_state(30))
+
+    older, metadata = ckpt.restore(make_state(0), step=10)
+    assert metadata == {"seed": 10}
+    assert_trees_equal(older, make_state(10))
+
+    with pytest.raises(FileNotFoundError, match="step 20"):
+        ckpt.restore(make_state(0), step=20)
+
+
+def test_save_of_an_existing_step_is_skipped(tmp_path):
+    ckpt = Checkpointer(tmp_path)
+    assert ckpt.save(3, make_state(3), {"v": 1})
+    assert not ckpt.save(3, make_state(4), {"v": 2})
+    restored, metadata = ckpt.restore(make_state(0))
+    assert metadata == {"v": 1}
+    assert_trees_equal(restored, make_state(3))
+
+
+def test_max_to_keep_deletes_older_steps(tmp_path):
+    ckpt = Checkpointer(tmp_path, max_to_keep=2)
+    for step in range(1, 6):
+        ckpt.save(step * 100, make_state(step))
+    assert ckpt.all_steps() == [400, 500]
+    assert sorted(p for p in os.listdir(tmp_path) if not p.startswith(".")) == ["400", "500"]
+    with pytest.raises(ConfigError, match="max_to_keep"):
+        Checkpointer(tmp_path / "other", max_to_keep=0)
+
+
+def test_restore_with_no_checkpoint_raises(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no finished checkpoint"):
+        Checkpointer(tmp_path).restore()
+
+
+def test_mismatched_target_is_refused_by_name(tmp_path):
+    ckpt = Checkpointer(tmp_path)
+    ckpt.save(1, make_state(0, width=8))
+    # Orbax alone would silently pad/truncate into the wider arrays.
+    with pytest.raises(
+        ConfigError, match=r"\(6 differences\).*'opt_state\.0\.mu\.encoder\.w' has shape \(4, 8\)"
+    ):
+        ckpt.restore(make_state(0, width=16))
+    extra = make_state(0)
+    extra["target_params"] = extra["params"]
+    with pytest.raises(ConfigError, match=r"'target_params\.critic\.b' is not in the checkpoint"):
+        ckpt.restore(extra)
+
+
+def test_metadata_must_be_json(tmp_path):
+    ckpt = Checkpointer(tmp_path)
+    with pytest.raises(TypeError, match="JSON"):
+        ckpt.save(1, make_state(), {"bad": object()})
+    assert ckpt.latest_step() is None
+
+
+def test_save_in_one_process_restore_in_another(tmp_path):
+    directory = str(tmp_path / "ckpt")
+    saver = run_python(
+        f"""
+        from tests.test_checkpointing import make_state
+        from magi_lp.checkpointing import Checkpointer
+        ckpt = Checkpointer({directory!r})
+        ckpt.save(7, make_state(7), {{"actor_steps": 70}})
+        ckpt.save(8, make_state(8), {{"actor_steps": 80}})
+        """
+    )
+    assert saver.returncode == 0, saver.stderr[-3000:]
+
+    restorer = run_python(
+        f"""
+        import json
+        import jax, numpy as np
+        from tests.test_checkpointing import make_state
+        from magi_lp.checkpointing import Checkpointer
+        ckpt = Checkpointer({directory!r})
+        state, metadata = ckpt.restore(make_state(0))
+        leaves = [np.asarray(x).tolist() for x in jax.tree_util.tree_leaves(state)]
+        print("RESULT" + json.dumps({{"step": ckpt.latest_step(), "meta": metadata,
+                                     "leaves": leaves}}))
+        """
+    )
+    assert restorer.returncode == 0, restorer.stderr[-3000:]
+    line = next(x for x in restorer.stdout.splitlines() if x.startswith("RESULT"))
+    result = json.loads(line[len("RESULT") :])
+    assert result["step"] == 8
+    assert result["meta"] == {"actor_steps": 80}
+    expected = [np.asarray(x).tolist() for x in jax.tree_util.tree_leaves(make_state(8))]
+    assert result["leaves"] == expected
+
+
+def test_leftover_tmp_dir_is_ignored_then_cleaned(tmp_path):
+    ckpt = Checkpointer(tmp_path)
+    ckpt.save(10, make_state(10), {"seed": 10})
+    # What a save killed before its rename leaves: a tmp-named folder, partly written.
+    leftover = tmp_path / "20.orbax-checkpoint-tmp-1234"
+    shutil.copytree(tmp_path / "10", leftover)
+    (leftover / "metadata" / "metadata").write_text('{"seed": 2')  # Truncated JSON.
+
+    fresh = Checkpointer(tmp_path)
+    assert fresh.latest_step() == 10
+    _, metadata = fresh.restore(make_state(0))
+    assert metadata == {"seed": 10}
+    assert leftover.exists()  # Readers leave it alone.
+
+    assert fresh.save(20, make_state(20), {"seed": 20})
+    assert not leftover.exists()  # The writer cleans up before its first save.
+    assert fresh.latest_step() == 20
+    assert fresh.restore(make_state(0))[1] == {"seed": 20}
+
+
+def test_process_killed_mid_save_leaves_nothing_restorable(tmp_path):
+    """SIGKILL a real saver after its data is written but before orbax's rename."""
+    directory = str(tmp_path / "ckpt")
+    marker = tmp_path / "in_finalize"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                f"""
+                import pathlib, time
+                from orbax.checkpoint.path import atomicity
+                from tests.test_checkpointing import make_state
+                from magi_lp.checkpointing import Checkpointer
+
+                ckpt = Checkpointer({directory!r})
+                ckpt.save(1, make_state(1), {{"seed": 1}})
+
+                def hang(self):
+                    pathlib.Path({str(marker)!r}).touch()
+                    time.sleep(600)
+
+                atomicity.AtomicRenameTemporaryPath.finalize = hang
+                ckpt.save(2, make_state(2), {{"seed": 2}})
+                """
+            ),
+        ],
+        env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO),
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists():
+            assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+            assert time.monotonic() < deadline, "saver never reached the rename"
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        proc.stderr.close()
+
+    names = os.listdir(directory)
+    assert any(n.startswith("2.orbax-checkpoint-tmp-") for n in names), names
+    assert "2" not in names
+    ckpt = Checkpointer(directory)
+    assert ckpt.latest_step() == 1
+    restored, metadata = ckpt.restore(make_state(0))
+    assert metadata == {"seed": 1}
+    assert_trees_equal(restored, make_state(1))
+
+
+def test_periodic_checkpointer_saves_when_due_and_at_stop(tmp_path):
+    now = [0.0]
+    calls = []
+    learner_step = [0]
+
+    def get_state():
+        calls.append(learner_step[0])
+        return Snapshot(learner_step[0], make_state(learner_step[0]), {"at": learner_step[0]})
+
+    ckpt = Checkpointer(tmp_path)
+    periodic = PeriodicCheckpointer(
+        ckpt, every_minutes=5, get_state=get_state, clock=lambda: now[0]
+    )
+
+    learner_step[0] = 10
+    now[0] = 299.0
+    assert not periodic.maybe_save()
+    assert calls == []  # Not due: the state is not even read.
+
+    now[0] = 300.0
+    assert periodic.maybe_save()
+    assert ckpt.latest_step() == 10 and periodic.last_saved_step == 10
+
+    learner_step[0] = 20
+    now[0] = 500.0
+    assert not periodic.maybe_save()  # 200 s since the last save.
+    now[0] = 600.0
+    assert periodic.maybe_save()
+    assert ckpt.all_steps() == [10, 20]
+
+    learner_step[0] = 25
+    now[0] = 601.0
+    assert periodic.save_now()  # At stop, whatever the clock says.
+    assert not periodic.save_now()  # Same step again: nothing new to write.
+    assert ckpt.latest_step() == 25
+    assert ckpt.restore(make_state(0))[1] == {"at": 25}
+    assert calls == [10, 20, 25, 25]
+
+    # A plain tuple works as well as a Snapshot.
+    tuple_periodic = PeriodicCheckpointer(ckpt, 1, lambda: (30, make_state(30)))
+    assert tuple_periodic.save_now()
+    assert ckpt.restore(make_state(0))[1] == {}
+
+
+@pytest.mark.parametrize("minutes", [0, -1])
+def test_periodic_checkpointer_refuses_a_bad_period(tmp_path, minutes):
+    with pytest.raises(ConfigError, match=r"checkpoint\.every_minutes"):
+        PeriodicCheckpointer(Checkpointer(tmp_path), minutes, lambda: (0, {}))
+
+
+def test_save_and_restore_time_for_5mb_state(tmp_path, capsys):
+    params = {"w": jnp.ones((416, 1024), jnp.float32), "b": jnp.zeros((1024,), jnp.float32)}
+    state = {"params": params, "opt_state": optax.adam(1e-3).init(params), "steps": 0}
+    nbytes = sum(np.asarray(x).nbytes for x in jax.tree_util.tree_leaves(state))
+    assert 4.5e6 < nbytes < 6e6
+
+    ckpt = Checkpointer(tmp_path)
+    save_s, restore_s = [], []
+    for step in range(1, 6):
+        start = time.perf_counter()
+        ckpt.save(step, state)
+        save_s.append(time.perf_counter() - start)
+    for _ in range(3):
+        start = time.perf_counter()
+        restored, _ = ckpt.restore(state)
+        jax.block_until_ready(restored)
+        restore_s.append(time.perf_counter() - start)
+    assert_trees_equal(restored, state)
+    with capsys.disabled():
+        print(
+            f"\n[orbax {nbytes / 1e6:.1f} MB] save median {1e3 * np.median(save_s):.0f} ms "
+            f"(first {1e3 * save_s[0]:.0f} ms), restore median {1e3 * np.median(restore_s):.0f} ms"
+        )
+    # Generous bound for a loaded 2-core box; measured ~30 ms / ~20 ms.
+    assert np.median(save_s) < 5.0 and np.median(restore_s) < 5.0
