@@ -1,0 +1,520 @@
+"""Keep node RPC ports off the network: run the launcher in a private network namespace.
+
+Why: Launchpad's Courier servers and Reverb listen on all interfaces ([::]) without
+authentication, and Courier's argument decoder imports and calls any Python callable a caller
+names, so anyone who can reach a node's port can run code as the user. A local run needs no
+network at all between its nodes, only loopback.
+
+How: an entry point calls `run_isolated_if_needed(mode, sys.argv)` first thing, before it
+imports TensorFlow, JAX or Launchpad. Unless isolation is off or the process is already
+isolated, it re-executes the same command in a child that has its own network namespace, in
+which only `lo` exists and is up, waits for it, forwards signals to it and returns its exit
+code. Every node the launcher starts inherits the namespace, so nodes reach each other over
+loopback while nothing outside the machine's loopback -- and nothing on the host's own
+interfaces either -- can connect to them. The namespace is made with unshare(2) through
+ctypes (no `unshare` or `ip` binary needed):
+- root: a new network namespace only (CLONE_NEWNET); if that is refused (a container without
+  CAP_SYS_ADMIN), a user namespace as below.
+- any other user: a new user namespace plus network namespace (CLONE_NEWUSER|CLONE_NEWNET),
+  where the user's uid and gid map to themselves (not to root, so the program sees the same
+  uid, home and file ownership as outside). Capabilities in the new namespace are used only
+  to bring `lo` up before exec and are gone once the program runs. This needs a kernel that
+  allows unprivileged user namespaces.
+The child's network is loopback only in every sense: no internet (Weights & Biases, dataset
+downloads) from inside an isolated run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import errno
+import fcntl
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+from typing import Literal
+
+from magi_lp.errors import ConfigError
+
+IsolationMode = Literal["auto", "required", "off"]
+MODES: tuple[str, ...] = ("auto", "required", "off")
+
+# Set in the isolated child to the network namespace it left ("net:[4026531840]"). A process
+# counts as isolated only when it is in a different namespace from that one, so a stale or
+# copied variable never switches isolation off.
+MARKER_ENV = "MAGI_LP_NETNS"
+
+EXPOSURE = "node RPC ports (Courier, Reverb) listen on all interfaces without authentication"
+FIX = (
+    "enable unprivileged user namespaces (sysctl -w kernel.unprivileged_userns_clone=1, "
+    "user.max_user_namespaces > 0, or on Ubuntu kernel.apparmor_restrict_unprivileged_userns=0), "
+    "run as root, or set isolation=off to run with node ports exposed"
+)
+
+_CLONE_NEWNET = 0x40000000
+_CLONE_NEWUSER = 0x10000000
+_SIOCGIFFLAGS = 0x8913
+_SIOCSIFFLAGS = 0x8914
+_IFF_UP = 0x1
+_IFREQ_SIZE = 40
+_PR_SET_PDEATHSIG = 1
+_SI_KERNEL = 0x80  # si_code of a signal the kernel sent, e.g. the terminal's Ctrl-C
+_FORWARDED_SIGNALS = (
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+)
+# The terminal sends these to the whole foreground process group, the child included.
+_TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGQUIT)
+_LOG_PREFIX = "magi_lp:"
+
+
+@dataclasses.dataclass(frozen=True)
+class IsolationSupport:
+    """Whether this process can start a child in a private network namespace.
+
+    `method` says how ("net namespace" as root, "user+net namespace" otherwise); `reason`
+    says why not when `available` is false.
+    """
+
+    available: bool
+    method: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ListeningSocket:
+    """A TCP socket in the listening state, owned by a process of the program."""
+
+    pid: int
+    process: str
+    address: str
+    port: int
+    exposed: bool  # bound beyond loopback in a namespace that has a non-loopback interface
+
+
+class _UnavailableError(Exception):
+    """The namespace could not be set up; the message says which step failed and why."""
+
+
+def check_mode(mode: str) -> IsolationMode:
+    """Returns `mode` if it is a valid isolation mode, else raises ConfigError naming the key."""
+    if mode not in MODES:
+        raise ConfigError(f"isolation={mode!r} is not one of {', '.join(MODES)}")
+    return mode  # type: ignore[return-value]
+
+
+def is_isolated() -> bool:
+    """True inside a namespace made by `run_isolated_if_needed` (or its nodes)."""
+    outer = os.environ.get(MARKER_ENV)
+    current = _netns_id("self")
+    return bool(outer) and current is not None and current != outer
+
+
+def probe() -> IsolationSupport:
+    """Tries to start a trivial child in a private network namespace with `lo` up.
+
+    Costs one short-lived process (about 20 ms); use it for plans and messages, not before a
+    launch (`run_isolated_if_needed` finds out by trying).
+    """
+    if not sys.platform.startswith("linux"):
+        return IsolationSupport(False, "", "network namespaces exist only on Linux")
+    try:
+        method = _run_in_private_netns([sys.executable, "-I", "-S", "-c", ""], env=None, wait=True)
+    except _UnavailableError as e:
+        return IsolationSupport(False, "", str(e))
+    return IsolationSupport(True, method, "")
+
+
+def describe(mode: str) -> str:
+    """One line for the dry-run plan: whether a launch in `mode` would be isolated, and how."""
+    mode = check_mode(mode)
+    if mode == "off":
+        return f"isolated: no (isolation=off: {EXPOSURE})"
+    if is_isolated():
+        return "isolated: yes (already inside a private network namespace)"
+    support = probe()
+    if support.available:
+        return f"isolated: yes ({support.method}, loopback only)"
+    if mode == "required":
+        return f"isolated: no: {support.reason} (isolation=required: the launch will refuse)"
+    return f"isolated: no: {support.reason} (isolation=auto: the launch goes on, {EXPOSURE})"
+
+
+def run_isolated_if_needed(mode: str, argv: list[str]) -> int | None:
+    """Re-runs this program in a private network namespace unless that is done or not wanted.
+
+    Call it at the very top of an entry point, before importing TensorFlow, JAX or Launchpad
+    (the child must be forked from a process without other threads):
+
+        code = isolation.run_isolated_if_needed(mode, sys.argv)
+        if code is not None:
+            sys.exit(code)
+
+    Args:
+      mode: "auto" (isolate when the kernel allows it, else say so in one line and go on),
+        "required" (refuse to run unisolated) or "off" (never isolate; say what is exposed).
+      argv: the program's arguments as in `sys.argv`; the interpreter and its options
+        (`-m module`, `-c code`, `-u`, ...) are taken from `sys.orig_argv`.
+
+    Returns:
+      None when this process should go on with the run itself (already isolated, mode off,
+      or isolation unavailable under auto). Otherwise the isolated child's exit status, to
+      exit with: its exit code, or 128 + N when signal N killed it. SIGINT, SIGTERM, SIGHUP,
+      SIGQUIT, SIGUSR1 and SIGUSR2 sent to this process are passed on to the child while it
+      runs (except a terminal's Ctrl-C, which the terminal already delivered to it), and the
+      child gets SIGTERM if this process dies.
+
+    Raises:
+      ConfigError: mode is not valid, or mode is "required" and isolation cannot be set up.
+    """
+    mode = check_mode(mode)
+    if mode == "off":
+        _say(f"isolation=off: {EXPOSURE}.")
+        return None
+    if is_isolated():
+        return None
+    own_netns = _netns_id("self")
+    if not sys.platform.startswith("linux") or own_netns is None:
+        return _unavailable(mode, "network namespaces need Linux with /proc mounted")
+    env = dict(os.environ)
+    env[MARKER_ENV] = own_netns
+    try:
+        child = _run_in_private_netns(_reexec_command(argv), env=env, wait=False)
+    except _UnavailableError as e:
+        reason = str(e)
+    else:
+        assert isinstance(child, _IsolatedChild)
+        _say(
+            f"isolated: node ports are reachable over loopback only ({child.method}); "
+            "the run has no network access beyond this machine's loopback."
+        )
+        return child.wait()
+    return _unavailable(mode, reason)
+
+
+def listening_sockets(root_pid: int | None = None) -> list[ListeningSocket]:
+    """The TCP ports `root_pid` (default: this process) and its descendants listen on.
+
+    Reads /proc/<pid>/net/tcp{,6}, which show the process's own network namespace; psutil's
+    connection lists (psutil 7) read /proc/net, the caller's namespace, and so miss the
+    sockets of an isolated program.
+    """
+    root = os.getpid() if root_pid is None else root_pid
+    found: list[ListeningSocket] = []
+    for pid in [root, *_descendants(root)]:
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                name = f.read().strip()
+            inodes = _socket_inodes(pid)
+            listeners = _tcp_listeners(pid)
+            outside = _has_non_loopback_interface(pid)
+        except (ProcessLookupError, FileNotFoundError, PermissionError):
+            continue  # gone meanwhile, or not ours to read
+        for inode, (address, port) in listeners.items():
+            if inode in inodes:
+                exposed = outside and not _is_loopback(address)
+                found.append(ListeningSocket(pid, name, address, port, exposed))
+    return sorted(found, key=lambda s: (s.port, s.pid))
+
+
+def describe_exposure(root_pid: int | None = None) -> str:
+    """One line saying which of the program's ports can be reached from the network."""
+    sockets = listening_sockets(root_pid)
+    exposed = [s for s in sockets if s.exposed]
+    if not exposed:
+        return (
+            f"no node port is reachable from the network "
+            f"({len(sockets)} listening on loopback or in a private network namespace)"
+        )
+    ports = ", ".join(f"{s.port} ({s.process} pid {s.pid})" for s in exposed)
+    return f"reachable from the network without authentication: {ports}"
+
+
+# --- the child -----------------------------------------------------------------------------
+
+
+class _IsolatedChild:
+    """The re-executed program, with signals held back for forwarding while it runs."""
+
+    def __init__(self, proc: subprocess.Popen, method: str, old_mask: set[int]):
+        self.proc = proc
+        self.method = method
+        self._old_mask = old_mask
+
+    def wait(self) -> int:
+        """Waits for the child, forwarding signals; returns its exit status (128+N if killed)."""
+        watched = {*_FORWARDED_SIGNALS, signal.SIGCHLD}
+        try:
+            while self.proc.poll() is None:
+                info = signal.sigtimedwait(watched, 1.0)
+                if info is None or info.si_signo == signal.SIGCHLD:
+                    continue
+                if info.si_code == _SI_KERNEL and info.si_signo in _TERMINAL_SIGNALS:
+                    # Ctrl-C / Ctrl-\ from the terminal already reached the child's process
+                    # group; a second copy would make Launchpad kill instead of stop.
+                    continue
+                with contextlib.suppress(ProcessLookupError):  # it just exited
+                    os.kill(self.proc.pid, info.si_signo)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self._old_mask)
+        code = self.proc.returncode
+        return 128 - code if code < 0 else code
+
+
+def _run_in_private_netns(
+    command: list[str], env: dict[str, str] | None, wait: bool
+) -> str | _IsolatedChild:
+    """Starts `command` in a new network namespace with `lo` up.
+
+    With wait=True, waits for it and returns the method used; otherwise returns the running
+    child. Raises _UnavailableError when the namespace cannot be made.
+    """
+    attempts = [("user+net namespace", _CLONE_NEWUSER | _CLONE_NEWNET)]
+    if os.geteuid() == 0:
+        attempts.insert(0, ("net namespace", _CLONE_NEWNET))
+    # Everything the forked child needs is prepared here: between fork and exec it only makes
+    # system calls.
+    libc = ctypes.CDLL(None, use_errno=True)
+    uid, gid, parent = os.geteuid(), os.getegid(), os.getpid()
+    maps = {
+        "/proc/self/setgroups": b"deny",
+        "/proc/self/uid_map": f"{uid} {uid} 1".encode(),
+        "/proc/self/gid_map": f"{gid} {gid} 1".encode(),
+    }
+    report_r, report_w = os.pipe()
+    watched = {*_FORWARDED_SIGNALS, signal.SIGCHLD}
+    # Block before forking so that no signal meant for the child is lost before wait() runs.
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, watched) if not wait else None
+
+    def enter_namespace() -> None:
+        try:
+            if old_mask is not None:
+                signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+            method = _unshare(libc, attempts, maps)
+            _bring_loopback_up()
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+            if os.getppid() != parent:  # the parent died before prctl took effect
+                os.kill(os.getpid(), signal.SIGTERM)
+            os.write(report_w, f"ok {method}".encode())
+        except BaseException as e:
+            detail = e.strerror if isinstance(e, OSError) and e.strerror else repr(e)
+            os.write(report_w, f"error {detail}".encode())
+            raise
+
+    try:
+        try:
+            proc = subprocess.Popen(command, env=env, preexec_fn=enter_namespace)
+        except subprocess.SubprocessError:
+            proc = None
+        os.close(report_w)
+        report_w = -1
+        report = _read_all(report_r).decode(errors="replace")
+    except BaseException:
+        if old_mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        raise
+    finally:
+        if report_w >= 0:
+            os.close(report_w)
+        os.close(report_r)
+    status, _, detail = report.partition(" ")
+    if proc is None or status != "ok":
+        if old_mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        raise _UnavailableError(detail or "the namespace set-up failed without saying why")
+    if wait:
+        proc.wait()
+        return detail
+    return _IsolatedChild(proc, detail, old_mask)
+
+
+def _unshare(libc: ctypes.CDLL, attempts: list[tuple[str, int]], maps: dict[str, bytes]) -> str:
+    """In the forked child: moves into a new network namespace; returns the method used."""
+    failures = []
+    for method, flags in attempts:
+        if libc.unshare(flags) == 0:
+            if flags & _CLONE_NEWUSER:
+                for path, content in maps.items():
+                    _write_proc_file(path, content)
+            return method
+        err = ctypes.get_errno()
+        names = "|".join(
+            name
+            for name, bit in (("CLONE_NEWUSER", _CLONE_NEWUSER), ("CLONE_NEWNET", _CLONE_NEWNET))
+            if flags & bit
+        )
+        failures.append(f"unshare({names}): {errno.errorcode.get(err, err)} {os.strerror(err)}")
+    raise OSError(errno.EPERM, "; ".join(failures) + _blocking_settings())
+
+
+def _write_proc_file(path: str, content: bytes) -> None:
+    try:
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.write(fd, content)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        hint = ""
+        if e.errno == errno.EPERM and content.startswith(b"0 "):
+            hint = " (mapping uid 0 needs CAP_SETFCAP)"
+        raise OSError(
+            e.errno, f"writing {content.decode()!r} to {path}: {e.strerror}{hint}"
+        ) from None
+
+
+def _bring_loopback_up() -> None:
+    """Sets IFF_UP on `lo` with an ioctl; falls back to iproute2's `ip` if that fails."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            request = struct.pack("16sH", b"lo", 0).ljust(_IFREQ_SIZE, b"\0")
+            flags = struct.unpack_from("16sH", fcntl.ioctl(s, _SIOCGIFFLAGS, request))[1]
+            request = struct.pack("16sH", b"lo", flags | _IFF_UP).ljust(_IFREQ_SIZE, b"\0")
+            fcntl.ioctl(s, _SIOCSIFFLAGS, request)
+        return
+    except OSError as ioctl_error:
+        try:
+            subprocess.run(["ip", "link", "set", "lo", "up"], check=True, capture_output=True)
+        except (OSError, subprocess.CalledProcessError) as ip_error:
+            raise OSError(
+                errno.EPERM,
+                f"bringing lo up: ioctl(SIOCSIFFLAGS): {ioctl_error.strerror}; "
+                f"`ip link set lo up`: {ip_error}",
+            ) from None
+
+
+def _blocking_settings() -> str:
+    """The kernel settings that forbid user namespaces here, as a parenthesised note."""
+    notes = []
+    for path, bad in (
+        ("/proc/sys/kernel/unprivileged_userns_clone", "0"),
+        ("/proc/sys/user/max_user_namespaces", "0"),
+        ("/proc/sys/kernel/apparmor_restrict_unprivileged_userns", "1"),
+    ):
+        try:
+            with open(path) as f:
+                value = f.read().strip()
+        except OSError:
+            continue
+        if value == bad:
+            notes.append(f"{path[len('/proc/sys/') :].replace('/', '.')}={value}")
+    return f" ({', '.join(notes)})" if notes else ""
+
+
+def _unavailable(mode: IsolationMode, reason: str) -> None:
+    if mode == "required":
+        raise ConfigError(
+            f"isolation=required, but a private network namespace cannot be made: {reason}. "
+            f"Fix: {FIX}."
+        )
+    _say(f"isolation unavailable ({reason}); {EXPOSURE}.")
+    return None
+
+
+def _reexec_command(argv: list[str]) -> list[str]:
+    """The interpreter, its options (e.g. `-m pkg.mod`) from sys.orig_argv, then argv[1:]."""
+    orig = getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv]
+    interpreter_part = orig[1 : len(orig) - len(sys.argv) + 1]
+    return [sys.executable, *interpreter_part, *argv[1:]]
+
+
+def _say(message: str) -> None:
+    print(f"{_LOG_PREFIX} {message}", file=sys.stderr, flush=True)
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 4096):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+# --- /proc readers -------------------------------------------------------------------------
+
+
+def _netns_id(pid: str | int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:
+        return None
+
+
+def _descendants(root: int) -> list[int]:
+    """Pids of `root`'s children, grandchildren, ... from /proc/<pid>/stat."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _socket_inodes(pid: int) -> set[int]:
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(int(target[8:-1]))
+    return inodes
+
+
+def _tcp_listeners(pid: int) -> dict[int, tuple[str, int]]:
+    """inode -> (address, port) of listening TCP sockets in `pid`'s network namespace."""
+    listeners = {}
+    for table, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
+        try:
+            with open(f"/proc/{pid}/net/{table}") as f:
+                rows = f.readlines()[1:]
+        except FileNotFoundError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if fields[3] != "0A":  # TCP_LISTEN
+                continue
+            address_hex, port_hex = fields[1].split(":")
+            listeners[int(fields[9])] = (_decode_address(address_hex, family), int(port_hex, 16))
+    return listeners
+
+
+def _decode_address(address_hex: str, family: int) -> str:
+    # /proc/net/tcp prints each 32-bit word of the address as a host-order integer; packing
+    # it back in host order restores the bytes in network order.
+    words = [address_hex[i : i + 8] for i in range(0, len(address_hex), 8)]
+    return socket.inet_ntop(family, b"".join(struct.pack("=I", int(w, 16)) for w in words))
+
+
+def _is_loopback(address: str) -> bool:
+    return (
+        address.startswith("127.")
+        or address in ("::1", "::ffff:127.0.0.1")
+        or (address.startswith("::ffff:127."))
+    )
+
+
+def _has_non_loopback_interface(pid: int) -> bool:
+    """Whether `pid`'s network namespace has any interface besides `lo`."""
+    with open(f"/proc/{pid}/net/dev") as f:
+        names = [line.split(":", 1)[0].strip() for line in f.readlines()[2:]]
+    return any(name != "lo" for name in names)
