@@ -30,7 +30,6 @@ class ActingLoop:
         counter: counting.Counter | None = None,
         logger: loggers.Logger | None = None,
         *,
-        label: str = "actor",
         should_update: bool = True,
         frames_per_step: int = 1,
         observers: Sequence[Any] = (),
@@ -40,9 +39,9 @@ class ActingLoop:
         Args:
           environment: the (seeded) environment.
           actor: the actor; `update()` is called after every step when `should_update`.
-          counter: counts `{label}_steps` and `{label}_episodes`.
+          counter: counts `steps` and `episodes`; give it a child counter with a prefix
+            (`Counter(parent, prefix="actor")`) so the program sees `actor_steps`.
           logger: gets one row per episode.
-          label: prefix of the counts.
           should_update: whether to let the actor refresh parameters after each step.
           frames_per_step: environment frames per agent step (action repeat), so logs can
             report frames as papers do.
@@ -53,7 +52,6 @@ class ActingLoop:
         self._actor = actor
         self._counter = counter or counting.Counter()
         self._logger = logger or loggers.NoOpLogger()
-        self._label = label
         self._should_update = should_update
         self._frames_per_step = frames_per_step
         self._observers = list(observers)
@@ -81,9 +79,7 @@ class ActingLoop:
             steps += 1
         for observer in self._observers:
             observer.episode_done(episode_return)
-        counts = self._counter.increment(
-            **{f"{self._label}_steps": steps, f"{self._label}_episodes": 1}
-        )
+        counts = self._counter.increment(steps=steps, episodes=1)
         elapsed = time.monotonic() - start
         row = {
             "episode_length": steps,

@@ -19,6 +19,7 @@ from acme import core
 from magi_lp.builders import Experiment, ReplaySchedule
 from magi_lp.loggers import ProgressBar
 from magi_lp.nodes import ActorNode, LearnerNode, frames_per_step, new_counter
+from magi_lp.program import replay_checkpointer
 
 
 @dataclasses.dataclass
@@ -89,7 +90,10 @@ def run_local(
     environment_spec = experiment.get_environment_spec()
     schedule = builder.replay_schedule()
 
-    server = reverb.Server(builder.make_replay_tables(environment_spec, rate_limited=False))
+    server = reverb.Server(
+        builder.make_replay_tables(environment_spec, rate_limited=False),
+        checkpointer=replay_checkpointer(workdir),
+    )
     replay_client = reverb.Client(f"localhost:{server.port}")
     counter = new_counter()
     learner = LearnerNode(
@@ -160,6 +164,8 @@ def run_local(
     finally:
         bar.close()
         learner.runner.save()
+        if config.checkpoint.reverb:
+            replay_client.checkpoint()
         server.stop()
 
     return LocalRunResult(

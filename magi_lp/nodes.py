@@ -152,7 +152,6 @@ class ActorNode:
             self._actor,
             counting.Counter(counter, prefix=role, time_delta=0.0),
             logger_factory(role, steps_key=f"{role}_steps", instance=index),
-            label=role,
             should_update=not evaluation,
             frames_per_step=frames_per_step(experiment),
             observers=observers,

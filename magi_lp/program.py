@@ -31,7 +31,8 @@ def _replay_tables(experiment: Experiment, environment_spec: specs.EnvironmentSp
     return experiment.builder.make_replay_tables(environment_spec, rate_limited=True)
 
 
-def _replay_checkpointer(workdir: str) -> reverb.checkpointers.DefaultCheckpointer:
+def replay_checkpointer(workdir: str) -> reverb.checkpointers.DefaultCheckpointer:
+    """Reverb's checkpointer for the replay, in `<workdir>/checkpoints/replay`."""
     return reverb.checkpointers.DefaultCheckpointer(path=str(Path(workdir) / "checkpoints/replay"))
 
 
@@ -68,12 +69,12 @@ def build_program(
     environment_spec = experiment.get_environment_spec()
     program = lp.Program(name)
 
-    checkpoint_ctor = None
-    if config.checkpoint.reverb:
-        checkpoint_ctor = functools.partial(_replay_checkpointer, workdir)
+    # Always give Reverb a checkpoint folder in the workdir: without one it makes a temp
+    # folder of its own that outlives the run. It is written only when `checkpoint.reverb`
+    # is on (the coordinator asks at stop), and read back on relaunch.
     replay_node = lp.ReverbNode(
         functools.partial(_replay_tables, experiment, environment_spec),
-        checkpoint_ctor=checkpoint_ctor,
+        checkpoint_ctor=functools.partial(replay_checkpointer, workdir),
     )
 
     with program.group(plan.launch_group("counter", 0)):
