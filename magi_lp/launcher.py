@@ -1,0 +1,645 @@
+"""Launch a Launchpad program as local processes, watch it, and leave nothing behind.
+
+`launch(program, envs, log_dir=...)` starts every node of `program` with Launchpad 0.5.0's
+LOCAL_MULTI_PROCESSING launcher in its `output_to_files` terminal mode (the only mode that
+works headless and in CI and sees a node's exit code), gives each node group its own
+environment overrides through Launchpad's `PythonProcess(env=...)`, then supervises the
+node processes until the program ends and returns an exit code:
+
+- 0 when the program stops normally: a node calls `lp.stop()` (which SIGTERMs the pid
+  that ran `lp.launch`, i.e. this process), the launcher gets SIGINT / SIGTERM / SIGHUP,
+  or every node returns by itself. As in Launchpad, a node that returns (exit code 0)
+  while others still run is not a failure; the program goes on without it.
+- 1 when a node dies (non-zero exit code, or killed by a signal) before a stop was asked
+  for. The launcher prints which node died (`group/index`, pid, exit code or signal) and
+  the last lines of its log, then stops every other node.
+
+How the pieces were chosen (Launchpad 0.5.0, see docs/architecture.md and STACK.md):
+
+Supervising. `lp.launch` returns the `WorkerManager` that spawned the nodes with
+`subprocess.Popen`. We take the Popen objects out of it (`_active_workers`, checked, so a
+Launchpad upgrade that changes it fails loudly here) and never call the manager's
+`wait()` / stop machinery: the manager stops a program by arming SIGALRM and finally
+SIGKILLs *its own process tree*, launcher included (`WorkerManager._kill` with
+`kill_main_thread`), so a launcher left in its hands could neither clean up nor return a
+code. Instead:
+  * while `lp.launch` runs, `FLAGS.lp_worker_manager_registers_signals` is off, so the
+    manager installs no SIGTERM / SIGQUIT handler; our own handlers (which only record the
+    signal) are installed before and re-installed after `lp.launch`, and the manager's
+    `atexit` wait is unregistered. A Ctrl-C that lands inside `lp.launch` (Launchpad still
+    wires SIGINT there) is noticed through `manager.wait_for_stop(0)` and its alarm disarmed;
+  * the nodes are direct children of this process, so `Popen.poll()` every 0.1 s reaps
+    them and gives the real exit status: a crash or SIGKILL is seen within 0.1 s;
+  * stopping is SIGTERM to each node (each node's own Launchpad worker manager turns it
+    into `lp.wait_for_stop()` returning), then after `termination_notice_secs` SIGKILL to
+    every node's whole process tree. A node blocked inside a Courier RPC cannot run its
+    Python SIGTERM handler at all, so the SIGKILL is what guarantees it ends;
+  * a second SIGINT while stopping, or a SIGQUIT, kills at once.
+Note that each node's own Launchpad worker manager also SIGKILLs its node 10 s after a
+SIGTERM (the node-side default of --lp_termination_notice_secs; Launchpad 0.5.0 cannot pass
+that flag through `PythonProcess(args=...)`, whose flag plumbing looks up a flag that does
+not exist), so a `termination_notice_secs` above 10 only helps nodes blocked in C++.
+
+No orphans. Every node gets `MAGI_LP_LAUNCH_ID=<random id>` in its environment; processes
+that a node started inherit it. After the nodes are gone (and on any error) the launcher
+SIGKILLs every process still carrying this launch's id, which catches grandchildren whose
+node was SIGKILLed and that were re-parented to init. A process that scrubs its own
+environment and leaves its parent's tree escapes this; nothing in Launchpad or Acme does.
+
+Files. Launchpad writes each group's pickled nodes to `tempfile.mkdtemp()/job.pkl` and
+removes them only in an `atexit` hook, which a killed launcher never runs. We set
+`tempfile.tempdir` (the documented override that `mkdtemp()` reads on every call) to a
+private `magi_lp_launch_*` folder for the duration of `lp.launch` and remove that folder
+when the program has ended (a SIGKILLed launcher leaves just that one, recognisable,
+folder). Node logs go to `<log_dir>/<group>/<index>`: the
+`output_to_files` module reads LAUNCHPAD_LOGGING_DIR once, when it is imported, which is
+when anything first imports launchpad, long before `launch()` can run; so we set the
+module's `_LOGGING_DIR` for the duration of the call instead (checked to exist) and leave
+`os.environ`, which the nodes inherit, untouched. Nodes also get PYTHONUNBUFFERED=1 (a
+group's own env can override it) so the lines printed just before a SIGKILL reach the log.
+
+`launch()` must run in the main thread (it handles signals, as `lp.launch` does) and the
+node classes must be importable by the children (Launchpad pickles functions from
+importable modules by reference).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import dataclasses
+import io
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+import launchpad as lp
+import psutil
+from absl import flags
+from launchpad.launch.run_locally import launch_local_output_to_files
+from launchpad.nodes.python.local_multi_processing import PythonProcess
+
+from magi_lp.errors import ConfigError
+
+LAUNCH_ID_VAR = "MAGI_LP_LAUNCH_ID"
+"""Environment variable that marks every process started for one `launch()` call."""
+
+TAIL_LINES = 20
+"""How many lines of a dead node's log the exit report shows."""
+
+_POLL_SECS = 0.1
+# After SIGKILL a process should be gone at once; one stuck in uninterruptible sleep is
+# reported instead of hanging the launcher forever.
+_KILL_WAIT_SECS = 10.0
+# Defaults for every node; a group's own env wins.
+_NODE_ENV_DEFAULTS = {"PYTHONUNBUFFERED": "1"}
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_KILL_SIGNALS = (signal.SIGQUIT,)
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeExit:
+    """How one node process ended.
+
+    Attributes:
+      group: the Launchpad group label the node belongs to.
+      index: the node's index within its group (Launchpad's task id).
+      pid: the node's process id.
+      returncode: `Popen.returncode`: the exit code, or minus the signal that killed it.
+      log_path: the file its stdout and stderr went to.
+    """
+
+    group: str
+    index: int
+    pid: int
+    returncode: int
+    log_path: Path
+
+    @property
+    def name(self) -> str:
+        """`group/index`, the name used in reports and for the log file."""
+        return f"{self.group}/{self.index}"
+
+    @property
+    def status(self) -> str:
+        """The exit code or the killing signal, in words."""
+        return describe_returncode(self.returncode)
+
+
+def describe_returncode(returncode: int) -> str:
+    """Says what a `Popen.returncode` means: 'exit code 3' or 'killed by signal SIGKILL (9)'."""
+    if returncode >= 0:
+        return f"exit code {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = "unknown signal"
+    return f"killed by signal {name} ({-returncode})"
+
+
+def read_tail(path: str | os.PathLike, lines: int = TAIL_LINES) -> list[str]:
+    """The last `lines` lines of a text file; empty when it does not exist."""
+    block = 64 * 1024
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            data = b""
+            while size > 0 and data.count(b"\n") <= lines:
+                step = min(block, size)
+                size -= step
+                f.seek(size)
+                data = f.read(step) + data
+    except OSError:
+        return []
+    return data.decode("utf-8", errors="replace").splitlines()[-lines:]
+
+
+def format_exit_report(node: NodeExit, tail_lines: int = TAIL_LINES) -> str:
+    """A report on a node that died: which node, how, and the last lines of its log."""
+    header = f"node {node.name} (group {node.group!r}, pid {node.pid}) died: {node.status}"
+    tail = read_tail(node.log_path, tail_lines)
+    if not tail:
+        return f"{header}\n(its log {node.log_path} is empty)"
+    body = "\n".join(f"    {line}" for line in tail)
+    return f"{header}\nlast {len(tail)} lines of its log {node.log_path}:\n{body}"
+
+
+def launch(
+    program: lp.Program,
+    envs: Mapping[str, Mapping[str, str]],
+    *,
+    log_dir: str | os.PathLike,
+    termination_notice_secs: float = 10,
+    report_stream: TextIO | None = None,
+) -> int:
+    """Runs `program` as local processes until it ends; returns the exit code.
+
+    Args:
+      program: the Launchpad program. Its node classes must be importable by a fresh
+        Python process (Launchpad pickles them by reference).
+      envs: for each group label of `program`, the environment variables (strings) to
+        set in that group's nodes, on top of this process's environment (e.g.
+        `PlacementPlan.envs()`). A group missing here gets no overrides.
+      log_dir: each node's stdout and stderr go to `<log_dir>/<group>/<index>`.
+      termination_notice_secs: how long nodes get between SIGTERM and SIGKILL when
+        the program is being stopped.
+      report_stream: where the launcher's own lines go (default: stderr).
+
+    Returns:
+      0 when the program stopped normally (`lp.stop()`, SIGINT / SIGTERM / SIGHUP to the
+      launcher, or all nodes returned); 1 when a node died first. Either way every process
+      of the program has ended and Launchpad's job files are removed.
+
+    Raises:
+      ConfigError: `envs` names a group the program does not have, or holds a non-string
+        name or value; `termination_notice_secs` is not a non-negative number; `log_dir`
+        cannot be created. Raised before anything is spawned.
+      RuntimeError: called outside the main thread.
+    """
+    group_envs = _validated_envs(program, envs)
+    notice_secs = _validated_notice(termination_notice_secs)
+    log_path = _prepared_log_dir(log_dir)
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError(
+            "magi_lp.launcher.launch() must run in the main thread: it handles SIGINT and "
+            "SIGTERM for the program (and lp.launch installs signal handlers)."
+        )
+    out = report_stream if report_stream is not None else sys.stderr
+    report = _Reporter(out)
+
+    launch_id = uuid.uuid4().hex
+    node_envs = {
+        group: {**_NODE_ENV_DEFAULTS, **env, LAUNCH_ID_VAR: launch_id}
+        for group, env in group_envs.items()
+    }
+    job_dir = tempfile.mkdtemp(prefix="magi_lp_launch_")
+    signals = _StopSignals()
+    signals.install()
+    try:
+        manager = _start_nodes(program, node_envs, log_path, job_dir, signals)
+        nodes = _node_processes(manager, log_path)
+        report(
+            f"started {len(nodes)} nodes ({_count_by_group(nodes)}); "
+            f"logs in {log_path}/<group>/<index>"
+        )
+        return _Supervisor(nodes, signals, notice_secs, launch_id, report).run()
+    finally:
+        # Normally nothing is left here; after an error anywhere above this is the
+        # cleanup of whatever was already spawned.
+        strays = _kill_all(_marked_processes(launch_id))
+        if strays:
+            report(f"killed {len(strays)} leftover processes: {', '.join(strays)}")
+        shutil.rmtree(job_dir, ignore_errors=True)
+        signals.restore()
+
+
+def _validated_envs(
+    program: lp.Program, envs: Mapping[str, Mapping[str, str]]
+) -> dict[str, dict[str, str]]:
+    """Checks `envs` against the program's groups; returns an env for every group."""
+    groups = list(program.groups)
+    if not isinstance(envs, Mapping):
+        raise ConfigError(
+            f"envs must map each group label to a dict of environment variables, "
+            f"got {type(envs).__name__}."
+        )
+    result: dict[str, dict[str, str]] = {group: {} for group in groups}
+    for group, env in envs.items():
+        if group not in program.groups:
+            raise ConfigError(
+                f"envs[{group!r}]: the program has no node group {group!r}; its groups are "
+                f"{sorted(groups)}. Fix the label or drop the entry."
+            )
+        if not isinstance(env, Mapping):
+            raise ConfigError(
+                f"envs[{group!r}] must be a dict of environment variables, "
+                f"got {type(env).__name__}."
+            )
+        for name, value in env.items():
+            if not isinstance(name, str) or not name or "=" in name or "\0" in name:
+                raise ConfigError(
+                    f"envs[{group!r}] has an invalid variable name {name!r}: it must be a "
+                    f"non-empty string without '=' or NUL."
+                )
+            if name == LAUNCH_ID_VAR:
+                raise ConfigError(
+                    f"envs[{group!r}][{name!r}]: this variable is set by the launcher "
+                    f"itself; remove it."
+                )
+            if not isinstance(value, str):
+                raise ConfigError(
+                    f"envs[{group!r}][{name!r}] = {value!r} is a {type(value).__name__}; "
+                    f"environment values must be strings, e.g. {str(value)!r}."
+                )
+            if "\0" in value:
+                raise ConfigError(f"envs[{group!r}][{name!r}] contains a NUL character.")
+        result[group] = dict(env)
+    return result
+
+
+def _validated_notice(termination_notice_secs: Any) -> float:
+    ok = (
+        isinstance(termination_notice_secs, int | float)
+        and not isinstance(termination_notice_secs, bool)
+        and math.isfinite(termination_notice_secs)
+        and termination_notice_secs >= 0
+    )
+    if not ok:
+        raise ConfigError(
+            f"termination_notice_secs={termination_notice_secs!r}: give a number of "
+            f"seconds >= 0 (0 kills nodes without notice)."
+        )
+    return float(termination_notice_secs)
+
+
+def _prepared_log_dir(log_dir: str | os.PathLike) -> Path:
+    path = Path(log_dir).expanduser().absolute()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"log_dir={str(log_dir)!r} cannot be created: {e}.") from e
+    return path
+
+
+class _Reporter:
+    """Writes the launcher's own lines, prefixed so they stand out among node output.
+
+    The prefix carries the local time (as node logs' absl lines do) so that the moment
+    a crash was noticed can be matched with the nodes' logs.
+    """
+
+    def __init__(self, stream: TextIO):
+        self._stream = stream
+
+    def __call__(self, text: str) -> None:
+        now = time.time()
+        stamp = time.strftime("%H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1000):03d}"
+        for line in text.splitlines() or [""]:
+            print(f"[magi_lp.launcher {stamp}] {line}", file=self._stream)
+        self._stream.flush()
+
+
+class _StopSignals:
+    """Records stop / kill signals sent to the launcher; the supervisor acts on them.
+
+    A signal the launcher inherited as ignored (e.g. SIGHUP under nohup) stays ignored.
+    """
+
+    def __init__(self):
+        self.received: list[int] = []
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> None:
+        """Installs (or re-installs, after Launchpad replaced them) the handlers."""
+        for sig in _STOP_SIGNALS + _KILL_SIGNALS:
+            if sig not in self._previous:
+                self._previous[sig] = signal.getsignal(sig)
+            ignored = self._previous[sig] == signal.SIG_IGN
+            signal.signal(sig, signal.SIG_IGN if ignored else self._on_signal)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        del frame
+        self.received.append(signum)
+
+    def restore(self) -> None:
+        """Puts back the handlers that were there before `install()`."""
+        for sig, previous in self._previous.items():
+            signal.signal(sig, signal.SIG_DFL if previous is None else previous)
+
+
+def _start_nodes(
+    program: lp.Program,
+    node_envs: Mapping[str, Mapping[str, str]],
+    log_dir: Path,
+    job_dir: str,
+    signals: _StopSignals,
+) -> Any:
+    """Runs `lp.launch` with our log and job folders; returns its WorkerManager."""
+    if not hasattr(launch_local_output_to_files, "_LOGGING_DIR"):
+        raise RuntimeError(
+            "launchpad's launch_local_output_to_files no longer has _LOGGING_DIR; "
+            "magi_lp.launcher supports Launchpad 0.5.0 as pinned in requirements.txt."
+        )
+    resources = {group: PythonProcess(env=dict(env)) for group, env in node_envs.items()}
+    flag_values = flags.FLAGS
+    if not flag_values.is_parsed():
+        # lp.launch would do the same; we need the flags readable before it.
+        flag_values(sys.argv, known_only=True)
+    saved_registers = flag_values.lp_worker_manager_registers_signals
+    saved_log_dir = launch_local_output_to_files._LOGGING_DIR
+    saved_tempdir = tempfile.tempdir
+    saved_alarm = signal.getsignal(signal.SIGALRM)
+    flag_values.lp_worker_manager_registers_signals = False
+    launch_local_output_to_files._LOGGING_DIR = str(log_dir)
+    tempfile.tempdir = job_dir
+    try:
+        # Launchpad prints where logs go and suggests LAUNCHPAD_LOGGING_DIR, which does
+        # not apply here; launch() reports the log folder itself.
+        with contextlib.redirect_stdout(io.StringIO()):
+            manager = lp.launch(
+                program,
+                launch_type=lp.LaunchType.LOCAL_MULTI_PROCESSING,
+                local_resources=resources,
+                terminal="output_to_files",
+            )
+    finally:
+        flag_values.lp_worker_manager_registers_signals = saved_registers
+        launch_local_output_to_files._LOGGING_DIR = saved_log_dir
+        tempfile.tempdir = saved_tempdir
+        signals.install()
+        signal.signal(signal.SIGALRM, signal.SIG_DFL if saved_alarm is None else saved_alarm)
+    # The manager would otherwise wait for (and raise about) the nodes at interpreter exit.
+    atexit.unregister(manager.wait)
+    if manager.wait_for_stop(0):
+        # A Ctrl-C reached Launchpad's SIGINT handler during lp.launch: it SIGTERMed the
+        # nodes started so far and armed SIGALRM to escalate; we take over from here.
+        signal.alarm(0)
+        signals.received.append(signal.SIGINT)
+    return manager
+
+
+@dataclasses.dataclass
+class _Node:
+    group: str
+    index: int
+    process: subprocess.Popen
+    log_path: Path
+
+    @property
+    def name(self) -> str:
+        return f"{self.group}/{self.index}"
+
+    def ended(self, returncode: int) -> NodeExit:
+        return NodeExit(self.group, self.index, self.process.pid, returncode, self.log_path)
+
+
+def _node_processes(manager: Any, log_dir: Path) -> list[_Node]:
+    """The node processes the WorkerManager started, keyed by Launchpad's `group/index`."""
+    workers = getattr(manager, "_active_workers", None)
+    if not isinstance(workers, Mapping):
+        raise RuntimeError(
+            "launchpad's WorkerManager no longer keeps _active_workers; magi_lp.launcher "
+            "supports Launchpad 0.5.0 as pinned in requirements.txt."
+        )
+    nodes = []
+    for title, processes in workers.items():
+        group, _, index = title.rpartition("/")
+        for process in processes:
+            if not isinstance(process, subprocess.Popen):
+                raise RuntimeError(f"unexpected Launchpad worker {process!r} for {title}")
+            nodes.append(_Node(group, int(index), process, log_dir / title))
+    return nodes
+
+
+def _count_by_group(nodes: list[_Node]) -> str:
+    counts: dict[str, int] = {}
+    for node in nodes:
+        counts[node.group] = counts.get(node.group, 0) + 1
+    return ", ".join(f"{group} x{count}" for group, count in counts.items())
+
+
+class _Supervisor:
+    """Watches the node processes; stops the program on a crash or a stop signal."""
+
+    def __init__(
+        self,
+        nodes: list[_Node],
+        signals: _StopSignals,
+        notice_secs: float,
+        launch_id: str,
+        report: Callable[[str], None],
+    ):
+        self._running = list(nodes)
+        self._total = len(nodes)
+        self._signals = signals
+        self._notice_secs = notice_secs
+        self._launch_id = launch_id
+        self._report = report
+        self._failure: NodeExit | None = None
+        self._stop_started: float | None = None
+        self._signals_at_stop = 0
+        self._kill_sent: float | None = None
+
+    def run(self) -> int:
+        while self._running:
+            self._reap()
+            if not self._running:
+                break
+            if self._stop_started is None and self._signals.received:
+                name = signal.Signals(self._signals.received[0]).name
+                self._begin_stop(f"received {name}")
+            if self._stop_started is not None:
+                if self._kill_sent is None and self._kill_due():
+                    self._kill_running()
+                elif (
+                    self._kill_sent is not None
+                    and time.monotonic() - self._kill_sent > _KILL_WAIT_SECS
+                ):
+                    self._report(
+                        "giving up on processes that survived SIGKILL for "
+                        f"{_KILL_WAIT_SECS:.0f} s: {', '.join(n.name for n in self._running)}"
+                    )
+                    break
+            time.sleep(_POLL_SECS)
+        return self._finish()
+
+    def _reap(self) -> None:
+        for node in list(self._running):
+            returncode = node.process.poll()
+            if returncode is None:
+                continue
+            self._running.remove(node)
+            ended = node.ended(returncode)
+            if self._stop_started is not None:
+                continue
+            if returncode != 0:
+                self._failure = ended
+                self._report(format_exit_report(ended))
+                self._begin_stop(f"node {ended.name} died")
+            else:
+                self._report(f"node {ended.name} finished ({ended.status})")
+
+    def _begin_stop(self, reason: str) -> None:
+        self._stop_started = time.monotonic()
+        self._signals_at_stop = len(self._signals.received)
+        if not self._running:
+            return
+        self._report(
+            f"{reason}: stopping {len(self._running)} nodes "
+            f"(SIGTERM now, SIGKILL after {self._notice_secs:g} s)"
+        )
+        for node in self._running:
+            with contextlib.suppress(ProcessLookupError):
+                node.process.send_signal(signal.SIGTERM)
+
+    def _kill_due(self) -> bool:
+        assert self._stop_started is not None
+        if time.monotonic() - self._stop_started >= self._notice_secs:
+            self._report(
+                f"nodes still running after {self._notice_secs:g} s: "
+                f"{', '.join(n.name for n in self._running)}; killing them"
+            )
+            return True
+        late = self._signals.received[self._signals_at_stop :]
+        if any(sig in (signal.SIGINT, *_KILL_SIGNALS) for sig in late):
+            self._report("asked again to stop: killing the remaining nodes now")
+            return True
+        if any(sig in _KILL_SIGNALS for sig in self._signals.received):
+            self._report("received SIGQUIT: killing the remaining nodes now")
+            return True
+        return False
+
+    def _kill_running(self) -> None:
+        self._kill_sent = time.monotonic()
+        for node in self._running:
+            _kill_tree(node.process)
+        # Grandchildren whose node already exited are no longer in any node's tree. The
+        # nodes themselves are left to poll(), which keeps their real exit status.
+        node_pids = {node.process.pid for node in self._running}
+        strays = [p for p in _marked_processes(self._launch_id) if p.pid not in node_pids]
+        killed = _kill_all(strays, wait=False)
+        if killed:
+            self._report(f"also killed processes that nodes had left running: {', '.join(killed)}")
+
+    def _finish(self) -> int:
+        elapsed = (
+            ""
+            if self._stop_started is None
+            else (f" {time.monotonic() - self._stop_started:.1f} s after the stop began")
+        )
+        strays = _kill_all(_marked_processes(self._launch_id))
+        if strays:
+            self._report(
+                f"killed {len(strays)} processes that nodes had started and left running: "
+                f"{', '.join(strays)}"
+            )
+        code = 0 if self._failure is None else 1
+        cause = "" if self._failure is None else f" (node {self._failure.name} died)"
+        self._report(f"all {self._total} nodes ended{elapsed}; exit code {code}{cause}")
+        return code
+
+
+def _kill_tree(process: subprocess.Popen) -> None:
+    """SIGKILLs a node and every process below it."""
+    if process.poll() is not None:
+        # Already gone (and reaped: its pid may be reused); the marker sweep finds what
+        # it left behind.
+        return
+    try:
+        descendants = psutil.Process(process.pid).children(recursive=True)
+    except psutil.Error:
+        descendants = []
+    # The node first, so it cannot start more.
+    with contextlib.suppress(ProcessLookupError):
+        process.kill()
+    _kill_all(descendants, wait=False)
+
+
+def _marked_processes(launch_id: str) -> list[psutil.Process]:
+    """Live processes (other than this one) whose environment carries `launch_id`."""
+    found = []
+    me = os.getpid()
+    for proc in psutil.process_iter():
+        if proc.pid == me:
+            continue
+        try:
+            if proc.environ().get(LAUNCH_ID_VAR) == launch_id:
+                found.append(proc)
+        except psutil.Error:
+            # Gone, a zombie, or someone else's process: none of ours to kill.
+            continue
+    return found
+
+
+def _kill_all(processes: list[psutil.Process], wait: bool = True) -> list[str]:
+    """SIGKILLs `processes` (psutil refuses reused pids); describes those it signalled."""
+    killed, described = [], []
+    for proc in processes:
+        try:
+            description = f"{proc.pid} ({proc.name()})"
+            proc.send_signal(signal.SIGKILL)
+        except psutil.Error:
+            continue
+        killed.append(proc)
+        described.append(description)
+    if wait and killed:
+        _wait_dead(killed, _KILL_WAIT_SECS)
+    return described
+
+
+def _wait_dead(processes: list[psutil.Process], timeout: float) -> None:
+    """Waits until `processes` are dead; reaps those that are our own children.
+
+    A dead process re-parented to init is a zombie until init reaps it, which can take
+    a second or more (e.g. in containers); it runs no code, so it counts as dead here.
+    """
+    me = os.getpid()
+    deadline = time.monotonic() + timeout
+    pending = list(processes)
+    while pending and time.monotonic() < deadline:
+        still = []
+        for proc in pending:
+            try:
+                if proc.ppid() == me:
+                    proc.wait(0)
+                elif proc.status() != psutil.STATUS_ZOMBIE:
+                    still.append(proc)
+            except psutil.TimeoutExpired:
+                still.append(proc)
+            except psutil.Error:
+                continue
+        pending = still
+        if pending:
+            time.sleep(0.02)

@@ -1,0 +1,336 @@
+"""Tests for magi_lp.launcher.
+
+The integration tests start real Launchpad local multi-processing programs with a real
+Reverb server (tests/launcher_nodes.py), each through `tests/launch_programs.py` in its own
+process so Launchpad's signal handlers never touch the pytest process. Every launcher run
+gets a private TMPDIR (to see whether Launchpad's job folders are left behind, unaffected by
+other programs on the machine) and a random LAUNCHER_TEST_TOKEN in its environment, which
+every process of the program inherits: finding that token in any process afterwards means
+something was left running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import launchpad as lp
+import psutil
+import pytest
+
+from magi_lp import launcher
+from magi_lp.errors import ConfigError
+
+_TESTS = Path(__file__).resolve().parent
+_LAUNCH_SCRIPT = _TESTS / "launch_programs.py"
+sys.path.insert(0, str(_TESTS))
+import launcher_nodes  # noqa: E402
+
+STARTUP_TIMEOUT_SECS = 120
+ALL_REPORTS = ["replay_0", "learner_0"] + [f"actor_{i}" for i in range(launcher_nodes.NUM_ACTORS)]
+
+
+# ---------------------------------------------------------------- without processes
+
+
+def _program() -> lp.Program:
+    program = lp.Program("validation")
+    with program.group("learner"):
+        program.add_node(lp.PyNode(print))
+    with program.group("actor"):
+        program.add_node(lp.PyNode(print))
+    return program
+
+
+@pytest.fixture
+def no_spawn(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("lp.launch must not be reached")
+
+    monkeypatch.setattr(launcher.lp, "launch", refuse)
+
+
+@pytest.mark.parametrize(
+    ("envs", "message"),
+    [
+        ({"evaluator": {"A": "1"}}, "no node group 'evaluator'"),
+        ({"actor": {"N": 1}}, "must be strings"),
+        ({"actor": {"N": 0.5}}, "'0.5'"),
+        ({"actor": {1: "x"}}, "invalid variable name"),
+        ({"actor": {"A=B": "x"}}, "invalid variable name"),
+        ({"actor": ["A"]}, "must be a dict"),
+        ({"actor": {launcher.LAUNCH_ID_VAR: "x"}}, "set by the launcher"),
+        ([("actor", {})], "must map each group label"),
+    ],
+)
+def test_bad_envs_raise_config_error_before_spawning(tmp_path, no_spawn, envs, message):
+    with pytest.raises(ConfigError, match=message):
+        launcher.launch(_program(), envs, log_dir=tmp_path)
+
+
+@pytest.mark.parametrize("notice", [-1, float("nan"), "10", True])
+def test_bad_termination_notice_raises_config_error(tmp_path, no_spawn, notice):
+    with pytest.raises(ConfigError, match="termination_notice_secs"):
+        launcher.launch(_program(), {}, log_dir=tmp_path, termination_notice_secs=notice)
+
+
+def test_exit_report_names_node_status_and_log_tail(tmp_path):
+    log = tmp_path / "actor" / "1"
+    log.parent.mkdir()
+    log.write_text("".join(f"line {i}\n" for i in range(100)))
+    node = launcher.NodeExit("actor", 1, 4242, -signal.SIGKILL, log)
+
+    report = launcher.format_exit_report(node)
+
+    assert report.splitlines()[0] == (
+        "node actor/1 (group 'actor', pid 4242) died: killed by signal SIGKILL (9)"
+    )
+    assert "line 79" not in report
+    assert [f"    line {i}" for i in range(80, 100)] == report.splitlines()[-20:]
+
+
+def test_describe_returncode():
+    assert launcher.describe_returncode(3) == "exit code 3"
+    assert launcher.describe_returncode(-15) == "killed by signal SIGTERM (15)"
+
+
+def test_exit_report_without_log(tmp_path):
+    node = launcher.NodeExit("learner", 0, 1, 2, tmp_path / "missing")
+    assert "exit code 2" in launcher.format_exit_report(node)
+    assert "is empty" in launcher.format_exit_report(node)
+
+
+# ---------------------------------------------------------------- real programs
+
+
+class _LauncherRun:
+    """`python tests/launch_programs.py <scenario> ...` with its own TMPDIR and token."""
+
+    def __init__(self, scenario: str, tmp_path: Path, notice_secs: float):
+        self.out_dir = tmp_path / "out"
+        self.system_tmp = tmp_path / "systmp"
+        self.system_tmp.mkdir()
+        self.token = uuid.uuid4().hex
+        self.log = tmp_path / "launcher.out"
+        env = dict(os.environ, TMPDIR=str(self.system_tmp), LAUNCHER_TEST_TOKEN=self.token)
+        command = [sys.executable, str(_LAUNCH_SCRIPT), scenario, str(self.out_dir)]
+        with open(self.log, "w") as log:
+            self.process = subprocess.Popen(
+                [*command, str(notice_secs)],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=_TESTS.parent,
+            )
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill_everything()
+            pytest.fail(f"launcher still running after {timeout} s:\n{self.output()}")
+
+    def wait_for_reports(self, names: list[str]) -> dict[str, dict]:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_SECS
+        folder = launcher_nodes.reports_dir(self.out_dir)
+        while not all((folder / f"{n}.json").exists() for n in names):
+            if self.process.poll() is not None:
+                pytest.fail(f"launcher exited early ({self.process.returncode}):\n{self.output()}")
+            if time.monotonic() > deadline:
+                self.kill_everything()
+                pytest.fail(f"nodes did not report within {STARTUP_TIMEOUT_SECS} s")
+            time.sleep(0.1)
+        return self.reports()
+
+    def reports(self) -> dict[str, dict]:
+        folder = launcher_nodes.reports_dir(self.out_dir)
+        return {p.stem: json.loads(p.read_text()) for p in folder.glob("*.json")}
+
+    def processes_with_token(self) -> list[psutil.Process]:
+        found = []
+        for proc in psutil.process_iter():
+            try:
+                if proc.environ().get("LAUNCHER_TEST_TOKEN") == self.token:
+                    found.append(proc)
+            except psutil.Error:
+                continue
+        return found
+
+    def kill_everything(self) -> None:
+        """Cleanup after a failed test, so that it does not spill into the next one."""
+        for proc in self.processes_with_token():
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(10)
+
+    def assert_nothing_left(self, pids: list[int]) -> None:
+        left = self.processes_with_token()
+        if left:
+            self.kill_everything()
+        assert not left, f"processes of the program still running: {left}"
+        for pid in pids:
+            assert not _alive(pid), f"pid {pid} still running"
+        children = [
+            _describe(c) for c in psutil.Process().children(recursive=True) if _alive(c.pid)
+        ]
+        assert not children, f"the test process still has children: {children}"
+        assert not list(self.system_tmp.glob("tmp*/job.pkl"))
+        assert not list(self.system_tmp.glob("magi_lp_launch_*"))
+
+    def assert_job_files_are_private(self, pid: int) -> None:
+        """The node's job file lies in the launcher's private folder in TMPDIR."""
+        cmdline = psutil.Process(pid).cmdline()
+        data_file = Path(cmdline[cmdline.index("--data_file") + 1])
+        assert data_file.name == "job.pkl"
+        assert data_file.parent.parent.parent == self.system_tmp
+        assert data_file.parent.parent.name.startswith("magi_lp_launch_")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _line_time(output: str, text: str) -> float:
+    """The epoch time in the `[magi_lp.launcher HH:MM:SS.mmm]` prefix of the line with text."""
+    match = re.search(r"\[magi_lp\.launcher (\d\d:\d\d:\d\d\.\d{3})\] " + re.escape(text), output)
+    assert match, f"no launcher line with {text!r} in:\n{output}"
+    clock = datetime.datetime.strptime(match.group(1), "%H:%M:%S.%f").time()
+    return datetime.datetime.combine(datetime.date.today(), clock).timestamp()
+
+
+def _stop_secs(output: str) -> float:
+    """How long the nodes took to end once the launcher began stopping them."""
+    match = re.search(r"nodes ended ([\d.]+) s after the stop began", output)
+    assert match, output
+    return float(match.group(1))
+
+
+def _describe(proc: psutil.Process) -> str:
+    try:
+        return f"{proc.pid} {proc.status()} {proc.cmdline()}"
+    except psutil.Error:
+        return f"{proc.pid} (gone)"
+
+
+def _all_pids(reports: dict[str, dict]) -> list[int]:
+    pids = [r["pid"] for r in reports.values()]
+    pids += [r["child_pid"] for r in reports.values() if "child_pid" in r]
+    return pids
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(240)
+def test_lp_stop_ends_program_with_group_envs_and_nothing_left(tmp_path):
+    # Actor 1 ends up blocked in a Courier RPC it cannot leave: the notice bounds the stop.
+    notice_secs = 3
+    run = _LauncherRun("stop", tmp_path, notice_secs)
+
+    code = run.wait(timeout=STARTUP_TIMEOUT_SECS + notice_secs + 30)
+    exited_wall = time.time()
+
+    output = run.output()
+    assert code == 0, output
+    reports = run.reports()
+    assert set(reports) == {*ALL_REPORTS, "stop_requested"}, output
+    stop_wall = reports["stop_requested"]["time"]
+    noticed_after = _line_time(output, "received SIGTERM") - stop_wall
+    stop_secs = _stop_secs(output)
+    print(
+        f"lp.stop(): noticed after {noticed_after:.2f} s, nodes ended {stop_secs:.1f} s later "
+        f"(notice {notice_secs} s), launcher exited {exited_wall - stop_wall:.1f} s after lp.stop()"
+    )
+    assert noticed_after < 2, output
+    assert notice_secs <= stop_secs < notice_secs + 6, output
+    assert reports["stop_requested"]["table_size"] >= launcher_nodes.NUM_ACTORS
+    for name, expected in [
+        ("actor_0", launcher_nodes.ACTOR_ENV),
+        ("actor_1", launcher_nodes.ACTOR_ENV),
+        ("learner_0", launcher_nodes.LEARNER_ENV),
+    ]:
+        seen = reports[name]["env"]
+        assert {k: seen[k] for k in expected} == expected, name
+        assert seen["PYTHONUNBUFFERED"] == "1"
+        assert reports[name]["jax"]["platforms"] == ["cpu"], name
+        assert reports[name]["jax"]["preallocate_seen"] == expected["XLA_PYTHON_CLIENT_PREALLOCATE"]
+    assert reports["learner_0"]["env"]["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.25"
+    assert reports["actor_0"]["env"]["XLA_PYTHON_CLIENT_MEM_FRACTION"] is None
+    # The replay group has no entry in envs: none of the overridden variables reach it.
+    assert reports["replay_0"]["env"]["LAUNCHER_TEST_GROUP"] is None
+    assert reports["replay_0"]["env"]["JAX_PLATFORMS"] is None
+    assert "received SIGTERM" in output
+    assert "actor/1; killing them" in output
+    for group, index in [("replay", 0), ("learner", 0), ("actor", 0), ("actor", 1)]:
+        assert (run.out_dir / "logs" / group / str(index)).is_file()
+    run.assert_nothing_left(_all_pids(reports))
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(240)
+def test_sigkilled_node_is_reported_and_program_stopped(tmp_path):
+    notice_secs = 5
+    run = _LauncherRun("serve", tmp_path, notice_secs)
+    reports = run.wait_for_reports(ALL_REPORTS)
+    victim = reports["actor_1"]
+    assert _alive(victim["child_pid"])
+    run.assert_job_files_are_private(victim["pid"])
+
+    os.kill(victim["pid"], signal.SIGKILL)
+    killed_at, killed_wall = time.monotonic(), time.time()
+    code = run.wait(timeout=notice_secs + 30)
+    elapsed = time.monotonic() - killed_at
+
+    output = run.output()
+    died_line = f"node actor/1 (group 'actor', pid {victim['pid']}) died: killed by signal SIGKILL"
+    noticed_after = _line_time(output, died_line) - killed_wall
+    stop_secs = _stop_secs(output)
+    print(
+        f"SIGKILL of actor/1: noticed after {noticed_after:.2f} s, other nodes stopped in "
+        f"{stop_secs:.1f} s, launcher process exited after {elapsed:.1f} s"
+    )
+    assert code == 1, output
+    assert noticed_after < 2, output
+    assert stop_secs < notice_secs, output  # the other nodes honour SIGTERM
+    assert elapsed < notice_secs + 15, output  # plus the launcher's own exit, under load
+    assert "actor 1 is up" in output  # the tail of its log
+    assert "exit code 1 (node actor/1 died)" in output
+    run.assert_nothing_left(_all_pids(reports))
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(240)
+def test_sigint_to_launcher_stops_program_cleanly(tmp_path):
+    notice_secs = 5
+    run = _LauncherRun("serve", tmp_path, notice_secs)
+    reports = run.wait_for_reports(ALL_REPORTS)
+
+    run.process.send_signal(signal.SIGINT)
+    signalled_at = time.monotonic()
+    code = run.wait(timeout=notice_secs + 30)
+    elapsed = time.monotonic() - signalled_at
+
+    output = run.output()
+    stop_secs = _stop_secs(output)
+    print(f"SIGINT to launcher: nodes stopped in {stop_secs:.1f} s, exit after {elapsed:.1f} s")
+    assert code == 0, output
+    assert "received SIGINT" in output
+    # Every node honours SIGTERM here, so nothing waits for the SIGKILL.
+    assert "killing" not in output
+    assert stop_secs < notice_secs, output
+    assert elapsed < notice_secs + 15, output
+    run.assert_nothing_left(_all_pids(reports))
