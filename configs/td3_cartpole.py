@@ -46,6 +46,8 @@ def get_config() -> ml_collections.ConfigDict:
     config.logging.tensorboard = False  # <workdir>/tensorboard/<label>
     config.logging.wandb = False  # Weights & Biases (needs the wandb package and a login)
     config.logging.wandb_project = "magi_lp"
+    config.logging.terminal = True  # one line per logger write on stdout
+    config.logging.time_delta = 1.0  # seconds between rows a logger keeps (0: every row)
 
     config.resources = ml_collections.ConfigDict()
     config.resources.replay = _cpu()

@@ -323,9 +323,14 @@ def test_experiment_config_and_pickling():
     assert clone.network_factory(clone.get_environment_spec()).action_size == 1
 
 
-def test_resource_specs_parse():
-    resources = pytest.importorskip("magi_lp.resources")
+def test_config_passes_the_toolkits_checks(tmp_path):
+    from magi_lp.experiment_config import validate_experiment_config
+    from magi_lp.loggers import LoggerFactory
+    from magi_lp.resources import ResourceSpec
+
     config = get_config()
+    validate_experiment_config(config)
+    LoggerFactory.from_config(tmp_path, config.logging)
     for group, mapping in config.resources.items():
-        spec = resources.ResourceSpec.from_config(group, mapping)
-        assert spec.device == "cpu"
+        spec = ResourceSpec.from_config(group, mapping)
+        assert spec.device == "cpu" and spec.render == "none"
