@@ -14,7 +14,7 @@ loopback while nothing outside the machine's loopback -- and nothing on the host
 interfaces either -- can connect to them. The namespace is made with unshare(2) through
 ctypes (no `unshare` or `ip` binary needed):
 - root: a new network namespace only (CLONE_NEWNET); if that is refused (a container without
-  CAP_SYS_ADMIN), a user namespace as below.
+  CAP_SYS_ADMIN), a user namespace as below, mapping uid 0 to itself (needs CAP_SETFCAP).
 - any other user: a new user namespace plus network namespace (CLONE_NEWUSER|CLONE_NEWNET),
   where the user's uid and gid map to themselves (not to root, so the program sees the same
   uid, home and file ownership as outside). Capabilities in the new namespace are used only
@@ -128,10 +128,13 @@ def probe() -> IsolationSupport:
     if not sys.platform.startswith("linux"):
         return IsolationSupport(False, "", "network namespaces exist only on Linux")
     try:
-        method = _run_in_private_netns([sys.executable, "-I", "-S", "-c", ""], env=None, wait=True)
+        child = _start_in_private_netns(
+            [sys.executable, "-I", "-S", "-c", ""], env=None, forward_signals=False
+        )
     except _UnavailableError as e:
         return IsolationSupport(False, "", str(e))
-    return IsolationSupport(True, method, "")
+    child.wait()
+    return IsolationSupport(True, child.method, "")
 
 
 def describe(mode: str) -> str:
@@ -152,8 +155,9 @@ def describe(mode: str) -> str:
 def run_isolated_if_needed(mode: str, argv: list[str]) -> int | None:
     """Re-runs this program in a private network namespace unless that is done or not wanted.
 
-    Call it at the very top of an entry point, before importing TensorFlow, JAX or Launchpad
-    (the child must be forked from a process without other threads):
+    Call it at the very top of an entry point, before importing TensorFlow, JAX or Launchpad:
+    the child is set up between fork and exec, which is safe only while this process has no
+    other threads.
 
         code = isolation.run_isolated_if_needed(mode, sys.argv)
         if code is not None:
@@ -188,11 +192,10 @@ def run_isolated_if_needed(mode: str, argv: list[str]) -> int | None:
     env = dict(os.environ)
     env[MARKER_ENV] = own_netns
     try:
-        child = _run_in_private_netns(_reexec_command(argv), env=env, wait=False)
+        child = _start_in_private_netns(_reexec_command(argv), env=env, forward_signals=True)
     except _UnavailableError as e:
         reason = str(e)
     else:
-        assert isinstance(child, _IsolatedChild)
         _say(
             f"isolated: node ports are reachable over loopback only ({child.method}); "
             "the run has no network access beyond this machine's loopback."
@@ -243,40 +246,52 @@ def describe_exposure(root_pid: int | None = None) -> str:
 
 
 class _IsolatedChild:
-    """The re-executed program, with signals held back for forwarding while it runs."""
+    """The re-executed program; signals in `watched` are held back for `wait` to forward."""
 
-    def __init__(self, proc: subprocess.Popen, method: str, old_mask: set[int]):
+    def __init__(self, proc: subprocess.Popen, method: str, watched: set[int], old_mask: set[int]):
         self.proc = proc
         self.method = method
+        self._watched = watched
         self._old_mask = old_mask
 
     def wait(self) -> int:
         """Waits for the child, forwarding signals; returns its exit status (128+N if killed)."""
-        watched = {*_FORWARDED_SIGNALS, signal.SIGCHLD}
         try:
             while self.proc.poll() is None:
-                info = signal.sigtimedwait(watched, 1.0)
-                if info is None or info.si_signo == signal.SIGCHLD:
-                    continue
-                if info.si_code == _SI_KERNEL and info.si_signo in _TERMINAL_SIGNALS:
-                    # Ctrl-C / Ctrl-\ from the terminal already reached the child's process
-                    # group; a second copy would make Launchpad kill instead of stop.
-                    continue
-                with contextlib.suppress(ProcessLookupError):  # it just exited
-                    os.kill(self.proc.pid, info.si_signo)
+                if not self._watched:
+                    self.proc.wait()
+                    break
+                info = signal.sigtimedwait(self._watched, 1.0)
+                if info is not None and _should_forward(info, self.proc.pid):
+                    with contextlib.suppress(ProcessLookupError):  # it just exited
+                        os.kill(self.proc.pid, info.si_signo)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, self._old_mask)
         code = self.proc.returncode
         return 128 - code if code < 0 else code
 
 
-def _run_in_private_netns(
-    command: list[str], env: dict[str, str] | None, wait: bool
-) -> str | _IsolatedChild:
+def _should_forward(info: signal.struct_siginfo, child_pid: int) -> bool:
+    """Whether a signal this process got should be passed on to the child."""
+    if info.si_signo == signal.SIGCHLD:
+        return False
+    if info.si_code == _SI_KERNEL and info.si_signo in _TERMINAL_SIGNALS:
+        # The terminal's Ctrl-C / Ctrl-\ went to this process's whole group. If the child is
+        # still in it, it has its copy; a second one would make Launchpad kill, not stop.
+        with contextlib.suppress(ProcessLookupError):
+            return os.getpgid(child_pid) != os.getpgrp()
+        return False
+    return True
+
+
+def _start_in_private_netns(
+    command: list[str], env: dict[str, str] | None, forward_signals: bool
+) -> _IsolatedChild:
     """Starts `command` in a new network namespace with `lo` up.
 
-    With wait=True, waits for it and returns the method used; otherwise returns the running
-    child. Raises _UnavailableError when the namespace cannot be made.
+    Raises _UnavailableError, saying which step failed and why, when the namespace cannot be
+    made. With forward_signals, the signals to forward are blocked here, before the fork, so
+    that none sent in between is lost; the child's `wait` takes them.
     """
     attempts = [("user+net namespace", _CLONE_NEWUSER | _CLONE_NEWNET)]
     if os.geteuid() == 0:
@@ -290,15 +305,18 @@ def _run_in_private_netns(
         "/proc/self/uid_map": f"{uid} {uid} 1".encode(),
         "/proc/self/gid_map": f"{gid} {gid} 1".encode(),
     }
+    watched: set[int] = set()
+    if forward_signals:
+        # A signal this process inherited as ignored (SIGHUP under nohup) stays unforwarded;
+        # the child inherits the same disposition anyway.
+        forwarded = {s for s in _FORWARDED_SIGNALS if signal.getsignal(s) != signal.SIG_IGN}
+        watched = {*forwarded, signal.SIGCHLD}
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, watched)
     report_r, report_w = os.pipe()
-    watched = {*_FORWARDED_SIGNALS, signal.SIGCHLD}
-    # Block before forking so that no signal meant for the child is lost before wait() runs.
-    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, watched) if not wait else None
 
     def enter_namespace() -> None:
         try:
-            if old_mask is not None:
-                signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
             method = _unshare(libc, attempts, maps)
             _bring_loopback_up()
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
@@ -314,27 +332,18 @@ def _run_in_private_netns(
         try:
             proc = subprocess.Popen(command, env=env, preexec_fn=enter_namespace)
         except subprocess.SubprocessError:
-            proc = None
-        os.close(report_w)
-        report_w = -1
-        report = _read_all(report_r).decode(errors="replace")
+            proc = None  # enter_namespace failed; the report says why
+        finally:
+            os.close(report_w)
+        status, _, detail = _read_all(report_r).decode(errors="replace").partition(" ")
+        if proc is None or status != "ok":
+            raise _UnavailableError(detail or "the namespace set-up failed without saying why")
     except BaseException:
-        if old_mask is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
         raise
     finally:
-        if report_w >= 0:
-            os.close(report_w)
         os.close(report_r)
-    status, _, detail = report.partition(" ")
-    if proc is None or status != "ok":
-        if old_mask is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
-        raise _UnavailableError(detail or "the namespace set-up failed without saying why")
-    if wait:
-        proc.wait()
-        return detail
-    return _IsolatedChild(proc, detail, old_mask)
+    return _IsolatedChild(proc, detail, watched, old_mask)
 
 
 def _unshare(libc: ctypes.CDLL, attempts: list[tuple[str, int]], maps: dict[str, bytes]) -> str:
