@@ -1,0 +1,80 @@
+"""Helpers for end-to-end tests that run the real entry points as subprocesses."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parent.parent
+MARK_VAR = "MAGI_LP_TEST_MARK"
+
+
+def run_entry_point(
+    script: str,
+    args: Sequence[str],
+    *,
+    timeout: float,
+    mark: str | None = None,
+) -> subprocess.CompletedProcess:
+    """Runs `python <script> <args>` from the repo root; every process it starts inherits
+    a marker variable so the test can find leftovers afterwards."""
+    env = dict(os.environ)
+    env[MARK_VAR] = mark or uuid.uuid4().hex
+    env.setdefault("MUJOCO_GL", "egl")
+    env["PYTHONUNBUFFERED"] = "1"
+    return subprocess.run(
+        [sys.executable, str(REPO / script), *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def start_entry_point(
+    script: str, args: Sequence[str], *, mark: str, log: Path
+) -> subprocess.Popen:
+    """Starts an entry point in the background, its output going to `log`."""
+    env = dict(os.environ)
+    env[MARK_VAR] = mark
+    env.setdefault("MUJOCO_GL", "egl")
+    env["PYTHONUNBUFFERED"] = "1"
+    with open(log, "w") as out:
+        return subprocess.Popen(
+            [sys.executable, str(REPO / script), *args],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def marked_processes(mark: str) -> list[psutil.Process]:
+    """Live processes that inherited the marker (leftovers of a run)."""
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if process.environ().get(MARK_VAR) == mark and process.status() != "zombie":
+                found.append(process)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    """Rows of a CSV log."""
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def column(rows: list[dict[str, str]], key: str) -> list[float]:
+    """The non-empty values of one column, as floats."""
+    return [float(row[key]) for row in rows if row.get(key) not in (None, "")]

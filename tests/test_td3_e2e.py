@@ -1,0 +1,159 @@
+"""End to end: the small TD3 agent through both runners, and resuming a killed run.
+
+These run the real entry points (`projects/td3/main.py`, `projects/td3/lp_main.py`) as
+subprocesses with real Reverb, real dm_control and, for the distributed run, real Launchpad
+local multi-processing. Settings are tiny so the whole file stays within a few minutes.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.e2e_utils import column, marked_processes, read_csv, run_entry_point, start_entry_point
+
+pytestmark = pytest.mark.integration
+
+CONFIG = "configs/td3_cartpole.py"
+# cartpole episodes are 1000 agent steps; small networks keep an update ~1-2 ms.
+TINY = [
+    "--config.agent.min_replay_size=200",
+    "--config.agent.batch_size=32",
+    "--config.agent.hidden_sizes=(32,32)",
+    "--config.evaluation.episodes=1",
+    "--config.evaluation.every_actor_steps=100000",
+    "--config.logging.time_delta=0.0",
+    "--config.isolation=off",
+]
+
+
+def _workdir_args(workdir: Path) -> list[str]:
+    return ["--config", CONFIG, "--workdir", str(workdir)]
+
+
+@pytest.mark.timeout(300)
+def test_single_process_run_learns_logs_and_counts(tmp_path):
+    mark = uuid.uuid4().hex
+    result = run_entry_point(
+        "projects/td3/main.py",
+        [
+            *_workdir_args(tmp_path),
+            *TINY,
+            "--config.max_actor_steps=1000",
+            "--config.logging.tensorboard=True",
+        ],
+        timeout=280,
+        mark=mark,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "done: 1000 actor steps" in result.stdout
+
+    learner = read_csv(tmp_path / "logs/learner/logs.csv")
+    losses = column(learner, "critic_loss")
+    assert losses and all(math.isfinite(loss) for loss in losses)
+    steps = column(learner, "learner_steps")
+    assert (
+        steps == sorted(steps) and steps[-1] >= 700
+    )  # (1000 - 200) / 1 updates, minus logging gaps
+
+    actor = read_csv(tmp_path / "logs/actor_0/logs.csv")
+    assert column(actor, "actor_steps")[-1] == 1000
+    evaluator = read_csv(tmp_path / "logs/evaluator_0/logs.csv")
+    assert column(evaluator, "episode_return"), "no evaluation return logged"
+
+    events = list((tmp_path / "tensorboard/learner").glob("events.out.tfevents.*"))
+    assert events and events[0].stat().st_size > 0
+    assert list((tmp_path / "checkpoints/learner").iterdir()), "no checkpoint at the end"
+    assert not marked_processes(mark)
+
+
+@pytest.mark.timeout(420)
+def test_distributed_run_stops_by_itself_at_the_step_limit(tmp_path):
+    mark = uuid.uuid4().hex
+    result = run_entry_point(
+        "projects/td3/lp_main.py",
+        [
+            *_workdir_args(tmp_path),
+            *TINY,
+            "--config.num_actors=2",
+            "--config.num_evaluators=1",
+            "--config.max_actor_steps=2000",
+        ],
+        timeout=400,
+        mark=mark,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+
+    for index in (0, 1):
+        actor = read_csv(tmp_path / f"logs/actor_{index}/logs.csv")
+        assert column(actor, "episode_return"), f"actor {index} logged no episode"
+    total_steps = max(
+        column(read_csv(tmp_path / f"logs/actor_{i}/logs.csv"), "actor_steps")[-1] for i in (0, 1)
+    )
+    assert total_steps >= 2000
+    learner = read_csv(tmp_path / "logs/learner/logs.csv")
+    assert all(math.isfinite(loss) for loss in column(learner, "critic_loss"))
+    assert column(read_csv(tmp_path / "logs/evaluator_0/logs.csv"), "episode_return")
+    assert list((tmp_path / "checkpoints/learner").iterdir()), "no final checkpoint"
+    assert not marked_processes(mark), "processes of the program outlived it"
+
+
+def _latest_checkpoint(workdir: Path) -> int | None:
+    folder = workdir / "checkpoints/learner"
+    steps = [int(p.name) for p in folder.glob("*") if p.name.isdigit()] if folder.exists() else []
+    return max(steps) if steps else None
+
+
+@pytest.mark.timeout(420)
+def test_killed_single_process_run_resumes_from_its_checkpoint(tmp_path):
+    mark = uuid.uuid4().hex
+    args = [
+        *_workdir_args(tmp_path),
+        *TINY,
+        "--config.max_actor_steps=100000",
+        "--config.checkpoint.every_minutes=0.05",
+    ]
+    process = start_entry_point("projects/td3/main.py", args, mark=mark, log=tmp_path / "run1.log")
+    actor_log = tmp_path / "logs/actor_0/logs.csv"
+
+    def wait_for(condition) -> None:
+        deadline = time.monotonic() + 300
+        while not condition():
+            assert process.poll() is None, (tmp_path / "run1.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "the first run made no progress"
+            time.sleep(0.5)
+
+    # Counts move at episode ends: wait for one episode, then for a checkpoint after it.
+    wait_for(lambda: actor_log.exists() and read_csv(actor_log))
+    after_episode = _latest_checkpoint(tmp_path) or 0
+    wait_for(lambda: (_latest_checkpoint(tmp_path) or 0) > after_episode)
+    process.send_signal(signal.SIGKILL)  # no chance to save anything more
+    process.wait(timeout=30)
+    killed_at = _latest_checkpoint(tmp_path)
+    assert killed_at is not None and killed_at > 0
+
+    first_run = read_csv(tmp_path / "logs/actor_0/logs.csv")
+    steps_before = column(first_run, "actor_steps")[-1] if first_run else 0
+
+    result = run_entry_point(
+        "projects/td3/main.py",
+        [*args[:-2], f"--config.max_actor_steps={int(steps_before) + 1000}"],
+        timeout=300,
+        mark=mark,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert f"resumed from learner step {killed_at}" in result.stdout
+    learner_steps = column(read_csv(tmp_path / "logs/learner/logs.csv"), "learner_steps")
+    resumed_rows = [step for step in learner_steps if step > killed_at]
+    assert resumed_rows, "no learner rows after the resume"
+    assert _latest_checkpoint(tmp_path) > killed_at
+    actor_steps = column(read_csv(tmp_path / "logs/actor_0/logs.csv"), "actor_steps")
+    # The resumed run continued counting from the checkpoint (>= one episode), not from 0.
+    assert actor_steps[-1] >= steps_before + 1000, "actor steps restarted from 0"
+    assert not marked_processes(mark)
