@@ -1,6 +1,7 @@
 """What every entry point shares: flags, config checks, the plan, and the two ways to run.
 
 A project's `lp_main.py` / `main.py` only supplies `make_experiment(config) -> Experiment`
+(or `make_experiment(config, workdir=...)` when it writes files of its own, e.g. videos)
 and calls `distributed_main` / `single_process_main`. Flags:
   --config path/to/config.py   (ml_collections config file; --config.<key>=value overrides)
   --workdir DIR                 (logs, checkpoints, node outputs; reused to resume)
@@ -13,7 +14,9 @@ network-isolation re-exec happens before any of them start threads.
 
 from __future__ import annotations
 
+import inspect
 import os
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -36,7 +39,14 @@ _DRY_RUN = flags.DEFINE_bool(
     "dry_run", False, "Print the placement plan (node, devices, memory, env) and exit."
 )
 
-MakeExperiment = Callable[[Any], Any]
+MakeExperiment = Callable[..., Any]
+
+
+def _make(make_experiment: MakeExperiment, config: Any, workdir: Path) -> Any:
+    """Calls `make_experiment(config)`, passing `workdir=` when the project's function takes it."""
+    if "workdir" in inspect.signature(make_experiment).parameters:
+        return make_experiment(config, workdir=str(workdir))
+    return make_experiment(config)
 
 
 def _fail(message: str) -> None:
@@ -45,10 +55,17 @@ def _fail(message: str) -> None:
 
 
 def _checked_inputs(default_workdir_name: str) -> tuple[Any, Path]:
-    config = _CONFIG.value
-    if config is None:
+    path = _config_path()
+    if not path:
         raise ConfigError("--config is required, e.g. --config configs/reacher_hard.py")
-    validate_experiment_config(config)
+    if not Path(path.split(":", 1)[0]).is_file():
+        raise ConfigError(f"--config {path}: no such file; pick one from configs/.")
+    try:
+        config = _CONFIG.value
+        validate_experiment_config(config)
+    except OSError as error:
+        cause = error.__cause__ or " ".join(str(error).split())
+        raise ConfigError(f"--config {path}: cannot load the config file: {cause}") from None
     workdir = Path(_WORKDIR.value or Path("runs") / default_workdir_name).absolute()
     if workdir.exists() and not workdir.is_dir():
         raise ConfigError(f"--workdir {workdir} exists and is not a folder; pick another path.")
@@ -59,9 +76,14 @@ def _checked_inputs(default_workdir_name: str) -> tuple[Any, Path]:
     return config, workdir
 
 
+def _config_path() -> str | None:
+    flag = flags.FLAGS["config"]
+    return flag.config_filename if flag.present else None
+
+
 def _config_name() -> str:
-    path = config_flags.get_config_filename(flags.FLAGS["config"])
-    return Path(path).stem if path else "run"
+    path = _config_path()
+    return Path(path.split(":", 1)[0]).stem if path else "run"
 
 
 def make_plan(config: Any, inventory: Any = None) -> Any:
@@ -123,7 +145,7 @@ def run_distributed(make_experiment: MakeExperiment, argv: list[str]) -> int:
     from magi_lp.launcher import launch
     from magi_lp.program import build_program
 
-    experiment = make_experiment(config)
+    experiment = _make(make_experiment, config, workdir)
     program = build_program(experiment, plan, workdir=str(workdir), logger_factory=logger_factory)
     print(f"workdir: {workdir}")
     return launch(program, plan.envs(), log_dir=workdir / "nodes")
@@ -140,7 +162,7 @@ def run_single_process(make_experiment: MakeExperiment, argv: list[str]) -> int:
     from magi_lp.loggers import LoggerFactory
 
     logger_factory = LoggerFactory.from_config(str(workdir), config.logging)
-    experiment = make_experiment(config)
+    experiment = _make(make_experiment, config, workdir)
     print(f"workdir: {workdir}")
     result = run_local(experiment, workdir=str(workdir), logger_factory=logger_factory)
     if result.resumed_from_step is not None:
@@ -152,6 +174,39 @@ def run_single_process(make_experiment: MakeExperiment, argv: list[str]) -> int:
         f"{result.episodes} episodes"
     )
     return 0
+
+
+def _override_error(argv: list[str], error: BaseException) -> str:
+    overrides = [arg for arg in argv if arg.startswith("--config.")]
+    text = str(error.args[0]) if error.args else str(error)
+    suggestion = re.search(r'Did you mean "([^"]+)"', text)
+    missing = re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text)
+    for override in overrides:
+        key = override[len("--config.") :].split("=", 1)[0]
+        if missing and missing[0] in key.split("."):
+            if suggestion:
+                return f"{override}: no config key {key}. Did you mean {suggestion.group(1)}?"
+            return (
+                f"{override}: the config file has no key {key}. Command-line overrides can "
+                "only change keys the config file sets; add it to the config file."
+            )
+    return f"bad config override ({' '.join(overrides)}): {' '.join(text.split())}"
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+    """absl flag parsing, with one clear line instead of a traceback for bad input."""
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as error:
+        _fail(f"{error}. See --helpfull.")
+    except OSError as error:
+        reason = error.__cause__ or str(error).splitlines()[-1].strip()
+        _fail(f"--config: cannot load the config file: {reason}")
+    except SyntaxError as error:
+        _fail(f"--config: the config file has a syntax error: {error}")
+    except (KeyError, AttributeError, TypeError, ValueError) as error:
+        _fail(_override_error(argv, error))
+    return argv
 
 
 def _main(runner: Callable[[MakeExperiment, list[str]], int], make: MakeExperiment) -> None:
@@ -167,7 +222,7 @@ def _main(runner: Callable[[MakeExperiment, list[str]], int], make: MakeExperime
             _fail(str(error))
         sys.exit(code)
 
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)
 
 
 def distributed_main(make_experiment: MakeExperiment) -> None:

@@ -5,7 +5,14 @@ python projects/td3/lp_main.py --config configs/td3_cartpole.py --dry_run
 """
 
 from magi_lp.cli import distributed_main
-from projects.td3.environment import make_experiment
+
+
+def make_experiment(config):
+    # Imported on use: a dry run or a bad flag never pays for JAX/TF/MuJoCo imports.
+    from projects.td3.environment import make_experiment as make
+
+    return make(config)
+
 
 if __name__ == "__main__":
     distributed_main(make_experiment)

@@ -4,7 +4,14 @@ python projects/td3/main.py --config configs/td3_cartpole.py --workdir runs/td3
 """
 
 from magi_lp.cli import single_process_main
-from projects.td3.environment import make_experiment
+
+
+def make_experiment(config):
+    # Imported on use: a bad flag never pays for JAX/TF/MuJoCo imports.
+    from projects.td3.environment import make_experiment as make
+
+    return make(config)
+
 
 if __name__ == "__main__":
     single_process_main(make_experiment)
