@@ -47,7 +47,7 @@ class GenericActor(core.Actor, Generic[State]):
         variable_client: VariableClient | None,
         adder: adders.Adder | None = None,
         jit: bool = True,
-        backend: str | None = "cpu",
+        backend: str | None = None,
     ):
         """Creates the actor.
 
@@ -57,8 +57,8 @@ class GenericActor(core.Actor, Generic[State]):
           variable_client: where parameters come from; None only for parameter-free cores.
           adder: where experience goes; None for evaluators.
           jit: compile `select_action` (turn off to debug with prints).
-          backend: XLA backend for acting; actors run on CPU by default so they never
-            compete with the learner for the GPU.
+          backend: XLA backend for acting; None uses the node's default, which its resource
+            spec decides (a CPU actor's JAX_PLATFORMS=cpu, a GPU actor's CUDA device).
         """
         self._core = actor_core
         self._client = variable_client
