@@ -4,6 +4,8 @@ Nodes: `replay` (a ReverbNode), `echo` (a CourierNode serving `ping`) and `probe
 CourierNode that calls `echo` and does a Reverb insert + sample, all over loopback). When that
 worked, `prober` writes <workdir>/ready.json; it then waits, and stops the program through
 `lp.stop()` when <workdir>/stop appears. SIGTERM / SIGINT to the launching process stop it too.
+It calls `run_isolated_if_needed` first, as an entry point does, and runs the program with
+magi_lp.launcher (node logs in <workdir>/logs).
 
     python tests/isolation_program.py --isolation auto|required|off --workdir DIR
 """
@@ -82,11 +84,10 @@ def main() -> int:
         return code
 
     # Heavy imports only in the process that runs the program.
-    os.environ["LAUNCHPAD_LOGGING_DIR"] = os.path.join(args.workdir, "logs")
     import launchpad as lp
-    from absl import flags
 
-    flags.FLAGS(sys.argv[:1])
+    from magi_lp import launcher
+
     program = lp.Program("isolation_test")
     with program.group("replay"):
         replay = program.add_node(lp.ReverbNode(_make_tables))
@@ -94,11 +95,7 @@ def main() -> int:
         echo = program.add_node(lp.CourierNode(Echo))
     with program.group("prober"):
         program.add_node(lp.CourierNode(Prober, echo, replay, args.workdir))
-    manager = lp.launch(
-        program, launch_type=lp.LaunchType.LOCAL_MULTI_PROCESSING, terminal="output_to_files"
-    )
-    manager.wait()
-    return 0
+    return launcher.launch(program, {}, log_dir=os.path.join(args.workdir, "logs"))
 
 
 if __name__ == "__main__":

@@ -406,15 +406,32 @@ def _probe_from(ns: str, host: str, ports: list[int]) -> dict[int, str]:
 class Program:
     """tests/isolation_program.py running in the background, torn down however a test ends."""
 
-    def __init__(self, workdir: Path, mode: str, wrapper: list[str]):
+    def __init__(self, workdir: Path, mode: str, wrapper: list[str], terminal: bool):
+        """With `terminal`, the program runs in a new session whose controlling terminal is a
+        pty; `press_ctrl_c` types into it."""
         self.workdir = workdir
         self.log = open(workdir / "launcher.log", "w")  # noqa: SIM115  (closed in stop())
+        self.terminal = None
+        tty_options = {}
+        if terminal:
+            self.terminal, tty = pty.openpty()
+            tty_options = dict(
+                stdin=tty,
+                start_new_session=True,
+                preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),
+            )
         self.proc = subprocess.Popen(
             [*wrapper, sys.executable, str(PROGRAM), "--isolation", mode, "--workdir", workdir],
             stdout=self.log,
             stderr=subprocess.STDOUT,
+            **tty_options,
         )
+        if terminal:
+            os.close(tty)
         self.pids: set[int] = {self.proc.pid}
+
+    def press_ctrl_c(self) -> None:
+        os.write(self.terminal, b"\x03")
 
     def wait_ready(self, timeout_s: float = 150.0) -> dict:
         """Waits for the prober's report; by then every node's server is up."""
@@ -443,6 +460,8 @@ class Program:
             _kill_tree(pid)
         self.proc.wait()
         self.log.close()
+        if self.terminal is not None:
+            os.close(self.terminal)
 
     def leftovers(self) -> list[int]:
         alive = []
@@ -457,8 +476,8 @@ class Program:
 def start_program(tmp_path):
     started = []
 
-    def start(mode: str, wrapper: tuple[str, ...] = ()) -> Program:
-        program = Program(tmp_path, mode, list(wrapper))
+    def start(mode: str, wrapper: tuple[str, ...] = (), terminal: bool = False) -> Program:
+        program = Program(tmp_path, mode, list(wrapper), terminal)
         started.append(program)
         return program
 
@@ -525,16 +544,22 @@ def test_node_ports_unreachable_from_the_network(run, probe_namespace, start_pro
 @pytest.mark.integration
 @pytest.mark.timeout(240)
 @needs_netns
-def test_isolated_nodes_talk_over_loopback_and_stop_cleanly(start_program):
-    program = start_program("required")
+@pytest.mark.parametrize("stop_by", ["sigterm", "ctrl-c"])
+def test_isolated_nodes_talk_over_loopback_and_stop_cleanly(stop_by, start_program):
+    program = start_program("required", terminal=stop_by == "ctrl-c")
     report = program.wait_ready()
     assert report["echo"] == 42  # prober -> echo Courier call
     assert report["sample"] == 7  # prober -> Reverb insert + sample
     exposure = isolation.describe_exposure(program.proc.pid)
     assert exposure.startswith("no node port is reachable"), exposure
 
-    program.proc.send_signal(signal.SIGTERM)  # forwarded to the isolated launcher
+    if stop_by == "sigterm":
+        program.proc.send_signal(signal.SIGTERM)  # forwarded to the isolated launcher
+    else:
+        program.press_ctrl_c()  # the terminal signals the launcher itself, and the nodes
     assert program.proc.wait(timeout=30) == 0, program.output()
+    # A plain stop: not "asked again to stop: killing ..." (a doubled Ctrl-C) nor a timeout.
+    assert "killing" not in (program.workdir / "launcher.log").read_text(), program.output()
     time.sleep(0.2)
     assert program.leftovers() == []
 
