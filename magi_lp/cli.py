@@ -27,7 +27,11 @@ from absl import logging as absl_logging
 from ml_collections import config_flags
 
 from magi_lp.errors import ConfigError
-from magi_lp.experiment_config import NODE_GROUPS, validate_experiment_config
+from magi_lp.experiment_config import (
+    NODE_GROUPS,
+    check_isolation_allows_logging,
+    validate_experiment_config,
+)
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Experiment config file (ml_collections).", lock_config=True
@@ -125,6 +129,7 @@ def run_distributed(make_experiment: MakeExperiment, argv: list[str]) -> int:
     """Plans, (optionally) isolates, builds and launches the distributed program."""
     del argv
     config, workdir = _checked_inputs(_config_name() + "_distributed")
+    check_isolation_allows_logging(config)
     from magi_lp import isolation
     from magi_lp.loggers import LoggerFactory
 

@@ -134,12 +134,6 @@ def validate_experiment_config(config: ml_collections.ConfigDict) -> None:
         raise ConfigError(
             f"isolation must be 'auto', 'required' or 'off', got {config.isolation!r}."
         )
-    if config.logging.get("wandb", False) and config.isolation != "off":
-        raise ConfigError(
-            f"logging.wandb=True needs the network, but isolation={config.isolation!r} runs the "
-            "nodes in a loopback-only network namespace; set isolation='off' (node RPC ports are "
-            "then reachable from the network) or turn logging.wandb off."
-        )
     _section(config, "checkpoint", {"enabled": bool, "every_minutes": (int, float), "reverb": bool})
     if config.checkpoint.every_minutes <= 0:
         raise ConfigError("checkpoint.every_minutes must be > 0.")
@@ -152,3 +146,13 @@ def validate_experiment_config(config: ml_collections.ConfigDict) -> None:
     for group in NODE_GROUPS:
         if group not in config.resources:
             raise ConfigError(f"resources.{group} is missing; e.g. {{'device': 'cpu'}}.")
+
+
+def check_isolation_allows_logging(config: ml_collections.ConfigDict) -> None:
+    """A distributed run isolated to loopback cannot reach Weights & Biases."""
+    if config.logging.get("wandb", False) and config.isolation != "off":
+        raise ConfigError(
+            f"logging.wandb=True needs the network, but isolation={config.isolation!r} runs the "
+            "nodes in a loopback-only network namespace; set isolation='off' (node RPC ports are "
+            "then reachable from the network) or turn logging.wandb off."
+        )
