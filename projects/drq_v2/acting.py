@@ -1,43 +1,37 @@
-"""DrQ-v2 policies as Acme-style actor cores: behaviour (explore) and evaluation (mean).
+"""DrQ-v2 policies as actor cores (`magi_lp.actors.ActorCore`): behaviour and evaluation.
 
 Behaviour, as in the official `DrQV2Agent.act`: uniform random actions in [-1, 1] for the
 first `num_expl_steps` agent steps, then the actor's mean plus N(0, stddev) noise at the
 scheduled stddev, clamped to [-1, 1] (the noise is not clipped when acting; `stddev_clip`
 only applies to the learner's target and actor-loss actions). Evaluation: the mean.
 
-The actor state counts this actor's agent steps, which drive both the initial random phase
-and the noise schedule. It must live across episodes: call `init` once per actor, not at
-every episode start (Acme 0.4's `GenericActor` re-inits its state in `observe_first`).
+Both the random phase and the noise schedule are functions of the GLOBAL agent step (all
+actors together), as in the official single-process code. An actor only sees its own steps,
+so the step it uses is
+
+    agent_step = max(this actor's steps, params["global_agent_steps"])
+
+where the optional `global_agent_steps` leaf of the params is a lower bound on the global
+step that the builder derives from the learner's update count (see
+`projects.drq_v2.builder`). Without that leaf (e.g. in unit tests) the actor's own count is
+used. The actor state must live across episodes: `magi_lp.actors.GenericActor` calls `init`
+once per actor, not at every episode start.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 
+from magi_lp.actors import ActorCore
 from projects.drq_v2.learning import stddev_schedule
 from projects.drq_v2.networks import DrQNetworks, sample_action
 
-State = TypeVar("State")
-Extras = Any
-
-
-@dataclasses.dataclass(frozen=True)
-class ActorCore(Generic[State]):
-    """Pure functions of a policy, in the shape of Acme's `acme.jax.actor_core.ActorCore`.
-
-    init(key) -> state; select_action(params, observation, state) -> (action, state), one
-    unbatched observation in, one action out; get_extras(state) -> extras for the adder.
-    """
-
-    init: Callable[[jax.Array], State]
-    select_action: Callable[[Any, Any, State], tuple[jax.Array, State]]
-    get_extras: Callable[[State], Extras]
+GLOBAL_AGENT_STEPS = "global_agent_steps"
+"""Optional params leaf: a lower bound on the agent steps taken by all actors together."""
 
 
 class DrQActorState(NamedTuple):
@@ -47,13 +41,21 @@ class DrQActorState(NamedTuple):
     steps: jax.Array
 
 
+def agent_step(params: Any, state: DrQActorState) -> jax.Array:
+    """The global agent step the behaviour policy acts at (see the module docstring)."""
+    if isinstance(params, dict) and GLOBAL_AGENT_STEPS in params:
+        return jnp.maximum(state.steps, jnp.asarray(params[GLOBAL_AGENT_STEPS], jnp.int32))
+    return state.steps
+
+
 def make_actor_core(
     networks: DrQNetworks, config: ml_collections.ConfigDict, evaluation: bool = False
 ) -> ActorCore[DrQActorState]:
     """The behaviour policy (evaluation=False) or the evaluation policy (evaluation=True).
 
-    `select_action` takes params {'encoder', 'actor'} and a uint8 observation [H, W, C]; it
-    returns a float32 action [A] in [-1, 1]. It is pure and can be jitted.
+    `select_action` takes params {'encoder', 'actor'} (optionally with the
+    `global_agent_steps` leaf) and a uint8 observation [H, W, C]; it returns a float32
+    action [A] in [-1, 1]. It is pure and can be jitted.
     """
 
     def init(key: jax.Array) -> DrQActorState:
@@ -69,10 +71,11 @@ def make_actor_core(
         if evaluation:
             action = mean
         else:
-            stddev = stddev_schedule(state.steps, config)
+            step = agent_step(params, state)
+            stddev = stddev_schedule(step, config)
             noisy = sample_action(noise_key, mean, stddev, None, config.action_clamp_eps)
             uniform = jax.random.uniform(uniform_key, mean.shape, mean.dtype, -1.0, 1.0)
-            action = jnp.where(state.steps < config.num_expl_steps, uniform, noisy)
+            action = jnp.where(step < config.num_expl_steps, uniform, noisy)
         return action.astype(jnp.float32), DrQActorState(key=key, steps=state.steps + 1)
 
     def get_extras(state: DrQActorState) -> tuple:

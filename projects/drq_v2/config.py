@@ -118,6 +118,7 @@ def get_agent_config(
     config.min_replay_frames = 4000  # no updates before this many environment frames
     config.update_every_steps = 2  # one update per this many agent steps (replay ratio)
     config.replay_buffer_size = 1_000_000  # transitions kept in replay
+    config.dataset_num_parallel_calls = 2  # parallel Reverb readers feeding the learner
 
     if domain is not None and task is not None:
         difficulty = task_difficulty(domain, task)
@@ -136,4 +137,5 @@ def get_env_config(domain: str = "reacher", task: str = "hard") -> ml_collection
     config.action_repeat = 2  # frames per agent step; rewards are summed over them
     config.frame_stack = 3  # observation = last frame_stack frames along channels
     config.camera_id = default_camera_id(domain)  # 2 for quadruped, 0 otherwise
+    config.max_episode_frames = 0  # cut episodes after this many frames; 0: the task's limit
     return config

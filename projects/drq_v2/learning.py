@@ -249,10 +249,10 @@ class DrQLearner(core.Learner):
         now = time.time()
         elapsed = 0.0 if self._timestamp is None else now - self._timestamp
         self._timestamp = now
+        # The runners hand the learner a counter prefixed "learner": these become the
+        # program's `learner_steps` and `learner_walltime`.
         counts = (
-            self._counter.increment(learner_steps=1, learner_time_s=elapsed)
-            if self._counter is not None
-            else {}
+            self._counter.increment(steps=1, walltime=elapsed) if self._counter is not None else {}
         )
         if self._logger is not None:
             self._logger.write({**jax.device_get(metrics), **counts})

@@ -1,0 +1,135 @@
+"""The DrQ-v2 experiment: builder + environment factory + network factory + config.
+
+`make_experiment(config, workdir=...)` is what `main.py` and `lp_main.py` hand to the
+toolkit's entry points. Every factory is a `functools.partial` of a module-level function
+holding only plain values and configs, so Launchpad can pickle the experiment into every
+node and each node builds its own environment, networks and video recorder.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from pathlib import Path
+
+import dm_env
+import ml_collections
+from acme import specs
+from acme.wrappers import StepLimitWrapper
+
+from magi_lp.builders import Experiment
+from magi_lp.errors import ConfigError
+from projects.drq_v2.builder import DrQBuilder
+from projects.drq_v2.environment import make_environment
+from projects.drq_v2.networks import DrQNetworks, make_networks
+from projects.drq_v2.video import EvaluationVideo
+
+VIDEO_FOLDER = "videos"
+"""Evaluation videos go to `<workdir>/videos`."""
+
+
+def environment_factory(
+    seed: int,
+    evaluation: bool,
+    *,
+    domain: str,
+    task: str,
+    image_size: int,
+    action_repeat: int,
+    frame_stack: int,
+    camera_id: int,
+    max_episode_frames: int = 0,
+) -> dm_env.Environment:
+    """A seeded pixel task (`projects.drq_v2.environment.make_environment`).
+
+    Args:
+      seed: the node's seed.
+      evaluation: whether an evaluator asks; the task is the same either way.
+      domain, task, image_size, action_repeat, frame_stack, camera_id: `config.env`.
+      max_episode_frames: cut episodes after this many frames (as a time limit does:
+        the last step keeps discount 1); 0 keeps the task's own limit (1000 frames for
+        every task of the paper). For short smoke tests and tests.
+    """
+    del evaluation
+    environment = make_environment(
+        domain,
+        task,
+        seed=seed,
+        image_size=image_size,
+        action_repeat=action_repeat,
+        frame_stack=frame_stack,
+        camera_id=camera_id,
+    )
+    if max_episode_frames:
+        environment = StepLimitWrapper(
+            environment, step_limit=math.ceil(max_episode_frames / action_repeat)
+        )
+    return environment
+
+
+def network_factory(
+    environment_spec: specs.EnvironmentSpec, *, agent_config: ml_collections.ConfigDict
+) -> DrQNetworks:
+    """The DrQ-v2 networks for the environment's action spec."""
+    return make_networks(environment_spec.actions, agent_config)
+
+
+def _check_env_config(env: ml_collections.ConfigDict) -> None:
+    for key in ("image_size", "action_repeat", "frame_stack"):
+        value = env[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"env.{key} must be an integer >= 1, got {value!r}")
+    frames = env.get("max_episode_frames", 0)
+    if isinstance(frames, bool) or not isinstance(frames, int) or frames < 0:
+        raise ConfigError(
+            f"env.max_episode_frames must be an integer >= 0 (0: the task's own limit), "
+            f"got {frames!r}"
+        )
+
+
+def make_experiment(config: ml_collections.ConfigDict, workdir: str | None = None) -> Experiment:
+    """DrQ-v2 on `config.env.domain`/`config.env.task` (e.g. configs/reacher_hard.py).
+
+    Args:
+      config: the experiment config (`projects.drq_v2.tasks.make_config`).
+      workdir: the run folder; evaluation videos go to `<workdir>/videos` when
+        `config.env.video.every_evaluations` > 0. None: no videos.
+    """
+    env = config.env
+    agent = config.agent
+    _check_env_config(env)
+    builder = DrQBuilder(
+        agent,
+        frame_stack=env.frame_stack,
+        action_repeat=env.action_repeat,
+        variable_update_period=config.variable_update_period,
+    )
+    observers = []
+    video = env.get("video", None)
+    if workdir is not None and video is not None and video.every_evaluations > 0:
+        observers.append(
+            functools.partial(
+                EvaluationVideo,
+                str(Path(workdir) / VIDEO_FOLDER),
+                episodes_per_evaluation=config.evaluation.episodes,
+                every_evaluations=int(video.every_evaluations),
+                fps=float(video.fps),
+                scale=int(video.scale),
+            )
+        )
+    return Experiment(
+        builder=builder,
+        environment_factory=functools.partial(
+            environment_factory,
+            domain=env.domain,
+            task=env.task,
+            image_size=env.image_size,
+            action_repeat=env.action_repeat,
+            frame_stack=env.frame_stack,
+            camera_id=env.camera_id,
+            max_episode_frames=env.get("max_episode_frames", 0),
+        ),
+        network_factory=functools.partial(network_factory, agent_config=agent),
+        config=config,
+        evaluation_observers=tuple(observers),
+    )

@@ -1,0 +1,203 @@
+"""The paper's tasks and the one experiment config every DrQ-v2 config file derives from.
+
+Yarats et al. 2021 ("Mastering Visual Continuous Control: Improved Data-Augmented
+Reinforcement Learning") train on 23 DeepMind Control tasks from pixels, in three groups
+that fix the training length and the exploration-noise schedule:
+
+    easy   (1.1M frames):  cartpole_balance, cartpole_balance_sparse, cartpole_swingup,
+                           cup_catch, finger_spin, hopper_stand, pendulum_swingup,
+                           walker_stand, walker_walk
+    medium (3.1M frames):  acrobot_swingup, cartpole_swingup_sparse, cheetah_run,
+                           finger_turn_easy, finger_turn_hard, hopper_hop, quadruped_run,
+                           quadruped_walk, reacher_easy, reacher_hard, walker_run
+    hard   (30.1M frames): humanoid_stand, humanoid_walk, humanoid_run
+
+`make_config(task_name, distributed)` builds a complete experiment config for one of them
+on top of `magi_lp.experiment_config.experiment_defaults()`: the group, the per-task
+hyperparameter overrides (walker: n-step 1 and batch 512; humanoid: learning rate 8e-5
+and feature dim 100; quadruped_run: replay 100k) and the camera come from
+`projects.drq_v2.config`. Each `configs/<task>.py` is a three-line `get_config` calling
+`task_config`, so `--config configs/walker_walk.py` runs in one process and
+`--config configs/walker_walk.py:distributed` with the distributed layout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import ml_collections
+from ml_collections import config_dict
+
+from magi_lp.errors import ConfigError
+from magi_lp.experiment_config import experiment_defaults
+from magi_lp.resources import ResourceSpec
+from projects.drq_v2.config import (
+    TASK_DIFFICULTY,
+    frames_to_agent_steps,
+    get_agent_config,
+    get_env_config,
+    train_frames,
+)
+
+# Task name (the paper's, and the config file's) -> dm_control suite (domain, task).
+PAPER_TASKS: dict[str, tuple[str, str]] = {
+    # easy
+    "cartpole_balance": ("cartpole", "balance"),
+    "cartpole_balance_sparse": ("cartpole", "balance_sparse"),
+    "cartpole_swingup": ("cartpole", "swingup"),
+    "cup_catch": ("ball_in_cup", "catch"),
+    "finger_spin": ("finger", "spin"),
+    "hopper_stand": ("hopper", "stand"),
+    "pendulum_swingup": ("pendulum", "swingup"),
+    "walker_stand": ("walker", "stand"),
+    "walker_walk": ("walker", "walk"),
+    # medium
+    "acrobot_swingup": ("acrobot", "swingup"),
+    "cartpole_swingup_sparse": ("cartpole", "swingup_sparse"),
+    "cheetah_run": ("cheetah", "run"),
+    "finger_turn_easy": ("finger", "turn_easy"),
+    "finger_turn_hard": ("finger", "turn_hard"),
+    "hopper_hop": ("hopper", "hop"),
+    "quadruped_run": ("quadruped", "run"),
+    "quadruped_walk": ("quadruped", "walk"),
+    "reacher_easy": ("reacher", "easy"),
+    "reacher_hard": ("reacher", "hard"),
+    "walker_run": ("walker", "run"),
+    # hard
+    "humanoid_stand": ("humanoid", "stand"),
+    "humanoid_walk": ("humanoid", "walk"),
+    "humanoid_run": ("humanoid", "run"),
+}
+
+DISTRIBUTED_ACTORS = 4
+"""CPU actor processes in the distributed layout."""
+
+EVALUATION_EVERY_FRAMES = 10_000  # the official `eval_every_frames`
+EVALUATION_EPISODES = 10  # the official `num_eval_episodes`
+
+
+def resource_spec(**settings: Any) -> ml_collections.ConfigDict:
+    """A `config.resources.<group>` entry listing EVERY ResourceSpec field.
+
+    Fields not in `settings` get ResourceSpec's defaults. Listing them all matters because
+    `--config.<key>=value` can only override keys that exist. Fields that may hold more
+    than one type or None (gpus, gpu_memory, preallocate, allocator, render_gpu,
+    cpu_threads) are stored as untyped field references: ml_collections cannot override a
+    None-valued field at all, and would parse `--config.resources.learner.gpus=1` into the
+    string '1' for a field that holds 'auto'. As untyped references, command-line values
+    are parsed as Python literals (0.5, 1, [0, 1], None, False) or kept as strings
+    ('grow', 'auto', 'platform').
+    """
+    defaults = ResourceSpec()
+    unknown = sorted(set(settings) - set(ResourceSpec.field_names()))
+    if unknown:
+        raise ConfigError(
+            f"resource setting {unknown[0]!r} is not a ResourceSpec field; valid: "
+            f"{', '.join(ResourceSpec.field_names())}"
+        )
+    spec = ml_collections.ConfigDict()
+    for field in dataclasses.fields(ResourceSpec):
+        value = settings.get(field.name, getattr(defaults, field.name))
+        if field.name == "env":
+            spec.env = ml_collections.ConfigDict(dict(value))
+        elif value is None or "|" in str(field.type):
+            spec[field.name] = config_dict.FieldReference(value, field_type=object)
+        else:
+            spec[field.name] = value
+    return spec
+
+
+def _resources() -> ml_collections.ConfigDict:
+    """Where each node group runs in the distributed program (main.py ignores this)."""
+    resources = ml_collections.ConfigDict()
+    # Replay, counter and coordinator never render and never need a GPU.
+    resources.replay = resource_spec(device="cpu", render="none")
+    resources.counter = resource_spec(device="cpu", render="none", cpu_threads=1)
+    # The learner takes a GPU when there is one (JAX's default share of it: it is alone on
+    # it; --config.resources.learner.gpu_memory=0.5 to share), else the CPU, and the plan
+    # prints a one-line notice. It renders nothing: it gets the spec, not an environment.
+    resources.learner = resource_spec(device="gpu_if_available", render="none")
+    # Actors and the evaluator act on the CPU, one thread each, and render with EGL (Mesa's
+    # software EGL without a GPU; --config.resources.actor.render_gpu=0 renders on GPU 0).
+    resources.actor = resource_spec(device="cpu", render="egl", cpu_threads=1)
+    resources.evaluator = resource_spec(device="cpu", render="egl", cpu_threads=1)
+    resources.coordinator = resource_spec(device="cpu", render="none", cpu_threads=1)
+    return resources
+
+
+def make_config(task_name: str, distributed: bool = False) -> ml_collections.ConfigDict:
+    """The experiment config of one of the paper's tasks, with the paper's settings.
+
+    Args:
+      task_name: a key of `PAPER_TASKS`, e.g. "reacher_hard".
+      distributed: the distributed layout (`DISTRIBUTED_ACTORS` CPU actors pulling
+        parameters every 100 steps) instead of the single-process one (one actor that
+        sees every update, as in the paper's code). Both carry the same resources.
+
+    Raises:
+      ConfigError: an unknown task name (the message lists the valid ones).
+    """
+    if task_name not in PAPER_TASKS:
+        raise ConfigError(
+            f"{task_name!r} is not one of the paper's tasks; valid: {', '.join(PAPER_TASKS)}"
+        )
+    domain, task = PAPER_TASKS[task_name]
+    env = get_env_config(domain, task)
+    agent = get_agent_config(domain, task)
+
+    config = experiment_defaults()
+    config.seed = 0
+    # Agent steps summed over actors: the paper's frames / action repeat.
+    config.max_actor_steps = frames_to_agent_steps(train_frames(domain, task), env.action_repeat)
+    config.num_actors = DISTRIBUTED_ACTORS if distributed else 1
+    config.num_evaluators = 1
+    # In one process a pull is a dict lookup on the in-process learner: take every update.
+    # Across processes it is a ~12 MB Courier call (84x84 policy): every 100 actor steps.
+    config.variable_update_period = 100 if distributed else 1
+    config.colocate_learner_and_replay = False
+    config.isolation = "auto"
+    config.checkpoint.enabled = True
+    config.checkpoint.every_minutes = 10.0
+    config.checkpoint.reverb = False
+    config.evaluation.episodes = EVALUATION_EPISODES
+    config.evaluation.every_actor_steps = frames_to_agent_steps(
+        EVALUATION_EVERY_FRAMES, env.action_repeat
+    )
+    config.resources = _resources()
+
+    config.env = env
+    # Evaluation video (projects/drq_v2/video.py): kept under `env` because the toolkit
+    # owns (and validates) `evaluation`. Written to <workdir>/videos.
+    config.env.video = ml_collections.ConfigDict(
+        {
+            "every_evaluations": 10,  # one episode every this many evaluations; 0: none
+            "fps": 25.0,  # one frame per agent step
+            "scale": 2,  # nearest-neighbour upscaling of the agent's view
+        }
+    )
+    config.agent = agent
+    return config
+
+
+def task_config(task_name: str, mode: str = "") -> ml_collections.ConfigDict:
+    """`make_config` for a config file's `get_config(mode)`.
+
+    `mode` is what follows the file name in `--config configs/<task>.py:<mode>`:
+    '' or 'single' for one process, 'distributed' for the distributed layout.
+    """
+    if mode not in ("", "single", "distributed"):
+        raise ConfigError(
+            f"config argument {mode!r} is not a mode; use configs/{task_name}.py (one "
+            f"process) or configs/{task_name}.py:distributed"
+        )
+    return make_config(task_name, distributed=mode == "distributed")
+
+
+def paper_task_names(difficulty: str | None = None) -> list[str]:
+    """The paper's task names, all or of one group ('easy', 'medium', 'hard')."""
+    return [
+        name
+        for name, key in PAPER_TASKS.items()
+        if difficulty is None or TASK_DIFFICULTY[key] == difficulty
+    ]

@@ -1,0 +1,176 @@
+"""End to end: DrQ-v2's entry points run to their frame limit at tiny sizes and leave logs,
+evaluation returns, videos and a checkpoint behind.
+
+(a) `main.py` (one process); (b) `lp_main.py` through real Launchpad with two actors: the
+coordinator stops the program at the frame limit, the launcher returns 0, and no process of
+the program is left (every process the run starts carries a marker variable in its
+environment, which Launchpad passes on to its nodes; /proc is searched for it).
+
+Tiny: 32x32 pixels, batch 16, feature 8 / hidden 32 / 8 conv channels, episodes cut at 100
+frames (50 agent steps), learning after 40 frames, one evaluation episode.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TINY = [
+    "--config.env.image_size=32",
+    "--config.env.max_episode_frames=100",
+    "--config.env.video.every_evaluations=1",
+    "--config.agent.batch_size=16",
+    "--config.agent.feature_dim=8",
+    "--config.agent.hidden_dim=32",
+    "--config.agent.encoder_channels=8",
+    "--config.agent.min_replay_frames=40",
+    "--config.agent.num_expl_steps=20",
+    "--config.agent.replay_buffer_size=1000",
+    "--config.agent.dataset_num_parallel_calls=1",
+    "--config.evaluation.episodes=1",
+    "--config.evaluation.every_actor_steps=50",
+    "--config.logging.tensorboard=False",
+]
+
+
+def _marked_processes(marker: str) -> list[int]:
+    """Pids of live processes whose environment holds `DRQ_E2E_MARKER=<marker>`."""
+    needle = f"DRQ_E2E_MARKER={marker}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if needle in environ.split(b"\0") and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def _run(script: str, config: str, workdir: Path, extra: list[str], timeout_s: float):
+    """Runs an entry point in its own session; returns (exit code, output, marker)."""
+    marker = uuid.uuid4().hex
+    env = dict(os.environ, DRQ_E2E_MARKER=marker, PYTHONUNBUFFERED="1")
+    command = [
+        sys.executable,
+        str(ROOT / "projects" / "drq_v2" / script),
+        f"--config={ROOT / 'configs' / config}",
+        f"--workdir={workdir}",
+        *TINY,
+        *extra,
+    ]
+    process = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            output, _ = process.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            output, _ = process.communicate()
+        for pid in _marked_processes(marker):
+            os.kill(pid, signal.SIGKILL)
+        pytest.fail(f"{script} did not finish in {timeout_s}s; output tail:\n{output[-4000:]}")
+    return process.returncode, output, marker
+
+
+def _rows(path: Path) -> list[dict]:
+    assert path.is_file(), f"missing {path}"
+    with path.open(newline="") as file:
+        return list(csv.DictReader(file))
+
+
+def _check_outputs(workdir: Path, actor_labels: list[str]) -> None:
+    logs = workdir / "logs"
+    for label in actor_labels:
+        rows = _rows(logs / label / "logs.csv")
+        assert rows and all(float(row["episode_length"]) == 50 for row in rows), label
+    evaluations = _rows(logs / "evaluator_0" / "logs.csv")
+    assert evaluations, "no evaluation return was logged"
+    for row in evaluations:
+        assert 0.0 <= float(row["episode_return"]) <= 50.0  # reacher: <= 1 per frame x 50
+    videos = list((workdir / "videos").glob("*.gif"))
+    assert videos, "no evaluation video"
+    assert [p for p in (workdir / "checkpoints" / "learner").iterdir() if p.name.isdigit()]
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(420)
+def test_main_runs_to_its_frame_limit(tmp_path):
+    workdir = tmp_path / "run"
+    start = time.monotonic()
+    code, output, marker = _run(
+        "main.py",
+        "reacher_hard.py",
+        workdir,
+        ["--config.max_actor_steps=100"],
+        timeout_s=360,
+    )
+    elapsed = time.monotonic() - start
+    assert code == 0, output[-4000:]
+    assert "done: 100 actor steps" in output, output[-4000:]
+    _check_outputs(workdir, ["actor_0"])
+    learner_rows = _rows(workdir / "logs" / "learner" / "logs.csv")
+    assert learner_rows and "critic_loss" in learner_rows[-1]
+    # The learner's steps reach the program's counter under the key loggers index by.
+    assert int(float(learner_rows[-1]["learner_steps"])) >= 1
+    assert _marked_processes(marker) == []
+    print(f"main.py e2e: {elapsed:.1f}s")
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(540)
+def test_lp_main_stops_by_itself_at_its_frame_limit(tmp_path):
+    workdir = tmp_path / "run"
+    start = time.monotonic()
+    code, output, marker = _run(
+        "lp_main.py",
+        "reacher_hard_distributed.py",
+        workdir,
+        [
+            "--config.num_actors=2",
+            "--config.max_actor_steps=300",
+            "--config.variable_update_period=10",
+            "--config.checkpoint.every_minutes=10.0",
+        ],
+        timeout_s=480,
+    )
+    elapsed = time.monotonic() - start
+    assert code == 0, output[-6000:]
+    _check_outputs(workdir, ["actor_0", "actor_1"])
+    actor_steps = sum(
+        int(float(row["episode_length"]))
+        for label in ("actor_0", "actor_1")
+        for row in _rows(workdir / "logs" / label / "logs.csv")
+    )
+    assert actor_steps >= 300  # stopped by the coordinator at the limit, not before
+    deadline = time.monotonic() + 10
+    while _marked_processes(marker) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    leftover = _marked_processes(marker)
+    for pid in leftover:
+        os.kill(pid, signal.SIGKILL)
+    assert leftover == [], f"processes left behind: {leftover}"
+    print(f"lp_main.py e2e: {elapsed:.1f}s")
