@@ -110,7 +110,9 @@ class PlacementPlan:
     def format_table(self) -> str:
         """The plan as a plain-text table (one row per launch group, env one var per line).
 
-        Notices are not included; print `plan.notices` next to it.
+        Notices are not included; print `plan.notices` next to it. Variables set to the
+        empty string (the library default, set so nothing leaks in from the launching
+        shell) are listed once under the table instead of in every row.
         """
         header = ("node group", "launch group", "nodes", "device", "gpus", "GPU memory", "env")
         rows = []
@@ -121,7 +123,7 @@ class PlacementPlan:
                 gpus = f"- (EGL on {self.inventory[p.render_gpu].label})"
             else:
                 gpus = "-"
-            env_lines = [f"{k}={v}" for k, v in p.env.items()] or [""]
+            env_lines = [f"{k}={v}" for k, v in p.env.items() if v or k in _ALWAYS_SHOWN] or [""]
             rows.append(
                 (
                     [p.group],
@@ -146,7 +148,16 @@ class PlacementPlan:
             height = max(len(cell) for cell in row)
             for i in range(height):
                 out.append(line([cell[i] if i < len(cell) else "" for cell in row]))
+        emptied = sorted(
+            {k for p in self.groups.values() for k, v in p.env.items() if not v} - _ALWAYS_SHOWN
+        )
+        if emptied:
+            out.append(f"set to '' (library default) where not shown: {', '.join(emptied)}")
         return "\n".join(out)
+
+
+# An empty CUDA_VISIBLE_DEVICES is the point of a CPU node (it sees no GPU): always show it.
+_ALWAYS_SHOWN = frozenset({"CUDA_VISIBLE_DEVICES"})
 
 
 def _ranges(indices: Sequence[int]) -> str:

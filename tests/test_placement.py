@@ -364,7 +364,13 @@ def test_format_table_lists_groups_devices_memory_and_env():
             break
         learner_env.append(line[env_col:])
     assert "CUDA_VISIBLE_DEVICES=1" in learner_env and "FOO=bar" in learner_env
-    assert len(learner_env) == len(MANAGED_VARIABLES) + 1
+    # Every managed variable is accounted for: with its value in the row, or (set to the
+    # empty string) named once in the footnote under the table.
+    footnote = next(line for line in lines if line.startswith("set to ''"))
+    shown = {entry.split("=", 1)[0] for entry in learner_env if entry}
+    for name in MANAGED_VARIABLES:
+        assert name in shown or name in footnote.split(": ", 1)[1].split(", "), name
+    assert not any(entry.endswith("=") for entry in learner_env)
     actor_rows = [line for line in lines if line.startswith("actor")]
     assert any("actor_gpu0" in r and "2 (0,2)" in r and f"0:{RTX3060}" in r for r in actor_rows)
     assert any("actor_gpu1" in r and "1 (1)" in r and "on demand" in r for r in actor_rows)
