@@ -128,7 +128,10 @@ def _use_cpu_only_here() -> None:
 def run_distributed(make_experiment: MakeExperiment, argv: list[str]) -> int:
     """Plans, (optionally) isolates, builds and launches the distributed program."""
     del argv
-    config, workdir = _checked_inputs(_config_name() + "_distributed")
+    name = _config_name()
+    config, workdir = _checked_inputs(
+        name if name.endswith("distributed") else f"{name}_distributed"
+    )
     check_isolation_allows_logging(config)
     from magi_lp import isolation
     from magi_lp.loggers import LoggerFactory
