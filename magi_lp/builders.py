@@ -197,9 +197,12 @@ class Experiment:
       environment_factory: makes a seeded environment inside each actor/evaluator node.
       network_factory: makes the agent's networks from the environment spec.
       config: the experiment config (ml_collections), see docs/architecture.md.
-      evaluation_observers: optional callables `(evaluator_index) -> observer` that an
-        evaluator calls after each evaluation episode with
-        `(episode_index, frames, episode_return)`; e.g. a video writer.
+      evaluation_observers: zero-argument factories, each called once inside every
+        evaluator process to make an observer with `observe_first(timestep)`,
+        `observe(timestep, action)` and `episode_done(episode_return)` (see
+        `acting_loop.ActingLoop`); e.g. a video recorder. Must be picklable.
+      environment_spec: the environment's spec; made once from a throwaway environment
+        (in the launching process) when not given.
     """
 
     builder: AgentBuilder
