@@ -206,6 +206,10 @@ def parse_flags(argv: list[str]) -> list[str]:
     try:
         return flags.FLAGS(argv)
     except flags.Error as error:
+        cause = error.__cause__ or error.__context__
+        if isinstance(cause, ConfigError):  # raised by the config file's get_config
+            # ml_collections re-raises it with the traceback as text; keep the last line.
+            _fail(str(cause).strip().splitlines()[-1].split("ConfigError: ", 1)[-1])
         _fail(f"{error}. See --helpfull.")
     except OSError as error:
         reason = error.__cause__ or str(error).splitlines()[-1].strip()
