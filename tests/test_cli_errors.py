@@ -25,6 +25,7 @@ SCRIPT = "projects/td3/lp_main.py"
         (["--config", CONFIG, "--config.resources.actor.gpu_memory=0.5"], "has no key"),
         (["--config", CONFIG, "--workdir", "/etc/hostname"], "--workdir"),
         (["--config", CONFIG, "--no_such_flag"], "no_such_flag"),
+        (["--config", "configs/reacher_hard.py:foo"], "'foo' is not a mode"),
     ],
 )
 def test_bad_input_gets_one_clear_line(args, expected, tmp_path):
