@@ -3,6 +3,7 @@ builder's replay round trip on a real in-process Reverb server. Tiny networks an
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import pickle
 from pathlib import Path
@@ -12,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from acme import specs, types
+from acme.adders import reverb as adders_reverb
 
 from projects.td3.builder import TD3Builder
 from projects.td3.config import get_agent_config
@@ -227,61 +229,73 @@ def test_builder_replay_round_trip(environment_spec, agent_config):
     server = reverb.Server(builder.make_replay_tables(environment_spec, rate_limited=False))
     try:
         client = reverb.Client(f"localhost:{server.port}")
-        environment = make_environment("cartpole", "balance", seed=1)
-        adder = builder.make_adder(client, environment_spec)
-        rng = np.random.default_rng(0)
-        timestep = environment.reset()
-        adder.add_first(timestep)
-        for _ in range(40):
-            action = rng.uniform(-1, 1, size=(1,)).astype(np.float32)
-            timestep = environment.step(action)
-            adder.add(action, timestep)
-        table = next(iter(client.server_info().values()))
-        assert table.current_size >= 39
-
-        dataset = builder.make_dataset_iterator(client)
-        sample = next(dataset)
-        batch = sample.data
-        assert batch.observation.shape == (BATCH, 5) and batch.observation.dtype == np.float32
-        assert batch.next_observation.shape == (BATCH, 5)
-        assert batch.action.shape == (BATCH, 1) and batch.action.dtype == np.float32
-        assert batch.reward.shape == (BATCH,) and batch.reward.dtype == np.float32
-        assert batch.discount.shape == (BATCH,) and batch.discount.dtype == np.float32
-        np.testing.assert_array_equal(batch.discount, 1.0)  # no episode ended in 40 steps
-        assert np.all((batch.reward >= 0) & (batch.reward <= 1))
-        assert np.all(np.abs(batch.action) <= 1)
-
-        # The learner consumes the dataset; an actor and an evaluator act with its params.
-        networks = make_networks(environment_spec, hidden_sizes=HIDDEN)
-        learner = builder.make_learner(
-            jax.random.PRNGKey(0), networks, dataset, environment_spec, logger=None
-        )
-        learner.step()
-        actor = builder.make_actor(
-            jax.random.PRNGKey(1),
-            builder.make_policy(networks, environment_spec, evaluation=False),
-            environment_spec,
-            learner,
-            adder,
-        )
-        evaluator = builder.make_actor(
-            jax.random.PRNGKey(2),
-            builder.make_policy(networks, environment_spec, evaluation=True),
-            environment_spec,
-            learner,
-        )
-        observation = timestep.observation
-        noisy = [actor.select_action(observation) for _ in range(3)]
-        greedy = [evaluator.select_action(observation) for _ in range(3)]
-        assert noisy[0].shape == (1,) and noisy[0].dtype == np.float32
-        assert len({float(a[0]) for a in noisy}) == 3  # exploration noise
-        assert len({float(a[0]) for a in greedy}) == 1  # evaluation is deterministic
-        expected = networks.policy_apply(learner.get_variables(["policy"])[0], observation[None])
-        np.testing.assert_allclose(greedy[0], np.asarray(expected)[0], rtol=1e-5)
-        actor.observe(noisy[0], environment.step(noisy[0]))
-        actor.update()
+        _write_sample_learn_act(builder, client, environment_spec, agent_config)
+        # The adder's writer flushes when it is deleted: delete it while the server is up.
+        gc.collect()
     finally:
         server.stop()
+
+
+def _write_sample_learn_act(builder, client, environment_spec, agent_config):
+    environment = make_environment("cartpole", "balance", seed=1)
+    adder = builder.make_adder(client, environment_spec)
+    rng = np.random.default_rng(0)
+    timestep = environment.reset()
+    adder.add_first(timestep)
+    for _ in range(40):
+        action = rng.uniform(-1, 1, size=(1,)).astype(np.float32)
+        timestep = environment.step(action)
+        adder.add(action, timestep)
+    n_step = agent_config.n_step
+    # One item per step once the episode is under way; the last few may still be in flight.
+    table = client.server_info()[adders_reverb.DEFAULT_PRIORITY_TABLE]
+    assert 30 <= table.current_size <= 40
+
+    dataset = builder.make_dataset_iterator(client)
+    batch = next(dataset).data
+    assert batch.observation.shape == (BATCH, 5) and batch.observation.dtype == np.float32
+    assert batch.next_observation.shape == (BATCH, 5)
+    assert batch.action.shape == (BATCH, 1) and batch.action.dtype == np.float32
+    assert batch.reward.shape == (BATCH,) and batch.reward.dtype == np.float32
+    assert batch.discount.shape == (BATCH,) and batch.discount.dtype == np.float32
+    # No episode ended in 40 steps, so an item's discount is gamma^(k-1) for its k-step window:
+    # k = n_step, or 1..n_step-1 for the shorter windows Acme writes at an episode's start.
+    gamma = np.float32(agent_config.discount)
+    windows = np.round(np.log(batch.discount) / np.log(gamma)).astype(int) + 1
+    np.testing.assert_allclose(batch.discount, gamma ** (windows - 1), rtol=1e-6)
+    assert set(windows) <= set(range(1, n_step + 1)) and n_step in set(windows)
+    assert np.all((batch.reward >= 0) & (batch.reward <= n_step))  # n rewards in [0, 1]
+    assert np.all(np.abs(batch.action) <= 1)
+
+    # The learner consumes the dataset; an actor and an evaluator act with its params.
+    networks = make_networks(environment_spec, hidden_sizes=HIDDEN)
+    learner = builder.make_learner(
+        jax.random.PRNGKey(0), networks, dataset, environment_spec, logger=None
+    )
+    learner.step()
+    actor = builder.make_actor(
+        jax.random.PRNGKey(1),
+        builder.make_policy(networks, environment_spec, evaluation=False),
+        environment_spec,
+        learner,
+        adder,
+    )
+    evaluator = builder.make_actor(
+        jax.random.PRNGKey(2),
+        builder.make_policy(networks, environment_spec, evaluation=True),
+        environment_spec,
+        learner,
+    )
+    observation = timestep.observation
+    noisy = [actor.select_action(observation) for _ in range(3)]
+    greedy = [evaluator.select_action(observation) for _ in range(3)]
+    assert noisy[0].shape == (1,) and noisy[0].dtype == np.float32
+    assert len({float(a[0]) for a in noisy}) == 3  # exploration noise
+    assert len({float(a[0]) for a in greedy}) == 1  # evaluation is deterministic
+    expected = networks.policy_apply(learner.get_variables(["policy"])[0], observation[None])
+    np.testing.assert_allclose(greedy[0], np.asarray(expected)[0], rtol=1e-5)
+    actor.observe(noisy[0], environment.step(noisy[0]))
+    actor.update()
 
 
 def test_experiment_config_and_pickling():

@@ -2,10 +2,12 @@
 
 Defaults follow the paper (Fujimoto et al. 2018, "Addressing Function Approximation Error in
 Actor-Critic Methods", Table 3) and its reference code (sfujim/TD3), except where a small
-proprioceptive dm_control task on a 2-core CPU wants less: a shorter warm-up and a smaller
-replay. Units: an *agent step* is one call of the policy (`env.action_repeat` frames); actions
-are in [-1, 1] (the environment is wrapped to that range), so the noise scales below are
-fractions of the action range's half-width, as `max_action`-scaled noise is in the paper.
+proprioceptive dm_control task on a 2-core CPU learns faster otherwise: a shorter warm-up
+(`random_action_steps`, `min_replay_size`) and 3-step TD targets (`n_step`; set it to 1 for
+the paper's algorithm). Units: an *agent step* is one call of the policy
+(`env.action_repeat` frames); actions are in [-1, 1] (the environment is wrapped to that
+range), so the noise scales below are fractions of the action range's half-width, as
+`max_action`-scaled noise is in the paper.
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ def get_agent_config() -> ml_collections.ConfigDict:
     config.learning_rate = 3e-4  # Adam step size, actor and critic alike (reference code)
     config.batch_size = 256  # transitions per update (reference code; the paper used 100)
     config.discount = 0.99  # gamma, per agent step
-    config.n_step = 1  # TD targets over n agent steps (1 = the paper's one-step TD3)
+    # TD targets over n agent steps. The paper's TD3 is 1-step; 3 (as in DrQ-v2; D4PG uses 5)
+    # propagates value faster: on cartpole/balance it reached evaluation returns ~990 by 25k
+    # agent steps where 1-step was at ~500 after 40k (one seed each, see the project report).
+    config.n_step = 3
     config.tau = 0.005  # soft target update: target <- tau * online + (1 - tau) * target
 
     # --- target policy smoothing and delayed updates ---------------------------------------
