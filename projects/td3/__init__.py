@@ -10,6 +10,8 @@ files a new agent project needs and nothing more:
     builder.py      `TD3Builder` (magi_lp.builders.AgentBuilder): replay, adder, dataset,
                     learner, policy, actor
     environment.py  dm_control tasks as flat float32 vectors, and `make_experiment(config)`
+    main.py         one process:  python projects/td3/main.py --config configs/td3_cartpole.py
+    lp_main.py      distributed:  python projects/td3/lp_main.py --config configs/td3_cartpole.py
 
 The experiment config lives at the repository root: configs/td3_cartpole.py.
 """
