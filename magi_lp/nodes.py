@@ -9,6 +9,8 @@ call `configure_process()` first so per-node settings apply before any framework
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -98,6 +100,7 @@ class LearnerNode:
         import launchpad as lp
 
         self._runner.run(lambda: lp.wait_for_stop(0))
+        _leave_node_process()
 
 
 class ActorNode:
@@ -178,6 +181,7 @@ class ActorNode:
             self._loop.run(should_stop)
         else:
             self.run_evaluations(should_stop, lambda seconds: lp.wait_for_stop(seconds))
+        _leave_node_process()
 
     def evaluate(self, should_stop: StopFn = lambda: False) -> list[dict]:
         """Pulls fresh parameters and runs `evaluation.episodes` episodes."""
@@ -195,6 +199,19 @@ class ActorNode:
                 next_at = actor_steps + every
             elif sleep(1.0):
                 break
+
+
+def _leave_node_process() -> None:
+    """Ends a node's process once its work is done and saved.
+
+    A learner blocked in Reverb's sampler, or an adder flushing to a replay server that is
+    already gone, keeps TensorFlow/Reverb threads alive that hold the process until
+    Launchpad's 10 s kill; the checkpoint is written and logs are flushed per row, so there
+    is nothing left to wait for.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 class CoordinatorNode:
