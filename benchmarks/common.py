@@ -1,0 +1,349 @@
+"""What every benchmark figure shares: the figure-process protocol, the machine's
+description, subprocess handling that leaves nothing behind, and small measuring helpers.
+
+Each figure is a module `benchmarks.<name>` with
+
+    measure(quick: bool) -> dict   runs in its own fresh process (`python -m
+                                   benchmarks.<name> --out result.json [--quick]`)
+    report(result: dict) -> str    Markdown for BENCHMARKS.md; light, imported by run.py
+    subprocess_env() -> dict       (optional) environment variables of the figure's process
+
+and ends with `if __name__ == "__main__": figure_main(measure)`. Modules import JAX,
+TensorFlow, Reverb and MuJoCo inside `measure` only, so `run.py` can import every module to
+render the page without paying for (or initialising) any of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+"""The repository root (figure processes run there)."""
+
+OUT_DIR_VAR = "MAGI_LP_BENCH_OUT_DIR"
+"""Where run.py writes the page; figures that make files (the PNG) put them under it."""
+
+MARK_VAR = "MAGI_LP_BENCH_MARK"
+"""Every process a benchmark starts carries this variable; leftovers are found by it."""
+
+
+# ---------------------------------------------------------------------------------------
+# The figure process.
+
+
+def figure_main(measure: Callable[[bool], dict]) -> None:
+    """Entry point of a figure module: runs `measure` and writes its result as JSON.
+
+    The result file gets `{"status": "ok", **result}`, or `{"status": "error", "error": ...}`
+    with the traceback when `measure` raised, so the page can say what went wrong.
+    """
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="small sizes, to validate")
+    parser.add_argument("--out", required=True, help="where the JSON result goes")
+    args = parser.parse_args()
+    # Pixels without a display; set before anything imports dm_control (run.py sets it too).
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    started = time.monotonic()
+    try:
+        result = {"status": "ok", **measure(args.quick)}
+    except BaseException as error:  # the page records it; the run goes on
+        result = {
+            "status": "error",
+            "error": f"{type(error).__name__}: {error}",
+            "traceback": traceback.format_exc()[-4000:],
+        }
+    result["seconds"] = round(time.monotonic() - started, 1)
+    Path(args.out).write_text(json.dumps(result, indent=2, default=_json_default))
+    print(json.dumps({k: v for k, v in result.items() if k != "traceback"}, default=str)[:4000])
+    sys.stdout.flush()
+    # Some libraries (Reverb, TF, Launchpad) leave non-daemon threads behind; the result is
+    # written, so leave without waiting for them.
+    os._exit(1 if result["status"] == "error" else 0)
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if hasattr(value, "item"):
+        return value.item()
+    return str(value)
+
+
+def progress(message: str) -> None:
+    """A progress line on stderr (the figure's log), with the time of day."""
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------
+# The machine.
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def cpu_model() -> str:
+    """The CPU's model name (from /proc/cpuinfo, else platform)."""
+    match = re.search(r"^model name\s*:\s*(.+)$", _read("/proc/cpuinfo"), re.MULTILINE)
+    return match.group(1).strip() if match else (platform.processor() or platform.machine())
+
+
+def ram_gib() -> float:
+    """Total RAM in GiB."""
+    match = re.search(r"^MemTotal:\s+(\d+) kB", _read("/proc/meminfo"), re.MULTILINE)
+    return round(int(match.group(1)) / 2**20, 1) if match else float("nan")
+
+
+def gpus() -> list[dict]:
+    """The GPUs NVML lists (empty when there is no GPU or no driver)."""
+    try:
+        from magi_lp.gpu_inventory import query_inventory
+
+        inventory = query_inventory()
+    except Exception:  # no NVML: no GPU as far as the benchmarks are concerned
+        return []
+    return [
+        {"index": g.index, "name": g.name, "memory_gib": round(g.memory_total_bytes / 2**30, 1)}
+        for g in inventory
+    ]
+
+
+def load_average() -> list[float]:
+    """1, 5 and 15 minute load averages."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def git_commit() -> str:
+    """HEAD's short hash, with "+dirty" when tracked files differ from it."""
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return commit + ("+dirty" if dirty else "")
+
+
+def machine() -> dict:
+    """What the page says about the machine the numbers come from."""
+    gpu_list = gpus()
+    return {
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "ram_gib": ram_gib(),
+        "gpus": gpu_list,
+        "gpu": ", ".join(f"{g['name']} ({g['memory_gib']} GiB)" for g in gpu_list) or "none",
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+    }
+
+
+def machine_summary() -> str:
+    """One line naming the machine (stored with each figure's result)."""
+    m = machine()
+    return f"{m['cpu']}, {m['cores']} cores, {m['ram_gib']} GiB, GPU: {m['gpu']}"
+
+
+# ---------------------------------------------------------------------------------------
+# Environment variables.
+
+
+def single_thread_env() -> dict[str, str]:
+    """One compute thread for XLA, BLAS and TensorFlow: what an actor node gets in the plan
+    (`cpu_threads=1`); the figure process also pins itself to one core."""
+    from magi_lp.resources import ResourceSpec, spec_to_env
+
+    return spec_to_env(ResourceSpec(device="cpu", render="egl", cpu_threads=1), ())
+
+
+def cpu_only_env() -> dict[str, str]:
+    """No GPU for JAX or TensorFlow; EGL rendering (Mesa's software EGL without a GPU)."""
+    return {"JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": "", "MUJOCO_GL": "egl"}
+
+
+def pin_to_one_core() -> int:
+    """Pins this process (and the threads it starts from now on) to one allowed core."""
+    core = max(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {core})
+    return core
+
+
+# ---------------------------------------------------------------------------------------
+# Subprocesses that leave nothing behind.
+
+
+def marked_pids(mark: str) -> list[int]:
+    """Live processes (not zombies) whose environment holds MAGI_LP_BENCH_MARK=<mark>."""
+    needle = f"{MARK_VAR}={mark}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and needle in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return found
+
+
+def kill_marked(mark: str, wait_s: float = 5.0) -> list[int]:
+    """SIGKILLs every live process carrying `mark`; returns their pids."""
+    pids = marked_pids(mark)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + wait_s
+    while marked_pids(mark) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return pids
+
+
+def marked_env(extra: dict[str, str] | None = None, mark: str | None = None) -> dict[str, str]:
+    """This process's environment plus a fresh (or given) mark, the repo on PYTHONPATH,
+    unbuffered output, and `extra` on top."""
+    env = dict(os.environ)
+    env[MARK_VAR] = mark or uuid.uuid4().hex
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env.setdefault("MUJOCO_GL", "egl")
+    env.update(extra or {})
+    return env
+
+
+@contextlib.contextmanager
+def started(
+    command: Sequence[str], env: dict[str, str], log: Path, cwd: Path = REPO
+) -> Iterator[subprocess.Popen]:
+    """Starts `command` in its own session, output to `log`; on leaving, stops it (SIGINT,
+    then SIGKILL of its group after 30 s) and SIGKILLs anything still carrying its mark."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            list(command),
+            cwd=cwd,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        yield process
+    finally:
+        stop(process, signal.SIGINT, timeout_s=30.0)
+        kill_marked(env[MARK_VAR])
+
+
+def stop(process: subprocess.Popen, sig: int, timeout_s: float) -> float | None:
+    """Sends `sig` to `process`; SIGKILLs its process group when it has not exited within
+    `timeout_s`. Returns the seconds it took to exit by itself, or None when killed."""
+    if process.poll() is not None:
+        return 0.0
+    start = time.monotonic()
+    with contextlib.suppress(ProcessLookupError):
+        process.send_signal(sig)
+    try:
+        process.wait(timeout=timeout_s)
+        return time.monotonic() - start
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        return None
+
+
+def tail(path: Path, lines: int = 25) -> str:
+    """The last lines of a text file ("" when missing)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+# ---------------------------------------------------------------------------------------
+# Measuring.
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident memory of process `pid` (VmRSS)."""
+    match = re.search(r"^VmRSS:\s+(\d+) kB", _read(f"/proc/{pid}/status"), re.MULTILINE)
+    if not match:
+        raise RuntimeError(f"no VmRSS for process {pid}")
+    return int(match.group(1)) * 1024
+
+
+def process_cpu_seconds(pid: int | None = None) -> float:
+    """User + system CPU seconds of a process so far (this one by default)."""
+    if pid is None:
+        times = os.times()
+        return times.user + times.system
+    fields = _read(f"/proc/{pid}/stat").rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
+
+
+def median(values: Sequence[float]) -> float:
+    """The median (NaN for none)."""
+    return statistics.median(values) if values else float("nan")
+
+
+def fmt(value: Any, digits: int = 1) -> str:
+    """A number for the page: thousands separators, `digits` decimals, "-" for None."""
+    if value is None:
+        return "-"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return f"{value:,}"
+    if value != value:  # NaN
+        return "n/a"
+    return f"{value:,.{digits}f}"
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    """numerator / denominator, None when either is missing or the denominator is 0."""
+    if numerator is None or denominator in (None, 0):
+        return None
+    return numerator / denominator
+
+
+def error_section(result: dict) -> str:
+    """Markdown for a figure that failed: the error and the end of its traceback."""
+    lines = [f"**Failed**: `{result.get('error', 'unknown error')}`"]
+    details = result.get("traceback") or result.get("log_tail")
+    if details:
+        lines += ["", "```", details.strip()[-2500:], "```"]
+    return "\n".join(lines)

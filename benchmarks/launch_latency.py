@@ -1,0 +1,313 @@
+"""Figure 4: launch latency, command start -> first learner update, against a bare Launchpad
+program with the same nodes that only import the libraries.
+
+  program  `python projects/drq_v2/lp_main.py --config configs/reacher_hard_distributed.py`
+           with tiny settings (32x32 pixels, small networks, learning after 40 frames, short
+           episodes; the same 9 nodes: replay, counter, learner, 4 actors, evaluator,
+           coordinator). "First learner update" = the learner's CSV log gets its first row,
+           which the learner writes right after its first update. Then the launcher gets
+           SIGINT; the figure records how long it took to exit and whether any process of
+           the program was left (found by a marker variable every process inherits).
+  bare     a Launchpad program (plain `lp.launch`, LOCAL_MULTI_PROCESSING, output_to_files)
+           with the same launch groups, node counts and per-group environments from the
+           same placement plan, where every node imports tensorflow, jax, reverb, haiku and
+           dm_control.suite, then writes a ready file. Latency = command start -> all ready.
+
+Ratio = program / bare; goal <= 1.2. Both with network isolation off (the bare program has
+none); full mode also times the program with isolation=auto.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.common import (
+    REPO,
+    cpu_only_env,
+    figure_main,
+    fmt,
+    kill_marked,
+    marked_env,
+    median,
+    progress,
+    ratio,
+    stop,
+    tail,
+)
+
+TITLE = "Launch latency: command start -> first learner update"
+CONFIG = "configs/reacher_hard_distributed.py"
+GOAL = 1.2
+TIMEOUT_S = 420.0
+POLL_S = 0.05
+
+TINY = [
+    "--config.env.image_size=32",
+    "--config.env.max_episode_frames=100",
+    "--config.env.video.every_evaluations=0",
+    "--config.agent.batch_size=16",
+    "--config.agent.feature_dim=8",
+    "--config.agent.hidden_dim=32",
+    "--config.agent.encoder_channels=8",
+    "--config.agent.min_replay_frames=40",
+    "--config.agent.num_expl_steps=20",
+    "--config.agent.replay_buffer_size=1000",
+    "--config.agent.dataset_num_parallel_calls=1",
+    "--config.evaluation.episodes=1",
+    "--config.evaluation.every_actor_steps=1000000",
+    "--config.logging.tensorboard=False",
+    "--config.checkpoint.every_minutes=1000.0",
+    "--config.max_actor_steps=1000000000",
+]
+
+
+def subprocess_env() -> dict[str, str]:
+    return cpu_only_env()
+
+
+# ---------------------------------------------------------------------------------------
+# The bare program (runs as `python -m benchmarks.launch_latency bare <ready_dir>`).
+
+
+def bare_node(ready_dir: str, name: str) -> None:
+    """A node that imports what the program's nodes import, says so, and waits."""
+    import haiku  # noqa: F401
+    import jax  # noqa: F401
+    import reverb  # noqa: F401
+    import tensorflow  # noqa: F401
+    from dm_control import suite  # noqa: F401
+
+    path = Path(ready_dir) / name
+    path.with_suffix(".tmp").write_text(f"{time.time()}\n")
+    path.with_suffix(".tmp").rename(path)
+    import launchpad as lp
+
+    lp.wait_for_stop()
+
+
+def _load_config(path: str):
+    spec = importlib.util.spec_from_file_location("bench_config", REPO / path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config()
+
+
+def run_bare(ready_dir: str) -> None:
+    """Builds and launches the bare program with the real program's plan; waits for it."""
+    from absl import flags
+
+    flags.FLAGS([sys.argv[0]], known_only=True)
+    import launchpad as lp
+
+    from magi_lp.cli import make_plan
+    from magi_lp.program import logical_groups
+
+    config = _load_config(CONFIG)
+    plan = make_plan(config)
+    groups = logical_groups(config)
+    if config.colocate_learner_and_replay:
+        groups.pop("replay")
+    program = lp.Program("bare")
+    for group, count in groups.items():
+        for index in range(count):
+            with program.group(plan.launch_group(group, index)):
+                program.add_node(lp.PyNode(bare_node, ready_dir, f"{group}_{index}"))
+    manager = lp.launch(
+        program,
+        launch_type=lp.LaunchType.LOCAL_MULTI_PROCESSING,
+        local_resources=plan.local_resources(),
+        terminal="output_to_files",
+    )
+    manager.wait()
+
+
+# ---------------------------------------------------------------------------------------
+# Timing.
+
+
+def _wait_for(condition, process, deadline: float) -> float | None:
+    while time.monotonic() < deadline:
+        if condition():
+            return time.monotonic()
+        if process.poll() is not None:
+            return None
+        time.sleep(POLL_S)
+    return None
+
+
+def _launch(command: list[str], extra_env: dict, log: Path, ready, describe: str) -> dict:
+    """Runs `command` until `ready()`; then SIGINT, and checks that nothing is left."""
+    import subprocess
+
+    env = marked_env({**cpu_only_env(), **extra_env})
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "wb") as out:
+        start = time.monotonic()
+        process = subprocess.Popen(
+            command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+    result: dict = {"what": describe}
+    try:
+        started_at = None
+        ready_at = None
+        deadline = start + TIMEOUT_S
+        while time.monotonic() < deadline and process.poll() is None:
+            now = time.monotonic()
+            if started_at is None and "started " in _text(log):
+                started_at = now
+            if ready():
+                ready_at = now
+                break
+            time.sleep(POLL_S)
+        if ready_at is None:
+            state = "exited" if process.poll() is not None else f"not ready in {TIMEOUT_S:.0f} s"
+            raise RuntimeError(f"{describe}: {state}; log tail:\n{tail(log)}")
+        result["seconds"] = ready_at - start
+        if started_at is not None:
+            result["nodes_started_s"] = started_at - start
+    finally:
+        exit_s = stop(process, signal.SIGINT, timeout_s=60.0)
+        result["exit_after_sigint_s"] = exit_s
+        result["returncode"] = process.returncode
+        time.sleep(1.0)
+        leftovers = kill_marked(env["MAGI_LP_BENCH_MARK"])
+        result["leftover_processes"] = len(leftovers)
+    return result
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def time_program(workdir: Path, isolation: str) -> dict:
+    learner_csv = workdir / "logs" / "learner" / "logs.csv"
+
+    def first_update() -> bool:
+        return _text(learner_csv).count("\n") >= 2  # header + first row
+
+    command = [
+        sys.executable,
+        str(REPO / "projects" / "drq_v2" / "lp_main.py"),
+        f"--config={REPO / CONFIG}",
+        f"--workdir={workdir}",
+        *TINY,
+        f"--config.isolation={isolation}",
+    ]
+    return _launch(command, {}, workdir / "launcher.log", first_update, f"program ({isolation})")
+
+
+def time_bare(folder: Path, nodes: int) -> dict:
+    ready_dir = folder / "ready"
+    ready_dir.mkdir(parents=True)
+
+    def all_ready() -> bool:
+        return sum(1 for p in ready_dir.iterdir() if p.suffix != ".tmp") >= nodes
+
+    command = [sys.executable, "-m", "benchmarks.launch_latency", "bare", str(ready_dir)]
+    env = {"LAUNCHPAD_LOGGING_DIR": str(folder / "nodes")}
+    return _launch(command, env, folder / "launcher.log", all_ready, "bare program")
+
+
+def measure(quick: bool) -> dict:
+    from magi_lp import isolation
+    from magi_lp.program import logical_groups
+
+    config = _load_config(CONFIG)
+    groups = logical_groups(config)
+    nodes = sum(groups.values())
+    rounds = 1 if quick else 2
+    runs: dict[str, list[dict]] = {"bare": [], "program_off": [], "program_auto": []}
+    with tempfile.TemporaryDirectory(prefix="magi_lp_bench_launch_") as root:
+        for index in range(rounds):
+            progress(f"round {index + 1}: bare program ({nodes} nodes)")
+            runs["bare"].append(time_bare(Path(root) / f"bare{index}", nodes))
+            progress(f"  all ready after {runs['bare'][-1]['seconds']:.1f} s")
+            progress(f"round {index + 1}: program, isolation off")
+            runs["program_off"].append(time_program(Path(root) / f"off{index}", "off"))
+            progress(f"  first learner update after {runs['program_off'][-1]['seconds']:.1f} s")
+        if not quick:
+            progress("program, isolation auto")
+            runs["program_auto"].append(time_program(Path(root) / "auto", "auto"))
+            progress(f"  first learner update after {runs['program_auto'][-1]['seconds']:.1f} s")
+    bare = median([r["seconds"] for r in runs["bare"]])
+    program = median([r["seconds"] for r in runs["program_off"]])
+    auto = median([r["seconds"] for r in runs["program_auto"]]) if runs["program_auto"] else None
+    return {
+        "groups": groups,
+        "nodes": nodes,
+        "rounds": rounds,
+        "isolation_auto": isolation.describe("auto"),
+        "bare_s": bare,
+        "program_s": program,
+        "program_auto_s": auto,
+        "ratio": ratio(program, bare),
+        "ratio_auto": ratio(auto, bare),
+        "goal_ratio": GOAL,
+        "runs": runs,
+    }
+
+
+def summary(result: dict) -> tuple[str, str, str]:
+    """(number, comparison, ratio) for the page's table."""
+    return (
+        f"{fmt(result['program_s'])} s to the first learner update (tiny settings)",
+        f"{fmt(result['bare_s'])} s bare Launchpad program, same nodes; goal <= {GOAL}x",
+        fmt(result["ratio"], 2),
+    )
+
+
+def report(result: dict) -> str:
+    runs = result["runs"]
+    lines = [
+        f"**{fmt(result['program_s'])} s** from command to the first learner update (tiny "
+        f"settings, isolation off) against **{fmt(result['bare_s'])} s** for a bare "
+        f"Launchpad program whose {result['nodes']} nodes only import the libraries: ratio "
+        f"**{fmt(result['ratio'], 2)}** (goal <= {result['goal_ratio']}).",
+        "",
+        '| run | seconds to ready | launcher printed "started" | exit after SIGINT '
+        "| exit code | processes left |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for name in ("bare", "program_off", "program_auto"):
+        for run in runs.get(name, []):
+            lines.append(
+                f"| {run['what']} | {fmt(run['seconds'])} | {fmt(run.get('nodes_started_s'))} "
+                f"| {fmt(run['exit_after_sigint_s'])} s | {run['returncode']} "
+                f"| {run['leftover_processes']} |"
+            )
+    if result.get("program_auto_s") is not None:
+        lines += [
+            "",
+            f"With isolation=auto ({result['isolation_auto']}): "
+            f"{fmt(result['program_auto_s'])} s, ratio {fmt(result['ratio_auto'], 2)}.",
+        ]
+    groups = ", ".join(f"{g} x{n}" for g, n in result["groups"].items())
+    lines += [
+        "",
+        f"How: nodes {groups}. Program: `projects/drq_v2/lp_main.py --config {CONFIG}` with "
+        "`" + " ".join(a.replace("--config.", "") for a in TINY) + "`; ready = first row in "
+        "`logs/learner/logs.csv` (written after the first update, which needs the actors "
+        "to fill 20 agent steps of replay and the learner to compile its update). Bare: "
+        "plain `lp.launch` with the same launch groups and per-group env (the plan's), "
+        "every node importing tensorflow, jax, reverb, haiku, dm_control.suite, then "
+        "writing a file; ready = all files. Polled every 50 ms; "
+        f"{result['rounds']} round(s) alternating, medians. Stopped with SIGINT; "
+        "leftovers are found by a marker variable in every process's environment.",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "bare":
+        run_bare(sys.argv[2])
+    else:
+        figure_main(measure)

@@ -1,0 +1,264 @@
+"""Runs the benchmark figures and writes BENCHMARKS.md and benchmarks/results.json.
+
+    python -m benchmarks.run [--quick] [--only name,...] [--out-dir .]
+    make bench / make bench-quick
+
+Each figure runs in its own fresh Python process (`python -m benchmarks.<module>`) with the
+environment variables it asks for (e.g. JAX_PLATFORMS=cpu, one-thread XLA for the actor
+figure), under a time limit; everything a figure process starts carries a marker variable
+and is killed when the figure ends. A figure that fails or times out is recorded with its
+error and log tail on the page; the others still run.
+
+With --only, the named figures are re-measured and merged into the existing results.json;
+the page is rebuilt from all stored results (each figure says when, where and in which mode
+it was measured). Quick mode uses small sizes to check that everything works: its numbers
+are not the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import importlib
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+
+from benchmarks import common
+
+RESULTS = Path("benchmarks") / "results.json"
+PAGE = Path("BENCHMARKS.md")
+
+
+@dataclasses.dataclass(frozen=True)
+class Figure:
+    """One figure: its module and how long its process may take (quick, full)."""
+
+    name: str
+    module: str
+    timeout_quick_s: float
+    timeout_full_s: float
+
+
+FIGURES = (
+    Figure("learner_updates", "benchmarks.learner_updates", 420, 600),
+    Figure("actor_throughput", "benchmarks.actor_throughput", 300, 600),
+    Figure("replay_memory", "benchmarks.replay_memory", 300, 600),
+    Figure("launch_latency", "benchmarks.launch_latency", 600, 1200),
+    Figure("actor_scaling", "benchmarks.actor_scaling", 600, 1200),
+    Figure("td3_learning", "benchmarks.td3_learning", 420, 900),
+    Figure("gpu_memory", "benchmarks.gpu_memory", 120, 1200),
+)
+BY_NAME = {figure.name: figure for figure in FIGURES}
+
+
+def _now() -> str:
+    return datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def run_figure(figure: Figure, quick: bool, out_dir: Path, logs: Path) -> dict:
+    """Runs one figure in its own process; returns its result with run metadata."""
+    module = importlib.import_module(figure.module)
+    extra = module.subprocess_env() if hasattr(module, "subprocess_env") else {}
+    extra = {**extra, common.OUT_DIR_VAR: str(out_dir.resolve())}
+    env = common.marked_env(extra)
+    result_path = logs / f"{figure.name}.json"
+    log_path = logs / f"{figure.name}.log"
+    result_path.unlink(missing_ok=True)
+    command = [sys.executable, "-m", figure.module, "--out", str(result_path)]
+    if quick:
+        command.append("--quick")
+    timeout = figure.timeout_quick_s if quick else figure.timeout_full_s
+    meta = {
+        "measured_at": _now(),
+        "mode": "quick" if quick else "full",
+        "commit": common.git_commit(),
+        "machine": common.machine_summary(),
+        "load_before": common.load_average(),
+    }
+    start = time.monotonic()
+    timed_out = False
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            command,
+            cwd=common.REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            common.stop(process, 2, timeout_s=20.0)  # SIGINT first, then SIGKILL
+    leftovers = common.kill_marked(env[common.MARK_VAR])
+    meta["wall_s"] = round(time.monotonic() - start, 1)
+    meta["load_after"] = common.load_average()
+    if leftovers:
+        meta["leftover_processes_killed"] = len(leftovers)
+    try:
+        result = json.loads(result_path.read_text())
+    except (OSError, ValueError):
+        reason = f"timed out after {timeout:.0f} s" if timed_out else "wrote no result"
+        result = {
+            "status": "error",
+            "error": f"the figure process {reason} (exit code {process.returncode})",
+            "log_tail": common.tail(log_path, 40),
+        }
+    if result.get("status") == "error" and "log_tail" not in result:
+        result["log_tail"] = common.tail(log_path, 40)
+    return {**result, "run": meta}
+
+
+def _load(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _section(number: int, figure: Figure, result: dict | None) -> str:
+    module = importlib.import_module(figure.module)
+    heading = f"## {number}. {module.TITLE}"
+    if result is None:
+        return f"{heading}\n\nNot measured yet: `python -m benchmarks.run --only {figure.name}`."
+    run = result.get("run", {})
+    stamp = (
+        f"_{run.get('mode', '?')} mode, {run.get('measured_at', '?')}, commit "
+        f"{run.get('commit', '?')}, {run.get('wall_s', '?')} s; load average "
+        f"{run.get('load_before', '?')} before, {run.get('load_after', '?')} after_"
+    )
+    if result.get("status") == "skipped":
+        body = f"**{result['reason']}**\n\n" + (module.report(result) if result.get("how") else "")
+    elif result.get("status") != "ok":
+        body = common.error_section(result)
+    else:
+        try:
+            body = module.report(result)
+        except Exception as error:  # a report bug must not lose the other figures
+            body = f"**Could not render this figure's result**: `{error!r}` (see results.json)."
+    return f"{heading}\n\n{stamp}\n\n{body.strip()}"
+
+
+def write_page(out_dir: Path, results: dict) -> Path:
+    """BENCHMARKS.md from the stored results."""
+    machine = results["machine"]
+    figures = results["figures"]
+    modes = sorted({f.get("run", {}).get("mode", "?") for f in figures.values()})
+    quick_note = (
+        "\n> **Quick mode** results below (small sizes, to validate the scripts): they are "
+        "not the figures. `make bench` measures them.\n"
+        if "quick" in modes
+        else ""
+    )
+    lines = [
+        "# magi_lp benchmarks",
+        "",
+        "<!-- Generated by `python -m benchmarks.run`; do not edit by hand. -->",
+        "_This page is written by `make bench` (`python -m benchmarks.run`) from "
+        "`benchmarks/results.json`; never edit it by hand. How each figure is measured: "
+        "[benchmarks/README.md](benchmarks/README.md)._",
+        quick_note,
+        "| | |",
+        "| --- | --- |",
+        f"| machine | {machine['cpu']}, {machine['cores']} cores, {machine['ram_gib']} GiB "
+        f"RAM, GPU: {machine['gpu']} |",
+        f"| software | Python {machine['python']}, Linux {machine['kernel']} |",
+        f"| date | {results['written_at']} |",
+        f"| git commit | {results['commit']} |",
+        f"| mode | {', '.join(modes)} |",
+        f"| run time | {results.get('last_run_s', '?')} s for "
+        f"{', '.join(results.get('last_run_figures', []))} |",
+        "",
+        "Load average before and after each figure is given with it: other work on the "
+        "machine inflates wall-clock timings (frames per CPU-second and CPU-seconds per "
+        "update are given where they help).",
+        "",
+        "| # | figure | number | comparison | ratio |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for number, figure in enumerate(FIGURES, start=1):
+        module = importlib.import_module(figure.module)
+        result = figures.get(figure.name)
+        summary = _summary(module, result)
+        lines.append(f"| {number} | [{module.TITLE}](#{_anchor(number, module.TITLE)}) | {summary}")
+    lines.append("")
+    for number, figure in enumerate(FIGURES, start=1):
+        lines += [_section(number, figure, figures.get(figure.name)), ""]
+    page = out_dir / PAGE
+    page.write_text("\n".join(lines).rstrip() + "\n")
+    return page
+
+
+def _summary(module: ModuleType, result: dict | None) -> str:
+    if result is None:
+        return "not measured | | |"
+    if result.get("status") == "skipped":
+        return f"{result['reason']} | | |"
+    if result.get("status") != "ok":
+        return f"failed: {result.get('error', '?')[:80]} | | |"
+    try:
+        number, comparison, ratio_text = module.summary(result)
+    except Exception as error:
+        return f"(summary failed: {error!r}) | | |"
+    return f"{number} | {comparison} | {ratio_text} |"
+
+
+def _anchor(number: int, title: str) -> str:
+    text = f"{number}. {title}".lower()
+    kept = "".join(c for c in text if c.isalnum() or c in " -_")
+    return kept.replace(" ", "-")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, a few minutes")
+    parser.add_argument("--only", default="", help=f"comma-separated figures: {', '.join(BY_NAME)}")
+    parser.add_argument("--out-dir", default=".", help="where BENCHMARKS.md goes")
+    args = parser.parse_args(argv)
+    names = [n.strip() for n in args.only.split(",") if n.strip()] or list(BY_NAME)
+    unknown = [n for n in names if n not in BY_NAME]
+    if unknown:
+        parser.error(f"unknown figure(s) {', '.join(unknown)}; choose from {', '.join(BY_NAME)}")
+    out_dir = Path(args.out_dir)
+    (out_dir / "benchmarks").mkdir(parents=True, exist_ok=True)
+    logs = out_dir / "benchmarks" / "logs"
+    logs.mkdir(exist_ok=True)
+    results_path = out_dir / RESULTS
+    stored = _load(results_path)
+    figures = dict(stored.get("figures", {})) if args.only else {}
+
+    start = time.monotonic()
+    for name in names:
+        figure = BY_NAME[name]
+        print(f"[{time.strftime('%H:%M:%S')}] {name} ({'quick' if args.quick else 'full'})")
+        sys.stdout.flush()
+        figures[name] = run_figure(figure, args.quick, out_dir, logs)
+        status = figures[name].get("status")
+        detail = figures[name].get("error") or figures[name].get("reason") or ""
+        print(f"    {status} in {figures[name]['run']['wall_s']} s {detail[:200]}")
+        # Write after every figure: an interrupted run keeps what it measured.
+        results = {
+            "written_at": _now(),
+            "commit": common.git_commit(),
+            "machine": common.machine(),
+            "last_run_s": round(time.monotonic() - start, 1),
+            "last_run_figures": names,
+            "figures": figures,
+        }
+        results_path.write_text(json.dumps(results, indent=2, default=str) + "\n")
+        write_page(out_dir, results)
+    print(f"wrote {out_dir / PAGE} and {results_path} in {time.monotonic() - start:.0f} s")
+    failed = [n for n in names if figures[n].get("status") == "error"]
+    if failed:
+        print(f"failed: {', '.join(failed)} (see the page and {logs})")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
