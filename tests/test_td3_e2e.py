@@ -28,7 +28,6 @@ TINY = [
     "--config.evaluation.episodes=1",
     "--config.evaluation.every_actor_steps=100000",
     "--config.logging.time_delta=0.0",
-    "--config.isolation=off",
 ]
 
 
@@ -89,6 +88,8 @@ def test_distributed_run_stops_by_itself_at_the_step_limit(tmp_path):
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
+    # The default isolation: nodes trained and stopped inside a loopback-only namespace.
+    assert "isolat" in output, output[-4000:]
 
     for index in (0, 1):
         actor = read_csv(tmp_path / f"logs/actor_{index}/logs.csv")
