@@ -34,21 +34,50 @@ PROBED_VARS = (
 )
 NUM_ACTORS = 2
 
-# Per-group overrides; the replay group is deliberately left out (it must get none).
-ACTOR_ENV = {
-    "CUDA_VISIBLE_DEVICES": "",
-    "JAX_PLATFORMS": "cpu",
-    "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
-    "LAUNCHER_TEST_GROUP": "actor",
-}
-LEARNER_ENV = {
-    "CUDA_VISIBLE_DEVICES": "",
-    "JAX_PLATFORMS": "cpu",
-    "XLA_PYTHON_CLIENT_PREALLOCATE": "true",
-    "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.25",
-    "LAUNCHER_TEST_GROUP": "learner",
-}
-ENVS = {"actor": ACTOR_ENV, "learner": LEARNER_ENV}
+
+def _plan_envs() -> dict[str, dict[str, str]]:
+    """Each group's env from its resource spec, through the real placement plan.
+
+    The replay group is deliberately left out of the plan: it must get no overrides.
+    """
+    from magi_lp.gpu_inventory import GpuInventory
+    from magi_lp.placement import GroupRequest, make_plan
+    from magi_lp.resources import ResourceSpec
+
+    specs = {
+        "actor": GroupRequest(
+            ResourceSpec.from_config(
+                "actor",
+                {
+                    "device": "cpu",
+                    "cpu_threads": 1,
+                    "render": "none",
+                    "env": {"LAUNCHER_TEST_GROUP": "actor"},
+                },
+            ),
+            NUM_ACTORS,
+        ),
+        "learner": GroupRequest(
+            ResourceSpec.from_config(
+                "learner",
+                {
+                    "device": "gpu_if_available",
+                    "cpu_threads": 2,
+                    "env": {"LAUNCHER_TEST_GROUP": "learner"},
+                },
+            ),
+            1,
+        ),
+    }
+    plan = make_plan(specs, GpuInventory(reason="no GPU in the launcher tests"))
+    return {group: dict(env) for group, env in plan.envs().items()}
+
+
+ENVS = _plan_envs()
+ACTOR_ENV = ENVS["actor"]
+LEARNER_ENV = ENVS["learner"]
+# Every variable any group sets, plus the test's own: what each node reports it sees.
+PROBED_VARS = tuple(sorted({*PROBED_VARS, *ACTOR_ENV, *LEARNER_ENV}))
 
 
 def reports_dir(out_dir: str | os.PathLike) -> Path:
