@@ -42,16 +42,25 @@ class _LearningActor(core.Actor):
         actor: core.Actor,
         learner: LearnerNode,
         schedule: ReplaySchedule,
+        replay_client: reverb.Client,
         on_step: Any = None,
     ):
         self._actor = actor
         self._learner = learner
         self._schedule = schedule
+        self._replay_client = replay_client
+        self._replay_ready = False
         self._on_step = on_step
         # Counted from this process's start: replay starts empty on every (re)launch, so
         # learning restarts only once it holds `min_replay_size` items again.
         self.steps = 0
         self.updates = 0
+
+    def _replay_has_items(self) -> bool:
+        if not self._replay_ready:
+            tables = self._replay_client.server_info().values()
+            self._replay_ready = all(table.current_size > 0 for table in tables)
+        return self._replay_ready
 
     def select_action(self, observation: Any) -> Any:
         return self._actor.select_action(observation)
@@ -65,6 +74,10 @@ class _LearningActor(core.Actor):
 
     def update(self, wait: bool = False) -> None:
         due = self._schedule.updates_due(self.steps)
+        if due > self.updates and not self._replay_has_items():
+            # Adders write items late (an n-step window, a chunk still open); sampling an
+            # empty table would block this one thread forever. Skip what is due until then.
+            self.updates = due
         while self.updates < due:
             self._learner.step()
             self.updates += 1
@@ -115,7 +128,13 @@ def run_local(
 
     def wrap(actor: core.Actor) -> core.Actor:
         learning_actor.append(
-            _LearningActor(actor, learner, schedule, on_step=lambda: bar.update(current_steps()))
+            _LearningActor(
+                actor,
+                learner,
+                schedule,
+                replay_client,
+                on_step=lambda: bar.update(current_steps()),
+            )
         )
         return learning_actor[0]
 
