@@ -50,15 +50,15 @@ CONFIG = "configs/reacher_hard_distributed.py"
 GROUP_VAR = "MAGI_LP_BENCH_GROUP"
 DRY_RUN_VAR = "MAGI_LP_BENCH_GPU_DRY_RUN"
 STARTUP_TIMEOUT_S = 600.0
-OVERRIDES = [
-    "--config.agent.min_replay_frames=400",
-    "--config.env.video.every_evaluations=0",
-    "--config.logging.tensorboard=False",
-    "--config.logging.terminal=False",
-    "--config.checkpoint.every_minutes=1000.0",
-    "--config.max_actor_steps=1000000000",
-    "--config.isolation=off",
-]
+OVERRIDES = {
+    "agent.min_replay_frames": 400,
+    "env.video.every_evaluations": 0,
+    "logging.tensorboard": False,
+    "logging.terminal": False,
+    "checkpoint.every_minutes": 1000.0,
+    "max_actor_steps": 1_000_000_000,
+    "isolation": "off",
+}
 
 
 def subprocess_env() -> dict[str, str]:
@@ -69,15 +69,21 @@ def subprocess_env() -> dict[str, str]:
 # The program, launched by `python -m benchmarks.gpu_memory launch <variant> <workdir> ...`.
 
 
-def _load_config(overrides: list[str]):
-    """The config file with `--config.<key>=value` overrides, as the entry points read it."""
-    from absl import flags
-    from ml_collections import config_flags
+def _load_config(overrides: dict):
+    """The config file's `get_config()` with `overrides` (dotted keys) applied."""
+    import importlib.util
 
-    holder = flags.FlagValues()
-    config_flags.DEFINE_config_file("config", None, "", flag_values=holder)
-    holder([sys.argv[0], f"--config={REPO / CONFIG}", *overrides])
-    return holder.config
+    spec = importlib.util.spec_from_file_location("bench_config", REPO / CONFIG)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = module.get_config()
+    for key, value in overrides.items():
+        *parents, leaf = key.split(".")
+        node = config
+        for parent in parents:
+            node = node[parent]
+        node[leaf] = value
+    return config
 
 
 def launch_program(variant: str, workdir: str, num_actors: int) -> int:
@@ -92,7 +98,7 @@ def launch_program(variant: str, workdir: str, num_actors: int) -> int:
     from magi_lp.program import build_program
     from projects.drq_v2.experiment import make_experiment
 
-    config = _load_config([*OVERRIDES, f"--config.num_actors={num_actors}"])
+    config = _load_config({**OVERRIDES, "num_actors": num_actors})
     plan = make_plan(config)
     planned = plan.envs()
     if variant == "planned":
@@ -274,7 +280,15 @@ def measure(quick: bool) -> dict:
         for variant in ("planned", "plain"):
             progress(f"{variant}: launching with {num_actors} actors")
             run = run_variant(variant, num_actors, window, Path(root))
+            if variant == "planned" and run["first_learner_update_s"] is None:
+                # The plan must work; the plain program failing is a result, this is not.
+                raise RuntimeError(f"the planned program never updated:\n{run['log_tail']}")
             run["fit"] = _fit(run, total_mib)
+            if run["program_exit_code_during_window"] not in (None, 0):
+                # Typically an out-of-memory error in the plain program: fewer fit than ran.
+                run["fit"]["actors_that_fit"] = (
+                    f"< {num_actors}: the program lost a node (see the log tail)"
+                )
             result[variant] = run
             progress(f"  per-group MiB: {run['per_group_mib']}")
         if found:
@@ -316,14 +330,26 @@ def report(result: dict) -> str:
                 f"| {fmt(run['first_learner_update_s'])} s "
                 f"| {'yes' if run['program_exit_code_during_window'] is None else 'no'} |"
             )
-    lines += ["", "| variant | learner MiB | MiB per actor | other nodes MiB | actors that fit |"]
-    lines += ["| --- | --- | --- | --- | --- |"]
+    lines += [
+        "",
+        "| variant | learner MiB | MiB per actor | other nodes MiB | actors that fit "
+        "| GPU used before -> during (MiB) |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for variant in ("planned", "plain"):
         fit = result[variant]["fit"]
+        before = sum(g["used_mib"] for g in result[variant]["gpu_before"])
+        during = sum(g["used_mib"] for g in result[variant]["gpu_during"])
         lines.append(
             f"| {variant} | {fmt(fit['learner_mib'], 0)} | {fmt(fit['per_actor_mib'], 0)} "
-            f"| {fmt(fit['other_nodes_mib'], 0)} | {fit['actors_that_fit']} |"
+            f"| {fmt(fit['other_nodes_mib'], 0)} | {fit['actors_that_fit']} "
+            f"| {fmt(before, 0)} -> {fmt(during, 0)} |"
         )
+    lines += [
+        "",
+        "If no node shows up while the GPU's used memory grows, nvidia-smi reports pids "
+        "this process cannot see (a container's pid namespace): read the totals.",
+    ]
     learner = result.get("learner_on_gpu")
     if learner:
         lines += [
@@ -344,7 +370,7 @@ def report(result: dict) -> str:
     lines += [
         "",
         f"How: `{CONFIG}` with {result['num_actors']} actors, "
-        + " ".join(a.replace("--config.", "") for a in OVERRIDES)
+        + " ".join(f"{k}={v}" for k, v in OVERRIDES.items())
         + f"; GPU memory per process from nvidia-smi every second for {fmt(result['window_s'], 0)}"
         " s after the learner's first update; processes matched to nodes by an env marker. "
         "Actors that fit = (GPU total - learner - other nodes) / per-actor peak.",

@@ -140,8 +140,16 @@ def _wait_for(condition, process, deadline: float) -> float | None:
     return None
 
 
-def _launch(command: list[str], extra_env: dict, log: Path, ready, describe: str) -> dict:
-    """Runs `command` until `ready()`; then SIGINT, and checks that nothing is left."""
+def _launch(
+    command: list[str],
+    extra_env: dict,
+    log: Path,
+    ready,
+    describe: str,
+    milestone=lambda: False,
+) -> dict:
+    """Runs `command` until `ready()` (noting when `milestone()` first holds); then SIGINT,
+    and checks that nothing is left."""
     import subprocess
 
     env = marked_env({**cpu_only_env(), **extra_env})
@@ -155,12 +163,15 @@ def _launch(command: list[str], extra_env: dict, log: Path, ready, describe: str
     result: dict = {"what": describe}
     try:
         started_at = None
+        milestone_at = None
         ready_at = None
         deadline = start + TIMEOUT_S
         while time.monotonic() < deadline and process.poll() is None:
             now = time.monotonic()
             if started_at is None and "started " in _text(log):
                 started_at = now
+            if milestone_at is None and milestone():
+                milestone_at = now
             if ready():
                 ready_at = now
                 break
@@ -171,6 +182,8 @@ def _launch(command: list[str], extra_env: dict, log: Path, ready, describe: str
         result["seconds"] = ready_at - start
         if started_at is not None:
             result["nodes_started_s"] = started_at - start
+        if milestone_at is not None:
+            result["first_actor_episode_s"] = milestone_at - start
     finally:
         exit_s = stop(process, signal.SIGINT, timeout_s=60.0)
         result["exit_after_sigint_s"] = exit_s
@@ -194,6 +207,9 @@ def time_program(workdir: Path, isolation: str) -> dict:
     def first_update() -> bool:
         return _text(learner_csv).count("\n") >= 2  # header + first row
 
+    def first_actor_episode() -> bool:
+        return _text(workdir / "logs" / "actor_0" / "logs.csv").count("\n") >= 2
+
     command = [
         sys.executable,
         str(REPO / "projects" / "drq_v2" / "lp_main.py"),
@@ -202,7 +218,14 @@ def time_program(workdir: Path, isolation: str) -> dict:
         *TINY,
         f"--config.isolation={isolation}",
     ]
-    return _launch(command, {}, workdir / "launcher.log", first_update, f"program ({isolation})")
+    return _launch(
+        command,
+        {},
+        workdir / "launcher.log",
+        first_update,
+        f"program ({isolation})",
+        milestone=first_actor_episode,
+    )
 
 
 def time_bare(folder: Path, nodes: int) -> dict:
@@ -273,21 +296,22 @@ def report(result: dict) -> str:
         f"Launchpad program whose {result['nodes']} nodes only import the libraries: ratio "
         f"**{fmt(result['ratio'], 2)}** (goal <= {result['goal_ratio']}).",
         "",
-        '| run | seconds to ready | launcher printed "started" | exit after SIGINT '
-        "| exit code | processes left |",
-        "| --- | --- | --- | --- | --- | --- |",
+        '| run | seconds to ready | launcher printed "started" | actor_0\'s first episode '
+        "| exit after SIGINT | exit code | processes left |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name in ("bare", "program_off", "program_auto"):
         for run in runs.get(name, []):
             lines.append(
                 f"| {run['what']} | {fmt(run['seconds'])} | {fmt(run.get('nodes_started_s'))} "
+                f"| {fmt(run.get('first_actor_episode_s'))} "
                 f"| {fmt(run['exit_after_sigint_s'])} s | {run['returncode']} "
                 f"| {run['leftover_processes']} |"
             )
     if result.get("program_auto_s") is not None:
         lines += [
             "",
-            f"With isolation=auto ({result['isolation_auto']}): "
+            f"With isolation=auto ({result['isolation_auto']}; one run): "
             f"{fmt(result['program_auto_s'])} s, ratio {fmt(result['ratio_auto'], 2)}.",
         ]
     groups = ", ".join(f"{g} x{n}" for g, n in result["groups"].items())
@@ -299,7 +323,8 @@ def report(result: dict) -> str:
         "to fill 20 agent steps of replay and the learner to compile its update). Bare: "
         "plain `lp.launch` with the same launch groups and per-group env (the plan's), "
         "every node importing tensorflow, jax, reverb, haiku, dm_control.suite, then "
-        "writing a file; ready = all files. Polled every 50 ms; "
+        "writing a file; ready = all files. Actor_0's first episode = first row of its CSV log "
+        "(an episode is 50 agent steps here). Polled every 50 ms; "
         f"{result['rounds']} round(s) alternating, medians. Stopped with SIGINT; "
         "leftovers are found by a marker variable in every process's environment.",
     ]
