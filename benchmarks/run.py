@@ -9,10 +9,12 @@ figure), under a time limit; everything a figure process starts carries a marker
 and is killed when the figure ends. A figure that fails or times out is recorded with its
 error and log tail on the page; the others still run.
 
-With --only, the named figures are re-measured and merged into the existing results.json;
-the page is rebuilt from all stored results (each figure says when, where and in which mode
-it was measured). Quick mode uses small sizes to check that everything works: its numbers
-are not the figures.
+Full mode writes the page at the repository root; quick mode writes it under
+benchmarks/quick/ (ignored by git) unless --out-dir says otherwise, so a check never replaces
+the measured page. With --only, the named figures are re-measured and merged into the
+existing results.json; the page is rebuilt from all stored results (each figure says when,
+where and in which mode it was measured). Quick mode uses small sizes to check that
+everything works: its numbers are not the figures.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from benchmarks import common
 
 RESULTS = Path("benchmarks") / "results.json"
 PAGE = Path("BENCHMARKS.md")
+QUICK_OUT_DIR = "benchmarks/quick"  # ignored by git
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,8 +175,7 @@ def write_page(out_dir: Path, results: dict) -> Path:
         f"| date | {results['written_at']} |",
         f"| git commit | {results['commit']} |",
         f"| mode | {', '.join(modes)} |",
-        f"| run time | {results.get('last_run_s', '?')} s for "
-        f"{', '.join(results.get('last_run_figures', []))} |",
+        f"| run time | {_run_times(results)} |",
         "",
         "Load average before and after each figure is given with it: other work on the "
         "machine inflates wall-clock timings (frames per CPU-second and CPU-seconds per "
@@ -193,6 +195,17 @@ def write_page(out_dir: Path, results: dict) -> Path:
     page = out_dir / PAGE
     page.write_text("\n".join(lines).rstrip() + "\n")
     return page
+
+
+def _run_times(results: dict) -> str:
+    parts = [
+        f"all figures, {mode} mode: {run['seconds']:.0f} s ({run['at']})"
+        for mode, run in sorted(results.get("complete_runs", {}).items())
+    ]
+    figures = results.get("last_run_figures", [])
+    if len(figures) < len(FIGURES):
+        parts.append(f"last run ({', '.join(figures)}): {results.get('last_run_s', '?')} s")
+    return "; ".join(parts) or "?"
 
 
 def _summary(module: ModuleType, result: dict | None) -> str:
@@ -219,13 +232,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, a few minutes")
     parser.add_argument("--only", default="", help=f"comma-separated figures: {', '.join(BY_NAME)}")
-    parser.add_argument("--out-dir", default=".", help="where BENCHMARKS.md goes")
+    parser.add_argument(
+        "--out-dir",
+        default=None,
+        help=f"where BENCHMARKS.md goes (default: . in full mode, {QUICK_OUT_DIR} with --quick)",
+    )
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.only.split(",") if n.strip()] or list(BY_NAME)
     unknown = [n for n in names if n not in BY_NAME]
     if unknown:
         parser.error(f"unknown figure(s) {', '.join(unknown)}; choose from {', '.join(BY_NAME)}")
-    out_dir = Path(args.out_dir)
+    # Quick numbers are not the figures: by default they never replace the committed page.
+    out_dir = Path(args.out_dir or (QUICK_OUT_DIR if args.quick else "."))
     (out_dir / "benchmarks").mkdir(parents=True, exist_ok=True)
     logs = out_dir / "benchmarks" / "logs"
     logs.mkdir(exist_ok=True)
@@ -243,12 +261,17 @@ def main(argv: list[str] | None = None) -> int:
         detail = figures[name].get("error") or figures[name].get("reason") or ""
         print(f"    {status} in {figures[name]['run']['wall_s']} s {detail[:200]}")
         # Write after every figure: an interrupted run keeps what it measured.
+        elapsed = round(time.monotonic() - start, 1)
+        complete = dict(stored.get("complete_runs", {}))
+        if not args.only and name == names[-1]:
+            complete["quick" if args.quick else "full"] = {"seconds": elapsed, "at": _now()}
         results = {
             "written_at": _now(),
             "commit": common.git_commit(),
             "machine": common.machine(),
-            "last_run_s": round(time.monotonic() - start, 1),
+            "last_run_s": elapsed,
             "last_run_figures": names,
+            "complete_runs": complete,
             "figures": figures,
         }
         results_path.write_text(json.dumps(results, indent=2, default=str) + "\n")
