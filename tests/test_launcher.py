@@ -122,6 +122,11 @@ class _LauncherRun:
         self.token = uuid.uuid4().hex
         self.log = tmp_path / "launcher.out"
         env = dict(os.environ, TMPDIR=str(self.system_tmp), LAUNCHER_TEST_TOKEN=self.token)
+        # The replay group gets no overrides, so it sees what the launcher inherited: make
+        # that independent of variables other test modules set in this pytest process.
+        for name in launcher_nodes.PROBED_VARS:
+            if name != "PYTHONUNBUFFERED":
+                env.pop(name, None)
         command = [sys.executable, str(_LAUNCH_SCRIPT), scenario, str(self.out_dir)]
         with open(self.log, "w") as log:
             self.process = subprocess.Popen(
