@@ -116,6 +116,11 @@ def make_plan(config: Any, inventory: Any = None) -> Any:
     return plan_groups(requests, inventory if inventory is not None else query_inventory())
 
 
+def _print_notices(plan: Any) -> None:
+    for notice in plan.notices:
+        print(f"notice: {notice}")
+
+
 def _use_cpu_only_here() -> None:
     # The launching process only assembles the program (and builds one environment to read
     # its spec); it must not take a CUDA context or GPU memory that the nodes need.
@@ -138,16 +143,16 @@ def run_distributed(make_experiment: MakeExperiment, argv: list[str]) -> int:
 
     logger_factory = LoggerFactory.from_config(str(workdir), config.logging)
     plan = make_plan(config)
-    for notice in plan.notices:
-        print(f"notice: {notice}")
     if _DRY_RUN.value:
+        _print_notices(plan)
         print(plan.format_table())
         print(f"network isolation: {isolation.describe(config.isolation)}")
         return 0
 
     code = isolation.run_isolated_if_needed(config.isolation, sys.argv)
     if code is not None:
-        return code
+        return code  # the isolated re-run of this command did the work (and the printing)
+    _print_notices(plan)
 
     _use_cpu_only_here()
     from magi_lp.launcher import launch
