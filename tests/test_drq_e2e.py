@@ -4,7 +4,7 @@ evaluation returns, videos and a checkpoint behind.
 (a) `main.py` (one process); (b) `lp_main.py` through real Launchpad with two actors: the
 coordinator stops the program at the frame limit, the launcher returns 0, and no process of
 the program is left (every process the run starts carries a marker variable in its
-environment, which Launchpad passes on to its nodes; /proc is searched for it).
+environment, which Launchpad passes on to its nodes; tests/e2e_utils finds it).
 
 Tiny: 32x32 pixels, batch 16, feature 8 / hidden 32 / 8 conv channels, episodes cut at 100
 frames (50 agent steps), learning after 40 frames, one evaluation episode.
@@ -12,7 +12,6 @@ frames (50 agent steps), learning after 40 frames, one evaluation episode.
 
 from __future__ import annotations
 
-import csv
 import os
 import signal
 import subprocess
@@ -22,6 +21,8 @@ import uuid
 from pathlib import Path
 
 import pytest
+
+from tests.e2e_utils import MARK_VAR, marked_processes, read_csv
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,26 +45,14 @@ TINY = [
 
 
 def _marked_processes(marker: str) -> list[int]:
-    """Pids of live processes whose environment holds `DRQ_E2E_MARKER=<marker>`."""
-    needle = f"DRQ_E2E_MARKER={marker}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if needle in environ.split(b"\0") and state != "Z":
-            found.append(int(entry.name))
-    return found
+    """Pids of live processes that inherited this run's marker."""
+    return [process.pid for process in marked_processes(marker)]
 
 
 def _run(script: str, config: str, workdir: Path, extra: list[str], timeout_s: float):
     """Runs an entry point in its own session; returns (exit code, output, marker)."""
     marker = uuid.uuid4().hex
-    env = dict(os.environ, DRQ_E2E_MARKER=marker, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **{MARK_VAR: marker})
     command = [
         sys.executable,
         str(ROOT / "projects" / "drq_v2" / script),
@@ -98,8 +87,7 @@ def _run(script: str, config: str, workdir: Path, extra: list[str], timeout_s: f
 
 def _rows(path: Path) -> list[dict]:
     assert path.is_file(), f"missing {path}"
-    with path.open(newline="") as file:
-        return list(csv.DictReader(file))
+    return read_csv(path)
 
 
 def _check_outputs(workdir: Path, actor_labels: list[str]) -> None:
