@@ -82,7 +82,7 @@ def _random_core(action_dim: int):
     import jax
     import jax.numpy as jnp
 
-    from magi_lp.actors import ActorCore
+    from magi_lp.agent.actor_core import ActorCore
 
     def select_action(params, observation, key):
         del params, observation
@@ -98,7 +98,7 @@ def _runner(name: str, experiment: Any, spec: Any, replay_client: Any) -> tuple[
     import numpy as np
     from acme.utils import counting, loggers
 
-    from magi_lp.acting_loop import ActingLoop
+    from magi_lp.runtime.acting_loop import ActingLoop
 
     config = experiment.config
     builder = experiment.builder

@@ -115,7 +115,7 @@ def ram_gib() -> float:
 def gpus() -> list[dict]:
     """The GPUs NVML lists (empty when there is no GPU or no driver)."""
     try:
-        from magi_lp.gpu_inventory import query_inventory
+        from magi_lp.placement.gpu_inventory import query_inventory
 
         inventory = query_inventory()
     except Exception:  # no NVML: no GPU as far as the benchmarks are concerned
@@ -180,7 +180,7 @@ def machine_summary() -> str:
 def single_thread_env() -> dict[str, str]:
     """One compute thread for XLA, BLAS and TensorFlow: what an actor node gets in the plan
     (`cpu_threads=1`); the figure process also pins itself to one core."""
-    from magi_lp.resources import ResourceSpec, spec_to_env
+    from magi_lp.placement.resources import ResourceSpec, spec_to_env
 
     return spec_to_env(ResourceSpec(device="cpu", render="egl", cpu_threads=1), ())
 

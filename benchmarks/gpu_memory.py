@@ -93,9 +93,9 @@ def launch_program(variant: str, workdir: str, num_actors: int) -> int:
 
     flags.FLAGS([sys.argv[0]], known_only=True)
     from magi_lp.cli import make_plan
-    from magi_lp.launcher import launch
-    from magi_lp.loggers import LoggerFactory
-    from magi_lp.program import build_program
+    from magi_lp.launch.local import launch
+    from magi_lp.runtime.loggers import LoggerFactory
+    from magi_lp.runtime.program import build_program
     from projects.drq_v2.experiment import make_experiment
 
     config = _load_config({**OVERRIDES, "num_actors": num_actors})

@@ -105,7 +105,7 @@ def run_bare(ready_dir: str) -> None:
     import launchpad as lp
 
     from magi_lp.cli import make_plan
-    from magi_lp.program import logical_groups
+    from magi_lp.runtime.program import logical_groups
 
     config = _load_config(CONFIG)
     plan = make_plan(config)
@@ -241,8 +241,8 @@ def time_bare(folder: Path, nodes: int) -> dict:
 
 
 def measure(quick: bool) -> dict:
-    from magi_lp import isolation
-    from magi_lp.program import logical_groups
+    from magi_lp.launch import isolation
+    from magi_lp.runtime.program import logical_groups
 
     config = _load_config(CONFIG)
     groups = logical_groups(config)

@@ -6,7 +6,7 @@ Renders real reacher_hard transitions once (the project's pixel environment: act
 server process, waits for it to settle, inserts the same transitions (n-step 3) and reads the
 growth of the server's resident memory (VmRSS) per item stored:
 
-  frame_replay  magi_lp.frame_replay: the DrQ builder's adder and table; every rendered
+  frame_replay  magi_lp.agent.frame_replay: the DrQ builder's adder and table; every rendered
                 frame is stored once and stacks are rebuilt at sample time.
   acme_nstep    Acme's NStepTransitionAdder on stacked observations: each step's stacked
                 observation is stored once and shared by the items that use it as o_t and

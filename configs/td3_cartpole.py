@@ -26,7 +26,7 @@ def _cpu(threads: int = 1) -> dict:
 def get_config() -> ml_collections.ConfigDict:
     """The experiment config; override any key with `--config.<key>=value`."""
     config = ml_collections.ConfigDict()
-    config.seed = 0  # every node's seed is derived from this one (magi_lp.seeding)
+    config.seed = 0  # every node's seed is derived from this one (magi_lp.runtime.seeding)
     config.max_actor_steps = 30_000  # agent steps summed over actors; then the run stops
     config.num_actors = 1  # actor processes in the distributed program
     config.num_evaluators = 1  # evaluator processes (0: no evaluation)

@@ -27,7 +27,7 @@ from absl import logging as absl_logging
 from ml_collections import config_flags
 
 from magi_lp.errors import ConfigError
-from magi_lp.experiment_config import (
+from magi_lp.runtime.config import (
     NODE_GROUPS,
     check_isolation_allows_logging,
     validate_experiment_config,
@@ -92,10 +92,10 @@ def _config_name() -> str:
 
 def make_plan(config: Any, inventory: Any = None) -> Any:
     """The validated placement plan for the program `config` describes."""
-    from magi_lp.gpu_inventory import query_inventory
-    from magi_lp.placement import GroupRequest
-    from magi_lp.placement import make_plan as plan_groups
-    from magi_lp.resources import ResourceSpec
+    from magi_lp.placement.gpu_inventory import query_inventory
+    from magi_lp.placement.plan import GroupRequest
+    from magi_lp.placement.plan import make_plan as plan_groups
+    from magi_lp.placement.resources import ResourceSpec
 
     counts = {
         "replay": 1,
@@ -138,8 +138,8 @@ def run_distributed(make_experiment: MakeExperiment, argv: list[str]) -> int:
         name if name.endswith("distributed") else f"{name}_distributed"
     )
     check_isolation_allows_logging(config)
-    from magi_lp import isolation
-    from magi_lp.loggers import LoggerFactory
+    from magi_lp.launch import isolation
+    from magi_lp.runtime.loggers import LoggerFactory
 
     logger_factory = LoggerFactory.from_config(str(workdir), config.logging)
     plan = make_plan(config)
@@ -155,8 +155,8 @@ def run_distributed(make_experiment: MakeExperiment, argv: list[str]) -> int:
     _print_notices(plan)
 
     _use_cpu_only_here()
-    from magi_lp.launcher import launch
-    from magi_lp.program import build_program
+    from magi_lp.launch.local import launch
+    from magi_lp.runtime.program import build_program
 
     experiment = _make(make_experiment, config, workdir)
     program = build_program(experiment, plan, workdir=str(workdir), logger_factory=logger_factory)
@@ -171,8 +171,8 @@ def run_single_process(make_experiment: MakeExperiment, argv: list[str]) -> int:
     if _DRY_RUN.value:
         raise ConfigError("--dry_run is for lp_main.py; main.py runs in this one process.")
     os.environ.setdefault("MUJOCO_GL", "egl")
-    from magi_lp.local_runner import run_local
-    from magi_lp.loggers import LoggerFactory
+    from magi_lp.runtime.loggers import LoggerFactory
+    from magi_lp.runtime.single_process import run_local
 
     logger_factory = LoggerFactory.from_config(str(workdir), config.logging)
     experiment = _make(make_experiment, config, workdir)

@@ -5,7 +5,7 @@ repeat 2 as in DrQ-v2), stacks 3 frames the way the frame-stacking wrapper does,
 inserts the same transitions (n_step 3) into a fresh, dedicated Reverb server process per
 layout:
 
-  frame_replay  magi_lp.frame_replay.FrameStackAdder: each rendered frame stored once.
+  frame_replay  magi_lp.agent.frame_replay.FrameStackAdder: each rendered frame stored once.
   acme_nstep    acme's NStepTransitionAdder on stacked observations: the stacked
                 observation of every step is stored once and shared by the items of o_t
                 and o_{t+n} (auto-tuned chunks, as acme configures them).
@@ -67,7 +67,7 @@ def _make_table(layout: str, max_size: int):
     from acme import types
     from acme.adders.reverb import NStepTransitionAdder
 
-    from magi_lp.frame_replay import make_frame_replay_table
+    from magi_lp.agent.frame_replay import make_frame_replay_table
 
     spec = _environment_spec()
     if layout == "frame_replay":
@@ -168,7 +168,7 @@ def timesteps(episode: dict):
 def insert(layout: str, client, episodes: list[dict], chunk_length: int | None) -> None:
     """Feeds the episodes to `layout`'s writer; chunk_length None: the layout's default."""
     if layout == "frame_replay":
-        from magi_lp.frame_replay import FrameStackAdder
+        from magi_lp.agent.frame_replay import FrameStackAdder
 
         adder = FrameStackAdder(
             client, TABLE, frame_stack=FRAME_STACK, n_step=N_STEP, chunk_length=chunk_length
@@ -241,7 +241,7 @@ def sample_rate(
     meaningful when other work shares the machine; the wall-clock rate does not.
     """
     if layout == "frame_replay":
-        from magi_lp.frame_replay import make_frame_replay_dataset
+        from magi_lp.agent.frame_replay import make_frame_replay_dataset
 
         iterator = make_frame_replay_dataset(
             server_address,

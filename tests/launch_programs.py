@@ -25,7 +25,7 @@ def main(argv: list[str]) -> int:
     )
     import launcher_nodes
 
-    from magi_lp import launcher
+    from magi_lp.launch import local as launcher
 
     program = launcher_nodes.build_program(scenario, out_dir)
     return launcher.launch(

@@ -40,9 +40,9 @@ def _plan_envs() -> dict[str, dict[str, str]]:
 
     The replay group is deliberately left out of the plan: it must get no overrides.
     """
-    from magi_lp.gpu_inventory import GpuInventory
-    from magi_lp.placement import GroupRequest, make_plan
-    from magi_lp.resources import ResourceSpec
+    from magi_lp.placement.gpu_inventory import GpuInventory
+    from magi_lp.placement.plan import GroupRequest, make_plan
+    from magi_lp.placement.resources import ResourceSpec
 
     specs = {
         "actor": GroupRequest(

@@ -19,8 +19,8 @@ import numpy as np
 import optax
 import pytest
 
-from magi_lp.checkpointing import Checkpointer, PeriodicCheckpointer, Snapshot
 from magi_lp.errors import ConfigError
+from magi_lp.runtime.checkpointing import Checkpointer, PeriodicCheckpointer, Snapshot
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -177,7 +177,7 @@ def test_save_in_one_process_restore_in_another(tmp_path):
     saver = run_python(
         f"""
         from tests.test_checkpointing import make_state
-        from magi_lp.checkpointing import Checkpointer
+        from magi_lp.runtime.checkpointing import Checkpointer
         ckpt = Checkpointer({directory!r})
         ckpt.save(7, make_state(7), {{"actor_steps": 70}})
         ckpt.save(8, make_state(8), {{"actor_steps": 80}})
@@ -190,7 +190,7 @@ def test_save_in_one_process_restore_in_another(tmp_path):
         import json
         import jax, numpy as np
         from tests.test_checkpointing import make_state
-        from magi_lp.checkpointing import Checkpointer
+        from magi_lp.runtime.checkpointing import Checkpointer
         ckpt = Checkpointer({directory!r})
         state, metadata = ckpt.restore(make_state(0))
         leaves = [np.asarray(x).tolist() for x in jax.tree_util.tree_leaves(state)]
@@ -240,7 +240,7 @@ def test_process_killed_mid_save_leaves_nothing_restorable(tmp_path):
                 import pathlib, time
                 from orbax.checkpoint.path import atomicity
                 from tests.test_checkpointing import make_state
-                from magi_lp.checkpointing import Checkpointer
+                from magi_lp.runtime.checkpointing import Checkpointer
 
                 ckpt = Checkpointer({directory!r})
                 ckpt.save(1, make_state(1), {{"seed": 1}})

@@ -24,14 +24,14 @@ from acme import specs
 from ml_collections import config_flags
 
 from magi_lp.errors import ConfigError
-from magi_lp.experiment_config import validate_experiment_config
-from magi_lp.resources import ResourceSpec
+from magi_lp.placement.resources import ResourceSpec, resource_spec
+from magi_lp.runtime.config import validate_experiment_config
 from projects.drq_v2.acting import GLOBAL_AGENT_STEPS, make_actor_core
 from projects.drq_v2.builder import LEARNER_STEPS, TABLE_NAME, DrQBuilder, PolicyVariables
 from projects.drq_v2.config import TASK_DIFFICULTY, get_agent_config
 from projects.drq_v2.experiment import environment_factory, make_experiment
 from projects.drq_v2.networks import make_networks
-from projects.drq_v2.tasks import PAPER_TASKS, make_config, paper_task_names, resource_spec
+from projects.drq_v2.tasks import PAPER_TASKS, make_config, paper_task_names
 from projects.drq_v2.video import EvaluationVideo
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,8 +9,8 @@ from dm_env import specs
 
 from projects.drq_v2.acting import make_actor_core
 from projects.drq_v2.config import get_agent_config
+from projects.drq_v2.learner import DrQLearner
 from projects.drq_v2.learning import (
-    DrQLearner,
     init_training_state,
     make_update_fn,
     policy_params,

@@ -17,8 +17,7 @@ import pytest
 import reverb
 from acme import specs
 
-from magi_lp.errors import ConfigError
-from magi_lp.frame_replay import (
+from magi_lp.agent.frame_replay import (
     FrameStackAdder,
     default_chunk_length,
     frame_replay_signature,
@@ -26,6 +25,7 @@ from magi_lp.frame_replay import (
     make_frame_replay_dataset,
     make_frame_replay_table,
 )
+from magi_lp.errors import ConfigError
 
 H, W, C = 8, 8, 3
 ACTION_SPEC = specs.BoundedArray((2,), np.float32, -1.0, 1.0, name="action")

@@ -5,7 +5,7 @@ import glob
 import pytest
 
 from magi_lp.errors import ConfigError
-from magi_lp.gpu_inventory import (
+from magi_lp.placement.gpu_inventory import (
     GpuInfo,
     GpuInventory,
     pick_identical,

@@ -1,4 +1,4 @@
-"""Tests for magi_lp.isolation: node ports unreachable from the network, loopback still works.
+"""Tests for magi_lp.launch.isolation: node ports unreachable from outside, loopback works.
 
 The integration tests start tests/isolation_program.py (a ReverbNode and two CourierNodes) and
 connect to every TCP port its processes listen on from a separate network namespace made here
@@ -25,8 +25,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from magi_lp import isolation
 from magi_lp.errors import ConfigError
+from magi_lp.launch import isolation
 
 REPO = Path(__file__).resolve().parent.parent
 PROGRAM = REPO / "tests" / "isolation_program.py"
@@ -47,7 +47,7 @@ CHILD = textwrap.dedent(
     """
     import json, os, signal, socket, sys, time
     sys.path.insert(0, {repo!r})
-    from magi_lp import isolation
+    from magi_lp.launch import isolation
     code = isolation.run_isolated_if_needed(sys.argv[1], sys.argv)
     if code is not None:
         sys.exit(code)
@@ -76,7 +76,7 @@ SIGNAL_CHILD = textwrap.dedent(
     """
     import os, signal, sys, time
     sys.path.insert(0, {repo!r})
-    from magi_lp import isolation
+    from magi_lp.launch import isolation
     code = isolation.run_isolated_if_needed("required", sys.argv)
     if code is not None:
         sys.exit(code)

@@ -1,4 +1,4 @@
-"""Tests for magi_lp.launcher.
+"""Tests for magi_lp.launch.local.
 
 The integration tests start real Launchpad local multi-processing programs with a real
 Reverb server (tests/launcher_nodes.py), each through `tests/launch_programs.py` in its own
@@ -27,8 +27,8 @@ import launchpad as lp
 import psutil
 import pytest
 
-from magi_lp import launcher
 from magi_lp.errors import ConfigError
+from magi_lp.launch import local as launcher
 
 _TESTS = Path(__file__).resolve().parent
 _LAUNCH_SCRIPT = _TESTS / "launch_programs.py"

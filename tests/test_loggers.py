@@ -21,9 +21,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from magi_lp import loggers
 from magi_lp.errors import ConfigError
-from magi_lp.loggers import (
+from magi_lp.runtime import loggers
+from magi_lp.runtime.loggers import (
     LoggerFactory,
     ProgressBar,
     ThroughputTracker,
@@ -173,7 +173,7 @@ def test_killed_process_keeps_every_written_row(tmp_path):
     """SIGKILL right after writing, without close(): CSV and TensorBoard hold every row."""
     code = f"""
         import os, signal
-        from magi_lp.loggers import make_logger
+        from magi_lp.runtime.loggers import make_logger
         logger = make_logger("learner", {str(tmp_path)!r}, terminal=False, time_delta=0,
                              steps_key="learner_steps")
         for step in range(1, 6):

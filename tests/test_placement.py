@@ -3,9 +3,9 @@
 import pytest
 
 from magi_lp.errors import ConfigError
-from magi_lp.gpu_inventory import GpuInfo, GpuInventory
-from magi_lp.placement import GroupRequest, make_plan
-from magi_lp.resources import MANAGED_VARIABLES, ResourceSpec
+from magi_lp.placement.gpu_inventory import GpuInfo, GpuInventory
+from magi_lp.placement.plan import GroupRequest, make_plan
+from magi_lp.placement.resources import MANAGED_VARIABLES, ResourceSpec
 
 GiB = 1024**3
 RTX3060 = "NVIDIA GeForce RTX 3060"

@@ -338,9 +338,9 @@ def test_experiment_config_and_pickling():
 
 
 def test_config_passes_the_toolkits_checks(tmp_path):
-    from magi_lp.experiment_config import validate_experiment_config
-    from magi_lp.loggers import LoggerFactory
-    from magi_lp.resources import ResourceSpec
+    from magi_lp.placement.resources import ResourceSpec
+    from magi_lp.runtime.config import validate_experiment_config
+    from magi_lp.runtime.loggers import LoggerFactory
 
     config = get_config()
     validate_experiment_config(config)

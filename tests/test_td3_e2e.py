@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from magi_lp import isolation
+from magi_lp.launch import isolation
 from tests.e2e_utils import column, marked_processes, read_csv, run_entry_point, start_entry_point
 
 pytestmark = pytest.mark.integration

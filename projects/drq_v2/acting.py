@@ -1,4 +1,4 @@
-"""DrQ-v2 policies as actor cores (`magi_lp.actors.ActorCore`): behaviour and evaluation.
+"""DrQ-v2 policies as actor cores (`magi_lp.agent.actor_core.ActorCore`): behaviour and evaluation.
 
 Behaviour, as in the official `DrQV2Agent.act`: uniform random actions in [-1, 1] for the
 first `num_expl_steps` agent steps, then the actor's mean plus N(0, stddev) noise at the
@@ -14,7 +14,7 @@ so the step it uses is
 where the optional `global_agent_steps` leaf of the params is a lower bound on the global
 step that the builder derives from the learner's update count (see
 `projects.drq_v2.builder`). Without that leaf (e.g. in unit tests) the actor's own count is
-used. The actor state must live across episodes: `magi_lp.actors.GenericActor` calls `init`
+used. The actor state must live across episodes: `GenericActor` calls `init`
 once per actor, not at every episode start.
 """
 
@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from magi_lp.actors import ActorCore
+from magi_lp.agent.actor_core import ActorCore
 from projects.drq_v2.learning import stddev_schedule
 from projects.drq_v2.networks import DrQNetworks, sample_action
 

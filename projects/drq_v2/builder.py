@@ -1,7 +1,7 @@
 """`DrQBuilder`: DrQ-v2 on the magi_lp builder protocol (replay, adder, dataset, learner,
 policies, actor). The runners call each method in the process that owns the piece.
 
-Replay: `magi_lp.frame_replay`, which stores every rendered frame once and rebuilds the
+Replay: `magi_lp.agent.frame_replay`, which stores every rendered frame once and rebuilds the
 stacked observations, the n-step return and the bootstrap discount at sample time, so the
 learner gets exactly its batch contract (`projects.drq_v2.learning`).
 
@@ -37,19 +37,20 @@ import reverb
 from acme import adders, core, specs, types
 from acme.utils import counting, loggers
 
-from magi_lp.actors import ActorCore, GenericActor
-from magi_lp.builders import AgentBuilder, ReplaySchedule, VariableSource
-from magi_lp.errors import ConfigError
-from magi_lp.frame_replay import (
+from magi_lp.agent.actor import GenericActor
+from magi_lp.agent.actor_core import ActorCore
+from magi_lp.agent.builder import AgentBuilder, ReplaySchedule, VariableSource
+from magi_lp.agent.frame_replay import (
     FrameStackAdder,
     frame_shape_from_observation,
     make_frame_replay_dataset,
     make_frame_replay_table,
 )
-from magi_lp.variable_client import VariableClient
+from magi_lp.agent.variable_client import VariableClient
+from magi_lp.errors import ConfigError
 from projects.drq_v2.acting import GLOBAL_AGENT_STEPS, DrQActorState, make_actor_core
 from projects.drq_v2.config import frames_to_agent_steps
-from projects.drq_v2.learning import DrQLearner
+from projects.drq_v2.learner import DrQLearner
 from projects.drq_v2.networks import DrQNetworks
 
 TABLE_NAME = "frames"

@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import haiku as hk
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-from dm_env import specs
+
+if TYPE_CHECKING:  # dm_env is not needed to build the networks (e.g. on a bare GPU box)
+    from dm_env import specs
 
 Params = Any  # a Haiku params mapping
 PRNGKey = jax.Array

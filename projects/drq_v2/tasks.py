@@ -13,7 +13,7 @@ that fix the training length and the exploration-noise schedule:
     hard   (30.1M frames): humanoid_stand, humanoid_walk, humanoid_run
 
 `make_config(task_name, distributed)` builds a complete experiment config for one of them
-on top of `magi_lp.experiment_config.experiment_defaults()`: the group, the per-task
+on top of `magi_lp.runtime.config.experiment_defaults()`: the group, the per-task
 hyperparameter overrides (walker: n-step 1 and batch 512; humanoid: learning rate 8e-5
 and feature dim 100; quadruped_run: replay 100k) and the camera come from
 `projects.drq_v2.config`. Each `configs/<task>.py` is a three-line `get_config` calling
@@ -23,15 +23,11 @@ and feature dim 100; quadruped_run: replay 100k) and the camera come from
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any
-
 import ml_collections
-from ml_collections import config_dict
 
 from magi_lp.errors import ConfigError
-from magi_lp.experiment_config import experiment_defaults
-from magi_lp.resources import ResourceSpec
+from magi_lp.placement.resources import resource_spec
+from magi_lp.runtime.config import experiment_defaults
 from projects.drq_v2.config import (
     TASK_DIFFICULTY,
     frames_to_agent_steps,
@@ -75,37 +71,6 @@ DISTRIBUTED_ACTORS = 4
 
 EVALUATION_EVERY_FRAMES = 10_000  # the official `eval_every_frames`
 EVALUATION_EPISODES = 10  # the official `num_eval_episodes`
-
-
-def resource_spec(**settings: Any) -> ml_collections.ConfigDict:
-    """A `config.resources.<group>` entry listing EVERY ResourceSpec field.
-
-    Fields not in `settings` get ResourceSpec's defaults. Listing them all matters because
-    `--config.<key>=value` can only override keys that exist. Fields that may hold more
-    than one type or None (gpus, gpu_memory, preallocate, allocator, render_gpu,
-    cpu_threads) are stored as untyped field references: ml_collections cannot override a
-    None-valued field at all, and would parse `--config.resources.learner.gpus=1` into the
-    string '1' for a field that holds 'auto'. As untyped references, command-line values
-    are parsed as Python literals (0.5, 1, [0, 1], None, False) or kept as strings
-    ('grow', 'auto', 'platform').
-    """
-    defaults = ResourceSpec()
-    unknown = sorted(set(settings) - set(ResourceSpec.field_names()))
-    if unknown:
-        raise ConfigError(
-            f"resource setting {unknown[0]!r} is not a ResourceSpec field; valid: "
-            f"{', '.join(ResourceSpec.field_names())}"
-        )
-    spec = ml_collections.ConfigDict()
-    for field in dataclasses.fields(ResourceSpec):
-        value = settings.get(field.name, getattr(defaults, field.name))
-        if field.name == "env":
-            spec.env = ml_collections.ConfigDict(dict(value))
-        elif value is None or "|" in str(field.type):
-            spec[field.name] = config_dict.FieldReference(value, field_type=object)
-        else:
-            spec[field.name] = value
-    return spec
 
 
 def _resources() -> ml_collections.ConfigDict:

@@ -3,7 +3,7 @@
 The evaluator calls `make()` for each entry of `Experiment.evaluation_observers` once, in
 its own process, and then, for every evaluation episode, `observe_first(timestep)`,
 `observe(timestep, action)` per step and `episode_done(episode_return)`
-(`magi_lp.acting_loop.ActingLoop`). `EvaluationVideo` records the first episode of every
+(`magi_lp.runtime.acting_loop.ActingLoop`). `EvaluationVideo` records the first episode of every
 `every_evaluations`-th evaluation (an evaluation is `episodes_per_evaluation` episodes) and
 writes it to `<directory>/<time>_evaluation<k>_return<R>.gif`.
 

@@ -5,9 +5,9 @@ files a new agent project needs and nothing more:
 
     config.py       every hyperparameter, named and commented (`get_agent_config`)
     networks.py     Haiku MLPs: deterministic tanh actor, twin critics
-    learning.py     `TD3Learner` (magi_lp.builders.Learner) around one jitted update
+    learning.py     `TD3Learner` (magi_lp.agent.builder.Learner) around one jitted update
     acting.py       the behaviour (Gaussian noise) and evaluation (deterministic) policies
-    builder.py      `TD3Builder` (magi_lp.builders.AgentBuilder): replay, adder, dataset,
+    builder.py      `TD3Builder` (magi_lp.agent.builder.AgentBuilder): replay, adder, dataset,
                     learner, policy, actor
     environment.py  dm_control tasks as flat float32 vectors, and `make_experiment(config)`
     main.py         one process:  python projects/td3/main.py --config configs/td3_cartpole.py

@@ -1,4 +1,4 @@
-"""TD3 policies as `magi_lp.actors.ActorCore`s: behaviour (explore) and evaluation.
+"""TD3 policies as `magi_lp.agent.actor_core.ActorCore`s: behaviour (explore) and evaluation.
 
 Behaviour, as in the reference code: uniformly random actions in [-1, 1] for the first
 `random_action_steps` agent steps of each actor, then the actor's action plus
@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from magi_lp.actors import ActorCore
+from magi_lp.agent.actor_core import ActorCore
 from projects.td3.networks import TD3Networks
 
 

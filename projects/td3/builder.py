@@ -16,9 +16,10 @@ from acme import adders, core, specs
 from acme.adders import reverb as adders_reverb
 from acme.utils import counting, loggers
 
-from magi_lp.actors import ActorCore, GenericActor
-from magi_lp.builders import AgentBuilder, ReplaySchedule, VariableSource
-from magi_lp.variable_client import VariableClient
+from magi_lp.agent.actor import GenericActor
+from magi_lp.agent.actor_core import ActorCore
+from magi_lp.agent.builder import AgentBuilder, ReplaySchedule, VariableSource
+from magi_lp.agent.variable_client import VariableClient
 from projects.td3.acting import TD3ActorState, make_actor_core
 from projects.td3.learning import TD3Learner
 from projects.td3.networks import TD3Networks

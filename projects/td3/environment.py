@@ -14,8 +14,8 @@ import dm_env
 import ml_collections
 from acme import wrappers
 
-from magi_lp.builders import Experiment
 from magi_lp.errors import ConfigError
+from magi_lp.runtime.experiment import Experiment
 from projects.td3.builder import TD3Builder
 from projects.td3.networks import make_networks
 

@@ -1,4 +1,4 @@
-"""The TD3 learner: one jitted update, and a `magi_lp.builders.Learner` around it.
+"""The TD3 learner: one jitted update, and a `magi_lp.agent.builder.Learner` around it.
 
 Batch contract (what the dataset yields; an `acme.types.Transition`, possibly inside a
 `reverb.ReplaySample(info, data)`, as `NStepTransitionAdder` + `make_reverb_dataset` give):
@@ -32,7 +32,7 @@ import numpy as np
 import optax
 from acme.utils import counting, loggers
 
-from magi_lp.builders import Learner
+from magi_lp.agent.builder import Learner
 from projects.td3.networks import Params, TD3Networks
 
 

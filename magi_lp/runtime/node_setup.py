@@ -1,9 +1,9 @@
 """Per-process settings that environment variables cannot make; run first in every node.
 
-The placement plan gives each node its env (see `magi_lp.resources.spec_to_env`). One
+The placement plan gives each node its env (see `magi_lp.placement.resources.spec_to_env`). One
 setting has no variable: keeping TensorFlow off the GPU. TF_FORCE_GPU_ALLOW_GROWTH only
 makes TF grab memory gradually; a TF that sees a GPU still creates a CUDA context on it
-(hundreds of MB) the first time it runs an op. `configure_process` hides the GPUs from TF
+(hundreds of MB) the first time it runs an op. `prepare_node_process` hides the GPUs from TF
 when the plan says so (MAGI_LP_TF_GPU=0), which leaves them to JAX.
 """
 
@@ -17,7 +17,7 @@ import sys
 _log = logging.getLogger(__name__)
 
 
-def configure_process() -> bool:
+def prepare_node_process() -> bool:
     """Applies the node's non-env settings; call it before anything imports JAX or TF.
 
     When MAGI_LP_TF_GPU is "0", TensorFlow is installed and the process can see a GPU,

@@ -16,10 +16,11 @@ import dm_env
 import reverb
 from acme import core
 
-from magi_lp.builders import Experiment, ReplaySchedule
-from magi_lp.loggers import ProgressBar
-from magi_lp.nodes import ActorNode, LearnerNode, frames_per_step, new_counter
-from magi_lp.program import replay_checkpointer
+from magi_lp.agent.builder import ReplaySchedule
+from magi_lp.runtime.experiment import Experiment
+from magi_lp.runtime.loggers import ProgressBar
+from magi_lp.runtime.nodes import ActorNode, LearnerNode, frames_per_step, new_counter
+from magi_lp.runtime.program import replay_checkpointer
 
 
 @dataclasses.dataclass

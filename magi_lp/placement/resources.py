@@ -2,7 +2,7 @@
 
 A spec is written by the user in `config.resources.<group>`; `ResourceSpec.from_config`
 refuses unknown keys and bad values by name, before anything starts. `spec_to_env` turns a
-spec plus the GPU ids a node sees (decided by `magi_lp.placement`) into the string
+spec plus the GPU ids a node sees (decided by `magi_lp.placement.plan`) into the string
 variables Launchpad applies to that node's process.
 
 Launchpad copies the launching shell's environment into every node and applies the
@@ -18,6 +18,9 @@ import dataclasses
 import difflib
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+import ml_collections
+from ml_collections import config_dict
 
 from magi_lp.errors import ConfigError
 
@@ -379,7 +382,7 @@ def spec_to_env(
     env["XLA_PYTHON_CLIENT_ALLOCATOR"] = spec.allocator if on_gpu and spec.allocator else "default"
 
     # --- TensorFlow: growth on, so a TF that does see a GPU takes only what it uses;
-    # MAGI_LP_TF_GPU=0 tells configure_process() to hide GPUs from TF altogether. ---
+    # MAGI_LP_TF_GPU=0 tells prepare_node_process() to hide GPUs from TF altogether. ---
     env["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
     env["MAGI_LP_TF_GPU"] = "1" if on_gpu and spec.tf_gpu else "0"
 
@@ -409,3 +412,34 @@ def spec_to_env(
 
     env.update(spec.env)
     return env
+
+
+def resource_spec(**settings: Any) -> ml_collections.ConfigDict:
+    """A `config.resources.<group>` entry listing EVERY ResourceSpec field.
+
+    Fields not in `settings` get ResourceSpec's defaults. Listing them all matters because
+    `--config.<key>=value` can only override keys that exist. Fields that may hold more
+    than one type or None (gpus, gpu_memory, preallocate, allocator, render_gpu,
+    cpu_threads) are stored as untyped field references: ml_collections cannot override a
+    None-valued field at all, and would parse `--config.resources.learner.gpus=1` into the
+    string '1' for a field that holds 'auto'. As untyped references, command-line values
+    are parsed as Python literals (0.5, 1, [0, 1], None, False) or kept as strings
+    ('grow', 'auto', 'platform').
+    """
+    defaults = ResourceSpec()
+    unknown = sorted(set(settings) - set(ResourceSpec.field_names()))
+    if unknown:
+        raise ConfigError(
+            f"resource setting {unknown[0]!r} is not a ResourceSpec field; valid: "
+            f"{', '.join(ResourceSpec.field_names())}"
+        )
+    spec = ml_collections.ConfigDict()
+    for field in dataclasses.fields(ResourceSpec):
+        value = settings.get(field.name, getattr(defaults, field.name))
+        if field.name == "env":
+            spec.env = ml_collections.ConfigDict(dict(value))
+        elif value is None or "|" in str(field.type):
+            spec[field.name] = config_dict.FieldReference(value, field_type=object)
+        else:
+            spec[field.name] = value
+    return spec

@@ -213,7 +213,7 @@ def launch(
     log_path = _prepared_log_dir(log_dir)
     if threading.current_thread() is not threading.main_thread():
         raise RuntimeError(
-            "magi_lp.launcher.launch() must run in the main thread: it handles SIGINT and "
+            "magi_lp.launch.local.launch() must run in the main thread: it handles SIGINT and "
             "SIGTERM for the program (and lp.launch installs signal handlers)."
         )
     out = report_stream if report_stream is not None else sys.stderr
@@ -370,7 +370,7 @@ def _start_nodes(
     if not hasattr(launch_local_output_to_files, "_LOGGING_DIR"):
         raise RuntimeError(
             "launchpad's launch_local_output_to_files no longer has _LOGGING_DIR; "
-            "magi_lp.launcher supports Launchpad 0.5.0 as pinned in requirements.txt."
+            "magi_lp.launch.local supports Launchpad 0.5.0 as pinned in requirements.txt."
         )
     resources = {group: PythonProcess(env=dict(env)) for group, env in node_envs.items()}
     flag_values = flags.FLAGS
@@ -430,7 +430,7 @@ def _node_processes(manager: Any, log_dir: Path) -> list[_Node]:
     workers = getattr(manager, "_active_workers", None)
     if not isinstance(workers, Mapping):
         raise RuntimeError(
-            "launchpad's WorkerManager no longer keeps _active_workers; magi_lp.launcher "
+            "launchpad's WorkerManager no longer keeps _active_workers; magi_lp.launch.local "
             "supports Launchpad 0.5.0 as pinned in requirements.txt."
         )
     nodes = []

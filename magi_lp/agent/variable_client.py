@@ -14,7 +14,7 @@ from typing import Any
 
 from absl import logging
 
-from magi_lp.builders import VariableSource
+from magi_lp.agent.builder import VariableSource
 
 
 class VariableClient:

@@ -15,10 +15,10 @@ import launchpad as lp
 import reverb
 from acme import specs
 
-from magi_lp.builders import Experiment
-from magi_lp.nodes import ActorNode, CoordinatorNode, LearnerNode, new_counter
-from magi_lp.placement import PlacementPlan
-from magi_lp.process_setup import configure_process
+from magi_lp.placement.plan import PlacementPlan
+from magi_lp.runtime.experiment import Experiment
+from magi_lp.runtime.node_setup import prepare_node_process
+from magi_lp.runtime.nodes import ActorNode, CoordinatorNode, LearnerNode, new_counter
 
 # Actors and evaluators give up on a learner that does not answer within this time instead of
 # hanging forever (Courier clients have no deadline by default); the launcher notices the dead
@@ -27,7 +27,7 @@ _RPC_TIMEOUT_S = 120.0
 
 
 def _replay_tables(experiment: Experiment, environment_spec: specs.EnvironmentSpec) -> list:
-    configure_process()
+    prepare_node_process()
     return experiment.builder.make_replay_tables(environment_spec, rate_limited=True)
 
 

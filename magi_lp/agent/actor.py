@@ -1,40 +1,21 @@
-"""A generic JAX actor over an `ActorCore`, in the shape of Acme's `GenericActor`.
+"""`GenericActor`: an `acme.core.Actor` driven by an `ActorCore`, as Acme's `GenericActor`.
 
-An agent describes acting as three pure functions (`ActorCore`); this module turns them into
-an `acme.core.Actor` that jit-compiles action selection, threads the actor state and the
-random key, writes experience through an adder, and pulls parameters through a
-`VariableClient`. Acme 0.4.0's own version cannot be imported with current jaxlib.
+It jit-compiles action selection, threads the actor state and the random key, writes
+experience through an adder, and pulls parameters through a `VariableClient`. Acme 0.4.0's own
+version cannot be imported with any installable jaxlib.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic
 
 import dm_env
 import jax
 import numpy as np
 from acme import adders, core
 
-from magi_lp.variable_client import VariableClient
-
-State = TypeVar("State")
-
-
-@dataclasses.dataclass(frozen=True)
-class ActorCore(Generic[State]):
-    """Acting as pure functions.
-
-    Attributes:
-      init: random key -> initial actor state (holds the key and e.g. a step count).
-      select_action: (params, observation, state) -> (action, new state); jit-compatible.
-      get_extras: state -> extras written to replay with each step (often `()`).
-    """
-
-    init: Callable[[jax.Array], State]
-    select_action: Callable[[Any, Any, State], tuple[Any, State]]
-    get_extras: Callable[[State], Any] = lambda state: ()
+from magi_lp.agent.actor_core import ActorCore, State
+from magi_lp.agent.variable_client import VariableClient
 
 
 class GenericActor(core.Actor, Generic[State]):

@@ -4,7 +4,7 @@ Each class here is an ordinary Python class (the Launchpad-examples style): the 
 program wraps them in `lp.CourierNode`, which constructs them inside the node's own process,
 and the single-process runner constructs the same classes directly. Constructors take handles
 (or in-process objects) as arguments, build everything through the experiment's builder, and
-call `configure_process()` first so per-node settings apply before any framework allocates.
+call `prepare_node_process()` first so per-node settings apply before any framework allocates.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from absl import logging
 from acme import specs
 from acme.utils import counting
 
-from magi_lp import seeding
-from magi_lp.acting_loop import ActingLoop
-from magi_lp.builders import Experiment
-from magi_lp.checkpointing import Checkpointer
-from magi_lp.learner_node import LearnerRunner
-from magi_lp.process_setup import configure_process
+from magi_lp.runtime import seeding
+from magi_lp.runtime.acting_loop import ActingLoop
+from magi_lp.runtime.checkpointing import Checkpointer
+from magi_lp.runtime.experiment import Experiment
+from magi_lp.runtime.learner_runner import LearnerRunner
+from magi_lp.runtime.node_setup import prepare_node_process
 
 StopFn = Callable[[], bool]
 
@@ -53,7 +53,7 @@ class LearnerNode:
         workdir: str,
         logger_factory: Callable[..., Any],
     ):
-        configure_process()
+        prepare_node_process()
         config = experiment.config
         builder = experiment.builder
         parent_counter = counter
@@ -124,7 +124,7 @@ class ActorNode:
         `actor_wrapper` lets the single-process runner interleave learner steps with acting
         by wrapping the actor; distributed nodes leave it unset.
         """
-        configure_process()
+        prepare_node_process()
         config = experiment.config
         builder = experiment.builder
         role = "evaluator" if evaluation else "actor"

@@ -17,8 +17,8 @@ from typing import Any
 
 from absl import logging
 
-from magi_lp.builders import Learner
-from magi_lp.checkpointing import Checkpointer
+from magi_lp.agent.builder import Learner
+from magi_lp.runtime.checkpointing import Checkpointer
 
 
 class LearnerRunner:

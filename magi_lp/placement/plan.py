@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from magi_lp.errors import ConfigError
-from magi_lp.gpu_inventory import GpuInventory, pick_identical, rank_by_load
-from magi_lp.resources import (
+from magi_lp.placement.gpu_inventory import GpuInventory, pick_identical, rank_by_load
+from magi_lp.placement.resources import (
     JAX_DEFAULT_PREALLOCATED_FRACTION,
     MANAGED_VARIABLES,
     ResourceSpec,

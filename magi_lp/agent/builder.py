@@ -17,9 +17,7 @@ import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
-import dm_env
 import jax
-import ml_collections
 import reverb
 from acme import adders, core, specs
 from acme.utils import counting, loggers
@@ -179,43 +177,3 @@ class AgentBuilder(abc.ABC, Generic[Networks, Policy, Sample]):
 
         Evaluators get `adder=None`: they never write to replay.
         """
-
-
-EnvironmentFactory = Callable[[int, bool], dm_env.Environment]
-"""(seed, evaluation) -> environment. Called once inside each actor or evaluator node."""
-
-NetworkFactory = Callable[[specs.EnvironmentSpec], Any]
-"""environment spec -> the agent's networks (pure functions, no parameters yet)."""
-
-
-@dataclasses.dataclass
-class Experiment:
-    """Everything needed to run one experiment, distributed or in one process.
-
-    Attributes:
-      builder: the agent's builder.
-      environment_factory: makes a seeded environment inside each actor/evaluator node.
-      network_factory: makes the agent's networks from the environment spec.
-      config: the experiment config (ml_collections), see docs/architecture.md.
-      evaluation_observers: zero-argument factories, each called once inside every
-        evaluator process to make an observer with `observe_first(timestep)`,
-        `observe(timestep, action)` and `episode_done(episode_return)` (see
-        `acting_loop.ActingLoop`); e.g. a video recorder. Must be picklable.
-      environment_spec: the environment's spec; made once from a throwaway environment
-        (in the launching process) when not given.
-    """
-
-    builder: AgentBuilder
-    environment_factory: EnvironmentFactory
-    network_factory: NetworkFactory
-    config: ml_collections.ConfigDict
-    environment_spec: specs.EnvironmentSpec | None = None
-    evaluation_observers: Sequence[Callable[..., Any]] = ()
-
-    def get_environment_spec(self) -> specs.EnvironmentSpec:
-        """The environment spec, made once from a throwaway environment when not given."""
-        if self.environment_spec is None:
-            environment = self.environment_factory(0, False)
-            self.environment_spec = specs.make_environment_spec(environment)
-            environment.close()
-        return self.environment_spec

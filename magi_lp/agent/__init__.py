@@ -1,0 +1,1 @@
+"""magi_lp.agent."""
