@@ -14,22 +14,24 @@ network-isolation re-exec happens before any of them start threads.
 
 from __future__ import annotations
 
+import difflib
+import importlib.util
 import inspect
 import os
-import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
+from magi_lp import console
 from magi_lp.errors import ConfigError
 from magi_lp.runtime.config import (
-    NODE_GROUPS,
     check_isolation_allows_logging,
+    make_placement_plan,
     validate_experiment_config,
 )
 
@@ -53,8 +55,8 @@ def _make(make_experiment: MakeExperiment, config: Any, workdir: Path) -> Any:
     return make_experiment(config)
 
 
-def _fail(message: str) -> None:
-    print(f"error: {message}", file=sys.stderr)
+def _fail(message: str) -> NoReturn:
+    console.error(message)
     sys.exit(2)
 
 
@@ -90,37 +92,6 @@ def _config_name() -> str:
     return Path(path.split(":", 1)[0]).stem if path else "run"
 
 
-def make_plan(config: Any, inventory: Any = None) -> Any:
-    """The validated placement plan for the program `config` describes."""
-    from magi_lp.placement.gpu_inventory import query_inventory
-    from magi_lp.placement.plan import GroupRequest
-    from magi_lp.placement.plan import make_plan as plan_groups
-    from magi_lp.placement.resources import ResourceSpec
-
-    counts = {
-        "replay": 1,
-        "counter": 1,
-        "learner": 1,
-        "actor": config.num_actors,
-        "evaluator": config.num_evaluators,
-        "coordinator": 1,
-    }
-    requests = {}
-    for group in NODE_GROUPS:
-        if counts[group] == 0:
-            continue
-        spec = ResourceSpec.from_config(group, config.resources[group])
-        requests[group] = GroupRequest(spec, counts[group])
-    if config.colocate_learner_and_replay:
-        requests.pop("replay")
-    return plan_groups(requests, inventory if inventory is not None else query_inventory())
-
-
-def _print_notices(plan: Any) -> None:
-    for notice in plan.notices:
-        print(f"notice: {notice}")
-
-
 def _use_cpu_only_here() -> None:
     # The launching process only assembles the program (and builds one environment to read
     # its spec); it must not take a CUDA context or GPU memory that the nodes need.
@@ -130,9 +101,8 @@ def _use_cpu_only_here() -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
-def run_distributed(make_experiment: MakeExperiment, argv: list[str]) -> int:
+def run_distributed(make_experiment: MakeExperiment) -> int:
     """Plans, (optionally) isolates, builds and launches the distributed program."""
-    del argv
     name = _config_name()
     config, workdir = _checked_inputs(
         name if name.endswith("distributed") else f"{name}_distributed"
@@ -142,9 +112,11 @@ def run_distributed(make_experiment: MakeExperiment, argv: list[str]) -> int:
     from magi_lp.runtime.loggers import LoggerFactory
 
     logger_factory = LoggerFactory.from_config(str(workdir), config.logging)
-    plan = make_plan(config)
+    plan = make_placement_plan(config)
     if _DRY_RUN.value:
-        _print_notices(plan)
+        # The plan is this command's result: it goes to stdout.
+        for notice in plan.notices:
+            print(f"notice: {notice}")
         print(plan.format_table())
         print(f"network isolation: {isolation.describe(config.isolation)}")
         return 0
@@ -152,7 +124,8 @@ def run_distributed(make_experiment: MakeExperiment, argv: list[str]) -> int:
     code = isolation.run_isolated_if_needed(config.isolation, sys.argv)
     if code is not None:
         return code  # the isolated re-run of this command did the work (and the printing)
-    _print_notices(plan)
+    for notice in plan.notices:
+        console.say(f"notice: {notice}")
 
     _use_cpu_only_here()
     from magi_lp.launch.local import launch
@@ -160,49 +133,81 @@ def run_distributed(make_experiment: MakeExperiment, argv: list[str]) -> int:
 
     experiment = _make(make_experiment, config, workdir)
     program = build_program(experiment, plan, workdir=str(workdir), logger_factory=logger_factory)
-    print(f"workdir: {workdir}")
+    console.say(f"workdir: {workdir}")
     return launch(program, plan.envs(), log_dir=workdir / "nodes")
 
 
-def run_single_process(make_experiment: MakeExperiment, argv: list[str]) -> int:
+def run_single_process(make_experiment: MakeExperiment) -> int:
     """Runs the experiment in this process (debugging, small machines)."""
-    del argv
     config, workdir = _checked_inputs(_config_name())
     if _DRY_RUN.value:
         raise ConfigError("--dry_run is for lp_main.py; main.py runs in this one process.")
     os.environ.setdefault("MUJOCO_GL", "egl")
+    from magi_lp.runtime import single_process
     from magi_lp.runtime.loggers import LoggerFactory
-    from magi_lp.runtime.single_process import run_local
 
     logger_factory = LoggerFactory.from_config(str(workdir), config.logging)
     experiment = _make(make_experiment, config, workdir)
-    print(f"workdir: {workdir}")
-    result = run_local(experiment, workdir=str(workdir), logger_factory=logger_factory)
+    console.say(f"workdir: {workdir}")
+    result = single_process.run_single_process(
+        experiment, workdir=str(workdir), logger_factory=logger_factory
+    )
     if result.resumed_from_step is not None:
-        print(f"resumed from learner step {result.resumed_from_step}")
+        console.say(f"resumed from learner step {result.resumed_from_step}")
     if result.stopped_by_user:
-        print(f"stopped; checkpoint saved. Resume with the same --workdir {workdir}")
-    print(
+        console.say(f"stopped; checkpoint saved. Resume with the same --workdir {workdir}")
+    console.say(
         f"done: {result.actor_steps} actor steps, {result.learner_steps} learner steps, "
         f"{result.episodes} episodes"
     )
     return 0
 
 
-def _override_error(argv: list[str], error: BaseException) -> str:
-    overrides = [arg for arg in argv if arg.startswith("--config.")]
-    text = str(error.args[0]) if error.args else str(error)
-    suggestion = re.search(r'Did you mean "([^"]+)"', text)
-    missing = re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text)
-    for override in overrides:
-        key = override[len("--config.") :].split("=", 1)[0]
-        if missing and missing[0] in key.split("."):
-            if suggestion:
-                return f"{override}: no config key {key}. Did you mean {suggestion.group(1)}?"
+def _load_config_file(spec: str) -> Any:
+    """Runs a config file's `get_config` (`path[:argument]`), as ml_collections does."""
+    path, _, argument = spec.partition(":")
+    module_spec = importlib.util.spec_from_file_location("_magi_lp_config", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module.get_config(argument) if argument else module.get_config()
+
+
+def _missing_key(config: Any, dotted: str) -> str | None:
+    """Why `dotted` is no key of `config`, with the closest valid names; None if it is one."""
+    node, walked = config, []
+    for part in dotted.split("."):
+        keys = list(node.keys()) if hasattr(node, "keys") else []
+        if part not in keys:
+            where = ".".join(walked) or "the config"
+            close = difflib.get_close_matches(part, keys, n=1)
+            if close:
+                return f"no config key {dotted}. Did you mean {'.'.join([*walked, close[0]])}?"
             return (
-                f"{override}: the config file has no key {key}. Command-line overrides can "
-                "only change keys the config file sets; add it to the config file."
+                f"{where} has no key {part!r}. Command-line overrides can only change keys the "
+                "config file sets; add it to the config file."
             )
+        node, walked = node[part], [*walked, part]
+    return None
+
+
+def _override_error(argv: list[str], error: BaseException) -> str:
+    """One line for an override ml_collections refused: the missing key, else its reason."""
+    overrides = [arg for arg in argv if arg.startswith("--config.")]
+    config_arg = next(
+        (argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--config"),
+        next((arg.split("=", 1)[1] for arg in argv if arg.startswith("--config=")), None),
+    )
+    if config_arg is not None:
+        try:
+            config = _load_config_file(config_arg)
+        except Exception:  # the file's own problems are reported elsewhere
+            config = None
+        if config is not None:
+            for override in overrides:
+                why = _missing_key(config, override[len("--config.") :].split("=", 1)[0])
+                if why:
+                    return f"{override}: {why}"
+    text = str(error.args[0]) if error.args else str(error)
     return f"bad config override ({' '.join(overrides)}): {' '.join(text.split())}"
 
 
@@ -223,10 +228,9 @@ def parse_flags(argv: list[str]) -> list[str]:
         _fail(f"--config: the config file has a syntax error: {error}")
     except (KeyError, AttributeError, TypeError, ValueError) as error:
         _fail(_override_error(argv, error))
-    return argv
 
 
-def _main(runner: Callable[[MakeExperiment, list[str]], int], make: MakeExperiment) -> None:
+def _main(runner: Callable[[MakeExperiment], int], make: MakeExperiment) -> None:
     def main(argv: list[str]) -> None:
         if not any(arg.startswith(("--verbosity", "-v")) for arg in sys.argv[1:]):
             # Library INFO chatter (orbax, XLA) buries the run's own lines; -v 0 brings it back.
@@ -234,7 +238,7 @@ def _main(runner: Callable[[MakeExperiment, list[str]], int], make: MakeExperime
         if len(argv) > 1:
             _fail(f"unexpected arguments {argv[1:]}; use --config, --workdir, --config.<key>=...")
         try:
-            code = runner(make, argv)
+            code = runner(make)
         except ConfigError as error:
             _fail(str(error))
         sys.exit(code)

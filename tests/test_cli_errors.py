@@ -22,7 +22,11 @@ SCRIPT = "projects/td3/lp_main.py"
         (["--config", CONFIG, "--config.resources.actor.cpu_threads=0"], "resources.actor"),
         (["--config", CONFIG, "--config.resources.learner.device=gpu"], "no GPU was found"),
         (["--config", CONFIG, "--config.resources.learner.device=tpu"], "resources.learner"),
-        (["--config", CONFIG, "--config.resources.actor.gpu_memory=0.5"], "has no key"),
+        (
+            ["--config", CONFIG, "--config.resources.actor.gpu_memroy=0.5"],
+            "Did you mean resources.actor.gpu_memory?",
+        ),
+        (["--config", CONFIG, "--config.env.no_such_key=1"], "env has no key 'no_such_key'"),
         (["--config", CONFIG, "--workdir", "/etc/hostname"], "--workdir"),
         (["--config", CONFIG, "--no_such_flag"], "no_such_flag"),
         (["--config", "configs/reacher_hard.py:foo"], "'foo' is not a mode"),
@@ -55,3 +59,24 @@ def test_dry_run_prints_the_plan_and_spawns_nothing(tmp_path):
     assert "JAX_PLATFORMS=cpu" in result.stdout
     assert "network isolation:" in result.stdout
     assert not (tmp_path / "nodes").exists()
+
+
+def test_every_resource_key_is_overridable_in_every_project(tmp_path):
+    """TD3's config lists every ResourceSpec field (the toolkit's defaults), so any
+    resource key can be set from the command line; the plan shows the result."""
+    result = run_entry_point(
+        SCRIPT,
+        [
+            "--config",
+            CONFIG,
+            "--workdir",
+            str(tmp_path),
+            "--dry_run",
+            "--config.resources.learner.cpu_threads=3",
+            "--config.resources.actor.xla_flags=--xla_dump_to=/tmp/x",
+        ],
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "OMP_NUM_THREADS=3" in result.stdout
+    assert "--xla_dump_to=/tmp/x" in result.stdout

@@ -21,13 +21,17 @@ import pytest
 import reverb
 from absl import flags
 from acme import specs
+from acme.utils import counting
 from ml_collections import config_flags
 
+from magi_lp.agent.actor import GenericActor
+from magi_lp.agent.variable_client import VariableClient
 from magi_lp.errors import ConfigError
 from magi_lp.placement.resources import ResourceSpec, resource_spec
 from magi_lp.runtime.config import validate_experiment_config
+from magi_lp.runtime.single_process import without_rate_limit
 from projects.drq_v2.acting import GLOBAL_AGENT_STEPS, make_actor_core
-from projects.drq_v2.builder import LEARNER_STEPS, TABLE_NAME, DrQBuilder, PolicyVariables
+from projects.drq_v2.builder import TABLE_NAME, DrQBuilder
 from projects.drq_v2.config import TASK_DIFFICULTY, get_agent_config
 from projects.drq_v2.experiment import environment_factory, make_experiment
 from projects.drq_v2.networks import make_networks
@@ -99,13 +103,11 @@ def test_replay_schedule_counts_agent_steps_from_frames(environment_spec):
 
     config = _tiny_agent_config()
     builder = DrQBuilder(config, frame_stack=STACK, action_repeat=ACTION_REPEAT)
-    (limited,) = builder.make_replay_tables(environment_spec, rate_limited=True)
-    info = limited.info
+    (table,) = builder.make_replay_tables(environment_spec)
+    info = table.info
     assert info.max_size == 1_000
     assert info.rate_limiter_info.min_size_to_sample == 10
     assert info.rate_limiter_info.samples_per_insert == pytest.approx(BATCH / 2)
-    (unlimited,) = builder.make_replay_tables(environment_spec, rate_limited=False)
-    assert unlimited.info.rate_limiter_info.min_size_to_sample == 1
 
     with pytest.raises(ConfigError, match=r"env\.action_repeat"):
         DrQBuilder(config, frame_stack=STACK, action_repeat=0)
@@ -120,10 +122,9 @@ def _key(observation) -> bytes:
 
 def test_table_adder_dataset_learner_and_actors_on_a_real_server(environment_spec):
     config = _tiny_agent_config()
-    builder = DrQBuilder(
-        config, frame_stack=STACK, action_repeat=ACTION_REPEAT, variable_update_period=2
-    )
-    server = reverb.Server(builder.make_replay_tables(environment_spec, rate_limited=False))
+    builder = DrQBuilder(config, frame_stack=STACK, action_repeat=ACTION_REPEAT)
+    tables = builder.make_replay_tables(environment_spec)
+    server = reverb.Server([without_rate_limit(table) for table in tables])
     try:
         client = reverb.Client(f"localhost:{server.port}")
         adder = builder.make_adder(client, environment_spec)
@@ -168,30 +169,34 @@ def test_table_adder_dataset_learner_and_actors_on_a_real_server(environment_spe
             # Ready to multiply the bootstrapped value: gamma^n * prod of discounts.
             assert batch.discount[i] == pytest.approx(GAMMA**N_STEP)
 
-        # The learner consumes the dataset and serves its update count.
+        # The learner consumes the dataset and serves the global step with the policy.
         networks = make_networks(environment_spec.actions, config)
         learner = builder.make_learner(
-            jax.random.PRNGKey(0), networks, dataset, environment_spec, logger=None
+            jax.random.PRNGKey(0),
+            networks,
+            dataset,
+            environment_spec,
+            logger=None,
+            counter=counting.Counter(),
         )
         learner.step()
         learner.step()
         assert learner.num_updates == 2
-        policy, steps = learner.get_variables(["policy", LEARNER_STEPS])
-        assert set(policy) == {"encoder", "actor"} and int(steps) == 2
+        (policy,) = learner.get_variables(["policy"])
+        assert set(policy) == {"encoder", "actor", GLOBAL_AGENT_STEPS}
+        assert int(policy[GLOBAL_AGENT_STEPS]) == 10 + (2 - 1) * 2
 
-        # Actor and evaluator act with the learner's parameters.
-        actor = builder.make_actor(
-            jax.random.PRNGKey(1),
+        # Actor and evaluator act with the learner's parameters, as the runners build them.
+        actor = GenericActor(
             builder.make_policy(networks, environment_spec, evaluation=False),
-            environment_spec,
-            learner,
+            jax.random.PRNGKey(1),
+            VariableClient(learner, "policy", update_period=2),
             adder,
         )
-        evaluator = builder.make_actor(
-            jax.random.PRNGKey(2),
+        evaluator = GenericActor(
             builder.make_policy(networks, environment_spec, evaluation=True),
-            environment_spec,
-            learner,
+            jax.random.PRNGKey(2),
+            VariableClient(learner, "policy"),
         )
         timestep = environment.reset()
         actor.observe_first(timestep)
@@ -219,31 +224,17 @@ def test_table_adder_dataset_learner_and_actors_on_a_real_server(environment_spe
 # --- the global agent step -------------------------------------------------------------------
 
 
-class _FakeLearner:
-    def __init__(self, policy, steps):
-        self.policy = policy
-        self.steps = steps
-
-    def get_variables(self, names):
-        values = {"policy": self.policy, LEARNER_STEPS: np.int32(self.steps)}
-        return [values[name] for name in names]
-
-
 def test_global_agent_steps_come_from_the_learners_update_count(environment_spec):
     config = _tiny_agent_config()
     config.num_expl_steps = 1_000
     config.stddev_schedule.duration = 1_000  # stddev 0.1 from step 1000 on
-    builder = DrQBuilder(config, frame_stack=STACK, action_repeat=ACTION_REPEAT)
+    schedule = DrQBuilder(config, frame_stack=STACK, action_repeat=ACTION_REPEAT).replay_schedule()
+    assert schedule.actor_steps_after_updates(0) == 0  # no update yet: nothing known
+    assert schedule.actor_steps_after_updates(1) == 10  # first update at min_replay_size
+    assert schedule.actor_steps_after_updates(501) == 10 + 500 * 2
     networks = make_networks(environment_spec.actions, config)
     policy = networks.init(jax.random.PRNGKey(0), environment_spec.observations.generate_value())
     policy = {"encoder": policy["encoder"], "actor": policy["actor"]}
-    learner = _FakeLearner(policy, 0)
-    source = PolicyVariables(learner, builder.replay_schedule())
-    assert source.global_agent_steps(0) == 0  # no update yet: nothing known
-    assert source.global_agent_steps(1) == 10  # first update at min_replay_size
-    assert source.global_agent_steps(501) == 10 + 500 * 2
-    with pytest.raises(ValueError, match="only"):
-        source.get_variables(["critic"])
 
     core = make_actor_core(networks, config)
     select = jax.jit(core.select_action)
@@ -252,8 +243,8 @@ def test_global_agent_steps_come_from_the_learners_update_count(environment_spec
     mean = np.asarray(networks.actor_apply(policy["actor"], features))[0]
 
     def distances(learner_steps: int) -> list[float]:
-        learner.steps = learner_steps
-        (params,) = source.get_variables(["policy"])
+        bound = schedule.actor_steps_after_updates(learner_steps)
+        params = {**policy, GLOBAL_AGENT_STEPS: np.int32(bound)}
         state = core.init(jax.random.PRNGKey(3))  # a fresh actor: its own count is 0
         out = []
         for _ in range(6):

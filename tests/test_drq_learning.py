@@ -7,8 +7,8 @@ import pytest
 from acme import types
 from dm_env import specs
 
-from projects.drq_v2.acting import make_actor_core
-from projects.drq_v2.config import get_agent_config
+from projects.drq_v2.acting import GLOBAL_AGENT_STEPS, make_actor_core
+from projects.drq_v2.config import get_agent_config, replay_schedule
 from projects.drq_v2.learner import DrQLearner
 from projects.drq_v2.learning import (
     init_training_state,
@@ -48,6 +48,10 @@ def _batch(seed=0, discount=0.9):
     )
 
 
+def _schedule(config):
+    return replay_schedule(config, action_repeat=2)
+
+
 def _obs_example():
     return np.zeros((IMAGE, IMAGE, 9), np.uint8)
 
@@ -56,7 +60,7 @@ def _obs_example():
 def setup():
     config = _tiny_config()
     networks = _networks(config)
-    update = make_update_fn(networks, config)
+    update = make_update_fn(networks, config, _schedule(config))
     state = init_training_state(networks, config, jax.random.PRNGKey(0), _obs_example())
     return config, networks, update, state
 
@@ -138,16 +142,32 @@ def test_agent_step_drives_the_noise_schedule(setup):
     assert float(metrics["actor_stddev"]) == pytest.approx(0.1)
 
 
+def test_learner_noise_follows_the_global_step_the_actors_use(setup):
+    """One conversion from updates to agent steps, on the learner and on the actors."""
+    config, _, update, state = setup
+    schedule = _schedule(config)
+    for updates in (1, 1000, 100_000):
+        _, metrics = update(state._replace(steps=jnp.asarray(updates, jnp.int32)), _batch())
+        agent_step = schedule.actor_steps_after_updates(updates)
+        assert agent_step == schedule.min_replay_size + (updates - 1) * 2
+        expected = float(stddev_schedule(agent_step, config))
+        assert float(metrics["actor_stddev"]) == pytest.approx(expected, rel=1e-6)
+
+
 def test_learner_steps_and_serves_policy_variables():
     config = _tiny_config()
     networks = _networks(config)
     batches = iter([_batch(0), _batch(1)])
-    learner = DrQLearner(networks, config, batches, jax.random.PRNGKey(0), _obs_example())
+    schedule = _schedule(config)
+    learner = DrQLearner(networks, config, schedule, batches, jax.random.PRNGKey(0), _obs_example())
     learner.step()
     learner.step()
     assert learner.num_updates == 2
     (policy,) = learner.get_variables(["policy"])
-    assert set(policy) == {"encoder", "actor"}
+    assert set(policy) == {"encoder", "actor", GLOBAL_AGENT_STEPS}
+    assert int(policy[GLOBAL_AGENT_STEPS]) == schedule.actor_steps_after_updates(2)
+    with pytest.raises(KeyError, match="serves"):
+        learner.get_variables(["no_such_variables"])
 
 
 def test_actor_explores_uniformly_then_follows_the_policy(setup):

@@ -14,10 +14,17 @@ import numpy as np
 import pytest
 from acme import specs, types
 from acme.adders import reverb as adders_reverb
+from acme.utils import counting
 
+from magi_lp.agent.actor import GenericActor
+from magi_lp.agent.variable_client import VariableClient
+from magi_lp.placement.resources import ResourceSpec
+from magi_lp.runtime.config import experiment_defaults
+from magi_lp.runtime.single_process import without_rate_limit
 from projects.td3.builder import TD3Builder
 from projects.td3.config import get_agent_config
-from projects.td3.environment import make_environment, make_experiment
+from projects.td3.environment import make_environment
+from projects.td3.experiment import make_experiment
 from projects.td3.learning import TD3Learner, init_training_state, make_update_fn
 from projects.td3.networks import make_networks
 
@@ -219,14 +226,14 @@ def test_learner_logs_metrics_and_counts(environment_spec, agent_config):
 def test_builder_replay_round_trip(environment_spec, agent_config):
     import reverb
 
-    builder = TD3Builder(agent_config, variable_update_period=5)
+    builder = TD3Builder(agent_config)
     schedule = builder.replay_schedule()
     assert schedule.batch_size == BATCH and schedule.min_replay_size == 10
 
-    limited = builder.make_replay_tables(environment_spec, rate_limited=True)
-    assert limited[0].info.rate_limiter_info.min_size_to_sample == 10
+    tables = builder.make_replay_tables(environment_spec)
+    assert tables[0].info.rate_limiter_info.min_size_to_sample == 10
 
-    server = reverb.Server(builder.make_replay_tables(environment_spec, rate_limited=False))
+    server = reverb.Server([without_rate_limit(table) for table in tables])
     try:
         client = reverb.Client(f"localhost:{server.port}")
         _write_sample_learn_act(builder, client, environment_spec, agent_config)
@@ -270,21 +277,24 @@ def _write_sample_learn_act(builder, client, environment_spec, agent_config):
     # The learner consumes the dataset; an actor and an evaluator act with its params.
     networks = make_networks(environment_spec, hidden_sizes=HIDDEN)
     learner = builder.make_learner(
-        jax.random.PRNGKey(0), networks, dataset, environment_spec, logger=None
+        jax.random.PRNGKey(0),
+        networks,
+        dataset,
+        environment_spec,
+        logger=None,
+        counter=counting.Counter(),
     )
     learner.step()
-    actor = builder.make_actor(
-        jax.random.PRNGKey(1),
+    actor = GenericActor(
         builder.make_policy(networks, environment_spec, evaluation=False),
-        environment_spec,
-        learner,
+        jax.random.PRNGKey(1),
+        VariableClient(learner, "policy", update_period=5),
         adder,
     )
-    evaluator = builder.make_actor(
-        jax.random.PRNGKey(2),
+    evaluator = GenericActor(
         builder.make_policy(networks, environment_spec, evaluation=True),
-        environment_spec,
-        learner,
+        jax.random.PRNGKey(2),
+        VariableClient(learner, "policy"),
     )
     observation = timestep.observation
     noisy = [actor.select_action(observation) for _ in range(3)]
@@ -300,34 +310,11 @@ def _write_sample_learn_act(builder, client, environment_spec, agent_config):
 
 def test_experiment_config_and_pickling():
     config = get_config()
-    for key in (
-        "seed",
-        "max_actor_steps",
-        "num_actors",
-        "num_evaluators",
-        "variable_update_period",
-        "colocate_learner_and_replay",
-        "isolation",
-        "checkpoint.enabled",
-        "checkpoint.every_minutes",
-        "checkpoint.reverb",
-        "evaluation.episodes",
-        "evaluation.every_actor_steps",
-        "logging.csv",
-        "logging.tensorboard",
-        "logging.wandb",
-        "logging.wandb_project",
-        "env.domain",
-        "env.task",
-        "env.action_repeat",
-        "agent.tau",
-    ):
-        node = config
-        for part in key.split("."):
-            assert part in node, key
-            node = node[part]
-    groups = {"replay", "counter", "learner", "actor", "evaluator", "coordinator"}
-    assert set(config.resources.keys()) == groups
+    # Every toolkit key, with every resource field of every group, so each is overridable.
+    assert set(config.keys()) == set(experiment_defaults().keys())
+    for group, spec in config.resources.items():
+        assert set(spec.keys()) == set(ResourceSpec.field_names()), group
+    assert {"domain", "task", "action_repeat"} <= set(config.env.keys())
 
     experiment = make_experiment(config)
     # Launchpad ships the experiment to every node: plain pickle must do (no lambdas).

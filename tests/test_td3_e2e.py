@@ -51,7 +51,7 @@ def test_single_process_run_learns_logs_and_counts(tmp_path):
         mark=mark,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "done: 1000 actor steps" in result.stdout
+    assert "done: 1000 actor steps" in result.stderr
 
     learner = read_csv(tmp_path / "logs/learner/logs.csv")
     losses = column(learner, "critic_loss")
@@ -152,7 +152,7 @@ def test_killed_single_process_run_resumes_from_its_checkpoint(tmp_path):
         mark=mark,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert f"resumed from learner step {killed_at}" in result.stdout
+    assert f"resumed from learner step {killed_at}" in result.stderr
     learner_steps = column(read_csv(tmp_path / "logs/learner/logs.csv"), "learner_steps")
     resumed_rows = [step for step in learner_steps if step > killed_at]
     assert resumed_rows, "no learner rows after the resume"

@@ -27,28 +27,21 @@ class GenericActor(core.Actor, Generic[State]):
         random_key: jax.Array,
         variable_client: VariableClient | None,
         adder: adders.Adder | None = None,
-        jit: bool = True,
-        backend: str | None = None,
     ):
         """Creates the actor.
 
         Args:
-          actor_core: the agent's acting functions.
+          actor_core: the agent's acting functions; `select_action` is jitted for the
+            node's default device, which its resource spec decides (JAX_PLATFORMS).
           random_key: this actor's own key.
           variable_client: where parameters come from; None only for parameter-free cores.
           adder: where experience goes; None for evaluators.
-          jit: compile `select_action` (turn off to debug with prints).
-          backend: XLA backend for acting; None uses the node's default, which its resource
-            spec decides (a CPU actor's JAX_PLATFORMS=cpu, a GPU actor's CUDA device).
         """
         self._core = actor_core
         self._client = variable_client
         self._adder = adder
-        select = actor_core.select_action
-        self._select_action = jax.jit(select, backend=backend) if jit else select
+        self._select_action = jax.jit(actor_core.select_action)
         self._state = actor_core.init(random_key)
-        self._init = actor_core.init
-        self._random_key = random_key
 
     @property
     def _params(self) -> Any:

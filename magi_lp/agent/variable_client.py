@@ -3,18 +3,41 @@
 Actors ask the learner (in-process, or through a Courier handle in another process) for
 parameters every `update_period` calls to `update()`. The request runs on a background
 thread; acting continues with the old parameters until the new ones arrive. Only the very
-first fetch blocks, because an actor cannot act without parameters.
+first fetch blocks, because an actor cannot act without parameters. Fetched values are put on
+this process's default device once per pull (a Courier pull returns numpy arrays, which a
+jitted policy would otherwise copy to the device at every step).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import jax
 from absl import logging
 
-from magi_lp.agent.builder import VariableSource
+
+def call_in_background(function: Callable[[], Any]) -> concurrent.futures.Future:
+    """Runs `function` on a daemon thread; its result or exception arrives in the future.
+
+    A daemon thread, not a `ThreadPoolExecutor`: the interpreter joins executor threads at
+    exit, and a call to a server that is already gone (a Courier RPC to a stopped node)
+    may never return, which would hang the process's exit.
+    """
+    future: concurrent.futures.Future = concurrent.futures.Future()
+
+    def run() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(function())
+        except BaseException as error:  # delivered to whoever reads the future
+            future.set_exception(error)
+
+    threading.Thread(target=run, name="magi_lp-background-call", daemon=True).start()
+    return future
 
 
 class VariableClient:
@@ -22,14 +45,14 @@ class VariableClient:
 
     def __init__(
         self,
-        source: VariableSource,
+        source: Any,
         names: Sequence[str] | str,
         update_period: int = 1,
     ):
         """Creates the client.
 
         Args:
-          source: the learner, or a Courier handle to it.
+          source: a `VariableSource`: the learner, or a Courier handle to it.
           names: one collection name, or several; `params` then holds one value or a list.
           update_period: calls to `update()` between two fetches (>= 1).
         """
@@ -40,7 +63,6 @@ class VariableClient:
         self._names = [names] if self._single else list(names)
         self._update_period = update_period
         self._calls = 0
-        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1)
         self._future: concurrent.futures.Future | None = None
         self._params: Any = None
 
@@ -52,8 +74,8 @@ class VariableClient:
         return self._params
 
     def _fetch(self) -> Any:
-        values = self._source.get_variables(self._names)
-        return values[0] if self._single else list(values)
+        values = jax.device_put(list(self._source.get_variables(self._names)))
+        return values[0] if self._single else values
 
     def update(self, wait: bool = False) -> None:
         """Counts a call; every `update_period` calls starts a background fetch.
@@ -73,7 +95,7 @@ class VariableClient:
             self._future = None
         if self._calls >= self._update_period and self._future is None:
             self._calls = 0
-            self._future = self._executor.submit(self._fetch)
+            self._future = call_in_background(self._fetch)
 
     def update_and_wait(self) -> None:
         """Fetches parameters now and blocks until they are installed."""
@@ -84,5 +106,7 @@ class VariableClient:
         self._calls = 0
 
     def close(self) -> None:
-        """Stops the background thread."""
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        """Forgets a fetch still in flight (its daemon thread ends with the call)."""
+        if self._future is not None:
+            self._future.cancel()
+            self._future = None

@@ -17,8 +17,6 @@ import numpy as np
 from acme import core
 from acme.utils import counting, loggers
 
-EpisodeObserver = Callable[[dm_env.TimeStep, Any], None]
-
 
 class ActingLoop:
     """Runs episodes of `actor` in `environment`."""
@@ -55,6 +53,16 @@ class ActingLoop:
         self._should_update = should_update
         self._frames_per_step = frames_per_step
         self._observers = list(observers)
+
+    def close(self) -> None:
+        """Closes the logger and the environment (in-process runs; nodes just exit)."""
+        self._logger.close()
+        self._environment.close()
+
+    @property
+    def actor(self) -> core.Actor:
+        """The actor this loop drives."""
+        return self._actor
 
     def run_episode(self, should_stop: Callable[[], bool] = lambda: False) -> dict | None:
         """Runs one episode; returns its log row, or None when stopped part-way."""

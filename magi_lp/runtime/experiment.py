@@ -38,6 +38,8 @@ class Experiment:
         `acting_loop.ActingLoop`); e.g. a video recorder. Must be picklable.
       environment_spec: the environment's spec; made once from a throwaway environment
         (in the launching process) when not given.
+      frames_per_step: environment frames per agent step (the action repeat), so that
+        logs and progress can count frames as papers do.
     """
 
     builder: AgentBuilder
@@ -46,6 +48,7 @@ class Experiment:
     config: ml_collections.ConfigDict
     environment_spec: specs.EnvironmentSpec | None = None
     evaluation_observers: Sequence[Callable[..., Any]] = ()
+    frames_per_step: int = 1
 
     def get_environment_spec(self) -> specs.EnvironmentSpec:
         """The environment spec, made once from a throwaway environment when not given."""

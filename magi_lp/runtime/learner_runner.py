@@ -1,15 +1,13 @@
-"""The learner's process: build, restore, step until stopped, checkpoint.
+"""`LearnerRunner`: restore, step until stopped, checkpoint; what both runners drive.
 
-`LearnerRunner` owns a learner built by the agent's builder and is what both runners drive:
-the Launchpad learner node calls `run()` (step until the program stops), the single-process
+The Launchpad learner node calls `run()` (step until the program stops); the single-process
 runner calls `step()` itself. It restores the latest checkpoint from the workdir when there is
-one, saves every `checkpoint_minutes` and once more at stop, and serves parameters to actors
-through `get_variables` (a Courier method in the distributed program).
+one, saves every `checkpoint_minutes` (through `PeriodicCheckpointer`) and once more at stop,
+and serves parameters through `get_variables` (a Courier method in the distributed program).
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -17,8 +15,9 @@ from typing import Any
 
 from absl import logging
 
-from magi_lp.agent.builder import Learner
-from magi_lp.runtime.checkpointing import Checkpointer
+from magi_lp.agent.learner import Learner
+from magi_lp.agent.variable_client import call_in_background
+from magi_lp.runtime.checkpointing import Checkpointer, PeriodicCheckpointer, Snapshot
 
 
 class LearnerRunner:
@@ -32,6 +31,8 @@ class LearnerRunner:
         checkpoint_minutes: float = 10.0,
         get_counts: Callable[[], dict[str, Any]] | None = None,
         restore_counts: Callable[[dict[str, Any]], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        closeables: Sequence[Any] = (),
     ):
         """Creates the runner and restores the latest checkpoint if there is one.
 
@@ -42,14 +43,13 @@ class LearnerRunner:
           get_counts: returns the program's step counts, saved with each checkpoint so a
             resumed run continues counting where it stopped.
           restore_counts: puts restored counts back into the program's counter.
+          clock: seconds, for the checkpoint period (tests pass a fake one).
+          closeables: what `close()` closes with the runner (e.g. the learner's logger).
         """
+        self._closeables = list(closeables)
         self._learner = learner
-        self._checkpointer = checkpointer
-        self._period_s = checkpoint_minutes * 60.0
         self._get_counts = get_counts
-        self._last_save = time.monotonic()
         self._last_counts: dict[str, Any] = {}
-        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1)
         self._save_lock = threading.Lock()
         self.restored_step: int | None = None
         self.restored_counts: dict[str, Any] = {}
@@ -66,6 +66,16 @@ class LearnerRunner:
                 self.restored_counts,
             )
         self._steps = self.restored_step or 0
+        self._periodic = (
+            None
+            if checkpointer is None
+            else PeriodicCheckpointer(checkpointer, checkpoint_minutes, self._snapshot, clock=clock)
+        )
+
+    def close(self) -> None:
+        """Closes what the runner was given to close (in-process runs; nodes just exit)."""
+        for closeable in self._closeables:
+            closeable.close()
 
     @property
     def learner(self) -> Learner:
@@ -85,24 +95,25 @@ class LearnerRunner:
         """One learner step, then a checkpoint if one is due."""
         self._learner.step()
         self._steps += 1
-        if self._checkpointer is not None and time.monotonic() - self._last_save >= self._period_s:
+        if self._periodic is not None:
             with self._save_lock:
-                self.save()
+                self._periodic.maybe_save()
 
     def save(self) -> None:
         """Saves a checkpoint now (also called at stop)."""
-        if self._checkpointer is None:
-            return
-        counts = self._counts_or_last()
-        self._checkpointer.save(self._steps, self._learner.save(), {"counts": counts})
-        self._last_save = time.monotonic()
+        if self._periodic is not None:
+            with self._save_lock:
+                self._periodic.save_now()
+
+    def _snapshot(self) -> Snapshot:
+        return Snapshot(self._steps, self._learner.save(), {"counts": self._counts_or_last()})
 
     def _counts_or_last(self, timeout_s: float = 5.0) -> dict[str, Any]:
         # At stop the counter node may already be gone, and a Courier call to a dead server
         # waits forever; ask on a helper thread and fall back to the last counts seen.
         if self._get_counts is None:
             return {}
-        future = self._executor.submit(self._get_counts)
+        future = call_in_background(self._get_counts)
         try:
             self._last_counts = dict(future.result(timeout=timeout_s))
         except Exception as error:  # saving parameters matters more
@@ -135,5 +146,4 @@ class LearnerRunner:
         worker.join(timeout=poll_s)
         if failure:
             raise failure[0]
-        with self._save_lock:
-            self.save()
+        self.save()

@@ -515,9 +515,6 @@ def make_logger(
     return logger
 
 
-_CONFIG_KEYS = ("csv", "tensorboard", "wandb", "wandb_project", "terminal", "time_delta")
-
-
 @dataclasses.dataclass(frozen=True)
 class LoggerFactory:
     """Picklable recipe for loggers, passed to every Launchpad node.
@@ -528,12 +525,13 @@ class LoggerFactory:
     """
 
     workdir: str
-    csv: bool = True
-    tensorboard: bool = True
-    wandb: bool = False
-    wandb_project: str | None = None
-    terminal: bool = True
-    time_delta: float = 1.0
+    # The fields below are `config.logging`'s keys (magi_lp.runtime.config), with defaults.
+    csv: bool = True  # <workdir>/logs/<label>/logs.csv
+    tensorboard: bool = True  # <workdir>/tensorboard/<label>
+    wandb: bool = False  # Weights & Biases (needs the wandb package and the network)
+    wandb_project: str = ""  # W&B project ("": W&B's default / WANDB_PROJECT)
+    terminal: bool = True  # one line per logger write on stdout
+    time_delta: float = 1.0  # seconds between rows a logger keeps (0: every row)
 
     def __post_init__(self):
         # Fail when the config is read, before any process starts.
@@ -566,21 +564,12 @@ class LoggerFactory:
         )
 
     @classmethod
-    def from_config(cls, workdir: str | os.PathLike, logging_config: Mapping[str, Any] | Any):
-        """Builds the factory from `config.logging` (a dict or ConfigDict).
+    def from_config(
+        cls, workdir: str | os.PathLike, logging_config: Mapping[str, Any] | Any
+    ) -> LoggerFactory:
+        """Builds the factory from `config.logging`; keys left out take their defaults."""
+        from magi_lp.runtime.config import typed_section
 
-        Known keys: csv, tensorboard, wandb, wandb_project, terminal, time_delta; any
-        other key is refused by name.
-        """
-        items = dict(logging_config.items()) if logging_config is not None else {}
-        unknown = sorted(set(items) - set(_CONFIG_KEYS))
-        if unknown:
-            raise ConfigError(
-                f"logging.{unknown[0]} is not a logging setting; known: {', '.join(_CONFIG_KEYS)}"
-            )
-        for key in ("csv", "tensorboard", "wandb", "terminal"):
-            if key in items and not isinstance(items[key], bool):
-                raise ConfigError(f"logging.{key} must be True or False, got {items[key]!r}")
-        if "time_delta" in items:
-            items["time_delta"] = float(items["time_delta"])
-        return cls(workdir=os.fspath(workdir), **items)
+        defaults = {f.name: f.default for f in dataclasses.fields(cls) if f.name != "workdir"}
+        values = {**defaults, **dict(logging_config.items() if logging_config else {})}
+        return typed_section(cls, values, "logging.", fixed={"workdir": os.fspath(workdir)})

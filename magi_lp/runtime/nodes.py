@@ -1,10 +1,11 @@
-"""The pieces every runner assembles: learner, actor, evaluator and coordinator.
+"""The pieces every runner assembles, and the node classes of the distributed program.
 
-Each class here is an ordinary Python class (the Launchpad-examples style): the distributed
-program wraps them in `lp.CourierNode`, which constructs them inside the node's own process,
-and the single-process runner constructs the same classes directly. Constructors take handles
-(or in-process objects) as arguments, build everything through the experiment's builder, and
-call `prepare_node_process()` first so per-node settings apply before any framework allocates.
+`make_learner_runner` and `make_acting_loop` build a learner and an actor (or evaluator) from
+the experiment, the same way in both runners: the single-process runner calls them directly,
+and the Launchpad nodes below call them inside their own process. The node classes are plain
+Python classes (the Launchpad-examples style) that `lp.CourierNode` constructs in the node's
+process; constructors take handles, call `prepare_node_process()` first so per-node settings
+apply before any framework allocates, and `run()` until the program stops.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from absl import logging
 from acme import specs
 from acme.utils import counting
 
+from magi_lp.agent.actor import GenericActor
+from magi_lp.agent.builder import POLICY_VARIABLES
+from magi_lp.agent.variable_client import VariableClient
 from magi_lp.runtime import seeding
 from magi_lp.runtime.acting_loop import ActingLoop
 from magi_lp.runtime.checkpointing import Checkpointer
@@ -30,19 +34,100 @@ from magi_lp.runtime.node_setup import prepare_node_process
 StopFn = Callable[[], bool]
 
 
-def frames_per_step(experiment: Experiment) -> int:
-    """Environment frames per agent step (the action repeat), for frame-based logs."""
-    env_config = experiment.config.get("env", None)
-    return int(env_config.get("action_repeat", 1)) if env_config is not None else 1
-
-
 def checkpoint_dir(workdir: str | Path) -> Path:
     """Where learner checkpoints live inside a workdir."""
     return Path(workdir) / "checkpoints" / "learner"
 
 
+def make_learner_runner(
+    experiment: Experiment,
+    environment_spec: specs.EnvironmentSpec,
+    replay_client: Any,
+    counter: Any,
+    workdir: str,
+    logger_factory: Callable[..., Any],
+) -> LearnerRunner:
+    """The agent's learner, restored from the workdir's latest checkpoint if there is one.
+
+    `counter` is the program's counter (a Courier handle, or the in-process counter): the
+    learner counts under the prefix "learner", and checkpoints save and restore its counts.
+    """
+    config = experiment.config
+    builder = experiment.builder
+    logger = logger_factory("learner", steps_key="learner_steps")
+    learner = builder.make_learner(
+        random_key=seeding.node_key(config.seed, "learner"),
+        networks=experiment.network_factory(environment_spec),
+        dataset=builder.make_dataset_iterator(replay_client),
+        environment_spec=environment_spec,
+        logger=logger,
+        counter=counting.Counter(counter, prefix="learner", time_delta=0.0),
+    )
+    checkpointer = Checkpointer(checkpoint_dir(workdir)) if config.checkpoint.enabled else None
+    return LearnerRunner(
+        learner,
+        checkpointer,
+        checkpoint_minutes=config.checkpoint.every_minutes,
+        get_counts=counter.get_counts,
+        restore_counts=lambda counts: counter.increment(**counts),
+        closeables=[logger],
+    )
+
+
+def make_acting_loop(
+    experiment: Experiment,
+    environment_spec: specs.EnvironmentSpec,
+    index: int,
+    replay_client: Any,
+    variable_source: Any,
+    counter: Any,
+    logger_factory: Callable[..., Any],
+    *,
+    evaluation: bool = False,
+    observers: Sequence[Any] = (),
+) -> ActingLoop:
+    """Actor (or evaluator) `index`: its seeded environment, policy, adder and loop.
+
+    The actor pulls `POLICY_VARIABLES` from `variable_source` every
+    `config.variable_update_period` steps without blocking. Evaluators write nothing to
+    replay, make the experiment's evaluation observers, and count as "evaluator".
+    """
+    config = experiment.config
+    builder = experiment.builder
+    role = "evaluator" if evaluation else "actor"
+    environment = experiment.environment_factory(
+        seeding.node_seed(config.seed, role, index), evaluation
+    )
+    networks = experiment.network_factory(environment_spec)
+    actor = GenericActor(
+        builder.make_policy(networks, environment_spec, evaluation),
+        seeding.node_key(config.seed, role, index),
+        VariableClient(
+            variable_source, POLICY_VARIABLES, update_period=config.variable_update_period
+        ),
+        None if evaluation else builder.make_adder(replay_client, environment_spec),
+    )
+    if evaluation:
+        observers = [*observers, *(make() for make in experiment.evaluation_observers)]
+    return ActingLoop(
+        environment,
+        actor,
+        counting.Counter(counter, prefix=role, time_delta=0.0),
+        logger_factory(role, steps_key=f"{role}_steps", instance=index),
+        should_update=not evaluation,
+        frames_per_step=experiment.frames_per_step,
+        observers=observers,
+    )
+
+
+def evaluate(loop: ActingLoop, episodes: int, should_stop: StopFn = lambda: False) -> list[dict]:
+    """Pulls fresh parameters (blocking) and runs `episodes` evaluation episodes."""
+    loop.actor.update(wait=True)
+    return loop.run(should_stop, num_episodes=episodes)
+
+
 class LearnerNode:
-    """The learner process: builds the learner, restores, steps, checkpoints."""
+    """The learner process: restores, steps until the program stops, checkpoints."""
 
     def __init__(
         self,
@@ -54,27 +139,8 @@ class LearnerNode:
         logger_factory: Callable[..., Any],
     ):
         prepare_node_process()
-        config = experiment.config
-        builder = experiment.builder
-        parent_counter = counter
-        self._counter = counting.Counter(parent_counter, prefix="learner", time_delta=0.0)
-        networks = experiment.network_factory(environment_spec)
-        dataset = builder.make_dataset_iterator(replay_client)
-        learner = builder.make_learner(
-            random_key=seeding.node_key(config.seed, "learner"),
-            networks=networks,
-            dataset=dataset,
-            environment_spec=environment_spec,
-            logger=logger_factory("learner", steps_key="learner_steps"),
-            counter=self._counter,
-        )
-        checkpointer = Checkpointer(checkpoint_dir(workdir)) if config.checkpoint.enabled else None
-        self._runner = LearnerRunner(
-            learner,
-            checkpointer,
-            checkpoint_minutes=config.checkpoint.every_minutes,
-            get_counts=parent_counter.get_counts,
-            restore_counts=lambda counts: parent_counter.increment(**counts),
+        self._runner = make_learner_runner(
+            experiment, environment_spec, replay_client, counter, workdir, logger_factory
         )
 
     def get_variables(self, names: Sequence[str]) -> list[Any]:
@@ -86,15 +152,6 @@ class LearnerNode:
         self._runner.save()
         return self._runner.steps
 
-    def step(self) -> None:
-        """One learner step (used by the single-process runner)."""
-        self._runner.step()
-
-    @property
-    def runner(self) -> LearnerRunner:
-        """The learner runner (in-process use only)."""
-        return self._runner
-
     def run(self) -> None:
         """Steps until the program stops (Launchpad calls this after serving starts)."""
         import launchpad as lp
@@ -104,7 +161,7 @@ class LearnerNode:
 
 
 class ActorNode:
-    """An actor (or, with `evaluation=True`, an evaluator) and its environment loop."""
+    """An actor and its environment loop, acting until the program stops."""
 
     def __init__(
         self,
@@ -115,103 +172,84 @@ class ActorNode:
         variable_source: Any,
         counter: Any,
         logger_factory: Callable[..., Any],
-        *,
-        evaluation: bool = False,
-        actor_wrapper: Callable[[Any], Any] | None = None,
     ):
-        """Builds the environment, policy, adder and actor of node `index`.
-
-        `actor_wrapper` lets the single-process runner interleave learner steps with acting
-        by wrapping the actor; distributed nodes leave it unset.
-        """
         prepare_node_process()
-        config = experiment.config
-        builder = experiment.builder
-        role = "evaluator" if evaluation else "actor"
-        self._role = role
-        self._index = index
-        self._experiment = experiment
-        environment = experiment.environment_factory(
-            seeding.node_seed(config.seed, role, index), evaluation
-        )
-        networks = experiment.network_factory(environment_spec)
-        policy = builder.make_policy(networks, environment_spec, evaluation)
-        adder = None if evaluation else builder.make_adder(replay_client, environment_spec)
-        self._actor = builder.make_actor(
-            seeding.node_key(config.seed, role, index),
-            policy,
+        self._loop = make_acting_loop(
+            experiment,
             environment_spec,
+            index,
+            replay_client,
             variable_source,
-            adder,
+            counter,
+            logger_factory,
         )
-        if actor_wrapper is not None:
-            self._actor = actor_wrapper(self._actor)
-        self._counter = counter
-        observers = []
-        if evaluation:
-            observers = [make() for make in experiment.evaluation_observers]
-        self._loop = ActingLoop(
-            environment,
-            self._actor,
-            counting.Counter(counter, prefix=role, time_delta=0.0),
-            logger_factory(role, steps_key=f"{role}_steps", instance=index),
-            should_update=not evaluation,
-            frames_per_step=frames_per_step(experiment),
-            observers=observers,
-        )
-
-    @property
-    def loop(self) -> ActingLoop:
-        """The acting loop (in-process use only)."""
-        return self._loop
-
-    @property
-    def actor(self) -> Any:
-        """The actor (in-process use only)."""
-        return self._actor
 
     def run(self) -> None:
-        """Acts until the program stops; evaluators evaluate every few actor steps."""
         import launchpad as lp
 
-        def should_stop() -> bool:
-            return lp.wait_for_stop(0)
-
-        if self._role == "actor":
-            self._loop.run(should_stop)
-        else:
-            self.run_evaluations(should_stop, lambda seconds: lp.wait_for_stop(seconds))
+        self._loop.run(lambda: lp.wait_for_stop(0))
         _leave_node_process()
 
-    def evaluate(self, should_stop: StopFn = lambda: False) -> list[dict]:
-        """Pulls fresh parameters and runs `evaluation.episodes` episodes."""
-        self._actor.update(wait=True)
-        return self._loop.run(should_stop, num_episodes=self._experiment.config.evaluation.episodes)
+
+class EvaluatorNode:
+    """Evaluates once at start, then after every `evaluation.every_actor_steps` actor steps."""
+
+    def __init__(
+        self,
+        experiment: Experiment,
+        environment_spec: specs.EnvironmentSpec,
+        index: int,
+        variable_source: Any,
+        counter: Any,
+        logger_factory: Callable[..., Any],
+    ):
+        prepare_node_process()
+        self._counter = counter
+        self._evaluation = experiment.config.evaluation
+        self._loop = make_acting_loop(
+            experiment,
+            environment_spec,
+            index,
+            None,
+            variable_source,
+            counter,
+            logger_factory,
+            evaluation=True,
+        )
 
     def run_evaluations(self, should_stop: StopFn, sleep: Callable[[float], bool]) -> None:
-        """Evaluates once at start, then after every `evaluation.every_actor_steps` steps."""
-        every = self._experiment.config.evaluation.every_actor_steps
+        """Evaluates whenever `every_actor_steps` more actor steps were counted."""
         next_at = 0
         while not should_stop():
             actor_steps = int(self._counter.get_counts().get("actor_steps", 0))
             if actor_steps >= next_at:
-                self.evaluate(should_stop)
-                next_at = actor_steps + every
+                evaluate(self._loop, self._evaluation.episodes, should_stop)
+                next_at = actor_steps + self._evaluation.every_actor_steps
             elif sleep(1.0):
                 break
 
+    def run(self) -> None:
+        import launchpad as lp
+
+        self.run_evaluations(lambda: lp.wait_for_stop(0), lambda seconds: lp.wait_for_stop(seconds))
+        _leave_node_process()
+
 
 def _leave_node_process() -> None:
-    """Ends a node's process once its work is done and saved.
+    """Ends a node's process once its work is done and saved (multi-processing launches).
 
     A learner blocked in Reverb's sampler, or an adder flushing to a replay server that is
     already gone, keeps TensorFlow/Reverb threads alive that hold the process until
     Launchpad's 10 s kill; the checkpoint is written and logs are flushed per row, so there
-    is nothing left to wait for.
+    is nothing left to wait for. In a threaded launch (Launchpad's `test_mt`) the node is a
+    thread of a shared process, which must live on.
     """
+    from launchpad import context
+
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    if context.get_context().launch_type is context.LaunchType.LOCAL_MULTI_PROCESSING:
+        os._exit(0)
 
 
 class CoordinatorNode:
@@ -243,12 +281,15 @@ class CoordinatorNode:
         import launchpad as lp
 
         while not lp.wait_for_stop(self._poll_seconds):
-            counts = self._counter.get_counts()
-            if counts.get("actor_steps", 0) >= self._max_actor_steps:
+            if self.limit_reached():
                 logging.info("Reached %d actor steps: stopping.", self._max_actor_steps)
                 self.finish()
                 lp.stop()
                 return
+
+    def limit_reached(self) -> bool:
+        """Whether the actors have taken `max_actor_steps` steps."""
+        return self._counter.get_counts().get("actor_steps", 0) >= self._max_actor_steps
 
     def finish(self) -> None:
         """Final learner checkpoint (and replay checkpoint) before the stop."""

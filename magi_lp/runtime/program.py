@@ -18,34 +18,28 @@ from acme import specs
 from magi_lp.placement.plan import PlacementPlan
 from magi_lp.runtime.experiment import Experiment
 from magi_lp.runtime.node_setup import prepare_node_process
-from magi_lp.runtime.nodes import ActorNode, CoordinatorNode, LearnerNode, new_counter
+from magi_lp.runtime.nodes import (
+    ActorNode,
+    CoordinatorNode,
+    EvaluatorNode,
+    LearnerNode,
+    new_counter,
+)
 
-# Actors and evaluators give up on a learner that does not answer within this time instead of
-# hanging forever (Courier clients have no deadline by default); the launcher notices the dead
-# learner and stops the program long before.
+# Nodes give up on a learner or counter that does not answer within this time instead of
+# hanging forever (Courier clients have no deadline by default); the launcher notices a dead
+# node and stops the program long before.
 _RPC_TIMEOUT_S = 120.0
 
 
 def _replay_tables(experiment: Experiment, environment_spec: specs.EnvironmentSpec) -> list:
     prepare_node_process()
-    return experiment.builder.make_replay_tables(environment_spec, rate_limited=True)
+    return experiment.builder.make_replay_tables(environment_spec)
 
 
 def replay_checkpointer(workdir: str) -> reverb.checkpointers.DefaultCheckpointer:
     """Reverb's checkpointer for the replay, in `<workdir>/checkpoints/replay`."""
     return reverb.checkpointers.DefaultCheckpointer(path=str(Path(workdir) / "checkpoints/replay"))
-
-
-def logical_groups(config: Any) -> dict[str, int]:
-    """Node groups of the program and how many nodes each has."""
-    return {
-        "replay": 1,
-        "counter": 1,
-        "learner": 1,
-        "actor": config.num_actors,
-        "evaluator": config.num_evaluators,
-        "coordinator": 1,
-    }
 
 
 def build_program(
@@ -79,6 +73,7 @@ def build_program(
 
     with program.group(plan.launch_group("counter", 0)):
         counter = program.add_node(lp.CourierNode(new_counter))
+    counter.set_client_kwargs(call_timeout=_RPC_TIMEOUT_S)
 
     learner_node = lp.CourierNode(
         LearnerNode,
@@ -121,15 +116,13 @@ def build_program(
         with program.group(plan.launch_group("evaluator", index)):
             program.add_node(
                 lp.CourierNode(
-                    ActorNode,
+                    EvaluatorNode,
                     experiment,
                     environment_spec,
                     index,
-                    None,
                     learner,
                     counter,
                     logger_factory,
-                    evaluation=True,
                 )
             )
 

@@ -1,30 +1,33 @@
 """The same experiment in one process: for debugging, tests and small machines.
 
-The builder, networks, learner, actor and evaluator are exactly those of the distributed
-program (the same node classes, constructed in-process); only the transport differs: the
-Reverb server runs in this process and one learner step is interleaved every
-`ReplaySchedule.actor_steps_per_update` actor steps, which is the replay ratio the distributed
-program's rate limiter enforces.
+The learner, actor and evaluator are built exactly as in the distributed program
+(`magi_lp.runtime.nodes.make_learner_runner` / `make_acting_loop`); only the transport
+differs. The Reverb server runs in this process, and this runner owns what changes with the
+mode: it rebuilds the builder's replay tables without their rate limiters (as Acme's
+`run_experiment` does), because one thread that must never block on a table interleaves
+acting and learning itself, one learner step every `ReplaySchedule.actor_steps_per_update`
+actor steps: the replay ratio the distributed program's rate limiter enforces.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import dm_env
 import reverb
-from acme import core
 
-from magi_lp.agent.builder import ReplaySchedule
+from magi_lp.agent.replay_schedule import ReplaySchedule
 from magi_lp.runtime.experiment import Experiment
+from magi_lp.runtime.learner_runner import LearnerRunner
 from magi_lp.runtime.loggers import ProgressBar
-from magi_lp.runtime.nodes import ActorNode, LearnerNode, frames_per_step, new_counter
+from magi_lp.runtime.nodes import evaluate, make_acting_loop, make_learner_runner, new_counter
 from magi_lp.runtime.program import replay_checkpointer
 
 
 @dataclasses.dataclass
-class LocalRunResult:
+class SingleProcessResult:
     """What a single-process run did."""
 
     actor_steps: int
@@ -35,18 +38,55 @@ class LocalRunResult:
     stopped_by_user: bool
 
 
-class _LearningActor(core.Actor):
-    """Wraps an actor so the learner steps as the replay schedule says, after each step."""
+def _selector(options: Any) -> Any:
+    """The Reverb item selector a table's `TableInfo` describes."""
+    kind = options.WhichOneof("distribution")
+    if kind == "prioritized":
+        return reverb.selectors.Prioritized(options.prioritized.priority_exponent)
+    if kind == "heap":
+        return reverb.selectors.MinHeap() if options.heap.min_heap else reverb.selectors.MaxHeap()
+    simple = {
+        "fifo": reverb.selectors.Fifo,
+        "lifo": reverb.selectors.Lifo,
+        "uniform": reverb.selectors.Uniform,
+    }
+    if kind not in simple:
+        raise ValueError(f"cannot rebuild a Reverb table with selector {kind!r}")
+    return simple[kind]()
+
+
+def without_rate_limit(table: reverb.Table) -> reverb.Table:
+    """The same table (name, selectors, size, signature) with a limiter that never blocks.
+
+    Reverb 0.7.0 has no `Table.replace`, so the table is rebuilt from its `info`; sampling
+    only waits for the first item (`MinSize(1)`).
+    """
+    info = table.info
+    return reverb.Table(
+        name=info.name,
+        sampler=_selector(info.sampler_options),
+        remover=_selector(info.remover_options),
+        max_size=info.max_size,
+        rate_limiter=reverb.rate_limiters.MinSize(1),
+        max_times_sampled=info.max_times_sampled,
+        signature=info.signature,
+    )
+
+
+class InterleavedLearning:
+    """An acting-loop observer that takes the learner steps the replay schedule owes.
+
+    After each actor step (the adder has written it) it steps the learner until the number
+    of updates matches `schedule.updates_due(steps)`, then the actor pulls parameters.
+    """
 
     def __init__(
         self,
-        actor: core.Actor,
-        learner: LearnerNode,
+        learner: LearnerRunner,
         schedule: ReplaySchedule,
         replay_client: reverb.Client,
-        on_step: Any = None,
+        on_step: Callable[[int], None] | None = None,
     ):
-        self._actor = actor
         self._learner = learner
         self._schedule = schedule
         self._replay_client = replay_client
@@ -63,17 +103,12 @@ class _LearningActor(core.Actor):
             self._replay_ready = all(table.current_size > 0 for table in tables)
         return self._replay_ready
 
-    def select_action(self, observation: Any) -> Any:
-        return self._actor.select_action(observation)
-
     def observe_first(self, timestep: dm_env.TimeStep) -> None:
-        self._actor.observe_first(timestep)
+        del timestep
 
-    def observe(self, action: Any, next_timestep: dm_env.TimeStep) -> None:
-        self._actor.observe(action, next_timestep)
+    def observe(self, timestep: dm_env.TimeStep, action: Any) -> None:
+        del timestep, action
         self.steps += 1
-
-    def update(self, wait: bool = False) -> None:
         due = self._schedule.updates_due(self.steps)
         if due > self.updates and not self._replay_has_items():
             # Adders write items late (an n-step window, a chunk still open); sampling an
@@ -82,18 +117,20 @@ class _LearningActor(core.Actor):
         while self.updates < due:
             self._learner.step()
             self.updates += 1
-        self._actor.update(wait)
         if self._on_step is not None:
-            self._on_step()
+            self._on_step(self.steps)
+
+    def episode_done(self, episode_return: float) -> None:
+        del episode_return
 
 
-def run_local(
+def run_single_process(
     experiment: Experiment,
     *,
     workdir: str,
     logger_factory: Any,
     progress: bool = True,
-) -> LocalRunResult:
+) -> SingleProcessResult:
     """Runs `experiment` in this process until `config.max_actor_steps` actor steps.
 
     Resumes from the latest checkpoint in `workdir` when there is one. Ctrl-C stops the run
@@ -104,42 +141,25 @@ def run_local(
     environment_spec = experiment.get_environment_spec()
     schedule = builder.replay_schedule()
 
-    server = reverb.Server(
-        builder.make_replay_tables(environment_spec, rate_limited=False),
-        checkpointer=replay_checkpointer(workdir),
-    )
+    tables = [without_rate_limit(t) for t in builder.make_replay_tables(environment_spec)]
+    server = reverb.Server(tables, checkpointer=replay_checkpointer(workdir))
     replay_client = reverb.Client(f"localhost:{server.port}")
     counter = new_counter()
-    learner = LearnerNode(
+    learner = make_learner_runner(
         experiment, environment_spec, replay_client, counter, workdir, logger_factory
     )
-    resumed_from = learner.runner.restored_step
     start_steps = int(counter.get_counts().get("actor_steps", 0))
     bar = ProgressBar(
         config.max_actor_steps,
         initial_steps=start_steps,
-        frames_per_step=frames_per_step(experiment),
+        frames_per_step=experiment.frames_per_step,
         disable=None if progress else True,
     )
-    learning_actor: list[_LearningActor] = []
-
-    def current_steps() -> int:
-        # The counter only moves at episode ends; within an episode add this episode's steps.
-        return start_steps + (learning_actor[0].steps if learning_actor else 0)
-
-    def wrap(actor: core.Actor) -> core.Actor:
-        learning_actor.append(
-            _LearningActor(
-                actor,
-                learner,
-                schedule,
-                replay_client,
-                on_step=lambda: bar.update(current_steps()),
-            )
-        )
-        return learning_actor[0]
-
-    actor = ActorNode(
+    # The counter only moves at episode ends; the bar follows every step.
+    learning = InterleavedLearning(
+        learner, schedule, replay_client, on_step=lambda steps: bar.update(start_steps + steps)
+    )
+    actor = make_acting_loop(
         experiment,
         environment_spec,
         0,
@@ -147,52 +167,51 @@ def run_local(
         learner,
         counter,
         logger_factory,
-        actor_wrapper=wrap,
+        observers=[learning],
     )
     evaluator = None
     if config.num_evaluators > 0:
-        evaluator = ActorNode(
-            experiment,
-            environment_spec,
-            0,
-            None,
-            learner,
-            counter,
-            logger_factory,
-            evaluation=True,
+        evaluator = make_acting_loop(
+            experiment, environment_spec, 0, None, learner, counter, logger_factory, evaluation=True
         )
+
+    def actor_steps() -> int:
+        return int(counter.get_counts().get("actor_steps", 0))
 
     evaluation_returns: list[float] = []
     episodes = 0
     stopped_by_user = False
     next_evaluation = start_steps
     try:
-        while int(counter.get_counts().get("actor_steps", 0)) < config.max_actor_steps:
-            steps = int(counter.get_counts().get("actor_steps", 0))
-            if evaluator is not None and steps >= next_evaluation:
-                rows = evaluator.evaluate()
+        while actor_steps() < config.max_actor_steps:
+            if evaluator is not None and actor_steps() >= next_evaluation:
+                rows = evaluate(evaluator, config.evaluation.episodes)
                 evaluation_returns.extend(row["episode_return"] for row in rows)
-                next_evaluation = steps + config.evaluation.every_actor_steps
-            row = actor.loop.run_episode()
+                next_evaluation = actor_steps() + config.evaluation.every_actor_steps
+            row = actor.run_episode()
             episodes += 1
-            bar.update(current_steps(), row["episode_return"])
+            bar.update(actor_steps(), row["episode_return"])
         if evaluator is not None:
-            rows = evaluator.evaluate()
+            rows = evaluate(evaluator, config.evaluation.episodes)
             evaluation_returns.extend(row["episode_return"] for row in rows)
     except KeyboardInterrupt:
         stopped_by_user = True
     finally:
         bar.close()
-        learner.runner.save()
+        learner.save()
         if config.checkpoint.reverb:
             replay_client.checkpoint()
+        for loop in (actor, evaluator):
+            if loop is not None:
+                loop.close()
+        learner.close()
         server.stop()
 
-    return LocalRunResult(
-        actor_steps=int(counter.get_counts().get("actor_steps", 0)),
-        learner_steps=learner.runner.steps,
+    return SingleProcessResult(
+        actor_steps=actor_steps(),
+        learner_steps=learner.steps,
         episodes=episodes,
         evaluation_returns=evaluation_returns,
-        resumed_from_step=resumed_from,
+        resumed_from_step=learner.restored_step,
         stopped_by_user=stopped_by_user,
     )

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import ml_collections
 
+from magi_lp.agent.replay_schedule import ReplaySchedule
+
 # Task -> difficulty group, as in the official `cfgs/task/*.yaml`. The group fixes the
 # exploration-noise schedule length and the training length.
 TASK_DIFFICULTY: dict[tuple[str, str], str] = {
@@ -72,6 +74,20 @@ def train_frames(domain: str, task: str) -> int:
 def frames_to_agent_steps(frames: int, action_repeat: int) -> int:
     """Agent steps in `frames` environment frames, e.g. min_replay_frames 4000 -> 2000 steps."""
     return frames // action_repeat
+
+
+def replay_schedule(agent: ml_collections.ConfigDict, action_repeat: int) -> ReplaySchedule:
+    """No updates before `min_replay_frames` frames; then one per `update_every_steps` steps.
+
+    The first item exists only after `n_step` steps, so learning never starts before that
+    (in one process a learner step on an empty table would wait forever).
+    """
+    min_steps = frames_to_agent_steps(int(agent.min_replay_frames), action_repeat)
+    return ReplaySchedule(
+        min_replay_size=max(min_steps, int(agent.n_step)),
+        actor_steps_per_update=float(agent.update_every_steps),
+        batch_size=int(agent.batch_size),
+    )
 
 
 def default_camera_id(domain: str) -> int:

@@ -102,7 +102,6 @@ def make_experiment(config: ml_collections.ConfigDict, workdir: str | None = Non
         agent,
         frame_stack=env.frame_stack,
         action_repeat=env.action_repeat,
-        variable_update_period=config.variable_update_period,
     )
     observers = []
     video = env.get("video", None)
@@ -132,4 +131,5 @@ def make_experiment(config: ml_collections.ConfigDict, workdir: str | None = Non
         network_factory=functools.partial(network_factory, agent_config=agent),
         config=config,
         evaluation_observers=tuple(observers),
+        frames_per_step=env.action_repeat,
     )

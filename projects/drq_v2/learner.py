@@ -1,16 +1,22 @@
-"""`DrQLearner`: the Acme-style learner around DrQ-v2's jitted update (`learning.py`)."""
+"""`DrQLearner`: DrQ-v2's jitted update (`learning.py`) on the toolkit's `JaxLearner`.
+
+Actors pull 'policy': the encoder and actor parameters plus `global_agent_steps`, the agent
+steps all actors together have taken at least, derived from the update count by the replay
+schedule (`projects.drq_v2.acting` explores at that step).
+"""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import ml_collections
-import numpy as np
-from acme import core
 
+from magi_lp.agent.learner import JaxLearner
+from magi_lp.agent.replay_schedule import ReplaySchedule
+from projects.drq_v2.acting import GLOBAL_AGENT_STEPS
 from projects.drq_v2.learning import (
     TrainingState,
     init_training_state,
@@ -20,67 +26,56 @@ from projects.drq_v2.learning import (
 from projects.drq_v2.networks import DrQNetworks
 
 
-class DrQLearner(core.Learner):
-    """Acme `Learner` over the jitted update: pulls a batch, updates, logs, counts.
-
-    Variables by name: 'policy' -> {'encoder', 'actor'} (what actors pull), 'encoder',
-    'actor', 'critic', 'params' -> all three.
-    """
+class DrQLearner(JaxLearner[TrainingState]):
+    """Variables: 'policy' (what actors pull), 'encoder', 'actor', 'critic', 'params'."""
 
     def __init__(
         self,
         networks: DrQNetworks,
         config: ml_collections.ConfigDict,
+        schedule: ReplaySchedule,
         iterator: Iterator[Any],
         key: jax.Array,
         obs_example: Any,
+        *,
         counter: Any | None = None,
         logger: Any | None = None,
     ):
-        self._update = make_update_fn(networks, config)
-        self._iterator = iterator
-        self._state = init_training_state(networks, config, key, obs_example)
-        self._counter = counter
-        self._logger = logger
-        self._timestamp: float | None = None
+        """Creates the learner with fresh parameters.
 
-    def step(self) -> None:
-        batch = next(self._iterator)
-        # The replay may wrap transitions in a ReplaySample(info, data).
-        batch = getattr(batch, "data", batch)
-        self._state, metrics = self._update(self._state, batch)
-        now = time.time()
-        elapsed = 0.0 if self._timestamp is None else now - self._timestamp
-        self._timestamp = now
-        # The runners hand the learner a counter prefixed "learner": these become the
-        # program's `learner_steps` and `learner_walltime`.
-        counts = (
-            self._counter.increment(steps=1, walltime=elapsed) if self._counter is not None else {}
+        Args:
+          networks: from `make_networks`.
+          config: the agent config.
+          schedule: the replay schedule (`projects.drq_v2.config.replay_schedule`).
+          iterator: training batches (see `learning.py` for the contract).
+          key: the learner's key (parameter init, augmentation, noise).
+          obs_example: one observation, or its spec.
+          counter, logger: see `JaxLearner`.
+        """
+        super().__init__(
+            make_update_fn(networks, config, schedule),
+            init_training_state(networks, config, key, obs_example),
+            iterator,
+            counter=counter,
+            logger=logger,
         )
-        if self._logger is not None:
-            self._logger.write({**jax.device_get(metrics), **counts})
+        self._schedule = schedule
 
-    def get_variables(self, names: Sequence[str]) -> list[Any]:
-        params = self._state.params
-        variables = {
-            "policy": policy_params(self._state),
+    def variables(self, state: TrainingState) -> Mapping[str, Any]:
+        params = state.params
+        global_steps = self._schedule.actor_steps_after_updates(state.steps)
+        return {
+            "policy": {
+                **policy_params(state),
+                GLOBAL_AGENT_STEPS: jnp.asarray(global_steps, jnp.int32),
+            },
             "encoder": params["encoder"],
             "actor": params["actor"],
             "critic": params["critic"],
             "params": params,
         }
-        return [variables[name] for name in names]
-
-    def save(self) -> TrainingState:
-        return self._state
-
-    def restore(self, state: TrainingState) -> None:
-        self._state = state
-
-    @property
-    def state(self) -> TrainingState:
-        return self._state
 
     @property
     def num_updates(self) -> int:
-        return int(np.asarray(self._state.steps))
+        """Updates done, restored ones included."""
+        return int(self.state.steps)

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
+from magi_lp.agent.replay_schedule import ReplaySchedule
 from projects.drq_v2.augmentations import random_shift
 from projects.drq_v2.networks import DrQNetworks, sample_action
 
@@ -62,15 +63,6 @@ def stddev_schedule(step: jax.Array | int, config: ml_collections.ConfigDict) ->
     schedule = config.stddev_schedule
     mix = jnp.clip(jnp.asarray(step, jnp.float32) / schedule.duration, 0.0, 1.0)
     return (1.0 - mix) * schedule.init + mix * schedule.final
-
-
-def learner_steps_to_agent_steps(steps: jax.Array | int, config: ml_collections.ConfigDict):
-    """Agent steps that correspond to `steps` updates at one update per update_every_steps.
-
-    Used for the noise schedule when the caller gives no agent step; it leaves out the
-    agent steps collected before learning starts (min_replay_frames / action_repeat).
-    """
-    return steps * config.update_every_steps
 
 
 def _make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
@@ -108,11 +100,15 @@ def init_training_state(
     )
 
 
-def make_update_fn(networks: DrQNetworks, config: ml_collections.ConfigDict):
+def make_update_fn(
+    networks: DrQNetworks, config: ml_collections.ConfigDict, schedule: ReplaySchedule
+):
     """The jitted DrQ-v2 update: `update(state, batch, agent_step=None) -> (state, metrics)`.
 
-    `agent_step` drives the noise schedule; when None it is estimated from the update count
-    (`learner_steps_to_agent_steps`). metrics are scalar float32 arrays.
+    `agent_step` drives the noise schedule. When None it is the global agent step implied by
+    the update count, `schedule.actor_steps_after_updates(state.steps)`: the same conversion
+    the actors use (`projects.drq_v2.learner.DrQLearner` serves it to them). metrics are
+    scalar float32 arrays.
     """
     optimizer = _make_optimizer(config)
     pad = config.augmentation_pad
@@ -135,7 +131,7 @@ def make_update_fn(networks: DrQNetworks, config: ml_collections.ConfigDict):
     def update(state: TrainingState, batch: Any, agent_step: jax.Array | None = None):
         key, obs_key, next_obs_key, target_key, actor_key = jax.random.split(state.key, 5)
         if agent_step is None:
-            agent_step = learner_steps_to_agent_steps(state.steps, config)
+            agent_step = schedule.actor_steps_after_updates(state.steps)
         stddev = stddev_schedule(agent_step, config)
         params = state.params
 

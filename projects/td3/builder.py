@@ -1,5 +1,5 @@
 """`TD3Builder`: the magi_lp builder protocol for TD3 (replay, adder, dataset, learner,
-policies, actor). The runners call each method in the process that owns the piece.
+policy). The runners call each method in the process that owns the piece.
 
 Replay holds one-step (or n-step) transitions written by Acme's `NStepTransitionAdder` into
 one uniform FIFO table; the learner reads batches through `acme.datasets.make_reverb_dataset`.
@@ -12,45 +12,35 @@ from collections.abc import Iterator
 import jax
 import ml_collections
 import reverb
-from acme import adders, core, specs
+from acme import adders, specs
 from acme.adders import reverb as adders_reverb
 from acme.utils import counting, loggers
 
-from magi_lp.agent.actor import GenericActor
 from magi_lp.agent.actor_core import ActorCore
-from magi_lp.agent.builder import AgentBuilder, ReplaySchedule, VariableSource
-from magi_lp.agent.variable_client import VariableClient
+from magi_lp.agent.builder import AgentBuilder
+from magi_lp.agent.replay_schedule import ReplaySchedule
 from projects.td3.acting import TD3ActorState, make_actor_core
 from projects.td3.learning import TD3Learner
 from projects.td3.networks import TD3Networks
 
 
-class TD3Builder(AgentBuilder[TD3Networks, ActorCore[TD3ActorState], reverb.ReplaySample]):
+class TD3Builder(AgentBuilder[TD3Networks, reverb.ReplaySample]):
     """Builds TD3's pieces from the agent config; holds nothing heavier than the config."""
 
     def __init__(
         self,
         config: ml_collections.ConfigDict,
         *,
-        variable_update_period: int = 1,
         table_name: str = adders_reverb.DEFAULT_PRIORITY_TABLE,
     ):
         """Creates the builder.
 
         Args:
           config: the agent config (`projects.td3.config.get_agent_config()`).
-          variable_update_period: actor steps between parameter pulls (the experiment's
-            `variable_update_period`).
           table_name: the Reverb table the adder writes to and the dataset reads from.
         """
         self._config = config
-        self._variable_update_period = int(variable_update_period)
         self._table_name = table_name
-
-    @property
-    def config(self) -> ml_collections.ConfigDict:
-        """The agent config."""
-        return self._config
 
     def replay_schedule(self) -> ReplaySchedule:
         return ReplaySchedule(
@@ -59,20 +49,14 @@ class TD3Builder(AgentBuilder[TD3Networks, ActorCore[TD3ActorState], reverb.Repl
             batch_size=int(self._config.batch_size),
         )
 
-    def make_replay_tables(
-        self, environment_spec: specs.EnvironmentSpec, *, rate_limited: bool
-    ) -> list[reverb.Table]:
-        if rate_limited:
-            rate_limiter = self.replay_schedule().rate_limiter()
-        else:
-            rate_limiter = reverb.rate_limiters.MinSize(1)
+    def make_replay_tables(self, environment_spec: specs.EnvironmentSpec) -> list[reverb.Table]:
         return [
             reverb.Table(
                 name=self._table_name,
                 sampler=reverb.selectors.Uniform(),
                 remover=reverb.selectors.Fifo(),
                 max_size=int(self._config.replay_size),
-                rate_limiter=rate_limiter,
+                rate_limiter=self.replay_schedule().rate_limiter(),
                 signature=adders_reverb.NStepTransitionAdder.signature(environment_spec),
             )
         ]
@@ -107,7 +91,7 @@ class TD3Builder(AgentBuilder[TD3Networks, ActorCore[TD3ActorState], reverb.Repl
         dataset: Iterator[reverb.ReplaySample],
         environment_spec: specs.EnvironmentSpec,
         logger: loggers.Logger,
-        counter: counting.Counter | None = None,
+        counter: counting.Counter,
     ) -> TD3Learner:
         del environment_spec  # The networks already know the sizes.
         return TD3Learner(
@@ -119,17 +103,3 @@ class TD3Builder(AgentBuilder[TD3Networks, ActorCore[TD3ActorState], reverb.Repl
     ) -> ActorCore[TD3ActorState]:
         del environment_spec
         return make_actor_core(networks, self._config, evaluation=evaluation)
-
-    def make_actor(
-        self,
-        random_key: jax.Array,
-        policy: ActorCore[TD3ActorState],
-        environment_spec: specs.EnvironmentSpec,
-        variable_source: VariableSource,
-        adder: adders.Adder | None = None,
-    ) -> core.Actor:
-        del environment_spec
-        client = VariableClient(
-            variable_source, "policy", update_period=self._variable_update_period
-        )
-        return GenericActor(policy, random_key, client, adder)

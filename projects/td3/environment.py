@@ -1,4 +1,4 @@
-"""dm_control proprioceptive tasks as TD3 sees them, and the experiment that runs TD3 there.
+"""dm_control proprioceptive tasks as TD3 sees them.
 
 `make_environment` returns a `dm_env.Environment` whose observation is one flat float32
 vector (the suite's observation dict concatenated in key order), whose action is float32
@@ -8,16 +8,10 @@ float32. No rendering: MuJoCo needs no GL backend here.
 
 from __future__ import annotations
 
-import functools
-
 import dm_env
-import ml_collections
 from acme import wrappers
 
 from magi_lp.errors import ConfigError
-from magi_lp.runtime.experiment import Experiment
-from projects.td3.builder import TD3Builder
-from projects.td3.networks import make_networks
 
 
 def make_environment(
@@ -53,21 +47,3 @@ def make_environment(
         environment = wrappers.ActionRepeatWrapper(environment, action_repeat)
     environment = wrappers.CanonicalSpecWrapper(environment, clip=True)
     return wrappers.SinglePrecisionWrapper(environment)
-
-
-def make_experiment(config: ml_collections.ConfigDict) -> Experiment:
-    """TD3 on `config.env.domain`/`config.env.task`, from an experiment config
-    (e.g. configs/td3_cartpole.py); the factories are picklable partials of module-level
-    functions, so Launchpad can ship them to every node."""
-    agent = config.agent
-    return Experiment(
-        builder=TD3Builder(agent, variable_update_period=config.variable_update_period),
-        environment_factory=functools.partial(
-            make_environment,
-            config.env.domain,
-            config.env.task,
-            action_repeat=int(config.env.get("action_repeat", 1)),
-        ),
-        network_factory=functools.partial(make_networks, hidden_sizes=tuple(agent.hidden_sizes)),
-        config=config,
-    )

@@ -1,4 +1,4 @@
-"""The TD3 learner: one jitted update, and a `magi_lp.agent.builder.Learner` around it.
+"""The TD3 learner: one jitted update, and the toolkit's `JaxLearner` around it.
 
 Batch contract (what the dataset yields; an `acme.types.Transition`, possibly inside a
 `reverb.ReplaySample(info, data)`, as `NStepTransitionAdder` + `make_reverb_dataset` give):
@@ -21,18 +21,16 @@ The delay is a `lax.cond` inside the one compiled update, so the step count stay
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 import optax
 from acme.utils import counting, loggers
 
-from magi_lp.agent.builder import Learner
+from magi_lp.agent.learner import JaxLearner
 from projects.td3.networks import Params, TD3Networks
 
 
@@ -193,12 +191,8 @@ def make_update_fn(networks: TD3Networks, config: ml_collections.ConfigDict):
     return jax.jit(update)
 
 
-class TD3Learner(Learner):
-    """Pulls a batch, runs the jitted update, counts the step and logs the metrics.
-
-    Variables by name (`get_variables`): "policy" -> actor params (what actors pull),
-    "critic" -> critic params (both heads).
-    """
+class TD3Learner(JaxLearner[TrainingState]):
+    """Variables: "policy" -> actor params (what actors pull), "critic" -> both heads."""
 
     def __init__(
         self,
@@ -216,51 +210,20 @@ class TD3Learner(Learner):
           config: the agent config (`get_agent_config`).
           iterator: training batches (see the module docstring for the contract).
           random_key: the learner's key (parameter init, target noise).
-          logger: gets one row of metrics and counts per step.
-          counter: counts `steps`; magi_lp gives the learner a counter prefixed "learner",
-            so the program sees "learner_steps".
+          logger, counter: see `magi_lp.agent.learner.JaxLearner`.
         """
-        self._update = make_update_fn(networks, config)
-        self._iterator = iterator
-        self._state = init_training_state(networks, config, random_key)
-        self._logger = logger or loggers.NoOpLogger()
-        self._counter = counter or counting.Counter()
-        self._timestamp: float | None = None
+        super().__init__(
+            make_update_fn(networks, config),
+            init_training_state(networks, config, random_key),
+            iterator,
+            counter=counter,
+            logger=logger,
+        )
 
-    def step(self) -> None:
-        batch = next(self._iterator)
-        batch = getattr(batch, "data", batch)  # reverb.ReplaySample(info, data) -> data
-        self._state, metrics = self._update(self._state, batch)
-        now = time.time()
-        elapsed = 0.0 if self._timestamp is None else now - self._timestamp
-        self._timestamp = now
-        counts = self._counter.increment(steps=1, walltime=elapsed)
-        self._logger.write({**jax.device_get(metrics), **counts})
-
-    def get_variables(self, names: Sequence[str]) -> list[Any]:
-        variables = {"policy": self._state.policy_params, "critic": self._state.critic_params}
-        return [variables[name] for name in names]
-
-    def save(self) -> TrainingState:
-        return self._state
-
-    def restore(self, state: TrainingState) -> None:
-        leaves, treedef = jax.tree_util.tree_flatten(state)
-        expected = jax.tree_util.tree_structure(self._state)
-        if treedef != expected:
-            raise ValueError(
-                "TD3Learner.restore got a state shaped unlike TD3Learner.save()'s: "
-                f"{treedef} != {expected}; restore with save()'s output as the target."
-            )
-        # Device arrays again (a checkpointer may hand back numpy leaves).
-        self._state = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(x) for x in leaves])
-
-    @property
-    def state(self) -> TrainingState:
-        """The current training state (read-only use: tests, diagnostics)."""
-        return self._state
+    def variables(self, state: TrainingState) -> Mapping[str, Any]:
+        return {"policy": state.policy_params, "critic": state.critic_params}
 
     @property
     def num_updates(self) -> int:
         """Updates done, restored ones included."""
-        return int(np.asarray(self._state.steps))
+        return int(self.state.steps)

@@ -8,7 +8,7 @@ from magi_lp.cli import single_process_main
 
 def make_experiment(config):
     # Imported on use: a bad flag never pays for JAX/TF/MuJoCo imports.
-    from projects.td3.environment import make_experiment as make
+    from projects.td3.experiment import make_experiment as make
 
     return make(config)
 

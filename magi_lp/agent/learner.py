@@ -1,0 +1,112 @@
+"""Learners: what the runners drive (`Learner`), and a base for a jitted update (`JaxLearner`).
+
+A magi_lp learner is Acme's `core.Learner` (`step()`, `get_variables(names)`) plus its whole
+training state as a pytree (`save()` / `restore(state)`), so that the toolkit, not the agent,
+owns checkpointing.
+
+Most agents are one jitted `update(state, batch) -> (state, metrics)`. `JaxLearner` is the
+part of such a learner that is the same for every agent: pull a batch, update, count the
+step, log the metrics; restore with a structure check. An agent subclasses it and says which
+variables actors may pull (`variables(state)`).
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Generic, TypeVar
+
+import jax
+import jax.numpy as jnp
+from acme import core
+from acme.utils import counting, loggers
+
+State = TypeVar("State")
+UpdateFn = Callable[[Any, Any], tuple[Any, Mapping[str, Any]]]
+
+
+class Learner(core.Learner):
+    """A learner the runners can drive, checkpoint and serve parameters from."""
+
+    @abc.abstractmethod
+    def save(self) -> Any:
+        """Returns the full training state as a pytree of arrays."""
+
+    @abc.abstractmethod
+    def restore(self, state: Any) -> None:
+        """Replaces the training state with one returned by `save()`."""
+
+
+class JaxLearner(Learner, Generic[State]):
+    """A learner around one jitted `update(state, batch) -> (new state, metrics)`.
+
+    Each `step()` takes the next batch (a `reverb.ReplaySample` is unwrapped to its data),
+    runs the update, counts one step (and the seconds since the previous one as `walltime`)
+    and logs the metrics together with the counts.
+    """
+
+    def __init__(
+        self,
+        update: UpdateFn,
+        state: State,
+        iterator: Iterator[Any],
+        *,
+        counter: counting.Counter | None = None,
+        logger: loggers.Logger | None = None,
+    ):
+        """Creates the learner.
+
+        Args:
+          update: the agent's update, already jitted.
+          state: the initial training state (a pytree of arrays).
+          iterator: training batches.
+          counter: counts `steps` and `walltime`.
+          logger: gets one row of metrics and counts per step.
+        """
+        self._update = update
+        self._state = state
+        self._iterator = iterator
+        self._counter = counter or counting.Counter()
+        self._logger = logger or loggers.NoOpLogger()
+        self._timestamp: float | None = None
+
+    @abc.abstractmethod
+    def variables(self, state: State) -> Mapping[str, Any]:
+        """The variable collections actors and evaluators may pull, by name."""
+
+    def step(self) -> None:
+        batch = next(self._iterator)
+        batch = getattr(batch, "data", batch)  # reverb.ReplaySample(info, data) -> data
+        self._state, metrics = self._update(self._state, batch)
+        now = time.time()
+        elapsed = 0.0 if self._timestamp is None else now - self._timestamp
+        self._timestamp = now
+        counts = self._counter.increment(steps=1, walltime=elapsed)
+        self._logger.write({**jax.device_get(metrics), **counts})
+
+    def get_variables(self, names: Sequence[str]) -> list[Any]:
+        variables = self.variables(self._state)
+        missing = [name for name in names if name not in variables]
+        if missing:
+            raise KeyError(f"no variables {missing}; this learner serves {sorted(variables)}")
+        return [variables[name] for name in names]
+
+    def save(self) -> State:
+        return self._state
+
+    def restore(self, state: State) -> None:
+        leaves, treedef = jax.tree_util.tree_flatten(state)
+        expected = jax.tree_util.tree_structure(self._state)
+        if treedef != expected:
+            raise ValueError(
+                f"{type(self).__name__}.restore got a state shaped unlike save()'s: "
+                f"{treedef} != {expected}; restore with save()'s output as the target."
+            )
+        # Device arrays again: a checkpointer may hand back numpy leaves.
+        self._state = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(x) for x in leaves])
+
+    @property
+    def state(self) -> State:
+        """The current training state."""
+        return self._state

@@ -1,0 +1,246 @@
+"""The runtime's wiring, fast: replay schedule, non-blocking tables, variable client, learner
+runner checkpoints, the single-process runner and the distributed program graph (Launchpad's
+threaded test launch), all on a toy environment with the real TD3 agent."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+import time
+
+import jax
+import jax.numpy as jnp
+import launchpad as lp
+import numpy as np
+import pytest
+import reverb
+from absl import flags
+from absl.testing import absltest
+
+from magi_lp.agent.replay_schedule import ReplaySchedule
+from magi_lp.agent.variable_client import VariableClient
+from magi_lp.placement.gpu_inventory import GpuInventory
+from magi_lp.runtime.checkpointing import Checkpointer
+from magi_lp.runtime.config import NODE_GROUPS, make_placement_plan
+from magi_lp.runtime.learner_runner import LearnerRunner
+from magi_lp.runtime.loggers import LoggerFactory
+from magi_lp.runtime.nodes import checkpoint_dir
+from magi_lp.runtime.program import build_program
+from magi_lp.runtime.single_process import run_single_process, without_rate_limit
+from tests.e2e_utils import read_csv
+from tests.runtime_toys import EPISODE_STEPS, toy_config, toy_experiment
+
+# --- replay schedule -------------------------------------------------------------------------
+
+
+def test_replay_schedule_updates_and_actor_steps_are_inverse():
+    schedule = ReplaySchedule(min_replay_size=10, actor_steps_per_update=2.0, batch_size=8)
+    assert schedule.samples_per_insert == 4
+    assert [schedule.updates_due(s) for s in (0, 9, 10, 11, 12, 30)] == [0, 0, 1, 1, 2, 11]
+    for updates in (1, 2, 11, 500):
+        steps = schedule.actor_steps_after_updates(updates)
+        assert schedule.updates_due(int(steps)) == updates
+    assert schedule.actor_steps_after_updates(0) == 0
+    # The same numbers inside a jitted function.
+    jitted = jax.jit(schedule.actor_steps_after_updates)
+    assert float(jitted(jnp.asarray(0))) == 0.0
+    assert float(jitted(jnp.asarray(11))) == 30.0
+
+
+def test_single_process_tables_keep_their_definition_but_never_block():
+    limited = reverb.Table(
+        name="t",
+        sampler=reverb.selectors.Prioritized(0.6),
+        remover=reverb.selectors.Fifo(),
+        max_size=50,
+        rate_limiter=ReplaySchedule(10, 2.0, 8).rate_limiter(),
+        max_times_sampled=3,
+    )
+    table = without_rate_limit(limited)
+    info, before = table.info, limited.info
+    assert (info.name, info.max_size, info.max_times_sampled) == ("t", 50, 3)
+    assert info.sampler_options == before.sampler_options
+    assert info.remover_options == before.remover_options
+    assert info.rate_limiter_info.min_size_to_sample == 1
+    # One item is enough to sample, however many samples were drawn.
+    server = reverb.Server([table])
+    try:
+        client = reverb.Client(f"localhost:{server.port}")
+        client.insert(np.zeros(2, np.float32), {"t": 1.0})
+        samples = list(client.sample("t", num_samples=3))
+        assert len(samples) == 3
+    finally:
+        server.stop()
+
+
+# --- variable client -------------------------------------------------------------------------
+
+
+class _SlowSource:
+    def __init__(self):
+        self.version = 0
+        self.calls = 0
+        self.release = threading.Event()
+        self.release.set()
+
+    def get_variables(self, names):
+        self.calls += 1
+        self.release.wait(5)
+        return [{"w": np.full(2, self.version, np.float32)} for _ in names]
+
+
+def test_variable_client_pulls_every_period_without_blocking():
+    source = _SlowSource()
+    client = VariableClient(source, "policy", update_period=3)
+    first = client.params  # the one blocking fetch
+    assert isinstance(first["w"], jax.Array)  # placed on this process's device once per pull
+    assert float(first["w"][0]) == 0 and source.calls == 1
+    source.version = 1
+    source.release.clear()  # the next fetch hangs until released
+    start = time.monotonic()
+    for _ in range(3):
+        client.update()
+    assert time.monotonic() - start < 1.0  # acting never waits for a fetch
+    assert float(client.params["w"][0]) == 0  # old parameters meanwhile
+    source.release.set()
+    deadline = time.monotonic() + 5
+    while float(client.params["w"][0]) != 1 and time.monotonic() < deadline:
+        client.update()
+        time.sleep(0.01)
+    assert float(client.params["w"][0]) == 1
+    client.close()
+
+
+# --- learner runner --------------------------------------------------------------------------
+
+
+class _CountingLearner:
+    def __init__(self):
+        self.state = {"steps": np.zeros((), np.int32), "w": np.zeros(3, np.float32)}
+
+    def step(self):
+        self.state = {"steps": self.state["steps"] + 1, "w": self.state["w"] + 1}
+
+    def get_variables(self, names):
+        return [self.state for _ in names]
+
+    def save(self):
+        return self.state
+
+    def restore(self, state):
+        self.state = state
+
+
+def test_learner_runner_checkpoints_every_period_and_restores_counts(tmp_path):
+    now = [0.0]
+    counts = {"actor_steps": 0}
+    runner = LearnerRunner(
+        _CountingLearner(),
+        Checkpointer(tmp_path),
+        checkpoint_minutes=1.0,
+        get_counts=lambda: dict(counts),
+        clock=lambda: now[0],
+    )
+    for _ in range(3):
+        runner.step()
+    assert Checkpointer(tmp_path).all_steps() == []  # not due yet
+    now[0] = 61.0
+    counts["actor_steps"] = 40
+    runner.step()  # due: saves step 4
+    runner.step()
+    assert Checkpointer(tmp_path).all_steps() == [4]
+    runner.save()  # at stop
+    assert Checkpointer(tmp_path).all_steps() == [4, 5]
+
+    restored = {}
+    again = LearnerRunner(
+        _CountingLearner(), Checkpointer(tmp_path), restore_counts=restored.update
+    )
+    assert again.restored_step == 5 and again.steps == 5
+    assert restored == {"actor_steps": 40}
+    np.testing.assert_array_equal(again.learner.save()["w"], np.full(3, 5, np.float32))
+
+
+# --- single-process runner -------------------------------------------------------------------
+
+
+def test_single_process_run_learns_on_schedule_and_resumes(tmp_path):
+    config = toy_config(max_actor_steps=100)
+    experiment = toy_experiment(config)
+    factory = LoggerFactory.from_config(tmp_path, config.logging)
+    result = run_single_process(
+        experiment, workdir=str(tmp_path), logger_factory=factory, progress=False
+    )
+    schedule = experiment.builder.replay_schedule()
+    assert result.actor_steps == 100 and result.episodes == 100 // EPISODE_STEPS
+    assert result.learner_steps == schedule.updates_due(100)
+    assert result.resumed_from_step is None and not result.stopped_by_user
+    assert len(result.evaluation_returns) == 2  # at the start and at the end
+    assert Checkpointer(checkpoint_dir(tmp_path)).latest_step() == result.learner_steps
+    learner_rows = read_csv(tmp_path / "logs" / "learner" / "logs.csv")
+    assert len(learner_rows) == result.learner_steps
+    assert all(np.isfinite(float(row["critic_loss"])) for row in learner_rows)
+
+    # The same workdir resumes: counts continue, the learner starts from its checkpoint.
+    config.max_actor_steps = 150
+    again = run_single_process(
+        toy_experiment(config), workdir=str(tmp_path), logger_factory=factory, progress=False
+    )
+    assert again.resumed_from_step == result.learner_steps
+    assert again.actor_steps == 150
+    # The replay starts empty again: learning resumes once it holds min_replay_size items.
+    assert again.learner_steps == result.learner_steps + schedule.updates_due(50)
+
+
+# --- the distributed program graph -----------------------------------------------------------
+
+
+class ProgramWiringTest(absltest.TestCase):
+    """build_program under Launchpad's threaded test launch, driven through node handles."""
+
+    def setUp(self):
+        super().setUp()
+        if not flags.FLAGS.is_parsed():  # pytest, not absltest.main, runs this test
+            flags.FLAGS.mark_as_parsed()
+
+    @pytest.mark.timeout(300, method="thread")  # Launchpad's test launch owns the signals
+    def test_nodes_are_wired_as_the_plan_says(self):
+        workdir = tempfile.mkdtemp(prefix="magi_lp_wiring_")
+        self.addCleanup(shutil.rmtree, workdir, ignore_errors=True)
+        config = toy_config(max_actor_steps=60)
+        config.num_actors = 2
+        experiment = toy_experiment(config, rate_limited=False)
+        plan = make_placement_plan(config, GpuInventory(reason="no GPU in this test"))
+        factory = LoggerFactory.from_config(workdir, config.logging)
+        program = build_program(experiment, plan, workdir=workdir, logger_factory=factory)
+
+        assert set(program.groups) == set(plan.groups) == set(NODE_GROUPS)
+        assert len(program.groups["actor"]) == 2
+        (learner_node,) = program.groups["learner"]
+        (coordinator_node,) = program.groups["coordinator"]
+        (counter_node,) = program.groups["counter"]
+        # The coordinator is driven through its handle; every other node runs.
+        coordinator_node.disable_run()
+        lp.launch(program, launch_type="test_mt", test_case=self)
+
+        counter = counter_node.create_handle().dereference()
+        learner = learner_node.create_handle().dereference()
+        coordinator = coordinator_node.create_handle().dereference()
+        deadline = time.monotonic() + 120
+        while not coordinator.limit_reached() or not counter.get_counts().get("learner_steps"):
+            assert time.monotonic() < deadline, counter.get_counts()
+            time.sleep(0.2)
+        counts = counter.get_counts()
+        # Both actors stepped their own environments into the one counter; the learner
+        # learned from what they wrote; the evaluator evaluated at start.
+        assert counts["actor_steps"] >= 60 and counts["actor_episodes"] >= 6
+        assert counts["learner_steps"] >= 1
+        assert counts.get("evaluator_episodes", 0) >= 1
+        (policy,) = learner.get_variables(["policy"])
+        assert policy  # the TD3 actor's parameters, served over Courier
+        coordinator.finish()  # what the coordinator does at the limit: a final checkpoint
+        checkpoints = Checkpointer(checkpoint_dir(workdir))
+        assert checkpoints.latest_step() >= 1
+        _, metadata = checkpoints.restore()
+        assert metadata["counts"]["actor_steps"] >= 60
