@@ -39,6 +39,7 @@ import subprocess
 import sys
 from typing import Literal
 
+from magi_lp import console
 from magi_lp.errors import ConfigError
 
 IsolationMode = Literal["auto", "required", "off"]
@@ -74,7 +75,6 @@ _FORWARDED_SIGNALS = (
 )
 # The terminal sends these to the whole foreground process group, the child included.
 _TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGQUIT)
-_LOG_PREFIX = "magi_lp:"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,7 +182,7 @@ def run_isolated_if_needed(mode: str, argv: list[str]) -> int | None:
     """
     mode = check_mode(mode)
     if mode == "off":
-        _say(f"isolation=off: {EXPOSURE}.")
+        console.say(f"isolation=off: {EXPOSURE}.", source="isolation")
         return None
     if is_isolated():
         return None
@@ -196,9 +196,10 @@ def run_isolated_if_needed(mode: str, argv: list[str]) -> int | None:
     except _UnavailableError as e:
         reason = str(e)
     else:
-        _say(
+        console.say(
             f"isolated: node ports are reachable over loopback only ({child.method}); "
-            "the run has no network access beyond this machine's loopback."
+            "the run has no network access beyond this machine's loopback.",
+            source="isolation",
         )
         return child.wait()
     return _unavailable(mode, reason)
@@ -425,7 +426,7 @@ def _unavailable(mode: IsolationMode, reason: str) -> None:
             f"isolation=required, but a private network namespace cannot be made: {reason}. "
             f"Fix: {FIX}."
         )
-    _say(f"isolation unavailable ({reason}); {EXPOSURE}.")
+    console.say(f"isolation unavailable ({reason}); {EXPOSURE}.", source="isolation")
     return None
 
 
@@ -434,10 +435,6 @@ def _reexec_command(argv: list[str]) -> list[str]:
     orig = getattr(sys, "orig_argv", None) or [sys.executable, *sys.argv]
     interpreter_part = orig[1 : len(orig) - len(sys.argv) + 1]
     return [sys.executable, *interpreter_part, *argv[1:]]
-
-
-def _say(message: str) -> None:
-    print(f"{_LOG_PREFIX} {message}", file=sys.stderr, flush=True)
 
 
 def _read_all(fd: int) -> bytes:

@@ -68,6 +68,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
+import functools
 import io
 import math
 import os
@@ -89,6 +90,7 @@ from absl import flags
 from launchpad.launch.run_locally import launch_local_output_to_files
 from launchpad.nodes.python.local_multi_processing import PythonProcess
 
+from magi_lp import console
 from magi_lp.errors import ConfigError
 
 LAUNCH_ID_VAR = "MAGI_LP_LAUNCH_ID"
@@ -216,8 +218,7 @@ def launch(
             "magi_lp.launch.local.launch() must run in the main thread: it handles SIGINT and "
             "SIGTERM for the program (and lp.launch installs signal handlers)."
         )
-    out = report_stream if report_stream is not None else sys.stderr
-    report = _Reporter(out)
+    report = functools.partial(console.say, source="launcher", stream=report_stream)
 
     launch_id = uuid.uuid4().hex
     node_envs = {
@@ -311,24 +312,6 @@ def _prepared_log_dir(log_dir: str | os.PathLike) -> Path:
     except OSError as e:
         raise ConfigError(f"log_dir={str(log_dir)!r} cannot be created: {e}.") from e
     return path
-
-
-class _Reporter:
-    """Writes the launcher's own lines, prefixed so they stand out among node output.
-
-    The prefix carries the local time (as node logs' absl lines do) so that the moment
-    a crash was noticed can be matched with the nodes' logs.
-    """
-
-    def __init__(self, stream: TextIO):
-        self._stream = stream
-
-    def __call__(self, text: str) -> None:
-        now = time.time()
-        stamp = time.strftime("%H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1000):03d}"
-        for line in text.splitlines() or [""]:
-            print(f"[magi_lp.launcher {stamp}] {line}", file=self._stream)
-        self._stream.flush()
 
 
 class _StopSignals:
