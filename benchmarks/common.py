@@ -32,6 +32,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from magi_lp.launch import processes
+
 REPO = Path(__file__).resolve().parent.parent
 """The repository root (figure processes run there)."""
 
@@ -201,33 +203,9 @@ def pin_to_one_core() -> int:
 # Subprocesses that leave nothing behind.
 
 
-def marked_pids(mark: str) -> list[int]:
-    """Live processes (not zombies) whose environment holds MAGI_LP_BENCH_MARK=<mark>."""
-    needle = f"{MARK_VAR}={mark}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z" and needle in environ.split(b"\0"):
-            found.append(int(entry.name))
-    return found
-
-
-def kill_marked(mark: str, wait_s: float = 5.0) -> list[int]:
-    """SIGKILLs every live process carrying `mark`; returns their pids."""
-    pids = marked_pids(mark)
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + wait_s
-    while marked_pids(mark) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return pids
+def kill_marked(mark: str, wait_s: float = 5.0) -> list[str]:
+    """SIGKILLs every live process carrying `mark`; returns them as `pid (name)`."""
+    return processes.kill_marked(MARK_VAR, mark, wait_s=wait_s)
 
 
 def marked_env(extra: dict[str, str] | None = None, mark: str | None = None) -> dict[str, str]:

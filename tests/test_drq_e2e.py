@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from magi_lp.launch import processes
 from tests.e2e_utils import MARK_VAR, marked_processes, read_csv
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,11 +43,6 @@ TINY = [
     "--config.evaluation.every_actor_steps=50",
     "--config.logging.tensorboard=False",
 ]
-
-
-def _marked_processes(marker: str) -> list[int]:
-    """Pids of live processes that inherited this run's marker."""
-    return [process.pid for process in marked_processes(marker)]
 
 
 def _run(script: str, config: str, workdir: Path, extra: list[str], timeout_s: float):
@@ -79,8 +75,7 @@ def _run(script: str, config: str, workdir: Path, extra: list[str], timeout_s: f
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             output, _ = process.communicate()
-        for pid in _marked_processes(marker):
-            os.kill(pid, signal.SIGKILL)
+        processes.kill_marked(MARK_VAR, marker)
         pytest.fail(f"{script} did not finish in {timeout_s}s; output tail:\n{output[-4000:]}")
     return process.returncode, output, marker
 
@@ -124,7 +119,7 @@ def test_main_runs_to_its_frame_limit(tmp_path):
     assert learner_rows and "critic_loss" in learner_rows[-1]
     # The learner's steps reach the program's counter under the key loggers index by.
     assert int(float(learner_rows[-1]["learner_steps"])) >= 1
-    assert _marked_processes(marker) == []
+    assert marked_processes(marker) == []
     print(f"main.py e2e: {elapsed:.1f}s")
 
 
@@ -158,10 +153,8 @@ def test_lp_main_stops_by_itself_at_its_frame_limit(tmp_path):
     )
     assert actor_steps >= 300  # stopped by the coordinator at the limit, not before
     deadline = time.monotonic() + 10
-    while _marked_processes(marker) and time.monotonic() < deadline:
+    while marked_processes(marker) and time.monotonic() < deadline:
         time.sleep(0.5)
-    leftover = _marked_processes(marker)
-    for pid in leftover:
-        os.kill(pid, signal.SIGKILL)
+    leftover = processes.kill_processes(marked_processes(marker))
     assert leftover == [], f"processes left behind: {leftover}"
     print(f"lp_main.py e2e: {elapsed:.1f}s")

@@ -26,7 +26,7 @@ import psutil
 import pytest
 
 from magi_lp.errors import ConfigError
-from magi_lp.launch import isolation
+from magi_lp.launch import isolation, processes
 
 REPO = Path(__file__).resolve().parent.parent
 PROGRAM = REPO / "tests" / "isolation_program.py"
@@ -222,7 +222,7 @@ def test_signals_sent_to_the_outer_process_reach_the_child_once(signum):
         outer.send_signal(signum)
         assert outer.wait(timeout=10) == 11
     finally:
-        _kill_tree(outer.pid)
+        processes.kill_tree(outer.pid)
 
 
 @needs_netns
@@ -246,7 +246,7 @@ def test_terminal_ctrl_c_reaches_the_child_once(child_group):
         assert outer.wait(timeout=10) == 11
     finally:
         os.close(master)
-        _kill_tree(outer.pid)
+        processes.kill_tree(outer.pid)
 
 
 def test_terminal_signals_are_not_forwarded_to_a_child_in_the_same_group():
@@ -289,7 +289,7 @@ def test_child_gets_sigterm_when_the_outer_process_is_killed(tmp_path):
             time.sleep(0.05)
         assert report.read_text() == "1"
     finally:
-        _kill_tree(outer.pid)
+        processes.kill_tree(outer.pid)
 
 
 def _nobody_python() -> str | None:
@@ -457,7 +457,7 @@ class Program:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=20)
         for pid in self.pids:
-            _kill_tree(pid)
+            processes.kill_tree(pid)
         self.proc.wait()
         self.log.close()
         if self.terminal is not None:
@@ -562,11 +562,3 @@ def test_isolated_nodes_talk_over_loopback_and_stop_cleanly(stop_by, start_progr
     assert "killing" not in (program.workdir / "launcher.log").read_text(), program.output()
     time.sleep(0.2)
     assert program.leftovers() == []
-
-
-def _kill_tree(pid: int) -> None:
-    with contextlib.suppress(psutil.NoSuchProcess):
-        root = psutil.Process(pid)
-        for proc in [*root.children(recursive=True), root]:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                proc.kill()

@@ -85,13 +85,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import launchpad as lp
-import psutil
 from absl import flags
 from launchpad.launch.run_locally import launch_local_output_to_files
 from launchpad.nodes.python.local_multi_processing import PythonProcess
 
 from magi_lp import console
 from magi_lp.errors import ConfigError
+from magi_lp.launch import processes
 
 LAUNCH_ID_VAR = "MAGI_LP_LAUNCH_ID"
 """Environment variable that marks every process started for one `launch()` call."""
@@ -239,7 +239,7 @@ def launch(
     finally:
         # Normally nothing is left here; after an error anywhere above this is the
         # cleanup of whatever was already spawned.
-        strays = _kill_all(_marked_processes(launch_id))
+        strays = processes.kill_marked(LAUNCH_ID_VAR, launch_id, wait_s=_KILL_WAIT_SECS)
         if strays:
             report(f"killed {len(strays)} leftover processes: {', '.join(strays)}")
         shutil.rmtree(job_dir, ignore_errors=True)
@@ -417,9 +417,9 @@ def _node_processes(manager: Any, log_dir: Path) -> list[_Node]:
             "supports Launchpad 0.5.0 as pinned in requirements.txt."
         )
     nodes = []
-    for title, processes in workers.items():
+    for title, popens in workers.items():
         group, _, index = title.rpartition("/")
-        for process in processes:
+        for process in popens:
             if not isinstance(process, subprocess.Popen):
                 raise RuntimeError(f"unexpected Launchpad worker {process!r} for {title}")
             nodes.append(_Node(group, int(index), process, log_dir / title))
@@ -531,8 +531,12 @@ class _Supervisor:
         # Grandchildren whose node already exited are no longer in any node's tree. The
         # nodes themselves are left to poll(), which keeps their real exit status.
         node_pids = {node.process.pid for node in self._running}
-        strays = [p for p in _marked_processes(self._launch_id) if p.pid not in node_pids]
-        killed = _kill_all(strays, wait=False)
+        strays = [
+            p
+            for p in processes.processes_marked(LAUNCH_ID_VAR, self._launch_id)
+            if p.pid not in node_pids
+        ]
+        killed = processes.kill_processes(strays)
         if killed:
             self._report(f"also killed processes that nodes had left running: {', '.join(killed)}")
 
@@ -542,7 +546,7 @@ class _Supervisor:
             if self._stop_started is None
             else (f" {time.monotonic() - self._stop_started:.1f} s after the stop began")
         )
-        strays = _kill_all(_marked_processes(self._launch_id))
+        strays = processes.kill_marked(LAUNCH_ID_VAR, self._launch_id, wait_s=_KILL_WAIT_SECS)
         if strays:
             self._report(
                 f"killed {len(strays)} processes that nodes had started and left running: "
@@ -560,69 +564,4 @@ def _kill_tree(process: subprocess.Popen) -> None:
         # Already gone (and reaped: its pid may be reused); the marker sweep finds what
         # it left behind.
         return
-    try:
-        descendants = psutil.Process(process.pid).children(recursive=True)
-    except psutil.Error:
-        descendants = []
-    # The node first, so it cannot start more.
-    with contextlib.suppress(ProcessLookupError):
-        process.kill()
-    _kill_all(descendants, wait=False)
-
-
-def _marked_processes(launch_id: str) -> list[psutil.Process]:
-    """Live processes (other than this one) whose environment carries `launch_id`."""
-    found = []
-    me = os.getpid()
-    for proc in psutil.process_iter():
-        if proc.pid == me:
-            continue
-        try:
-            if proc.environ().get(LAUNCH_ID_VAR) == launch_id:
-                found.append(proc)
-        except psutil.Error:
-            # Gone, a zombie, or someone else's process: none of ours to kill.
-            continue
-    return found
-
-
-def _kill_all(processes: list[psutil.Process], wait: bool = True) -> list[str]:
-    """SIGKILLs `processes` (psutil refuses reused pids); describes those it signalled."""
-    killed, described = [], []
-    for proc in processes:
-        try:
-            description = f"{proc.pid} ({proc.name()})"
-            proc.send_signal(signal.SIGKILL)
-        except psutil.Error:
-            continue
-        killed.append(proc)
-        described.append(description)
-    if wait and killed:
-        _wait_dead(killed, _KILL_WAIT_SECS)
-    return described
-
-
-def _wait_dead(processes: list[psutil.Process], timeout: float) -> None:
-    """Waits until `processes` are dead; reaps those that are our own children.
-
-    A dead process re-parented to init is a zombie until init reaps it, which can take
-    a second or more (e.g. in containers); it runs no code, so it counts as dead here.
-    """
-    me = os.getpid()
-    deadline = time.monotonic() + timeout
-    pending = list(processes)
-    while pending and time.monotonic() < deadline:
-        still = []
-        for proc in pending:
-            try:
-                if proc.ppid() == me:
-                    proc.wait(0)
-                elif proc.status() != psutil.STATUS_ZOMBIE:
-                    still.append(proc)
-            except psutil.TimeoutExpired:
-                still.append(proc)
-            except psutil.Error:
-                continue
-        pending = still
-        if pending:
-            time.sleep(0.02)
+    processes.kill_tree(process.pid)
