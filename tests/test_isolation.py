@@ -27,6 +27,7 @@ import pytest
 
 from magi_lp.errors import ConfigError
 from magi_lp.launch import isolation, processes
+from tests import net_probe
 
 REPO = Path(__file__).resolve().parent.parent
 PROGRAM = REPO / "tests" / "isolation_program.py"
@@ -48,6 +49,10 @@ CHILD = textwrap.dedent(
     import json, os, signal, socket, sys, time
     sys.path.insert(0, {repo!r})
     from magi_lp.launch import isolation
+    try:
+        from tests.net_probe import describe_exposure
+    except ImportError:  # a Python without psutil (the uid-nobody test's): exposure unchecked
+        describe_exposure = lambda: None
     code = isolation.run_isolated_if_needed(sys.argv[1], sys.argv)
     if code is not None:
         sys.exit(code)
@@ -63,7 +68,7 @@ CHILD = textwrap.dedent(
         "isolated": isolation.is_isolated(),
         "uid": os.getuid(),
         "cap_eff": caps,
-        "exposure": isolation.describe_exposure(),
+        "exposure": describe_exposure(),
     }}), flush=True)
     sys.exit(int(sys.argv[2]) if len(sys.argv) > 2 else 0)
     """
@@ -345,8 +350,8 @@ def test_listening_sockets_reads_addresses_and_exposure():
     anywhere.bind(("::", 0))
     anywhere.listen()
     with loop, anywhere:
-        found = {s.port: s for s in isolation.listening_sockets()}
-        host_has_network = isolation._has_non_loopback_interface(os.getpid())
+        found = {s.port: s for s in net_probe.listening_sockets()}
+        host_has_network = net_probe.has_non_loopback_interface(os.getpid())
         assert found[loop.getsockname()[1]].address == "127.0.0.1"
         assert not found[loop.getsockname()[1]].exposed
         assert found[anywhere.getsockname()[1]].address == "::"
@@ -515,7 +520,7 @@ def test_node_ports_unreachable_from_the_network(run, probe_namespace, start_pro
 
     program = start_program(mode, wrapper)
     program.wait_ready()
-    sockets = isolation.listening_sockets(program.proc.pid)
+    sockets = net_probe.listening_sockets(program.proc.pid)
     ports = sorted({s.port for s in sockets})
     assert len(ports) >= 3, f"expected Reverb + 2 Courier ports, found {sockets}"
     outcomes = _probe_from(ns, host_ip, [control_port, *ports])
@@ -530,7 +535,7 @@ def test_node_ports_unreachable_from_the_network(run, probe_namespace, start_pro
         assert not any(s.exposed for s in sockets), sockets
         # A port number that some unrelated host process also listens on would be answered by
         # that process, not by a node; leave it out rather than report it as a leak.
-        host_ports = {port for _, port in isolation._tcp_listeners(os.getpid()).values()}
+        host_ports = {port for _, port in net_probe.tcp_listeners(os.getpid()).values()}
         probed = {p: o for p, o in outcomes.items() if p not in host_ports}
         assert len(probed) >= 3
         assert set(probed.values()) == {"refused"}, outcomes
@@ -550,7 +555,7 @@ def test_isolated_nodes_talk_over_loopback_and_stop_cleanly(stop_by, start_progr
     report = program.wait_ready()
     assert report["echo"] == 42  # prober -> echo Courier call
     assert report["sample"] == 7  # prober -> Reverb insert + sample
-    exposure = isolation.describe_exposure(program.proc.pid)
+    exposure = net_probe.describe_exposure(program.proc.pid)
     assert exposure.startswith("no node port is reachable"), exposure
 
     if stop_by == "sigterm":
