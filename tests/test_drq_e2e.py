@@ -6,8 +6,8 @@ coordinator stops the program at the frame limit, the launcher returns 0, and no
 the program is left (every process the run starts carries a marker variable in its
 environment, which Launchpad passes on to its nodes; tests/e2e_utils finds it).
 
-Tiny: 32x32 pixels, batch 16, feature 8 / hidden 32 / 8 conv channels, episodes cut at 100
-frames (50 agent steps), learning after 40 frames, one evaluation episode.
+Tiny: projects/drq_v2/tiny.py (32x32 pixels, small networks, 50-step episodes, learning after
+40 frames, one evaluation episode).
 """
 
 from __future__ import annotations
@@ -23,26 +23,12 @@ from pathlib import Path
 import pytest
 
 from magi_lp.launch import processes
+from projects.drq_v2 import tiny
 from tests.e2e_utils import MARK_VAR, marked_processes, read_csv
 
 ROOT = Path(__file__).resolve().parents[1]
 
-TINY = [
-    "--config.env.image_size=32",
-    "--config.env.max_episode_frames=100",
-    "--config.env.video.every_evaluations=1",
-    "--config.agent.batch_size=16",
-    "--config.agent.feature_dim=8",
-    "--config.agent.hidden_dim=32",
-    "--config.agent.encoder_channels=8",
-    "--config.agent.min_replay_frames=40",
-    "--config.agent.num_expl_steps=20",
-    "--config.agent.replay_buffer_size=1000",
-    "--config.agent.dataset_num_parallel_calls=1",
-    "--config.evaluation.episodes=1",
-    "--config.evaluation.every_actor_steps=50",
-    "--config.logging.tensorboard=False",
-]
+TINY = tiny.flags()
 
 
 def _run(script: str, config: str, workdir: Path, extra: list[str], timeout_s: float):
