@@ -135,21 +135,14 @@ def load_average() -> list[float]:
 
 def git_commit() -> str:
     """HEAD's short hash, with "+dirty" when tracked files differ from it."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True)
+        return done.stdout.strip()
+
     try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short=12", "HEAD"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
+        commit = git("rev-parse", "--short=12", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return commit + ("+dirty" if dirty else "")
@@ -219,6 +212,18 @@ def marked_env(extra: dict[str, str] | None = None, mark: str | None = None) -> 
     env.setdefault("MUJOCO_GL", "egl")
     env.update(extra or {})
     return env
+
+
+def entry_point(script: str, config: str, workdir: Path, *overrides: str) -> list[str]:
+    """The command line of a project entry point (`projects/<agent>/main.py`, `lp_main.py`)
+    run with `config` (both relative to the repository), `workdir` and `--config.*` flags."""
+    return [
+        sys.executable,
+        str(REPO / script),
+        f"--config={REPO / config}",
+        f"--workdir={workdir}",
+        *overrides,
+    ]
 
 
 @contextlib.contextmanager

@@ -29,6 +29,7 @@ from pathlib import Path
 from benchmarks.common import (
     REPO,
     cpu_only_env,
+    entry_point,
     figure_main,
     fmt,
     kill_marked,
@@ -203,14 +204,9 @@ def time_program(workdir: Path, isolation: str) -> dict:
     def first_actor_episode() -> bool:
         return _text(workdir / "logs" / "actor_0" / "logs.csv").count("\n") >= 2
 
-    command = [
-        sys.executable,
-        str(REPO / "projects" / "drq_v2" / "lp_main.py"),
-        f"--config={REPO / CONFIG}",
-        f"--workdir={workdir}",
-        *TINY,
-        f"--config.isolation={isolation}",
-    ]
+    command = entry_point(
+        "projects/drq_v2/lp_main.py", CONFIG, workdir, *TINY, f"--config.isolation={isolation}"
+    )
     return _launch(
         command,
         {},
