@@ -111,8 +111,8 @@ def is_isolated() -> bool:
 def probe() -> IsolationSupport:
     """Tries to start a trivial child in a private network namespace with `lo` up.
 
-    Costs one short-lived process (about 20 ms); use it for plans and messages, not before a
-    launch (`run_isolated_if_needed` finds out by trying).
+    Costs one short-lived process (times in docs/launchpad-notes.md); use it for plans and
+    messages, not before a launch (`run_isolated_if_needed` finds out by trying).
     """
     if not sys.platform.startswith("linux"):
         return IsolationSupport(False, "", "network namespaces exist only on Linux")

@@ -14,53 +14,14 @@ node processes until the program ends and returns an exit code:
   for. The launcher prints which node died (`group/index`, pid, exit code or signal) and
   the last lines of its log, then stops every other node.
 
-How the pieces were chosen (Launchpad 0.5.0, see docs/architecture.md and STACK.md):
-
-Supervising. `lp.launch` returns the `WorkerManager` that spawned the nodes with
-`subprocess.Popen`. We take the Popen objects out of it (`_active_workers`, checked, so a
-Launchpad upgrade that changes it fails loudly here) and never call the manager's
-`wait()` / stop machinery: the manager stops a program by arming SIGALRM and finally
-SIGKILLs *its own process tree*, launcher included (`WorkerManager._kill` with
-`kill_main_thread`), so a launcher left in its hands could neither clean up nor return a
-code. Instead:
-  * while `lp.launch` runs, `FLAGS.lp_worker_manager_registers_signals` is off, so the
-    manager installs no SIGTERM / SIGQUIT handler; our own handlers (which only record the
-    signal) are installed before and re-installed after `lp.launch`, and the manager's
-    `atexit` wait is unregistered. A Ctrl-C that lands inside `lp.launch` (Launchpad still
-    wires SIGINT there) is noticed through `manager.wait_for_stop(0)` and its alarm disarmed;
-  * the nodes are direct children of this process, so `Popen.poll()` every 0.1 s reaps
-    them and gives the real exit status: a crash or SIGKILL is seen within 0.1 s;
-  * stopping is SIGTERM to each node (each node's own Launchpad worker manager turns it
-    into `lp.wait_for_stop()` returning), then after `termination_notice_secs` SIGKILL to
-    every node's whole process tree. A node blocked inside a Courier RPC cannot run its
-    Python SIGTERM handler at all, so the SIGKILL is what guarantees it ends;
-  * a second SIGINT while stopping, or a SIGQUIT, kills at once.
-Note that each node's own Launchpad worker manager also SIGKILLs its node 10 s after a
-SIGTERM (the node-side default of --lp_termination_notice_secs; Launchpad 0.5.0 cannot pass
-that flag through `PythonProcess(args=...)`, whose flag plumbing looks up a flag that does
-not exist), so a `termination_notice_secs` above 10 only helps nodes blocked in C++.
-
-No orphans. Every node gets `MAGI_LP_LAUNCH_ID=<random id>` in its environment; processes
-that a node started inherit it. After the nodes are gone (and on any error) the launcher
-SIGKILLs every process still carrying this launch's id, which catches grandchildren whose
-node was SIGKILLed and that were re-parented to init. A process that scrubs its own
-environment and leaves its parent's tree escapes this; nothing in Launchpad or Acme does.
-
-Files. Launchpad writes each group's pickled nodes to `tempfile.mkdtemp()/job.pkl` and
-removes them only in an `atexit` hook, which a killed launcher never runs. We set
-`tempfile.tempdir` (the documented override that `mkdtemp()` reads on every call) to a
-private `magi_lp_launch_*` folder for the duration of `lp.launch` and remove that folder
-when the program has ended (a SIGKILLed launcher leaves just that one, recognisable,
-folder). Node logs go to `<log_dir>/<group>/<index>`: the
-`output_to_files` module reads LAUNCHPAD_LOGGING_DIR once, when it is imported, which is
-when anything first imports launchpad, long before `launch()` can run; so we set the
-module's `_LOGGING_DIR` for the duration of the call instead (checked to exist) and leave
-`os.environ`, which the nodes inherit, untouched. Nodes also get PYTHONUNBUFFERED=1 (a
-group's own env can override it) so the lines printed just before a SIGKILL reach the log.
+Every node gets MAGI_LP_LAUNCH_ID in its environment; once the nodes are gone, every process
+still carrying this launch's id is SIGKILLed, so nothing the program started outlives it.
+Launchpad's job files go to a private temporary folder that is removed at the end.
 
 `launch()` must run in the main thread (it handles signals, as `lp.launch` does) and the
 node classes must be importable by the children (Launchpad pickles functions from
-importable modules by reference).
+importable modules by reference). The Launchpad 0.5.0 behaviours this relies on, and why
+supervising, stopping and cleaning up work as they do: docs/launchpad-notes.md.
 """
 
 from __future__ import annotations
