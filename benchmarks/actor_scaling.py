@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import csv
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 from benchmarks.common import (
-    REPO,
     cpu_only_env,
+    entry_point,
     figure_main,
     fmt,
     marked_env,
@@ -72,14 +71,9 @@ def _steps(csv_path: Path) -> int | None:
 def collect(script: str, actors: int, window_s: float, workdir: Path) -> dict:
     """Runs one entry point; agent steps over `window_s` after every actor's first row."""
     labels = [f"actor_{i}" for i in range(actors)]
-    command = [
-        sys.executable,
-        str(REPO / "projects" / "drq_v2" / script),
-        f"--config={REPO / CONFIG}",
-        f"--workdir={workdir}",
-        *SETTINGS,
-        f"--config.num_actors={actors}",
-    ]
+    command = entry_point(
+        f"projects/drq_v2/{script}", CONFIG, workdir, *SETTINGS, f"--config.num_actors={actors}"
+    )
     log = workdir.parent / f"{workdir.name}.log"
     start = time.monotonic()
     with started(command, marked_env(cpu_only_env()), log) as process:

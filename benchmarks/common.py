@@ -32,6 +32,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from magi_lp.launch import processes
+
 REPO = Path(__file__).resolve().parent.parent
 """The repository root (figure processes run there)."""
 
@@ -133,21 +135,14 @@ def load_average() -> list[float]:
 
 def git_commit() -> str:
     """HEAD's short hash, with "+dirty" when tracked files differ from it."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True)
+        return done.stdout.strip()
+
     try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short=12", "HEAD"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
+        commit = git("rev-parse", "--short=12", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return commit + ("+dirty" if dirty else "")
@@ -201,33 +196,9 @@ def pin_to_one_core() -> int:
 # Subprocesses that leave nothing behind.
 
 
-def marked_pids(mark: str) -> list[int]:
-    """Live processes (not zombies) whose environment holds MAGI_LP_BENCH_MARK=<mark>."""
-    needle = f"{MARK_VAR}={mark}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z" and needle in environ.split(b"\0"):
-            found.append(int(entry.name))
-    return found
-
-
-def kill_marked(mark: str, wait_s: float = 5.0) -> list[int]:
-    """SIGKILLs every live process carrying `mark`; returns their pids."""
-    pids = marked_pids(mark)
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + wait_s
-    while marked_pids(mark) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return pids
+def kill_marked(mark: str, wait_s: float = 5.0) -> list[str]:
+    """SIGKILLs every live process carrying `mark`; returns them as `pid (name)`."""
+    return processes.kill_marked(MARK_VAR, mark, wait_s=wait_s)
 
 
 def marked_env(extra: dict[str, str] | None = None, mark: str | None = None) -> dict[str, str]:
@@ -241,6 +212,18 @@ def marked_env(extra: dict[str, str] | None = None, mark: str | None = None) -> 
     env.setdefault("MUJOCO_GL", "egl")
     env.update(extra or {})
     return env
+
+
+def entry_point(script: str, config: str, workdir: Path, *overrides: str) -> list[str]:
+    """The command line of a project entry point (`projects/<agent>/main.py`, `lp_main.py`)
+    run with `config` (both relative to the repository), `workdir` and `--config.*` flags."""
+    return [
+        sys.executable,
+        str(REPO / script),
+        f"--config={REPO / config}",
+        f"--workdir={workdir}",
+        *overrides,
+    ]
 
 
 @contextlib.contextmanager

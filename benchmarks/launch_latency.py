@@ -29,6 +29,7 @@ from pathlib import Path
 from benchmarks.common import (
     REPO,
     cpu_only_env,
+    entry_point,
     figure_main,
     fmt,
     kill_marked,
@@ -39,6 +40,7 @@ from benchmarks.common import (
     stop,
     tail,
 )
+from projects.drq_v2 import tiny
 
 TITLE = "Launch latency: command start -> first learner update"
 CONFIG = "configs/reacher_hard_distributed.py"
@@ -46,24 +48,16 @@ GOAL = 1.2
 TIMEOUT_S = 420.0
 POLL_S = 0.05
 
-TINY = [
-    "--config.env.image_size=32",
-    "--config.env.max_episode_frames=100",
-    "--config.env.video.every_evaluations=0",
-    "--config.agent.batch_size=16",
-    "--config.agent.feature_dim=8",
-    "--config.agent.hidden_dim=32",
-    "--config.agent.encoder_channels=8",
-    "--config.agent.min_replay_frames=40",
-    "--config.agent.num_expl_steps=20",
-    "--config.agent.replay_buffer_size=1000",
-    "--config.agent.dataset_num_parallel_calls=1",
-    "--config.evaluation.episodes=1",
-    "--config.evaluation.every_actor_steps=1000000",
-    "--config.logging.tensorboard=False",
-    "--config.checkpoint.every_minutes=1000.0",
-    "--config.max_actor_steps=1000000000",
-]
+# The tiny DrQ-v2 settings, without evaluations or checkpoints getting in the way, run until
+# SIGINT.
+TINY = tiny.flags(
+    {
+        "env.video.every_evaluations": 0,
+        "evaluation.every_actor_steps": 1000000,
+        "checkpoint.every_minutes": 1000.0,
+        "max_actor_steps": 1000000000,
+    }
+)
 
 
 def subprocess_env() -> dict[str, str]:
@@ -210,14 +204,9 @@ def time_program(workdir: Path, isolation: str) -> dict:
     def first_actor_episode() -> bool:
         return _text(workdir / "logs" / "actor_0" / "logs.csv").count("\n") >= 2
 
-    command = [
-        sys.executable,
-        str(REPO / "projects" / "drq_v2" / "lp_main.py"),
-        f"--config={REPO / CONFIG}",
-        f"--workdir={workdir}",
-        *TINY,
-        f"--config.isolation={isolation}",
-    ]
+    command = entry_point(
+        "projects/drq_v2/lp_main.py", CONFIG, workdir, *TINY, f"--config.isolation={isolation}"
+    )
     return _launch(
         command,
         {},

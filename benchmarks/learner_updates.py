@@ -192,8 +192,9 @@ def report(result: dict) -> str:
         "least, and /cores gives the best wall time to expect); the rate is updates / wall "
         "time over at "
         f"least {paper.get('min_updates')} updates and {fmt(paper.get('min_seconds'), 0)} s "
-        "(paper size), each update waited for. Replay sampling is "
-        "not included (figure 3's script times it). The paper's rate: ~96 frames/s "
+        "(paper size), each update waited for. Replay sampling is not included "
+        "(`python -m benchmarks.replay_memory table --sample-batches N` times it). "
+        "The paper's rate: ~96 frames/s "
         "(~3.3 h per 1M frames) / action repeat 2 / one update per 2 agent steps = 24 "
         f"updates/s. {_cores_busy(paper)}",
     ]

@@ -17,8 +17,12 @@ growth of the server's resident memory (VmRSS) per item stored:
 
 All layouts go through Reverb 0.7.0, which compresses every chunk (Snappy, no switch). A
 second measure, the bytes of the compressed chunks in a Reverb checkpoint of the table per
-item, is the payload without allocator slack. The approach follows
-scripts/measure_replay_bytes.py (which also times learner-side sampling).
+item, is the payload without allocator slack.
+
+The same measure at a size of your choosing, as a plain table, optionally also timing
+learner-side sampling from each server (not part of the figure):
+
+    python -m benchmarks.replay_memory table --transitions 5000 --sample-batches 20
 
 Anchor: the official DrQ-v2 replay keeps ~63.5 KB per transition (one uncompressed
 9x84x84 uint8 stack per step). Goal: <= 10 KB per transition.
@@ -26,11 +30,15 @@ Anchor: the official DrQ-v2 replay keeps ~63.5 KB per transition (one uncompress
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
 import pathlib
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 
 from benchmarks.common import (
     REPO,
@@ -38,6 +46,7 @@ from benchmarks.common import (
     figure_main,
     fmt,
     marked_env,
+    process_cpu_seconds,
     progress,
     ratio,
     rss_bytes,
@@ -49,6 +58,7 @@ TABLE = "frames"
 N_STEP = 3
 FRAME_STACK = 3
 GAMMA = 0.99
+SAMPLE_BATCH_SIZE = 256  # the DrQ-v2 config's batch size, for the other layouts' datasets
 OFFICIAL_BYTES = 9 * 84 * 84  # 63,504 B: one uint8 9x84x84 stack per step, uncompressed
 GOAL_BYTES = 10_000
 
@@ -210,8 +220,40 @@ def _settled_rss(pid: int, seconds: float = 1.0) -> int:
     return rss_bytes(pid)
 
 
-def measure_layout(layout: str, episodes: list[list], chunk_length: int, max_size: int) -> dict:
-    """Inserts `episodes` into a fresh server process of `layout`; its memory per item."""
+def sample_rate(layout: str, client, batches: int) -> tuple[float, float]:
+    """Learner-side batches per second and CPU ms per batch, after two warm-up batches.
+
+    The frame replay is read through the DrQ builder's dataset, the others through Acme's
+    `make_reverb_dataset` (batch 256, 2 readers). CPU time counts every thread of this process
+    (Reverb readers, tf.data), so it stays meaningful on a shared machine; the rate does not.
+    """
+    if layout == "frame_replay":
+        iterator = _experiment().builder.make_dataset_iterator(client)
+    else:
+        from acme.datasets.reverb import make_reverb_dataset
+
+        dataset = make_reverb_dataset(
+            client.server_address,
+            batch_size=SAMPLE_BATCH_SIZE,
+            table=TABLE,
+            num_parallel_calls=2,
+            prefetch_size=4,
+        )
+        iterator = dataset.as_numpy_iterator()
+    for _ in range(2):
+        next(iterator)
+    start, start_cpu = time.perf_counter(), process_cpu_seconds()
+    for _ in range(batches):
+        next(iterator)
+    cpu_ms = 1000 * (process_cpu_seconds() - start_cpu) / batches
+    return batches / (time.perf_counter() - start), cpu_ms
+
+
+def measure_layout(
+    layout: str, episodes: list[list], chunk_length: int, max_size: int, sample_batches: int = 0
+) -> dict:
+    """Inserts `episodes` into a fresh server process of `layout`; its memory per item (and,
+    with `sample_batches`, the learner-side sampling rate from it)."""
     import reverb
 
     with tempfile.TemporaryDirectory() as checkpoint_dir:
@@ -246,6 +288,7 @@ def measure_layout(layout: str, episodes: list[list], chunk_length: int, max_siz
             path = pathlib.Path(client.checkpoint())
             chunk_bytes = sum(f.stat().st_size for f in path.glob("chunks*"))
             table_bytes = sum(f.stat().st_size for f in path.glob("tables*"))
+            sampling = sample_rate(layout, client, sample_batches) if sample_batches else None
         finally:
             server.stdin.close()
             try:
@@ -253,7 +296,7 @@ def measure_layout(layout: str, episodes: list[list], chunk_length: int, max_siz
             except subprocess.TimeoutExpired:
                 server.kill()
                 server.wait()
-    return {
+    result = {
         "items": items,
         "rss_before_mb": rss_before / 2**20,
         "rss_growth_mb": (rss_after - rss_before) / 2**20,
@@ -261,10 +304,17 @@ def measure_layout(layout: str, episodes: list[list], chunk_length: int, max_siz
         "checkpoint_bytes_per_transition": (chunk_bytes + table_bytes) / max(items, 1),
         "insert_seconds": insert_s,
     }
+    if sampling is not None:
+        result["batches_per_second"], result["sample_cpu_ms_per_batch"] = sampling
+    return result
 
 
 def measure(quick: bool) -> dict:
-    transitions = 400 if quick else 4000
+    return measure_layouts(400 if quick else 4000, LAYOUTS)
+
+
+def measure_layouts(transitions: int, layouts: Sequence[str], sample_batches: int = 0) -> dict:
+    """Renders `transitions` once and measures each of `layouts` on them."""
     chunk_length = 1  # naive layout: every item its own chunk (the others choose their own)
     actual = _experiment().get_environment_spec()
     expected = environment_spec()
@@ -276,11 +326,13 @@ def measure(quick: bool) -> dict:
     start = time.perf_counter()
     episodes = render_episodes(transitions)
     render_s = time.perf_counter() - start
-    layouts = {}
-    for layout in LAYOUTS:
+    results = {}
+    for layout in layouts:
         progress(f"inserting into a fresh {layout} server")
-        layouts[layout] = measure_layout(layout, episodes, chunk_length, 10 * transitions + 1000)
-        progress(f"  {layouts[layout]['rss_bytes_per_transition']:.0f} B/transition (RSS)")
+        results[layout] = measure_layout(
+            layout, episodes, chunk_length, 10 * transitions + 1000, sample_batches
+        )
+        progress(f"  {results[layout]['rss_bytes_per_transition']:.0f} B/transition (RSS)")
     return {
         "transitions": transitions,
         "episodes": len(episodes),
@@ -290,7 +342,7 @@ def measure(quick: bool) -> dict:
         "frame_stack": FRAME_STACK,
         "official_bytes": OFFICIAL_BYTES,
         "goal_bytes": GOAL_BYTES,
-        "layouts": layouts,
+        "layouts": results,
     }
 
 
@@ -357,8 +409,43 @@ def report(result: dict) -> str:
     return "\n".join(lines)
 
 
+def table_main(argv: list[str]) -> None:
+    """`python -m benchmarks.replay_memory table ...`: prints a table and one JSON line."""
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.replay_memory table", description=TITLE
+    )
+    parser.add_argument("--transitions", type=int, default=4000, help="agent steps rendered")
+    parser.add_argument("--layouts", default=",".join(LAYOUTS), help="comma-separated")
+    parser.add_argument(
+        "--sample-batches", type=int, default=0, help="batches of 256 to time per layout"
+    )
+    args = parser.parse_args(argv)
+    layouts = args.layouts.split(",")
+    unknown = sorted(set(layouts) - set(LAYOUTS))
+    if unknown:
+        parser.error(f"unknown layout {', '.join(unknown)}; the layouts are {', '.join(LAYOUTS)}")
+    for name, value in cpu_only_env().items():  # as run.py gives the figure, unless set
+        os.environ.setdefault(name, value)
+    result = measure_layouts(args.transitions, layouts, args.sample_batches)
+    columns = {
+        "items": ("items", 0),
+        "rss_bytes_per_transition": ("RSS B/tr", 0),
+        "checkpoint_bytes_per_transition": ("ckpt B/tr", 0),
+        "rss_growth_mb": ("RSS MB", 1),
+        "batches_per_second": ("batch/s", 1),
+        "sample_cpu_ms_per_batch": ("cpu ms/b", 1),
+    }
+    print("".join(f"{h:>14}" for h in ("layout", *(label for label, _ in columns.values()))))
+    for layout, row in result["layouts"].items():
+        cells = [fmt(row.get(key), digits) for key, (_, digits) in columns.items()]
+        print("".join(f"{c:>14}" for c in (layout, *cells)))
+    print(json.dumps(result))
+
+
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "serve":
         serve(sys.argv[2], int(sys.argv[3]), sys.argv[4])
+    elif len(sys.argv) > 1 and sys.argv[1] == "table":
+        table_main(sys.argv[2:])
     else:
         figure_main(measure)

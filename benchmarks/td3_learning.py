@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import csv
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,6 +29,7 @@ from benchmarks.common import (
     OUT_DIR_VAR,
     REPO,
     cpu_only_env,
+    entry_point,
     figure_main,
     fmt,
     marked_env,
@@ -99,11 +99,10 @@ def measure(quick: bool) -> dict:
     budget = _budget(quick)
     with tempfile.TemporaryDirectory(prefix="magi_lp_bench_td3_") as root:
         workdir = Path(root) / "run"
-        command = [
-            sys.executable,
-            str(REPO / "projects" / "td3" / "main.py"),
-            f"--config={REPO / CONFIG}",
-            f"--workdir={workdir}",
+        command = entry_point(
+            "projects/td3/main.py",
+            CONFIG,
+            workdir,
             f"--config.max_actor_steps={budget}",
             f"--config.env.action_repeat={ACTION_REPEAT}",
             f"--config.evaluation.every_actor_steps={EVAL_EVERY}",
@@ -112,7 +111,7 @@ def measure(quick: bool) -> dict:
             "--config.logging.tensorboard=False",
             "--config.logging.terminal=False",
             "--config.logging.time_delta=0.0",  # keep every evaluation episode's row
-        ]
+        )
         log = Path(root) / "main.log"
         progress(f"TD3 cartpole/balance, {budget} actor steps")
         start = time.monotonic()

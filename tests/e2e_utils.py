@@ -12,6 +12,8 @@ from pathlib import Path
 
 import psutil
 
+from magi_lp.launch import processes
+
 REPO = Path(__file__).resolve().parent.parent
 MARK_VAR = "MAGI_LP_TEST_MARK"
 
@@ -59,14 +61,7 @@ def start_entry_point(
 
 def marked_processes(mark: str) -> list[psutil.Process]:
     """Live processes that inherited the marker (leftovers of a run)."""
-    found = []
-    for process in psutil.process_iter():
-        try:
-            if process.environ().get(MARK_VAR) == mark and process.status() != "zombie":
-                found.append(process)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return found
+    return processes.processes_marked(MARK_VAR, mark)
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:

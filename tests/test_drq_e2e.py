@@ -6,8 +6,8 @@ coordinator stops the program at the frame limit, the launcher returns 0, and no
 the program is left (every process the run starts carries a marker variable in its
 environment, which Launchpad passes on to its nodes; tests/e2e_utils finds it).
 
-Tiny: 32x32 pixels, batch 16, feature 8 / hidden 32 / 8 conv channels, episodes cut at 100
-frames (50 agent steps), learning after 40 frames, one evaluation episode.
+Tiny: projects/drq_v2/tiny.py (32x32 pixels, small networks, 50-step episodes, learning after
+40 frames, one evaluation episode).
 """
 
 from __future__ import annotations
@@ -22,31 +22,13 @@ from pathlib import Path
 
 import pytest
 
+from magi_lp.launch import processes
+from projects.drq_v2 import tiny
 from tests.e2e_utils import MARK_VAR, marked_processes, read_csv
 
 ROOT = Path(__file__).resolve().parents[1]
 
-TINY = [
-    "--config.env.image_size=32",
-    "--config.env.max_episode_frames=100",
-    "--config.env.video.every_evaluations=1",
-    "--config.agent.batch_size=16",
-    "--config.agent.feature_dim=8",
-    "--config.agent.hidden_dim=32",
-    "--config.agent.encoder_channels=8",
-    "--config.agent.min_replay_frames=40",
-    "--config.agent.num_expl_steps=20",
-    "--config.agent.replay_buffer_size=1000",
-    "--config.agent.dataset_num_parallel_calls=1",
-    "--config.evaluation.episodes=1",
-    "--config.evaluation.every_actor_steps=50",
-    "--config.logging.tensorboard=False",
-]
-
-
-def _marked_processes(marker: str) -> list[int]:
-    """Pids of live processes that inherited this run's marker."""
-    return [process.pid for process in marked_processes(marker)]
+TINY = tiny.flags()
 
 
 def _run(script: str, config: str, workdir: Path, extra: list[str], timeout_s: float):
@@ -79,8 +61,7 @@ def _run(script: str, config: str, workdir: Path, extra: list[str], timeout_s: f
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             output, _ = process.communicate()
-        for pid in _marked_processes(marker):
-            os.kill(pid, signal.SIGKILL)
+        processes.kill_marked(MARK_VAR, marker)
         pytest.fail(f"{script} did not finish in {timeout_s}s; output tail:\n{output[-4000:]}")
     return process.returncode, output, marker
 
@@ -124,7 +105,7 @@ def test_main_runs_to_its_frame_limit(tmp_path):
     assert learner_rows and "critic_loss" in learner_rows[-1]
     # The learner's steps reach the program's counter under the key loggers index by.
     assert int(float(learner_rows[-1]["learner_steps"])) >= 1
-    assert _marked_processes(marker) == []
+    assert marked_processes(marker) == []
     print(f"main.py e2e: {elapsed:.1f}s")
 
 
@@ -158,10 +139,8 @@ def test_lp_main_stops_by_itself_at_its_frame_limit(tmp_path):
     )
     assert actor_steps >= 300  # stopped by the coordinator at the limit, not before
     deadline = time.monotonic() + 10
-    while _marked_processes(marker) and time.monotonic() < deadline:
+    while marked_processes(marker) and time.monotonic() < deadline:
         time.sleep(0.5)
-    leftover = _marked_processes(marker)
-    for pid in leftover:
-        os.kill(pid, signal.SIGKILL)
+    leftover = processes.kill_processes(marked_processes(marker))
     assert leftover == [], f"processes left behind: {leftover}"
     print(f"lp_main.py e2e: {elapsed:.1f}s")

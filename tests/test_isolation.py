@@ -26,7 +26,8 @@ import psutil
 import pytest
 
 from magi_lp.errors import ConfigError
-from magi_lp.launch import isolation
+from magi_lp.launch import isolation, processes
+from tests import net_probe
 
 REPO = Path(__file__).resolve().parent.parent
 PROGRAM = REPO / "tests" / "isolation_program.py"
@@ -48,6 +49,10 @@ CHILD = textwrap.dedent(
     import json, os, signal, socket, sys, time
     sys.path.insert(0, {repo!r})
     from magi_lp.launch import isolation
+    try:
+        from tests.net_probe import describe_exposure
+    except ImportError:  # a Python without psutil (the uid-nobody test's): exposure unchecked
+        describe_exposure = lambda: None
     code = isolation.run_isolated_if_needed(sys.argv[1], sys.argv)
     if code is not None:
         sys.exit(code)
@@ -63,7 +68,7 @@ CHILD = textwrap.dedent(
         "isolated": isolation.is_isolated(),
         "uid": os.getuid(),
         "cap_eff": caps,
-        "exposure": isolation.describe_exposure(),
+        "exposure": describe_exposure(),
     }}), flush=True)
     sys.exit(int(sys.argv[2]) if len(sys.argv) > 2 else 0)
     """
@@ -222,7 +227,7 @@ def test_signals_sent_to_the_outer_process_reach_the_child_once(signum):
         outer.send_signal(signum)
         assert outer.wait(timeout=10) == 11
     finally:
-        _kill_tree(outer.pid)
+        processes.kill_tree(outer.pid)
 
 
 @needs_netns
@@ -246,7 +251,7 @@ def test_terminal_ctrl_c_reaches_the_child_once(child_group):
         assert outer.wait(timeout=10) == 11
     finally:
         os.close(master)
-        _kill_tree(outer.pid)
+        processes.kill_tree(outer.pid)
 
 
 def test_terminal_signals_are_not_forwarded_to_a_child_in_the_same_group():
@@ -289,7 +294,7 @@ def test_child_gets_sigterm_when_the_outer_process_is_killed(tmp_path):
             time.sleep(0.05)
         assert report.read_text() == "1"
     finally:
-        _kill_tree(outer.pid)
+        processes.kill_tree(outer.pid)
 
 
 def _nobody_python() -> str | None:
@@ -345,8 +350,8 @@ def test_listening_sockets_reads_addresses_and_exposure():
     anywhere.bind(("::", 0))
     anywhere.listen()
     with loop, anywhere:
-        found = {s.port: s for s in isolation.listening_sockets()}
-        host_has_network = isolation._has_non_loopback_interface(os.getpid())
+        found = {s.port: s for s in net_probe.listening_sockets()}
+        host_has_network = net_probe.has_non_loopback_interface(os.getpid())
         assert found[loop.getsockname()[1]].address == "127.0.0.1"
         assert not found[loop.getsockname()[1]].exposed
         assert found[anywhere.getsockname()[1]].address == "::"
@@ -457,7 +462,7 @@ class Program:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=20)
         for pid in self.pids:
-            _kill_tree(pid)
+            processes.kill_tree(pid)
         self.proc.wait()
         self.log.close()
         if self.terminal is not None:
@@ -515,7 +520,7 @@ def test_node_ports_unreachable_from_the_network(run, probe_namespace, start_pro
 
     program = start_program(mode, wrapper)
     program.wait_ready()
-    sockets = isolation.listening_sockets(program.proc.pid)
+    sockets = net_probe.listening_sockets(program.proc.pid)
     ports = sorted({s.port for s in sockets})
     assert len(ports) >= 3, f"expected Reverb + 2 Courier ports, found {sockets}"
     outcomes = _probe_from(ns, host_ip, [control_port, *ports])
@@ -530,7 +535,7 @@ def test_node_ports_unreachable_from_the_network(run, probe_namespace, start_pro
         assert not any(s.exposed for s in sockets), sockets
         # A port number that some unrelated host process also listens on would be answered by
         # that process, not by a node; leave it out rather than report it as a leak.
-        host_ports = {port for _, port in isolation._tcp_listeners(os.getpid()).values()}
+        host_ports = {port for _, port in net_probe.tcp_listeners(os.getpid()).values()}
         probed = {p: o for p, o in outcomes.items() if p not in host_ports}
         assert len(probed) >= 3
         assert set(probed.values()) == {"refused"}, outcomes
@@ -550,7 +555,7 @@ def test_isolated_nodes_talk_over_loopback_and_stop_cleanly(stop_by, start_progr
     report = program.wait_ready()
     assert report["echo"] == 42  # prober -> echo Courier call
     assert report["sample"] == 7  # prober -> Reverb insert + sample
-    exposure = isolation.describe_exposure(program.proc.pid)
+    exposure = net_probe.describe_exposure(program.proc.pid)
     assert exposure.startswith("no node port is reachable"), exposure
 
     if stop_by == "sigterm":
@@ -562,11 +567,3 @@ def test_isolated_nodes_talk_over_loopback_and_stop_cleanly(stop_by, start_progr
     assert "killing" not in (program.workdir / "launcher.log").read_text(), program.output()
     time.sleep(0.2)
     assert program.leftovers() == []
-
-
-def _kill_tree(pid: int) -> None:
-    with contextlib.suppress(psutil.NoSuchProcess):
-        root = psutil.Process(pid)
-        for proc in [*root.children(recursive=True), root]:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                proc.kill()

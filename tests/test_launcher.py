@@ -29,6 +29,7 @@ import pytest
 
 from magi_lp.errors import ConfigError
 from magi_lp.launch import local as launcher
+from magi_lp.launch import processes
 
 _TESTS = Path(__file__).resolve().parent
 _LAUNCH_SCRIPT = _TESTS / "launch_programs.py"
@@ -164,20 +165,11 @@ class _LauncherRun:
         return {p.stem: json.loads(p.read_text()) for p in folder.glob("*.json")}
 
     def processes_with_token(self) -> list[psutil.Process]:
-        found = []
-        for proc in psutil.process_iter():
-            try:
-                if proc.environ().get("LAUNCHER_TEST_TOKEN") == self.token:
-                    found.append(proc)
-            except psutil.Error:
-                continue
-        return found
+        return processes.processes_marked("LAUNCHER_TEST_TOKEN", self.token)
 
     def kill_everything(self) -> None:
         """Cleanup after a failed test, so that it does not spill into the next one."""
-        for proc in self.processes_with_token():
-            with contextlib.suppress(psutil.Error):
-                proc.kill()
+        processes.kill_processes(self.processes_with_token())
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(10)
 

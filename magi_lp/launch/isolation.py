@@ -39,6 +39,7 @@ import subprocess
 import sys
 from typing import Literal
 
+from magi_lp import console
 from magi_lp.errors import ConfigError
 
 IsolationMode = Literal["auto", "required", "off"]
@@ -74,7 +75,6 @@ _FORWARDED_SIGNALS = (
 )
 # The terminal sends these to the whole foreground process group, the child included.
 _TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGQUIT)
-_LOG_PREFIX = "magi_lp:"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,17 +88,6 @@ class IsolationSupport:
     available: bool
     method: str
     reason: str
-
-
-@dataclasses.dataclass(frozen=True)
-class ListeningSocket:
-    """A TCP socket in the listening state, owned by a process of the program."""
-
-    pid: int
-    process: str
-    address: str
-    port: int
-    exposed: bool  # bound beyond loopback in a namespace that has a non-loopback interface
 
 
 class _UnavailableError(Exception):
@@ -122,8 +111,8 @@ def is_isolated() -> bool:
 def probe() -> IsolationSupport:
     """Tries to start a trivial child in a private network namespace with `lo` up.
 
-    Costs one short-lived process (about 20 ms); use it for plans and messages, not before a
-    launch (`run_isolated_if_needed` finds out by trying).
+    Costs one short-lived process (times in docs/launchpad-notes.md); use it for plans and
+    messages, not before a launch (`run_isolated_if_needed` finds out by trying).
     """
     if not sys.platform.startswith("linux"):
         return IsolationSupport(False, "", "network namespaces exist only on Linux")
@@ -182,7 +171,7 @@ def run_isolated_if_needed(mode: str, argv: list[str]) -> int | None:
     """
     mode = check_mode(mode)
     if mode == "off":
-        _say(f"isolation=off: {EXPOSURE}.")
+        console.say(f"isolation=off: {EXPOSURE}.", source="isolation")
         return None
     if is_isolated():
         return None
@@ -196,50 +185,13 @@ def run_isolated_if_needed(mode: str, argv: list[str]) -> int | None:
     except _UnavailableError as e:
         reason = str(e)
     else:
-        _say(
+        console.say(
             f"isolated: node ports are reachable over loopback only ({child.method}); "
-            "the run has no network access beyond this machine's loopback."
+            "the run has no network access beyond this machine's loopback.",
+            source="isolation",
         )
         return child.wait()
     return _unavailable(mode, reason)
-
-
-def listening_sockets(root_pid: int | None = None) -> list[ListeningSocket]:
-    """The TCP ports `root_pid` (default: this process) and its descendants listen on.
-
-    Reads /proc/<pid>/net/tcp{,6}, which show the process's own network namespace; psutil's
-    connection lists (psutil 7) read /proc/net, the caller's namespace, and so miss the
-    sockets of an isolated program.
-    """
-    root = os.getpid() if root_pid is None else root_pid
-    found: list[ListeningSocket] = []
-    for pid in [root, *_descendants(root)]:
-        try:
-            with open(f"/proc/{pid}/comm") as f:
-                name = f.read().strip()
-            inodes = _socket_inodes(pid)
-            listeners = _tcp_listeners(pid)
-            outside = _has_non_loopback_interface(pid)
-        except (ProcessLookupError, FileNotFoundError, PermissionError):
-            continue  # gone meanwhile, or not ours to read
-        for inode, (address, port) in listeners.items():
-            if inode in inodes:
-                exposed = outside and not _is_loopback(address)
-                found.append(ListeningSocket(pid, name, address, port, exposed))
-    return sorted(found, key=lambda s: (s.port, s.pid))
-
-
-def describe_exposure(root_pid: int | None = None) -> str:
-    """One line saying which of the program's ports can be reached from the network."""
-    sockets = listening_sockets(root_pid)
-    exposed = [s for s in sockets if s.exposed]
-    if not exposed:
-        return (
-            f"no node port is reachable from the network "
-            f"({len(sockets)} listening on loopback or in a private network namespace)"
-        )
-    ports = ", ".join(f"{s.port} ({s.process} pid {s.pid})" for s in exposed)
-    return f"reachable from the network without authentication: {ports}"
 
 
 # --- the child -----------------------------------------------------------------------------
@@ -425,7 +377,7 @@ def _unavailable(mode: IsolationMode, reason: str) -> None:
             f"isolation=required, but a private network namespace cannot be made: {reason}. "
             f"Fix: {FIX}."
         )
-    _say(f"isolation unavailable ({reason}); {EXPOSURE}.")
+    console.say(f"isolation unavailable ({reason}); {EXPOSURE}.", source="isolation")
     return None
 
 
@@ -436,10 +388,6 @@ def _reexec_command(argv: list[str]) -> list[str]:
     return [sys.executable, *interpreter_part, *argv[1:]]
 
 
-def _say(message: str) -> None:
-    print(f"{_LOG_PREFIX} {message}", file=sys.stderr, flush=True)
-
-
 def _read_all(fd: int) -> bytes:
     chunks = []
     while chunk := os.read(fd, 4096):
@@ -447,83 +395,9 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-# --- /proc readers -------------------------------------------------------------------------
-
-
 def _netns_id(pid: str | int) -> str | None:
+    """The network namespace of `pid` as its /proc link names it ("net:[4026531840]")."""
     try:
         return os.readlink(f"/proc/{pid}/ns/net")
     except OSError:
         return None
-
-
-def _descendants(root: int) -> list[int]:
-    """Pids of `root`'s children, grandchildren, ... from /proc/<pid>/stat."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def _socket_inodes(pid: int) -> set[int]:
-    inodes = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(int(target[8:-1]))
-    return inodes
-
-
-def _tcp_listeners(pid: int) -> dict[int, tuple[str, int]]:
-    """inode -> (address, port) of listening TCP sockets in `pid`'s network namespace."""
-    listeners = {}
-    for table, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
-        try:
-            with open(f"/proc/{pid}/net/{table}") as f:
-                rows = f.readlines()[1:]
-        except FileNotFoundError:
-            continue
-        for row in rows:
-            fields = row.split()
-            if fields[3] != "0A":  # TCP_LISTEN
-                continue
-            address_hex, port_hex = fields[1].split(":")
-            listeners[int(fields[9])] = (_decode_address(address_hex, family), int(port_hex, 16))
-    return listeners
-
-
-def _decode_address(address_hex: str, family: int) -> str:
-    # /proc/net/tcp prints each 32-bit word of the address as a host-order integer; packing
-    # it back in host order restores the bytes in network order.
-    words = [address_hex[i : i + 8] for i in range(0, len(address_hex), 8)]
-    return socket.inet_ntop(family, b"".join(struct.pack("=I", int(w, 16)) for w in words))
-
-
-def _is_loopback(address: str) -> bool:
-    return (
-        address.startswith("127.")
-        or address in ("::1", "::ffff:127.0.0.1")
-        or (address.startswith("::ffff:127."))
-    )
-
-
-def _has_non_loopback_interface(pid: int) -> bool:
-    """Whether `pid`'s network namespace has any interface besides `lo`."""
-    with open(f"/proc/{pid}/net/dev") as f:
-        names = [line.split(":", 1)[0].strip() for line in f.readlines()[2:]]
-    return any(name != "lo" for name in names)

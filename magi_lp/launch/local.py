@@ -14,53 +14,14 @@ node processes until the program ends and returns an exit code:
   for. The launcher prints which node died (`group/index`, pid, exit code or signal) and
   the last lines of its log, then stops every other node.
 
-How the pieces were chosen (Launchpad 0.5.0, see docs/architecture.md and STACK.md):
-
-Supervising. `lp.launch` returns the `WorkerManager` that spawned the nodes with
-`subprocess.Popen`. We take the Popen objects out of it (`_active_workers`, checked, so a
-Launchpad upgrade that changes it fails loudly here) and never call the manager's
-`wait()` / stop machinery: the manager stops a program by arming SIGALRM and finally
-SIGKILLs *its own process tree*, launcher included (`WorkerManager._kill` with
-`kill_main_thread`), so a launcher left in its hands could neither clean up nor return a
-code. Instead:
-  * while `lp.launch` runs, `FLAGS.lp_worker_manager_registers_signals` is off, so the
-    manager installs no SIGTERM / SIGQUIT handler; our own handlers (which only record the
-    signal) are installed before and re-installed after `lp.launch`, and the manager's
-    `atexit` wait is unregistered. A Ctrl-C that lands inside `lp.launch` (Launchpad still
-    wires SIGINT there) is noticed through `manager.wait_for_stop(0)` and its alarm disarmed;
-  * the nodes are direct children of this process, so `Popen.poll()` every 0.1 s reaps
-    them and gives the real exit status: a crash or SIGKILL is seen within 0.1 s;
-  * stopping is SIGTERM to each node (each node's own Launchpad worker manager turns it
-    into `lp.wait_for_stop()` returning), then after `termination_notice_secs` SIGKILL to
-    every node's whole process tree. A node blocked inside a Courier RPC cannot run its
-    Python SIGTERM handler at all, so the SIGKILL is what guarantees it ends;
-  * a second SIGINT while stopping, or a SIGQUIT, kills at once.
-Note that each node's own Launchpad worker manager also SIGKILLs its node 10 s after a
-SIGTERM (the node-side default of --lp_termination_notice_secs; Launchpad 0.5.0 cannot pass
-that flag through `PythonProcess(args=...)`, whose flag plumbing looks up a flag that does
-not exist), so a `termination_notice_secs` above 10 only helps nodes blocked in C++.
-
-No orphans. Every node gets `MAGI_LP_LAUNCH_ID=<random id>` in its environment; processes
-that a node started inherit it. After the nodes are gone (and on any error) the launcher
-SIGKILLs every process still carrying this launch's id, which catches grandchildren whose
-node was SIGKILLed and that were re-parented to init. A process that scrubs its own
-environment and leaves its parent's tree escapes this; nothing in Launchpad or Acme does.
-
-Files. Launchpad writes each group's pickled nodes to `tempfile.mkdtemp()/job.pkl` and
-removes them only in an `atexit` hook, which a killed launcher never runs. We set
-`tempfile.tempdir` (the documented override that `mkdtemp()` reads on every call) to a
-private `magi_lp_launch_*` folder for the duration of `lp.launch` and remove that folder
-when the program has ended (a SIGKILLed launcher leaves just that one, recognisable,
-folder). Node logs go to `<log_dir>/<group>/<index>`: the
-`output_to_files` module reads LAUNCHPAD_LOGGING_DIR once, when it is imported, which is
-when anything first imports launchpad, long before `launch()` can run; so we set the
-module's `_LOGGING_DIR` for the duration of the call instead (checked to exist) and leave
-`os.environ`, which the nodes inherit, untouched. Nodes also get PYTHONUNBUFFERED=1 (a
-group's own env can override it) so the lines printed just before a SIGKILL reach the log.
+Every node gets MAGI_LP_LAUNCH_ID in its environment; once the nodes are gone, every process
+still carrying this launch's id is SIGKILLed, so nothing the program started outlives it.
+Launchpad's job files go to a private temporary folder that is removed at the end.
 
 `launch()` must run in the main thread (it handles signals, as `lp.launch` does) and the
 node classes must be importable by the children (Launchpad pickles functions from
-importable modules by reference).
+importable modules by reference). The Launchpad 0.5.0 behaviours this relies on, and why
+supervising, stopping and cleaning up work as they do: docs/launchpad-notes.md.
 """
 
 from __future__ import annotations
@@ -68,6 +29,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
+import functools
 import io
 import math
 import os
@@ -84,12 +46,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import launchpad as lp
-import psutil
 from absl import flags
 from launchpad.launch.run_locally import launch_local_output_to_files
 from launchpad.nodes.python.local_multi_processing import PythonProcess
 
+from magi_lp import console
 from magi_lp.errors import ConfigError
+from magi_lp.launch import processes
 
 LAUNCH_ID_VAR = "MAGI_LP_LAUNCH_ID"
 """Environment variable that marks every process started for one `launch()` call."""
@@ -216,8 +179,7 @@ def launch(
             "magi_lp.launch.local.launch() must run in the main thread: it handles SIGINT and "
             "SIGTERM for the program (and lp.launch installs signal handlers)."
         )
-    out = report_stream if report_stream is not None else sys.stderr
-    report = _Reporter(out)
+    report = functools.partial(console.say, source="launcher", stream=report_stream)
 
     launch_id = uuid.uuid4().hex
     node_envs = {
@@ -238,7 +200,7 @@ def launch(
     finally:
         # Normally nothing is left here; after an error anywhere above this is the
         # cleanup of whatever was already spawned.
-        strays = _kill_all(_marked_processes(launch_id))
+        strays = processes.kill_marked(LAUNCH_ID_VAR, launch_id, wait_s=_KILL_WAIT_SECS)
         if strays:
             report(f"killed {len(strays)} leftover processes: {', '.join(strays)}")
         shutil.rmtree(job_dir, ignore_errors=True)
@@ -311,24 +273,6 @@ def _prepared_log_dir(log_dir: str | os.PathLike) -> Path:
     except OSError as e:
         raise ConfigError(f"log_dir={str(log_dir)!r} cannot be created: {e}.") from e
     return path
-
-
-class _Reporter:
-    """Writes the launcher's own lines, prefixed so they stand out among node output.
-
-    The prefix carries the local time (as node logs' absl lines do) so that the moment
-    a crash was noticed can be matched with the nodes' logs.
-    """
-
-    def __init__(self, stream: TextIO):
-        self._stream = stream
-
-    def __call__(self, text: str) -> None:
-        now = time.time()
-        stamp = time.strftime("%H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1000):03d}"
-        for line in text.splitlines() or [""]:
-            print(f"[magi_lp.launcher {stamp}] {line}", file=self._stream)
-        self._stream.flush()
 
 
 class _StopSignals:
@@ -434,9 +378,9 @@ def _node_processes(manager: Any, log_dir: Path) -> list[_Node]:
             "supports Launchpad 0.5.0 as pinned in requirements.txt."
         )
     nodes = []
-    for title, processes in workers.items():
+    for title, popens in workers.items():
         group, _, index = title.rpartition("/")
-        for process in processes:
+        for process in popens:
             if not isinstance(process, subprocess.Popen):
                 raise RuntimeError(f"unexpected Launchpad worker {process!r} for {title}")
             nodes.append(_Node(group, int(index), process, log_dir / title))
@@ -548,8 +492,12 @@ class _Supervisor:
         # Grandchildren whose node already exited are no longer in any node's tree. The
         # nodes themselves are left to poll(), which keeps their real exit status.
         node_pids = {node.process.pid for node in self._running}
-        strays = [p for p in _marked_processes(self._launch_id) if p.pid not in node_pids]
-        killed = _kill_all(strays, wait=False)
+        strays = [
+            p
+            for p in processes.processes_marked(LAUNCH_ID_VAR, self._launch_id)
+            if p.pid not in node_pids
+        ]
+        killed = processes.kill_processes(strays)
         if killed:
             self._report(f"also killed processes that nodes had left running: {', '.join(killed)}")
 
@@ -559,7 +507,7 @@ class _Supervisor:
             if self._stop_started is None
             else (f" {time.monotonic() - self._stop_started:.1f} s after the stop began")
         )
-        strays = _kill_all(_marked_processes(self._launch_id))
+        strays = processes.kill_marked(LAUNCH_ID_VAR, self._launch_id, wait_s=_KILL_WAIT_SECS)
         if strays:
             self._report(
                 f"killed {len(strays)} processes that nodes had started and left running: "
@@ -577,69 +525,4 @@ def _kill_tree(process: subprocess.Popen) -> None:
         # Already gone (and reaped: its pid may be reused); the marker sweep finds what
         # it left behind.
         return
-    try:
-        descendants = psutil.Process(process.pid).children(recursive=True)
-    except psutil.Error:
-        descendants = []
-    # The node first, so it cannot start more.
-    with contextlib.suppress(ProcessLookupError):
-        process.kill()
-    _kill_all(descendants, wait=False)
-
-
-def _marked_processes(launch_id: str) -> list[psutil.Process]:
-    """Live processes (other than this one) whose environment carries `launch_id`."""
-    found = []
-    me = os.getpid()
-    for proc in psutil.process_iter():
-        if proc.pid == me:
-            continue
-        try:
-            if proc.environ().get(LAUNCH_ID_VAR) == launch_id:
-                found.append(proc)
-        except psutil.Error:
-            # Gone, a zombie, or someone else's process: none of ours to kill.
-            continue
-    return found
-
-
-def _kill_all(processes: list[psutil.Process], wait: bool = True) -> list[str]:
-    """SIGKILLs `processes` (psutil refuses reused pids); describes those it signalled."""
-    killed, described = [], []
-    for proc in processes:
-        try:
-            description = f"{proc.pid} ({proc.name()})"
-            proc.send_signal(signal.SIGKILL)
-        except psutil.Error:
-            continue
-        killed.append(proc)
-        described.append(description)
-    if wait and killed:
-        _wait_dead(killed, _KILL_WAIT_SECS)
-    return described
-
-
-def _wait_dead(processes: list[psutil.Process], timeout: float) -> None:
-    """Waits until `processes` are dead; reaps those that are our own children.
-
-    A dead process re-parented to init is a zombie until init reaps it, which can take
-    a second or more (e.g. in containers); it runs no code, so it counts as dead here.
-    """
-    me = os.getpid()
-    deadline = time.monotonic() + timeout
-    pending = list(processes)
-    while pending and time.monotonic() < deadline:
-        still = []
-        for proc in pending:
-            try:
-                if proc.ppid() == me:
-                    proc.wait(0)
-                elif proc.status() != psutil.STATUS_ZOMBIE:
-                    still.append(proc)
-            except psutil.TimeoutExpired:
-                still.append(proc)
-            except psutil.Error:
-                continue
-        pending = still
-        if pending:
-            time.sleep(0.02)
+    processes.kill_tree(process.pid)

@@ -1,0 +1,96 @@
+"""Find and end local processes: those whose environment carries a marker, or a whole tree.
+
+A run that must leave nothing behind puts a marker variable (`NAME=<random id>`) into the
+environment of what it starts. Every descendant inherits it, including one that was re-parented
+to init after its parent died, so the marker finds what a process tree no longer shows. The
+launcher marks its nodes with MAGI_LP_LAUNCH_ID; tests and benchmarks mark the commands they
+run. A process that scrubs its own environment escapes; nothing in Launchpad or Acme does.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterable
+
+import psutil
+
+
+def processes_marked(var: str, value: str) -> list[psutil.Process]:
+    """Live processes (not zombies, not this one) whose environment holds `var=value`."""
+    found = []
+    me = os.getpid()
+    for proc in psutil.process_iter():
+        if proc.pid == me:
+            continue
+        try:
+            if proc.environ().get(var) == value and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except psutil.Error:
+            continue  # gone, a zombie, or someone else's process: none of ours
+    return found
+
+
+def kill_processes(processes: Iterable[psutil.Process], *, wait_s: float = 0.0) -> list[str]:
+    """SIGKILLs `processes`; returns `pid (name)` of each one it signalled.
+
+    psutil refuses a pid that another process has taken since `processes` were found. With
+    `wait_s` > 0, waits up to that long until they are dead (see `wait_dead`).
+    """
+    killed, described = [], []
+    for proc in processes:
+        try:
+            description = f"{proc.pid} ({proc.name()})"
+            proc.send_signal(signal.SIGKILL)
+        except psutil.Error:
+            continue
+        killed.append(proc)
+        described.append(description)
+    if wait_s > 0 and killed:
+        wait_dead(killed, wait_s)
+    return described
+
+
+def kill_marked(var: str, value: str, *, wait_s: float = 0.0) -> list[str]:
+    """SIGKILLs every process `processes_marked(var, value)` finds; returns `pid (name)`s."""
+    return kill_processes(processes_marked(var, value), wait_s=wait_s)
+
+
+def kill_tree(pid: int, *, wait_s: float = 0.0) -> list[str]:
+    """SIGKILLs process `pid` first (so it cannot start more), then every process below it."""
+    try:
+        root = psutil.Process(pid)
+        descendants = root.children(recursive=True)
+    except psutil.Error:
+        return []
+    return kill_processes([root, *descendants], wait_s=wait_s)
+
+
+def wait_dead(processes: Iterable[psutil.Process], timeout_s: float) -> list[psutil.Process]:
+    """Waits up to `timeout_s` until `processes` are dead; returns those still alive then.
+
+    Reaps those that are this process's children. A dead process re-parented to init stays a
+    zombie until init reaps it, which can take a second or more (e.g. in containers); it runs
+    no code, so it counts as dead here.
+    """
+    me = os.getpid()
+    deadline = time.monotonic() + timeout_s
+    pending = list(processes)
+    while pending:
+        still = []
+        for proc in pending:
+            try:
+                if proc.ppid() == me:
+                    proc.wait(0)
+                elif proc.status() != psutil.STATUS_ZOMBIE:
+                    still.append(proc)
+            except psutil.TimeoutExpired:
+                still.append(proc)
+            except psutil.Error:
+                continue
+        pending = still
+        if not pending or time.monotonic() >= deadline:
+            break
+        time.sleep(0.02)
+    return pending
