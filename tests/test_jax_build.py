@@ -119,3 +119,15 @@ def test_failure_reasons_in_words():
     assert "look usable" in fine
     for message in (no_plugin, no_driver, old, hidden, wrong, none, fine):
         assert "\n" not in message
+
+
+def test_placement_imports_no_framework():
+    code = (
+        "import sys; import magi_lp.placement.plan, magi_lp.placement.jax_build; "
+        "heavy = ('jax', 'jaxlib', 'tensorflow', 'reverb', 'launchpad', 'acme'); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]"
