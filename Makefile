@@ -1,39 +1,51 @@
 # magi_lp: `make run` and `make test` set everything up on first use.
-# The virtualenv is rebuilt only when requirements.txt or setup.py change.
-VENV      := .venv
+# `make setup` is cheap when nothing changed: it re-checks the JAX build for this machine
+# (cpu, or cuda12 with an NVIDIA driver >= 525.60.13) and reinstalls only when the choice,
+# requirements.txt, requirements-cuda12.txt, setup.py or the set-up scripts changed.
+#   make setup JAX=cpu|cuda12|auto   force a JAX build (kept until JAX=auto)
+VENV      ?= .venv
 PY        := $(VENV)/bin/python
-STAMP     := $(VENV)/.installed
+JAX       ?=
 WORKDIR   ?= runs/reacher_hard_distributed
 CONFIG    ?= configs/reacher_hard_distributed.py
 PYTEST_ARGS ?=
+# The GPU check also runs on a GPU machine with only a system Python and its own CUDA JAX
+# (no Launchpad/Reverb/TF): `make gpu-check GPU_CHECK_PYTHON=python3` (benchmarks/README.md).
+GPU_CHECK_PYTHON ?= $(PY)
+GPU_CHECK_ARGS ?=
 
-.PHONY: setup run test lint format bench bench-quick clean
+.PHONY: setup run test lint format bench bench-quick gpu-check gpu-check-wheels clean
 
-setup: $(STAMP)
+setup:
+	@bash scripts/setup_venv.sh $(VENV) $(JAX)
 
-$(STAMP): requirements.txt setup.py scripts/setup_venv.sh
-	@bash scripts/setup_venv.sh $(VENV)
-	@touch $(STAMP)
-
-run: $(STAMP)
+run: setup
 	$(PY) projects/drq_v2/lp_main.py --config $(CONFIG) --workdir $(WORKDIR)
 
-test: $(STAMP)
+test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-lint: $(STAMP)
+lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-format: $(STAMP)
+format: setup
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-bench: $(STAMP)
+bench: setup
 	$(PY) -m benchmarks.run
 
-bench-quick: $(STAMP)
+bench-quick: setup
 	$(PY) -m benchmarks.run --quick
+
+# Set up the venv only when the check runs with it.
+gpu-check: $(if $(filter $(PY),$(GPU_CHECK_PYTHON)),setup)
+	$(GPU_CHECK_PYTHON) -m benchmarks.gpu_check $(GPU_CHECK_ARGS)
+
+# The cp312 wheels the GPU check needs on a GPU machine without network, into .whl/.
+gpu-check-wheels:
+	bash scripts/gpu_check_wheels.sh .whl
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -97,6 +97,7 @@ def run_bare(ready_dir: str) -> None:
 
     flags.FLAGS([sys.argv[0]], known_only=True)
     import launchpad as lp
+    from launchpad.nodes.python.local_multi_processing import PythonProcess
 
     from magi_lp.cli import make_plan
     from magi_lp.runtime.program import logical_groups
@@ -114,7 +115,7 @@ def run_bare(ready_dir: str) -> None:
     manager = lp.launch(
         program,
         launch_type=lp.LaunchType.LOCAL_MULTI_PROCESSING,
-        local_resources=plan.local_resources(),
+        local_resources={name: PythonProcess(env=env) for name, env in plan.envs().items()},
         terminal="output_to_files",
     )
     manager.wait()

@@ -15,6 +15,10 @@ the measured page. With --only, the named figures are re-measured and merged int
 existing results.json; the page is rebuilt from all stored results (each figure says when,
 where and in which mode it was measured). Quick mode uses small sizes to check that
 everything works: its numbers are not the figures.
+
+The GPU check (figure 7) is not run here: `make gpu-check` measures it on a GPU machine and
+writes benchmarks/gpu_check.json, which this script only reads ("not measured: no GPU machine
+was available" until that file holds a measurement).
 """
 
 from __future__ import annotations
@@ -39,12 +43,17 @@ QUICK_OUT_DIR = "benchmarks/quick"  # ignored by git
 
 @dataclasses.dataclass(frozen=True)
 class Figure:
-    """One figure: its module and how long its process may take (quick, full)."""
+    """One figure: its module and how long its process may take (quick, full).
+
+    A figure with `stored` is measured by its own command on another machine (the GPU
+    check); its JSON result, at that path in the repository, is read instead of run.
+    """
 
     name: str
     module: str
     timeout_quick_s: float
     timeout_full_s: float
+    stored: str = ""
 
 
 FIGURES = (
@@ -54,7 +63,7 @@ FIGURES = (
     Figure("launch_latency", "benchmarks.launch_latency", 600, 1200),
     Figure("actor_scaling", "benchmarks.actor_scaling", 600, 1200),
     Figure("td3_learning", "benchmarks.td3_learning", 420, 900),
-    Figure("gpu_memory", "benchmarks.gpu_memory", 120, 1200),
+    Figure("gpu_check", "benchmarks.gpu_check", 0, 0, stored="benchmarks/gpu_check.json"),
 )
 BY_NAME = {figure.name: figure for figure in FIGURES}
 
@@ -118,6 +127,23 @@ def run_figure(figure: Figure, quick: bool, out_dir: Path, logs: Path) -> dict:
     return {**result, "run": meta}
 
 
+def stored_result(figure: Figure) -> dict:
+    """A stored figure's result with run metadata; "not measured" when it holds none."""
+    module = importlib.import_module(figure.module)
+    result = _load(common.REPO / figure.stored)
+    if result.get("status") != "ok":
+        return {"status": "skipped", "reason": module.NOT_MEASURED, "run": {"mode": "stored"}}
+    meta = {
+        "mode": "stored",
+        "measured_at": result.get("measured_at", "?"),
+        "commit": result.get("commit", "?"),
+        "machine": result.get("machine", {}).get("gpu", "?"),
+        "wall_s": result.get("seconds", "?"),
+        "source": figure.stored,
+    }
+    return {**result, "run": meta}
+
+
 def _load(path: Path) -> dict:
     try:
         return json.loads(path.read_text())
@@ -131,6 +157,10 @@ def _section(number: int, figure: Figure, result: dict | None) -> str:
     if result is None:
         return f"{heading}\n\nNot measured yet: `python -m benchmarks.run --only {figure.name}`."
     run = result.get("run", {})
+    if run.get("mode") == "stored":
+        if result.get("status") != "ok":
+            return f"{heading}\n\n**{result['reason']}**"
+        return f"{heading}\n\n_read from `{run['source']}`_\n\n{module.report(result).strip()}"
     stamp = (
         f"_{run.get('mode', '?')} mode, {run.get('measured_at', '?')}, commit "
         f"{run.get('commit', '?')}, {run.get('wall_s', '?')} s; load average "
@@ -152,7 +182,7 @@ def write_page(out_dir: Path, results: dict) -> Path:
     """BENCHMARKS.md from the stored results."""
     machine = results["machine"]
     figures = results["figures"]
-    modes = sorted({f.get("run", {}).get("mode", "?") for f in figures.values()})
+    modes = sorted({f.get("run", {}).get("mode", "?") for f in figures.values()} - {"stored"})
     quick_note = (
         "\n> **Quick mode** results below (small sizes, to validate the scripts): they are "
         "not the figures. `make bench` measures them.\n"
@@ -250,30 +280,40 @@ def main(argv: list[str] | None = None) -> int:
     results_path = out_dir / RESULTS
     stored = _load(results_path)
     figures = dict(stored.get("figures", {})) if args.only else {}
+    for name in set(figures) - set(BY_NAME):
+        del figures[name]  # a figure that no longer exists (e.g. gpu_memory, now gpu_check)
 
     start = time.monotonic()
     for name in names:
         figure = BY_NAME[name]
         print(f"[{time.strftime('%H:%M:%S')}] {name} ({'quick' if args.quick else 'full'})")
         sys.stdout.flush()
-        figures[name] = run_figure(figure, args.quick, out_dir, logs)
+        if figure.stored:
+            figures[name] = stored_result(figure)
+        else:
+            figures[name] = run_figure(figure, args.quick, out_dir, logs)
         status = figures[name].get("status")
         detail = figures[name].get("error") or figures[name].get("reason") or ""
-        print(f"    {status} in {figures[name]['run']['wall_s']} s {detail[:200]}")
+        print(f"    {status} in {figures[name]['run'].get('wall_s', 0)} s {detail[:200]}")
         # Write after every figure: an interrupted run keeps what it measured.
         elapsed = round(time.monotonic() - start, 1)
         complete = dict(stored.get("complete_runs", {}))
         if not args.only and name == names[-1]:
             complete["quick" if args.quick else "full"] = {"seconds": elapsed, "at": _now()}
-        results = {
-            "written_at": _now(),
-            "commit": common.git_commit(),
-            "machine": common.machine(),
-            "last_run_s": elapsed,
-            "last_run_figures": names,
-            "complete_runs": complete,
-            "figures": figures,
-        }
+        if stored and all(BY_NAME[n].stored for n in names):
+            # Only re-read figures measured elsewhere (the GPU check): nothing ran on this
+            # machine, so the page's machine, date and commit stay those of its measurements.
+            results = {**stored, "figures": figures}
+        else:
+            results = {
+                "written_at": _now(),
+                "commit": common.git_commit(),
+                "machine": common.machine(),
+                "last_run_s": elapsed,
+                "last_run_figures": names,
+                "complete_runs": complete,
+                "figures": figures,
+            }
         results_path.write_text(json.dumps(results, indent=2, default=str) + "\n")
         write_page(out_dir, results)
     print(f"wrote {out_dir / PAGE} and {results_path} in {time.monotonic() - start:.0f} s")

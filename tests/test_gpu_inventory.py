@@ -195,3 +195,20 @@ def test_pick_from_empty_or_zero_is_refused():
         pick_identical(GpuInventory((), "NVML found no GPU"), 1)
     with pytest.raises(ConfigError, match="at least 1"):
         pick_identical(GpuInventory((gpu(0, RTX3060),)), 0)
+
+
+def test_query_inventory_reads_the_driver_and_its_cuda_version(tmp_path):
+    import importlib.util
+
+    from tests.fake_nvidia import write_fake_pynvml
+
+    folder = write_fake_pynvml(tmp_path, gpus=[(RTX3080, 12)], driver="535.104.05", cuda=12020)
+    spec = importlib.util.spec_from_file_location("fake_pynvml", folder / "pynvml.py")
+    nvml = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(nvml)
+    inventory = query_inventory(nvml)
+    assert (inventory.driver_version, inventory.cuda_driver_version) == ("535.104.05", 12020)
+    assert inventory.describe() == f"0:{RTX3080}"
+    # An NVML without those calls (older nvidia-ml-py, the fake above) leaves them unknown.
+    old = query_inventory(FakeNvml([_device(RTX3080, "a")]))
+    assert (old.driver_version, old.cuda_driver_version) == ("", 0)

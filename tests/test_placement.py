@@ -1,11 +1,20 @@
-"""Placement plans over injected GPU inventories."""
+"""Placement plans over injected GPU inventories and JAX builds."""
+
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from magi_lp.errors import ConfigError
+from magi_lp.placement import plan as plan_module
 from magi_lp.placement.gpu_inventory import GpuInfo, GpuInventory
-from magi_lp.placement.plan import GroupRequest, make_plan
+from magi_lp.placement.jax_build import CudaPlugin, JaxBuild, detect_jax_build
+from magi_lp.placement.plan import GroupRequest
 from magi_lp.placement.resources import MANAGED_VARIABLES, ResourceSpec
+from tests.fake_nvidia import env_with, write_fake_cuda_plugin, write_fake_pynvml
+
+REPO = Path(__file__).resolve().parents[1]
 
 GiB = 1024**3
 RTX3060 = "NVIDIA GeForce RTX 3060"
@@ -26,6 +35,18 @@ def gpu(index, name=RTX3080, used_gib=0.0, util=0.0, total_gib=12):
 
 TWO_3080 = GpuInventory((gpu(0), gpu(1)))
 MIXED = GpuInventory((gpu(0, RTX3060), gpu(1, RTX3080)))
+# What `make setup` installs on a CUDA 12 machine, and what it installs elsewhere.
+CUDA12 = JaxBuild("0.4.30", (CudaPlugin("jax_plugins.xla_cuda12", 12, "0.4.30"),))
+CPU_ONLY = JaxBuild("0.4.30")
+
+
+def make_plan(requests, inventory, jax_build=CUDA12):
+    """The plan against a CUDA-capable JAX unless a test says otherwise."""
+    return plan_module.make_plan(requests, inventory, jax_build)
+
+
+def launch_groups(plan, group):
+    return tuple(p.launch_group for p in plan.groups.values() if p.group == group)
 
 
 def req(num_nodes=1, **fields):
@@ -78,7 +99,7 @@ def test_same_spec_uses_the_gpu_when_there_is_one():
 def test_group_with_no_nodes_is_not_placed_or_checked():
     plan = make_plan({"evaluator": req(0, device="gpu"), "actor": req(1)}, NO_GPU)
     assert list(plan.groups) == ["actor"]
-    assert plan.launch_groups_of("evaluator") == ()
+    assert launch_groups(plan, "evaluator") == ()
 
 
 def test_negative_node_count_is_refused():
@@ -244,7 +265,7 @@ def test_round_robin_splits_into_launch_groups_with_distinct_devices():
         },
         TWO_3080,
     )
-    assert plan.launch_groups_of("actor") == ("actor_gpu0", "actor_gpu1")
+    assert launch_groups(plan, "actor") == ("actor_gpu0", "actor_gpu1")
     assert plan.groups["actor_gpu0"].node_indices == (0, 2, 4)
     assert plan.groups["actor_gpu1"].node_indices == (1, 3)
     assert plan.groups["actor_gpu0"].env["CUDA_VISIBLE_DEVICES"] == "0"
@@ -278,12 +299,12 @@ def test_round_robin_auto_spreads_over_all_gpus_up_to_node_count():
         {"actor": req(3, device="gpu", gpu_distribution="round_robin", gpu_memory="grow")},
         TWO_3080,
     )
-    assert plan.launch_groups_of("actor") == ("actor_gpu0", "actor_gpu1")
+    assert launch_groups(plan, "actor") == ("actor_gpu0", "actor_gpu1")
     single = make_plan(
         {"actor": req(1, device="gpu", gpu_distribution="round_robin", gpu_memory="grow")},
         TWO_3080,
     )
-    assert single.launch_groups_of("actor") == ("actor",)
+    assert launch_groups(single, "actor") == ("actor",)
 
 
 def test_launch_group_name_collision_is_refused():
@@ -378,18 +399,13 @@ def test_format_table_lists_groups_devices_memory_and_env():
     assert replay_row.split()[:4] == ["replay", "replay", "1", "(0)"]
 
 
-def test_envs_are_copies_and_local_resources_carry_them():
+def test_envs_are_copies_of_strings():
     plan = _plan_for_output()
     envs = plan.envs()
+    assert set(envs) == {"learner", "actor_gpu0", "actor_gpu1", "replay"}
     envs["learner"]["FOO"] = "changed"
     assert plan.envs()["learner"]["FOO"] == "bar"
-    from launchpad.nodes.python.local_multi_processing import PythonProcess
-
-    resources = plan.local_resources()
-    assert set(resources) == {"learner", "actor_gpu0", "actor_gpu1", "replay"}
-    assert all(isinstance(r, PythonProcess) for r in resources.values())
-    assert {name: dict(r.env) for name, r in resources.items()} == plan.envs()
-    assert all(isinstance(v, str) for r in resources.values() for v in r.env.values())
+    assert all(isinstance(v, str) for env in plan.envs().values() for v in env.values())
 
 
 def test_env_override_of_a_managed_variable_is_a_notice():
@@ -397,3 +413,146 @@ def test_env_override_of_a_managed_variable_is_a_notice():
     assert plan.notices == (
         "actor: resources.actor.env overrides managed variable(s) JAX_PLATFORMS",
     )
+
+
+# --- the JAX build ----------------------------------------------------------------------
+
+
+def test_gpu_group_with_a_cpu_only_jaxlib_is_refused_in_one_line():
+    with pytest.raises(ConfigError) as err:
+        make_plan({"replay": req(), "learner": req(device="gpu")}, TWO_3080, CPU_ONLY)
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert msg.startswith("resources.learner.device='gpu': GPU 0:")
+    assert "jaxlib 0.4.30, CPU only" in msg
+    assert "`make setup JAX=cuda12`" in msg and "device='cpu'" in msg
+
+
+def test_gpu_if_available_with_a_cpu_only_jaxlib_runs_on_the_cpu_with_a_notice():
+    plan = make_plan(
+        {"learner": req(device="gpu_if_available", gpu_memory=0.5), "actor": req(2)},
+        TWO_3080,
+        CPU_ONLY,
+    )
+    learner = plan.groups["learner"]
+    assert (learner.device, learner.gpu_ids, learner.jax_backend) == ("cpu", (), "cpu")
+    assert learner.env["JAX_PLATFORMS"] == "cpu" and learner.env["CUDA_VISIBLE_DEVICES"] == ""
+    (notice,) = plan.notices
+    assert notice.startswith("learner: GPU 0:") and "runs its 1 node(s) on the CPU" in notice
+    assert "`make setup JAX=cuda12`" in notice
+
+
+def test_cpu_groups_and_egl_render_gpus_need_no_cuda_jax():
+    plan = make_plan({"replay": req(), "actor": req(2, render_gpu=1)}, TWO_3080, CPU_ONLY)
+    assert plan.notices == ()
+    assert plan.groups["actor"].env["CUDA_VISIBLE_DEVICES"] == "1"
+    assert plan.groups["actor"].jax_backend == "cpu"
+
+
+def test_jax_backend_column_and_build_line_in_the_table():
+    plan = make_plan(
+        {
+            "learner": req(device="gpu", gpu_memory=0.5),
+            "replay": req(),
+            # The user's env wins, and the column says what JAX will really do.
+            "evaluator": req(device="gpu", gpu_memory=0.1, env={"JAX_PLATFORMS": "cpu"}),
+        },
+        TWO_3080,
+    )
+    assert [p.jax_backend for p in plan.groups.values()] == ["cuda", "cpu", "cpu"]
+    lines = plan.format_table().splitlines()
+    column = lines[0].index("JAX backend")
+    rows = {line.split()[0]: line for line in lines[2:] if line[:1].strip()}
+    assert rows["learner"][column:].split()[0] == "cuda"
+    assert rows["replay"][column:].split()[0] == "cpu"
+    assert lines[-1] == "JAX build: jaxlib 0.4.30 + jax-cuda12-plugin 0.4.30"
+
+
+def test_gpu_nodes_use_the_pinned_ptxas_when_its_wheel_is_installed():
+    build = JaxBuild(CUDA12.jaxlib_version, CUDA12.cuda_plugins, "/venv/nvidia/cuda_nvcc")
+    plan = make_plan(
+        {
+            "learner": req(device="gpu", cpu_threads=1, xla_flags="--xla_foo=1"),
+            "evaluator": req(device="gpu", gpus=[1], env={"XLA_FLAGS": "--mine"}),
+            "actor": req(),
+        },
+        TWO_3080,
+        build,
+    )
+    flags = plan.groups["learner"].env["XLA_FLAGS"].split()
+    assert flags[0] == "--xla_gpu_cuda_data_dir=/venv/nvidia/cuda_nvcc"
+    threads = ["--xla_cpu_multi_thread_eigen=false", "intra_op_parallelism_threads=1"]
+    assert flags[1:] == [*threads, "--xla_foo=1"]
+    assert plan.groups["evaluator"].env["XLA_FLAGS"] == "--mine"  # the user's env wins
+    assert plan.groups["actor"].env["XLA_FLAGS"] == ""  # CPU nodes compile no PTX
+    assert (
+        "cuda_data_dir"
+        not in make_plan({"l": req(device="gpu")}, TWO_3080).envs()["l"]["XLA_FLAGS"]
+    )
+
+
+def test_plan_reads_the_installed_jax_build_when_none_is_given():
+    plan = plan_module.make_plan({"actor": req()}, TWO_3080)
+    assert plan.jax_build == detect_jax_build()
+    if plan.jax_build.serves_cuda:
+        pytest.skip("this Python has a CUDA plugin")
+    with pytest.raises(ConfigError, match="cannot use it"):
+        plan_module.make_plan({"learner": req(device="gpu")}, TWO_3080)
+
+
+# --- the entry point, with a fake driver (NVML) and, where said, a fake CUDA plugin -----
+
+DRQ = "projects/drq_v2/lp_main.py"
+DRQ_CONFIG = "configs/reacher_hard_distributed.py"
+
+
+def _lp_main(tmp_path, args, *, plugin):
+    fakes = write_fake_pynvml(tmp_path / "nvml", gpus=[("NVIDIA H100 80GB HBM3", 80)])
+    folders = [fakes]
+    if plugin:
+        folders.append(write_fake_cuda_plugin(tmp_path / "plugin"))
+    if detect_jax_build().serves_cuda and not plugin:
+        pytest.skip("this Python has a real CUDA plugin")
+    env = env_with(pythonpath=[*folders, REPO])
+    workdir = tmp_path / "run"
+    return subprocess.run(
+        [sys.executable, DRQ, "--config", DRQ_CONFIG, "--workdir", str(workdir), *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ), workdir
+
+
+def test_entry_point_refuses_gpu_without_cuda_jax_before_spawning(tmp_path):
+    result, workdir = _lp_main(tmp_path, ["--config.resources.learner.device=gpu"], plugin=False)
+    assert result.returncode == 2, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "resources.learner.device='gpu': GPU 0:NVIDIA H100 80GB HBM3 found" in errors[0]
+    assert "make setup JAX=cuda12" in errors[0]
+    assert not (workdir / "nodes").exists(), "a node process was started"
+
+
+def test_dry_run_falls_back_without_cuda_jax_and_plans_the_gpu_with_it(tmp_path):
+    without, _ = _lp_main(tmp_path, ["--dry_run"], plugin=False)
+    assert without.returncode == 0, without.stderr
+    notices = [line for line in without.stdout.splitlines() if line.startswith("notice: ")]
+    assert any(
+        line.startswith("notice: learner: GPU 0:NVIDIA H100") and "on the CPU" in line
+        for line in notices
+    ), without.stdout
+    learner = next(line for line in without.stdout.splitlines() if line.startswith("learner"))
+    assert learner.split()[4:6] == ["cpu", "cpu"]  # device, JAX backend
+
+    with_plugin, _ = _lp_main(tmp_path, ["--dry_run"], plugin=True)
+    assert with_plugin.returncode == 0, with_plugin.stderr
+    lines = with_plugin.stdout.splitlines()
+    learner = next(line for line in lines if line.startswith("learner"))
+    assert learner.split()[4:6] == ["gpu", "cuda"]
+    assert "0:NVIDIA H100 80GB HBM3" in learner
+    assert "JAX_PLATFORMS=cuda,cpu" in with_plugin.stdout
+    actor = next(line for line in lines if line.startswith("actor"))
+    assert actor.split()[4:6] == ["cpu", "cpu"]
+    assert not any("learner:" in line for line in lines if line.startswith("notice: "))

@@ -51,10 +51,14 @@ class GpuInventory:
     Attributes:
       gpus: the GPUs, by ascending index.
       reason: why the inventory is empty or incomplete ("" when NVML listed every GPU).
+      driver_version: the NVIDIA driver's version ("560.35.03"), "" when unknown.
+      cuda_driver_version: the newest CUDA the driver supports (12060 = 12.6), 0 when unknown.
     """
 
     gpus: tuple[GpuInfo, ...] = ()
     reason: str = ""
+    driver_version: str = ""
+    cuda_driver_version: int = 0
 
     def __post_init__(self) -> None:
         gpus = tuple(sorted(self.gpus, key=lambda g: g.index))
@@ -121,12 +125,13 @@ def query_inventory(nvml: Any = None) -> GpuInventory:
     except nvml.NVMLError as err:
         return GpuInventory((), f"NVML is unavailable: {err} (no NVIDIA driver here?)")
     try:
+        driver = _driver_versions(nvml)
         try:
             count = nvml.nvmlDeviceGetCount()
         except nvml.NVMLError as err:
-            return GpuInventory((), f"NVML could not count GPUs: {err}")
+            return GpuInventory((), f"NVML could not count GPUs: {err}", *driver)
         if count == 0:
-            return GpuInventory((), "NVML found no GPU")
+            return GpuInventory((), "NVML found no GPU", *driver)
         gpus = []
         skipped = []
         for index in range(count):
@@ -137,7 +142,7 @@ def query_inventory(nvml: Any = None) -> GpuInventory:
         reason = "; ".join(skipped)
         if not gpus:
             reason = f"NVML found {count} GPU(s) but could not read any: {reason}"
-        return GpuInventory(tuple(gpus), reason)
+        return GpuInventory(tuple(gpus), reason, *driver)
     finally:
         # Shutting down a library we are done with: a failure leaves nothing to recover.
         with contextlib.suppress(nvml.NVMLError):
@@ -147,6 +152,22 @@ def query_inventory(nvml: Any = None) -> GpuInventory:
 def _text(value: Any) -> str:
     # Older nvidia-ml-py versions return bytes for names and bus ids.
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _driver_versions(nvml: Any) -> tuple[str, int]:
+    """(driver version, CUDA version it supports); ("", 0) for what NVML cannot tell."""
+    try:
+        driver = _text(nvml.nvmlSystemGetDriverVersion())
+    except (nvml.NVMLError, AttributeError):
+        driver = ""
+    cuda = 0
+    for name in ("nvmlSystemGetCudaDriverVersion_v2", "nvmlSystemGetCudaDriverVersion"):
+        try:
+            cuda = int(getattr(nvml, name)())
+            break
+        except (nvml.NVMLError, AttributeError):
+            continue
+    return driver, cuda
 
 
 def _read_gpu(nvml: Any, index: int) -> GpuInfo:

@@ -7,6 +7,10 @@ logical group need different envs (round_robin over GPUs) the plan splits the gr
 launch groups ("actor_gpu0", "actor_gpu1"), and program assembly asks
 `plan.launch_group(group, node_index)` where each node goes.
 
+The plan also checks the JAX build (`jax_build.detect_jax_build`, read from package metadata):
+on a machine with a GPU but a CPU-only jaxlib, a `gpu` group is refused and a
+`gpu_if_available` group runs on the CPU with a notice, instead of a node dying at start.
+
 This module imports neither Launchpad nor JAX, so `--dry_run` and the tests stay fast.
 """
 
@@ -14,10 +18,17 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any
+
+import tabulate
 
 from magi_lp.errors import ConfigError
 from magi_lp.placement.gpu_inventory import GpuInventory, pick_identical, rank_by_load
+from magi_lp.placement.jax_build import (
+    JaxBuild,
+    cuda_data_dir_flag,
+    detect_jax_build,
+    jax_backend,
+)
 from magi_lp.placement.resources import (
     JAX_DEFAULT_PREALLOCATED_FRACTION,
     MANAGED_VARIABLES,
@@ -57,6 +68,7 @@ class GroupPlacement:
       preallocate: whether JAX preallocates (GPU only; None on the CPU).
       render_gpu: the GPU EGL renders on, or None (first visible GPU / software).
       env: the environment overrides for these nodes.
+      jax_backend: the backend JAX makes the default in these nodes ("cuda" or "cpu").
     """
 
     group: str
@@ -68,6 +80,7 @@ class GroupPlacement:
     preallocate: bool | None
     render_gpu: int | None
     env: Mapping[str, str] = dataclasses.field(hash=False)
+    jax_backend: str = "cpu"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,11 +91,13 @@ class PlacementPlan:
       groups: launch group name -> `GroupPlacement`, in request order.
       notices: one-line messages the entry point prints (e.g. a GPU fallback to CPU).
       inventory: the GPUs the plan was made against.
+      jax_build: the JAX build the plan was made against.
     """
 
     groups: Mapping[str, GroupPlacement]
     notices: tuple[str, ...]
     inventory: GpuInventory
+    jax_build: JaxBuild = dataclasses.field(default_factory=JaxBuild)
 
     def launch_group(self, group: str, node_index: int) -> str:
         """The launch group node `node_index` of logical group `group` belongs in."""
@@ -92,29 +107,28 @@ class PlacementPlan:
         known = sorted({p.group for p in self.groups.values()})
         raise KeyError(f"no node {node_index} in group {group!r}; planned groups: {known}")
 
-    def launch_groups_of(self, group: str) -> tuple[str, ...]:
-        """The launch groups logical group `group` was split into (empty if it has no node)."""
-        return tuple(p.launch_group for p in self.groups.values() if p.group == group)
-
     def envs(self) -> dict[str, dict[str, str]]:
         """Launch group -> env overrides (copies; safe to modify)."""
         return {name: dict(p.env) for name, p in self.groups.items()}
 
-    def local_resources(self) -> dict[str, Any]:
-        """Launch group -> `PythonProcess(env=...)`, for `lp.launch(local_resources=...)`."""
-        # Imported here: Launchpad takes seconds to import and only the launcher needs it.
-        from launchpad.nodes.python.local_multi_processing import PythonProcess
-
-        return {name: PythonProcess(env=dict(p.env)) for name, p in self.groups.items()}
-
     def format_table(self) -> str:
-        """The plan as a plain-text table (one row per launch group, env one var per line).
+        """The plan as a text table: one row per launch group, env one variable per line.
 
         Notices are not included; print `plan.notices` next to it. Variables set to the
         empty string (the library default, set so nothing leaks in from the launching
-        shell) are listed once under the table instead of in every row.
+        shell) are listed once under the table instead of in every row, and so is the JAX
+        build the "JAX backend" column was decided against.
         """
-        header = ("node group", "launch group", "nodes", "device", "gpus", "GPU memory", "env")
+        header = (
+            "node group",
+            "launch group",
+            "nodes",
+            "device",
+            "JAX backend",
+            "gpus",
+            "GPU memory",
+            "env",
+        )
         rows = []
         for p in self.groups.values():
             if p.gpu_ids:
@@ -123,36 +137,26 @@ class PlacementPlan:
                 gpus = f"- (EGL on {self.inventory[p.render_gpu].label})"
             else:
                 gpus = "-"
-            env_lines = [f"{k}={v}" for k, v in p.env.items() if v or k in _ALWAYS_SHOWN] or [""]
+            env_lines = [f"{k}={v}" for k, v in p.env.items() if v or k in _ALWAYS_SHOWN]
             rows.append(
                 (
-                    [p.group],
-                    [p.launch_group],
-                    [f"{len(p.node_indices)} ({_ranges(p.node_indices)})"],
-                    [p.device],
-                    [gpus],
-                    [_describe_memory(p)],
-                    env_lines,
+                    p.group,
+                    p.launch_group,
+                    f"{len(p.node_indices)} ({_ranges(p.node_indices)})",
+                    p.device,
+                    p.jax_backend,
+                    gpus,
+                    _describe_memory(p),
+                    "\n".join(env_lines),
                 )
             )
-        widths = [len(h) for h in header]
-        for row in rows:
-            for col, cell in enumerate(row):
-                widths[col] = max(widths[col], *(len(line) for line in cell))
-
-        def line(cells: Sequence[str]) -> str:
-            return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
-
-        out = [line(header), line(["-" * w for w in widths])]
-        for row in rows:
-            height = max(len(cell) for cell in row)
-            for i in range(height):
-                out.append(line([cell[i] if i < len(cell) else "" for cell in row]))
+        out = [tabulate.tabulate(rows, header, tablefmt="simple", disable_numparse=True)]
         emptied = sorted(
             {k for p in self.groups.values() for k, v in p.env.items() if not v} - _ALWAYS_SHOWN
         )
         if emptied:
             out.append(f"set to '' (library default) where not shown: {', '.join(emptied)}")
+        out.append(f"JAX build: {self.jax_build.describe()}")
         return "\n".join(out)
 
 
@@ -198,13 +202,32 @@ def _budget_fraction(spec: ResourceSpec) -> float:
 
 
 def _resolve_device(
-    group: str, request: GroupRequest, inventory: GpuInventory, notices: list[str]
+    group: str,
+    request: GroupRequest,
+    inventory: GpuInventory,
+    jax_build: JaxBuild,
+    notices: list[str],
 ) -> str:
     spec = request.spec
     if spec.device == "cpu":
         return "cpu"
-    if len(inventory):
+    if len(inventory) and jax_build.serves_cuda:
         return "gpu"
+    if len(inventory):
+        # The GPU is there but JAX could not start CUDA on it: a node would die ~50 s in
+        # with "Unable to initialize backend 'cuda'" and no reason.
+        found = f"GPU {inventory.describe()} found, but this Python's JAX cannot use it"
+        fix = "`make setup JAX=cuda12` installs the CUDA build (requirements-cuda12.txt)"
+        if spec.device == "gpu":
+            raise ConfigError(
+                f"resources.{group}.device='gpu': {found} ({jax_build.describe()}); {fix}, "
+                f"or set resources.{group}.device='cpu' or 'gpu_if_available'"
+            )
+        notices.append(
+            f"{group}: {found} ({jax_build.describe()}); device='gpu_if_available' runs its "
+            f"{request.num_nodes} node(s) on the CPU; {fix}"
+        )
+        return "cpu"
     why = inventory.reason or "NVML listed no device"
     if spec.device == "gpu":
         raise ConfigError(
@@ -291,24 +314,33 @@ def _check_render_gpu(
     return spec
 
 
-def make_plan(requests: Mapping[str, GroupRequest], inventory: GpuInventory) -> PlacementPlan:
+def make_plan(
+    requests: Mapping[str, GroupRequest],
+    inventory: GpuInventory,
+    jax_build: JaxBuild | None = None,
+) -> PlacementPlan:
     """Resolves and validates every node group's placement against `inventory`.
 
     Args:
       requests: logical group name -> its spec and node count, in program order ("auto"
         GPU picks are made in this order, each seeing what earlier groups reserved).
       inventory: the machine's GPUs (`query_inventory()`; tests inject their own).
+      jax_build: what the installed JAX can run on; None: `detect_jax_build()` (tests
+        inject their own). GPU nodes need one that serves CUDA.
 
     Returns:
       The plan; `plan.notices` holds choices the user should see (CPU fallbacks, ...).
 
     Raises:
-      ConfigError: naming the group and the fix, for: a GPU group on a machine with no GPU;
+      ConfigError: naming the group and the fix, for: a GPU group on a machine with no GPU
+        or with a JAX build that cannot use it;
         a GPU id that does not exist; GPUs of different models in one node; no identical
         set of the size asked for; memory fractions on one GPU summing over 1.0; two or
         more nodes on a GPU with JAX's default 75% preallocation; a bad render_gpu; a
         launch group name that collides with another group.
     """
+    if jax_build is None:
+        jax_build = detect_jax_build()
     notices: list[str] = []
     placements: dict[str, GroupPlacement] = {}
     planned_load: dict[int, float] = {}
@@ -321,7 +353,7 @@ def make_plan(requests: Mapping[str, GroupRequest], inventory: GpuInventory) -> 
         if request.num_nodes == 0:
             continue  # e.g. num_evaluators=0: nothing to place, nothing to validate against
         spec = request.spec
-        device = _resolve_device(group, request, inventory, notices)
+        device = _resolve_device(group, request, inventory, jax_build, notices)
         spec = _check_render_gpu(group, spec, device, inventory, notices)
 
         if device == "gpu":
@@ -359,6 +391,9 @@ def make_plan(requests: Mapping[str, GroupRequest], inventory: GpuInventory) -> 
                     f"launch group {name!r} (from node group {group!r}) collides with another "
                     f"group of that name; rename the node group {group!r} or the other one"
                 )
+            env = spec_to_env(spec, node_ids, group=group)
+            if device == "gpu":
+                env = _with_pinned_ptxas(env, spec, jax_build)
             placements[name] = GroupPlacement(
                 group=group,
                 launch_group=name,
@@ -368,11 +403,29 @@ def make_plan(requests: Mapping[str, GroupRequest], inventory: GpuInventory) -> 
                 gpu_memory=spec.gpu_memory if device == "gpu" else None,
                 preallocate=spec.effective_preallocate if device == "gpu" else None,
                 render_gpu=spec.render_gpu if spec.render == "egl" else None,
-                env=spec_to_env(spec, node_ids, group=group),
+                env=env,
+                jax_backend=jax_backend(env, jax_build),
             )
 
     _check_memory(on_gpu, inventory, notices)
-    return PlacementPlan(groups=placements, notices=tuple(notices), inventory=inventory)
+    return PlacementPlan(
+        groups=placements, notices=tuple(notices), inventory=inventory, jax_build=jax_build
+    )
+
+
+def _with_pinned_ptxas(
+    env: dict[str, str], spec: ResourceSpec, jax_build: JaxBuild
+) -> dict[str, str]:
+    """Points a GPU node's XLA at the pinned ptxas (see `jax_build.cuda_data_dir_flag`).
+
+    Left out when the spec sets XLA_FLAGS through `env` (that wins, as documented) or names
+    a CUDA data dir itself.
+    """
+    flag = cuda_data_dir_flag(jax_build)
+    if not flag or "XLA_FLAGS" in spec.env or "--xla_gpu_cuda_data_dir" in env["XLA_FLAGS"]:
+        return env
+    # First, so thread flags and the user's xla_flags come after it.
+    return {**env, "XLA_FLAGS": " ".join(f for f in (flag, env["XLA_FLAGS"]) if f)}
 
 
 def _summarise(nodes: Sequence[tuple[str, int, ResourceSpec]]) -> list[str]:
