@@ -8,9 +8,9 @@ rounds:
   raw             reacher_hard from pixels as the project builds it (dm_control step x2 for
                   the action repeat, one 84x84 render, frame stacking), random numpy actions,
                   no policy, no toolkit.
-  random_core     the real ActingLoop + GenericActor (builder.make_actor: VariableClient
-                  over PolicyVariables) with a zero-cost jitted core that draws a uniform
-                  action: the toolkit's own overhead.
+  random_core     the real ActingLoop + GenericActor (VariableClient over the learner's
+                  'policy' variables, as the runtime builds it) with a zero-cost jitted core
+                  that draws a uniform action: the toolkit's own overhead.
   drq             the same with DrQ-v2's behaviour core (jitted CPU policy, the paper's
                   network sizes), parameters from an in-process variable source.
   drq_replay      drq plus the FrameStackAdder writing every step to a Reverb server in
@@ -66,13 +66,16 @@ class _Steps:
 
 
 class _InProcessVariables:
-    """A variable source in this process: the policy params and a learner step count past
+    """A variable source in this process: the policy params with a global agent step past
     the random phase (so the behaviour policy acts with its network, as after warm-up)."""
 
-    def __init__(self, policy_params: Any, learner_steps: int):
+    def __init__(self, policy_params: Any, global_agent_steps: int):
         import numpy as np
 
-        self._values = {"policy": policy_params, "learner_steps": np.int32(learner_steps)}
+        from projects.drq_v2.acting import GLOBAL_AGENT_STEPS
+
+        policy = {**policy_params, GLOBAL_AGENT_STEPS: np.int32(global_agent_steps)}
+        self._values = {"policy": policy}
 
     def get_variables(self, names):
         return [self._values[name] for name in names]
@@ -98,6 +101,8 @@ def _runner(name: str, experiment: Any, spec: Any, replay_client: Any) -> tuple[
     import numpy as np
     from acme.utils import counting, loggers
 
+    from magi_lp.agent.actor import GenericActor
+    from magi_lp.agent.variable_client import VariableClient
     from magi_lp.runtime.acting_loop import ActingLoop
 
     config = experiment.config
@@ -122,14 +127,15 @@ def _runner(name: str, experiment: Any, spec: Any, replay_client: Any) -> tuple[
     networks = experiment.network_factory(spec)
     params = networks.init(jax.random.PRNGKey(0), spec.observations.generate_value())
     source = _InProcessVariables(
-        {"encoder": params["encoder"], "actor": params["actor"]}, learner_steps=100_000
+        {"encoder": params["encoder"], "actor": params["actor"]}, global_agent_steps=200_000
     )
     if name == "random_core":
         policy = _random_core(spec.actions.shape[0])
     else:
         policy = builder.make_policy(networks, spec, False)
     adder = builder.make_adder(replay_client, spec) if name == "drq_replay" else None
-    actor = builder.make_actor(jax.random.PRNGKey(1), policy, spec, source, adder)
+    client = VariableClient(source, "policy", update_period=config.variable_update_period)
+    actor = GenericActor(policy, jax.random.PRNGKey(1), client, adder)
     loop = ActingLoop(
         env,
         actor,
@@ -159,7 +165,10 @@ def measure(quick: bool) -> dict:
     experiment = make_experiment(config)
     spec = experiment.get_environment_spec()
     repeat = int(config.env.action_repeat)
-    server = reverb.Server(experiment.builder.make_replay_tables(spec, rate_limited=False))
+    from magi_lp.runtime.single_process import without_rate_limit
+
+    tables = experiment.builder.make_replay_tables(spec)
+    server = reverb.Server([without_rate_limit(table) for table in tables])
     client = reverb.Client(f"localhost:{server.port}")
 
     steps = 60 if quick else 300

@@ -158,11 +158,12 @@ def run_learner(
 ) -> dict:
     """The jitted DrQ-v2 update on a fresh numpy batch each call (as the replay feeds it)."""
     jax, np, config, networks, obs = _drq_networks(image, tiny_net)
+    from projects.drq_v2.config import replay_schedule
     from projects.drq_v2.learning import init_training_state, make_update_fn
 
     config.batch_size = batch_size
     state = init_training_state(networks, config, jax.random.PRNGKey(0), obs)
-    update = make_update_fn(networks, config)
+    update = make_update_fn(networks, config, replay_schedule(config, action_repeat=2))
     rng = np.random.default_rng(0)
     shape = (batch_size, image, image, 9)
     batch = _Batch(
@@ -481,10 +482,10 @@ def load_config(overrides: Mapping[str, Any] | None = None, num_actors: int | No
 
 
 def make_plan(config: Any, inventory: Any) -> Any:
-    """The plan `lp_main.py` makes for `config` (magi_lp.cli.make_plan) on `inventory`."""
-    from magi_lp.cli import make_plan as cli_make_plan
+    """The plan `lp_main.py` makes for `config` on `inventory`."""
+    from magi_lp.runtime.config import make_placement_plan
 
-    return cli_make_plan(config, inventory)
+    return make_placement_plan(config, inventory)
 
 
 def group_env(plan: Any, group: str, index: int = 0) -> dict[str, str]:

@@ -99,14 +99,11 @@ def run_bare(ready_dir: str) -> None:
     import launchpad as lp
     from launchpad.nodes.python.local_multi_processing import PythonProcess
 
-    from magi_lp.cli import make_plan
-    from magi_lp.runtime.program import logical_groups
+    from magi_lp.runtime.config import make_placement_plan, placement_requests
 
     config = _load_config(CONFIG)
-    plan = make_plan(config)
-    groups = logical_groups(config)
-    if config.colocate_learner_and_replay:
-        groups.pop("replay")
+    plan = make_placement_plan(config)
+    groups = {group: request.num_nodes for group, request in placement_requests(config).items()}
     program = lp.Program("bare")
     for group, count in groups.items():
         for index in range(count):

@@ -55,7 +55,7 @@ def measure_size(batch_size: int, image_size: int, min_updates: int, min_seconds
     from acme import types
     from dm_env import specs
 
-    from projects.drq_v2.config import get_agent_config
+    from projects.drq_v2.config import get_agent_config, replay_schedule
     from projects.drq_v2.learning import init_training_state, make_update_fn
     from projects.drq_v2.networks import encoder_repr_dim, make_networks
 
@@ -66,7 +66,7 @@ def measure_size(batch_size: int, image_size: int, min_updates: int, min_seconds
     channels = 3 * 3  # RGB x frame stack 3
     obs_example = np.zeros((image_size, image_size, channels), np.uint8)
     state = init_training_state(networks, config, jax.random.PRNGKey(0), obs_example)
-    update = make_update_fn(networks, config)
+    update = make_update_fn(networks, config, replay_schedule(config, action_repeat=2))
 
     rng = np.random.default_rng(0)
     shape = (batch_size, image_size, image_size, channels)

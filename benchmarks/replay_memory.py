@@ -98,8 +98,10 @@ def _table(layout: str, max_size: int):
     if layout == "frame_replay":
         # The builder's own table (FIFO, max_size = replay_buffer_size, not rate limited
         # as in one process; the limiter does not change what an item costs).
-        (table,) = _experiment().builder.make_replay_tables(spec, rate_limited=False)
-        return table
+        from magi_lp.runtime.single_process import without_rate_limit
+
+        (table,) = _experiment().builder.make_replay_tables(spec)
+        return without_rate_limit(table)
     if layout == "acme_nstep":
         signature = NStepTransitionAdder.signature(spec)
     else:

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from magi_lp.placement.resources import resource_spec
-from magi_lp.runtime.config import experiment_defaults
+from magi_lp import experiment_defaults, resource_spec
 from projects.td3.config import get_agent_config
 
 

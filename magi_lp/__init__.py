@@ -1,1 +1,53 @@
-"""magi_lp: Launchpad program graphs for Acme-style JAX agents, with per-node resources."""
+"""magi_lp: Launchpad program graphs for Acme-style JAX agents, with per-node resources.
+
+The public API, for agent projects and configs (`from magi_lp import AgentBuilder, ...`):
+
+    ConfigError                      a user mistake: one line naming the key and the fix
+    ResourceSpec, resource_spec      what one node group needs; its config-file form
+    experiment_defaults              every toolkit config key with its default
+    Experiment                       builder + environment/network factories + config
+    AgentBuilder, ReplaySchedule     what an agent project implements; its replay ratio
+    ActorCore                        acting as pure functions
+    Learner, JaxLearner              what the runners drive; the base for a jitted update
+    distributed_main                 the body of a project's lp_main.py
+    single_process_main              the body of a project's main.py
+
+The layers underneath (docs/architecture.md): `magi_lp.placement` (spec -> per-node env, no
+ML framework), `magi_lp.launch` (local processes, isolation), `magi_lp.agent` (the seam an
+agent implements), `magi_lp.runtime` (nodes, program graph, runners, logs, checkpoints).
+Names load on first use, so `import magi_lp.placement` never pulls in JAX or TensorFlow.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "ConfigError": "magi_lp.errors",
+    "ResourceSpec": "magi_lp.placement.resources",
+    "resource_spec": "magi_lp.placement.resources",
+    "experiment_defaults": "magi_lp.runtime.config",
+    "Experiment": "magi_lp.runtime.experiment",
+    "AgentBuilder": "magi_lp.agent.builder",
+    "ReplaySchedule": "magi_lp.agent.replay_schedule",
+    "ActorCore": "magi_lp.agent.actor_core",
+    "Learner": "magi_lp.agent.learner",
+    "JaxLearner": "magi_lp.agent.learner",
+    "distributed_main": "magi_lp.cli",
+    "single_process_main": "magi_lp.cli",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'magi_lp' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

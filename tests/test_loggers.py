@@ -277,7 +277,7 @@ def test_progress_bar_shows_steps_return_and_rate():
 
 
 def test_factory_survives_pickling_and_makes_loggers(tmp_path):
-    factory = LoggerFactory(str(tmp_path), tensorboard=False, terminal=False, time_delta=0)
+    factory = LoggerFactory(workdir=str(tmp_path), tensorboard=False, terminal=False, time_delta=0)
     for copy in (
         pickle.loads(pickle.dumps(factory)),
         cloudpickle.loads(cloudpickle.dumps(factory)),
@@ -291,19 +291,19 @@ def test_factory_survives_pickling_and_makes_loggers(tmp_path):
 
 def test_factory_from_config_refuses_unknown_and_bad_keys(tmp_path):
     factory = LoggerFactory.from_config(tmp_path, {"csv": True, "tensorboard": False})
-    assert factory == LoggerFactory(str(tmp_path), csv=True, tensorboard=False)
+    assert factory == LoggerFactory(workdir=str(tmp_path), csv=True, tensorboard=False)
     with pytest.raises(ConfigError, match=r"logging\.tensorbord"):
         LoggerFactory.from_config(tmp_path, {"tensorbord": True})
     with pytest.raises(ConfigError, match=r"logging\.csv must be True or False"):
         LoggerFactory.from_config(tmp_path, {"csv": "yes"})
     with pytest.raises(ConfigError, match=r"logging\.time_delta"):
-        LoggerFactory(str(tmp_path), time_delta=-1)
+        LoggerFactory(workdir=str(tmp_path), time_delta=-1)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("wandb") is not None, reason="wandb is installed")
 def test_wandb_on_but_missing_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match=r"logging\.wandb.*pip install wandb"):
-        LoggerFactory(str(tmp_path), wandb=True)
+        LoggerFactory(workdir=str(tmp_path), wandb=True)
     with pytest.raises(ConfigError, match=r"logging\.wandb.*pip install wandb"):
         make_logger("learner", tmp_path, wandb=True)
     assert "wandb" not in sys.modules  # Nothing imported it while it was off.

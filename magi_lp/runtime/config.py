@@ -3,7 +3,7 @@
 A project's config file starts from `experiment_defaults()` and fills in `env` and `agent`
 (which the project owns and checks). The toolkit's keys are declared once, as typed
 dataclasses with a comment per field (`RunSettings` at the top level, `CheckpointSettings`,
-`EvaluationSettings`; logging is `magi_lp.runtime.loggers.LoggerFactory`), and
+`EvaluationSettings`, `LoggingSettings`), and
 `validate_experiment_config` checks a config against them, so a typo or a bad value fails
 before any process starts with the key's full name and what would be accepted.
 """
@@ -88,11 +88,19 @@ class EvaluationSettings:
             _fail_unless(value >= 1, f"evaluation.{key}", "an integer >= 1", value)
 
 
-def _logging_settings() -> dict[str, Any]:
-    # The logging section is LoggerFactory's own fields: one definition of its keys.
-    from magi_lp.runtime.loggers import LoggerFactory
+@dataclasses.dataclass(frozen=True)
+class LoggingSettings:
+    """`config.logging`: where every node's log rows go (`magi_lp.runtime.loggers`)."""
 
-    return {f.name: f.default for f in dataclasses.fields(LoggerFactory) if f.name != "workdir"}
+    csv: bool = True  # <workdir>/logs/<label>/logs.csv
+    tensorboard: bool = True  # <workdir>/tensorboard/<label>
+    wandb: bool = False  # Weights & Biases (needs the wandb package and the network)
+    wandb_project: str = ""  # W&B project ("": W&B's default / WANDB_PROJECT)
+    terminal: bool = True  # one line per logger write on stdout
+    time_delta: float = 1.0  # seconds between rows a logger keeps (0: every row)
+
+    def __post_init__(self) -> None:
+        _fail_unless(self.time_delta >= 0, "logging.time_delta", ">= 0 seconds", self.time_delta)
 
 
 # Where each node group runs unless the config says otherwise: everything on the CPU, one
@@ -116,7 +124,7 @@ def experiment_defaults() -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict(dataclasses.asdict(RunSettings()))
     config.checkpoint = ml_collections.ConfigDict(dataclasses.asdict(CheckpointSettings()))
     config.evaluation = ml_collections.ConfigDict(dataclasses.asdict(EvaluationSettings()))
-    config.logging = ml_collections.ConfigDict(_logging_settings())
+    config.logging = ml_collections.ConfigDict(dataclasses.asdict(LoggingSettings()))
     config.resources = ml_collections.ConfigDict(
         {group: resource_spec(**DEFAULT_RESOURCES[group]) for group in NODE_GROUPS}
     )
@@ -212,9 +220,7 @@ def validate_experiment_config(config: ml_collections.ConfigDict) -> RunSettings
     settings = typed_section(RunSettings, top, "")
     typed_section(CheckpointSettings, config.checkpoint, "checkpoint.")
     typed_section(EvaluationSettings, config.evaluation, "evaluation.")
-    from magi_lp.runtime.loggers import LoggerFactory  # here: loggers import Acme
-
-    LoggerFactory.from_config("", config.logging)
+    typed_section(LoggingSettings, config.logging, "logging.")
     for group in config.resources:
         if group not in NODE_GROUPS:
             raise _unknown("resources.", group, NODE_GROUPS)

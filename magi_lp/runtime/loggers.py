@@ -45,6 +45,7 @@ from acme.utils.loggers import base as acme_base
 from acme.utils.loggers import terminal as acme_terminal
 
 from magi_lp.errors import ConfigError
+from magi_lp.runtime.config import LoggingSettings, typed_section
 
 Logger = acme_base.Logger
 LoggingData = acme_base.LoggingData
@@ -516,29 +517,22 @@ def make_logger(
 
 
 @dataclasses.dataclass(frozen=True)
-class LoggerFactory:
+class LoggerFactory(LoggingSettings):
     """Picklable recipe for loggers, passed to every Launchpad node.
 
     Call it inside the node's process: `factory('learner', steps_key='learner_steps')`.
     Nodes of a group that run in several processes must pass `instance=i`, which makes
-    the label `<label>_<i>`: two processes never share a CSV file.
+    the label `<label>_<i>`: two processes never share a CSV file. The settings are
+    `config.logging`'s (`LoggingSettings`).
     """
 
-    workdir: str
-    # The fields below are `config.logging`'s keys (magi_lp.runtime.config), with defaults.
-    csv: bool = True  # <workdir>/logs/<label>/logs.csv
-    tensorboard: bool = True  # <workdir>/tensorboard/<label>
-    wandb: bool = False  # Weights & Biases (needs the wandb package and the network)
-    wandb_project: str = ""  # W&B project ("": W&B's default / WANDB_PROJECT)
-    terminal: bool = True  # one line per logger write on stdout
-    time_delta: float = 1.0  # seconds between rows a logger keeps (0: every row)
+    workdir: str = ""
 
     def __post_init__(self):
+        super().__post_init__()
         # Fail when the config is read, before any process starts.
         if self.wandb:
             _require_wandb()
-        if self.time_delta < 0:
-            raise ConfigError(f"logging.time_delta must be >= 0 seconds, got {self.time_delta}")
 
     def __call__(
         self,
@@ -568,8 +562,6 @@ class LoggerFactory:
         cls, workdir: str | os.PathLike, logging_config: Mapping[str, Any] | Any
     ) -> LoggerFactory:
         """Builds the factory from `config.logging`; keys left out take their defaults."""
-        from magi_lp.runtime.config import typed_section
-
-        defaults = {f.name: f.default for f in dataclasses.fields(cls) if f.name != "workdir"}
-        values = {**defaults, **dict(logging_config.items() if logging_config else {})}
-        return typed_section(cls, values, "logging.", fixed={"workdir": os.fspath(workdir)})
+        values = {**dataclasses.asdict(LoggingSettings()), **dict(logging_config or {})}
+        settings = typed_section(LoggingSettings, values, "logging.")
+        return cls(workdir=os.fspath(workdir), **dataclasses.asdict(settings))

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from magi_lp.agent.actor_core import ActorCore
+from magi_lp import ActorCore
 from projects.drq_v2.learning import stddev_schedule
 from projects.drq_v2.networks import DrQNetworks, sample_action
 

@@ -28,16 +28,13 @@ import reverb
 from acme import adders, specs, types
 from acme.utils import counting, loggers
 
-from magi_lp.agent.actor_core import ActorCore
-from magi_lp.agent.builder import AgentBuilder
+from magi_lp import ActorCore, AgentBuilder, ConfigError, ReplaySchedule
 from magi_lp.agent.frame_replay import (
     FrameStackAdder,
     frame_shape_from_observation,
     make_frame_replay_dataset,
     make_frame_replay_table,
 )
-from magi_lp.agent.replay_schedule import ReplaySchedule
-from magi_lp.errors import ConfigError
 from projects.drq_v2.acting import DrQActorState, make_actor_core
 from projects.drq_v2.config import replay_schedule
 from projects.drq_v2.learner import DrQLearner

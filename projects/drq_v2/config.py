@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from magi_lp.agent.replay_schedule import ReplaySchedule
+from magi_lp import ReplaySchedule
 
 # Task -> difficulty group, as in the official `cfgs/task/*.yaml`. The group fixes the
 # exploration-noise schedule length and the training length.

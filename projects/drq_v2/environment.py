@@ -22,7 +22,7 @@ import dm_env
 import numpy as np
 from dm_env import specs
 
-from magi_lp.errors import ConfigError
+from magi_lp import ConfigError
 from projects.drq_v2.config import default_camera_id
 
 

@@ -17,8 +17,7 @@ import ml_collections
 from acme import specs
 from acme.wrappers import StepLimitWrapper
 
-from magi_lp.errors import ConfigError
-from magi_lp.runtime.experiment import Experiment
+from magi_lp import ConfigError, Experiment
 from projects.drq_v2.builder import DrQBuilder
 from projects.drq_v2.environment import make_environment
 from projects.drq_v2.networks import DrQNetworks, make_networks

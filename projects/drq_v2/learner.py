@@ -14,8 +14,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from magi_lp.agent.learner import JaxLearner
-from magi_lp.agent.replay_schedule import ReplaySchedule
+from magi_lp import JaxLearner, ReplaySchedule
 from projects.drq_v2.acting import GLOBAL_AGENT_STEPS
 from projects.drq_v2.learning import (
     TrainingState,

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from magi_lp.agent.replay_schedule import ReplaySchedule
+from magi_lp import ReplaySchedule
 from projects.drq_v2.augmentations import random_shift
 from projects.drq_v2.networks import DrQNetworks, sample_action
 

@@ -5,7 +5,7 @@ python projects/drq_v2/lp_main.py --config configs/reacher_hard_distributed.py \
     --workdir runs/reacher_hard_distributed
 """
 
-from magi_lp.cli import distributed_main
+from magi_lp import distributed_main
 
 
 def make_experiment(config, workdir=None):

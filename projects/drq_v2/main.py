@@ -3,7 +3,7 @@
 python projects/drq_v2/main.py --config configs/reacher_hard.py --workdir runs/reacher_hard
 """
 
-from magi_lp.cli import single_process_main
+from magi_lp import single_process_main
 
 
 def make_experiment(config, workdir=None):

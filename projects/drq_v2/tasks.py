@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from magi_lp.errors import ConfigError
-from magi_lp.placement.resources import resource_spec
-from magi_lp.runtime.config import experiment_defaults
+from magi_lp import ConfigError, experiment_defaults, resource_spec
 from projects.drq_v2.config import (
     TASK_DIFFICULTY,
     frames_to_agent_steps,

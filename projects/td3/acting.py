@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from magi_lp.agent.actor_core import ActorCore
+from magi_lp import ActorCore
 from projects.td3.networks import TD3Networks
 
 

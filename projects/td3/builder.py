@@ -16,9 +16,7 @@ from acme import adders, specs
 from acme.adders import reverb as adders_reverb
 from acme.utils import counting, loggers
 
-from magi_lp.agent.actor_core import ActorCore
-from magi_lp.agent.builder import AgentBuilder
-from magi_lp.agent.replay_schedule import ReplaySchedule
+from magi_lp import ActorCore, AgentBuilder, ReplaySchedule
 from projects.td3.acting import TD3ActorState, make_actor_core
 from projects.td3.learning import TD3Learner
 from projects.td3.networks import TD3Networks

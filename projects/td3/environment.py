@@ -11,7 +11,7 @@ from __future__ import annotations
 import dm_env
 from acme import wrappers
 
-from magi_lp.errors import ConfigError
+from magi_lp import ConfigError
 
 
 def make_environment(

@@ -11,7 +11,7 @@ import functools
 
 import ml_collections
 
-from magi_lp.runtime.experiment import Experiment
+from magi_lp import Experiment
 from projects.td3.builder import TD3Builder
 from projects.td3.environment import make_environment
 from projects.td3.networks import make_networks

@@ -30,7 +30,7 @@ import ml_collections
 import optax
 from acme.utils import counting, loggers
 
-from magi_lp.agent.learner import JaxLearner
+from magi_lp import JaxLearner
 from projects.td3.networks import Params, TD3Networks
 
 

@@ -4,7 +4,7 @@ python projects/td3/lp_main.py --config configs/td3_cartpole.py --workdir runs/t
 python projects/td3/lp_main.py --config configs/td3_cartpole.py --dry_run
 """
 
-from magi_lp.cli import distributed_main
+from magi_lp import distributed_main
 
 
 def make_experiment(config):

@@ -3,7 +3,7 @@
 python projects/td3/main.py --config configs/td3_cartpole.py --workdir runs/td3
 """
 
-from magi_lp.cli import single_process_main
+from magi_lp import single_process_main
 
 
 def make_experiment(config):
