@@ -44,6 +44,16 @@ _WORKDIR = flags.DEFINE_string(
 _DRY_RUN = flags.DEFINE_bool(
     "dry_run", False, "Print the placement plan (node, devices, memory, env) and exit."
 )
+_LAUNCHER = flags.DEFINE_enum(
+    "launcher",
+    "local",
+    ["local", "hosts", "slurm", "kubernetes"],
+    "Where the nodes run: this machine, or several hosts (config.hosts) through per-host "
+    "scripts, a SLURM batch script or Kubernetes manifests (docs/cluster.md).",
+)
+_RENDER = flags.DEFINE_string(
+    "render", None, "With --launcher hosts|slurm|kubernetes: write the generated files here."
+)
 
 MakeExperiment = Callable[..., Any]
 
@@ -107,6 +117,8 @@ def run_distributed(make_experiment: MakeExperiment) -> int:
     config, workdir = _checked_inputs(
         name if name.endswith("distributed") else f"{name}_distributed"
     )
+    if _LAUNCHER.value != "local" or _RENDER.value:
+        return _run_on_hosts(make_experiment, config, workdir, name)
     check_isolation_allows_logging(config)
     from magi_lp.launch import isolation
     from magi_lp.runtime.loggers import LoggerFactory
@@ -137,11 +149,38 @@ def run_distributed(make_experiment: MakeExperiment) -> int:
     return launch(program, plan.envs(), log_dir=workdir / "nodes")
 
 
+def _run_on_hosts(make_experiment: MakeExperiment, config: Any, workdir: Path, name: str) -> int:
+    """`--launcher hosts|slurm|kubernetes` (magi_lp.runtime.cluster)."""
+    from magi_lp.runtime import cluster
+    from magi_lp.runtime.loggers import LoggerFactory
+
+    def build_program(plan: Any) -> Any:
+        _use_cpu_only_here()
+        from magi_lp.runtime.program import build_program
+
+        logger_factory = LoggerFactory.from_config(str(workdir), config.logging)
+        experiment = _make(make_experiment, config, workdir)
+        return build_program(experiment, plan, workdir=str(workdir), logger_factory=logger_factory)
+
+    return cluster.run(
+        config,
+        launcher=_LAUNCHER.value,
+        workdir=workdir,
+        config_name=name,
+        dry_run=_DRY_RUN.value,
+        render_dir=_RENDER.value,
+        build_program=build_program,
+        command=" ".join(sys.argv),
+    )
+
+
 def run_single_process(make_experiment: MakeExperiment) -> int:
     """Runs the experiment in this process (debugging, small machines)."""
     config, workdir = _checked_inputs(_config_name())
     if _DRY_RUN.value:
         raise ConfigError("--dry_run is for lp_main.py; main.py runs in this one process.")
+    if _LAUNCHER.value != "local" or _RENDER.value:
+        raise ConfigError("--launcher and --render are for lp_main.py; main.py runs here.")
     os.environ.setdefault("MUJOCO_GL", "egl")
     from magi_lp.runtime import single_process
     from magi_lp.runtime.loggers import LoggerFactory

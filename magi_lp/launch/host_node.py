@@ -1,0 +1,185 @@
+"""One node of a multi-host program, started on its host by the engine.
+
+    python -m magi_lp.launch.host_node --job <job_dir> --group <launch group> --task N
+    python -m magi_lp.launch.host_node --job <job_dir> --group <launch group> \\
+        --task_var SLURM_PROCID [--task_offset K]     # the engine numbers the tasks
+
+This is Launchpad's `process_entry` (load the launch group's pickled node functions, make
+the process's WorkerManager, run function N) plus what a node needs without a local
+launcher (see `magi_lp.launch.stop_board`):
+- the coordinator's process serves the stop board; every other node polls it from a
+  thread and stops when told, or when the coordinator is gone;
+- with `--log_dir`, stdout and stderr go to `<log_dir>/<group>/<task>`, as on one machine;
+- the node exits with 0 when it ended normally or was told to stop, 1 when it raised (the
+  traceback is in its log), and the coordinator with 1 when the program stopped because a
+  node died; the engine (srun, the Kubernetes Job, the host script) collects these codes;
+- the node gets SIGTERM if the process that started it dies (Linux), and kills any process
+  it started before it exits.
+
+The environment (the placement plan's env for the group) is set by whoever starts the
+command; this module reads the node's identity from the job's manifest.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import signal
+import sys
+import threading
+import traceback
+from pathlib import Path
+from typing import Any
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="magi_lp.launch.host_node", description=__doc__)
+    parser.add_argument("--job", required=True, help="the job folder (holds manifest.json)")
+    parser.add_argument("--group", required=True, help="the node's launch group")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--task", type=int, help="the node's task id in its launch group")
+    which.add_argument("--task_var", help="an environment variable holding the task number")
+    parser.add_argument("--task_offset", type=int, default=0, help="added to --task_var's value")
+    parser.add_argument("--log_dir", default="", help="write stdout/stderr to LOG_DIR/GROUP/TASK")
+    return parser.parse_args(argv)
+
+
+def _fail(message: str) -> None:
+    print(f"error: magi_lp.launch.host_node: {message}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
+def _task(args: argparse.Namespace) -> int:
+    if args.task_var is None:
+        return args.task
+    value = os.environ.get(args.task_var, "")
+    if not value.strip().isdigit():
+        _fail(f"--task_var {args.task_var}: the variable is {value!r}, not a task number")
+    return int(value) + args.task_offset
+
+
+def _redirect_output(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _die_with_parent() -> None:
+    # The host script or srun step that started this node is gone: so is the node.
+    if os.getppid() == 1 or not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _say(text: str) -> None:
+    from magi_lp import console
+
+    console.say(text, source="node")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Runs one node; never returns (exits with the node's code)."""
+    args = _parse(sys.argv[1:] if argv is None else argv)
+    job_dir = Path(args.job)
+    try:
+        manifest = json.loads((job_dir / "manifest.json").read_text())
+    except (OSError, ValueError) as error:
+        _fail(f"cannot read {job_dir / 'manifest.json'} ({error}); prepare the job first")
+    group = manifest["groups"].get(args.group)
+    if group is None:
+        _fail(f"--group {args.group}: the job has {sorted(manifest['groups'])}")
+    task = _task(args)
+    if not 0 <= task < len(group["nodes"]):
+        _fail(f"task {task} of {args.group}: the group has {len(group['nodes'])} node(s)")
+    name = group["nodes"][task]
+    if args.log_dir:
+        _redirect_output(Path(args.log_dir) / args.group / str(task))
+    _die_with_parent()
+    code = _run_node(manifest, job_dir, args.group, task, name)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _kill_children()
+    os._exit(code)
+
+
+def _run_node(manifest: dict[str, Any], job_dir: Path, group: str, task: int, name: str) -> int:
+    from magi_lp.launch.cluster import AddressRef, StopSettings
+    from magi_lp.launch.stop_board import StopBoard, StopWatcher, install, serve
+
+    settings = StopSettings(**manifest["stop"])
+    control = manifest["control"]
+    control_ref = AddressRef(control["host"], control["host_var"])
+    coordinator = name == manifest["coordinator"]
+    _say(
+        f"node {name} (host {manifest['nodes'][name]['host']}, pid {os.getpid()}) starting; "
+        f"ports {manifest['nodes'][name]['ports']}"
+    )
+
+    # Launchpad's flags (termination notice, signal handling) must be parsed before its
+    # WorkerManager reads them; the node's own arguments are not absl flags.
+    from absl import flags
+    from launchpad.launch import worker_manager
+
+    flags.FLAGS(["magi_lp.launch.host_node"], known_only=True)
+    flags.FLAGS.lp_termination_notice_secs = max(1, int(settings.notice_seconds))
+    sys.path.append(os.getcwd())  # as process_entry: the project is importable from here
+    manager = worker_manager.WorkerManager(register_in_thread=True)
+    stop_event = manager.stop_event()
+
+    board = server = None
+    if coordinator:
+        tiers = {n: v["tier"] for n, v in manifest["nodes"].items() if n != name}
+        board = StopBoard(tiers, settings, on_stop=stop_event.set, report=_say)
+        server = serve(board, control["port"])
+        threading.Thread(target=board.run_monitor, name="magi_lp-stop-board", daemon=True).start()
+    else:
+        address = control_ref.resolve(control["port"])
+        StopWatcher(name, address, settings, stop_event, report=_say).start()
+    install(board, name)
+
+    import cloudpickle
+
+    with open(job_dir / manifest["groups"][group]["pickle"], "rb") as handle:
+        functions = cloudpickle.load(handle)
+    code = 0
+    try:
+        functions[task]()
+    except BaseException:  # the node's failure: its traceback goes to its log
+        traceback.print_exc()
+        code = 1
+    if board is not None:
+        if not board.stopping:
+            board.begin_stop(f"the coordinator {name} ended", failed=code != 0)
+        board.wait_done()
+        server.Stop()
+        if board.failed:
+            _say(f"the program stopped because of a failure: {board.reason}")
+            code = 1
+    _say(f"node {name} exits with code {code}")
+    return code
+
+
+def _kill_children() -> None:
+    try:
+        import psutil
+
+        for child in psutil.Process().children(recursive=True):
+            child.kill()
+    except Exception:  # best effort: nothing of ours should be left
+        pass
+
+
+if __name__ == "__main__":
+    main()

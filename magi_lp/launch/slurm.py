@@ -1,0 +1,137 @@
+"""The SLURM batch script of a multi-host job (`--launcher slurm`).
+
+Shape of the script:
+- one component of a heterogeneous job per host of the plan (`#SBATCH hetjob` between
+  them; a single `#SBATCH` block for one host): the whole node (`--exclusive`), its GPUs
+  (`--gres=gpu:N`), `--ntasks` = the nodes it runs. A host whose config gives an address
+  gets `--nodelist=<address>`;
+- the names SLURM allocated are exported as MAGI_LP_HOST_<HOST> (plus
+  `hosts.slurm.address_suffix`) before any step starts; nodes read them when they resolve an
+  address, so the pickled program does not depend on the allocation;
+- one `srun` step per launch group, in the background: `--het-group` picks its host,
+  `--ntasks` its nodes, `env <the group's env>` the placement plan's variables, and the
+  node's task id is SLURM_PROCID. GPU steps ask for all the host's GPUs with `--overlap`
+  (nodes pick theirs with CUDA_VISIBLE_DEVICES, numbered as on the host); CPU steps ask
+  for `--cpus-per-task` when the plan knows it;
+- the script waits for every step and reports each failed one by name with its exit code
+  (srun's own lines name the failed task); it exits 1 if any failed. Stopping goes through
+  the coordinator's stop board; `scancel` sends SIGTERM to every node.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from magi_lp.launch.cluster import ClusterJob, header_lines
+from magi_lp.launch.host_scripts import (
+    WAIT_FUNCTION,
+    env_array,
+    preamble,
+    shell_name,
+    shell_node_command,
+)
+
+
+def _split(text: str) -> list[str]:
+    return [part.strip() for part in text.split(";") if part.strip()]
+
+
+def _component(job: ClusterJob, host_index: int) -> list[str]:
+    host = job.hosts[host_index]
+    tasks = sum(len(g.nodes) for g in job.groups_on(host.name))
+    lines = [
+        f"# host {host.name}",
+        "#SBATCH --nodes=1",
+        f"#SBATCH --ntasks={tasks}",
+        "#SBATCH --exclusive",
+    ]
+    if host.gpus:
+        lines.append(f"#SBATCH --gres=gpu:{host.gpus}")
+    if host.address:
+        lines.append(f"#SBATCH --nodelist={host.address}")
+    return lines
+
+
+def render_sbatch(job: ClusterJob) -> str:
+    """The batch script (text)."""
+    settings = job.settings
+    hosts = [h for h in job.hosts if job.groups_on(h.name)]
+    het = len(hosts) > 1
+    lines = ["#!/bin/bash"]
+    lines += [f"# {line}".rstrip() for line in header_lines(job, "SLURM batch script")]
+    lines += [
+        f"#SBATCH --job-name={job.name}",
+        f"#SBATCH --output={job.paths.log_dir}/slurm-%j.out",
+    ]
+    for key in ("partition", "account", "qos", "time"):
+        if settings.get(key):
+            lines.append(f"#SBATCH --{key}={settings[key]}")
+    lines += [f"#SBATCH {option}" for option in _split(settings.get("extra_sbatch", ""))]
+    indices = [job.hosts.index(h) for h in hosts]
+    for position, index in enumerate(indices):
+        if position:
+            lines.append("#SBATCH hetjob")
+        lines += _component(job, index)
+    lines += ["", *_split(settings.get("setup", "")), "set -u", *preamble(job), ""]
+
+    suffix = settings.get("address_suffix", "")
+    lines.append("# Where the nodes of each host are reached: the node SLURM allocated to it.")
+    for position, host in enumerate(hosts):
+        if host.address:
+            lines.append(f"# host {host.name}: {host.address} (from the config)")
+            continue
+        nodelist = f"SLURM_JOB_NODELIST_HET_GROUP_{position}" if het else "SLURM_JOB_NODELIST"
+        lines.append(
+            f'export {host.host_var}="$(scontrol show hostnames "${nodelist}" | head -n 1){suffix}"'
+        )
+    lines.append("")
+    for host in hosts:
+        for group in job.groups_on(host.name):
+            lines += env_array(group)
+    lines += [
+        "",
+        *WAIT_FUNCTION,
+        "",
+        "pids=()",
+        "names=()",
+        "step() {  # step NAME SRUN-ARGUMENTS...: one srun step in the background",
+        "  local name=$1; shift",
+        '  srun "$@" &',
+        "  pids+=($!)",
+        '  names+=("$name")',
+        "}",
+        "",
+    ]
+    for position, host in enumerate(hosts):
+        for group in job.groups_on(host.name):
+            options = [f"--het-group={position}"] if het else []
+            options += ["--nodes=1", f"--ntasks={len(group.nodes)}", "--kill-on-bad-exit=0"]
+            if group.gpus:
+                options += [f"--gres=gpu:{host.gpus}", "--overlap"]
+            else:
+                options.append("--exact")
+            if group.cpus:
+                options.append(f"--cpus-per-task={group.cpus}")
+            command = shell_node_command(group.launch_group, ["--task_var", "SLURM_PROCID"])
+            name = f"{group.launch_group} on {host.name}"
+            lines.append(
+                f"step {shlex.quote(name)} {' '.join(options)} \\\n"
+                f'  env "${{{shell_name(group.launch_group)}[@]}}" \\\n'
+                f'  {command} --log_dir "$LOGS"'
+            )
+    lines += [
+        'echo "magi_lp: started ${#pids[@]} srun steps; node logs: $LOGS/<group>/<task>" >&2',
+        "",
+        "status=0",
+        'for i in "${!pids[@]}"; do',
+        '  wait_for "${pids[$i]}"; code=$?',
+        '  if [ "$code" -ne 0 ]; then',
+        '    echo "magi_lp: step ${names[$i]} failed: $(describe "$code") (srun\'s lines name'
+        ' the task: task N is node <group>/N, log $LOGS/<group>/N)" >&2',
+        "    status=1",
+        "  fi",
+        "done",
+        'echo "magi_lp: all ${#pids[@]} steps ended; exit code $status" >&2',
+        'exit "$status"',
+    ]
+    return "\n".join(lines) + "\n"

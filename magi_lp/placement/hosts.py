@@ -1,0 +1,489 @@
+"""The host plan: which host every node runs on, the ports it serves on, and its env there.
+
+A program that outgrows one machine keeps the same node groups and resource specs; the
+config names the hosts (`config.hosts.machines`) and which groups run where
+(`config.hosts.place`), and `make_host_plan` turns that into one node list with a fixed
+host and fixed ports per node, checked as a whole before anything starts:
+- every node group with nodes is placed, on hosts that exist; a group's nodes may be spread
+  over several hosts (evenly, or with explicit counts "a1:6,a2:10");
+- each host's share of each group is planned against that host's GPUs with the same
+  `make_plan` a single machine uses (GPU ids exist, one model per node, memory fractions
+  fit, ...), when the config says what GPUs the host has. A host whose GPUs are unknown
+  gets the GPUs its `gpu` groups ask for, with a notice; its `gpu_if_available` groups run
+  on the CPU;
+- ports are fixed (`base_port` + the node's position on its host, or per node when every
+  node is its own host, as in Kubernetes pods), inside 1024-65535, and distinct wherever two
+  nodes share an address. Every loopback address (127.0.0.0/8) is this one machine, whose
+  servers listen on all its interfaces, so ports must be distinct across all of them.
+
+Launch groups: a node group that lives on one host keeps the launch groups the single-host
+plan gives it ("learner", "actor_gpu1"); one spread over several hosts gets one launch group
+per host ("actor@a1", "actor@a2"), because Launchpad gives env per launch group and the
+engines start nodes per host. `HostPlan.placement` is an ordinary `PlacementPlan` over those
+launch groups, so program assembly does not know whether it runs on one host or many.
+
+Pure Python: no Launchpad, no ML framework (see magi_lp.placement).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import ipaddress
+import re
+from collections.abc import Mapping, Sequence
+
+import tabulate
+
+from magi_lp.errors import ConfigError
+from magi_lp.placement.gpu_inventory import GpuInfo, GpuInventory
+from magi_lp.placement.jax_build import JaxBuild, detect_jax_build
+from magi_lp.placement.plan import GroupPlacement, GroupRequest, PlacementPlan, make_plan
+
+MIN_PORT = 1024
+MAX_PORT = 65535
+HOST_NAME = re.compile(r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$")
+"""A host's name in the config: a short DNS label, usable in file, job and pod names."""
+
+_UNKNOWN_GPU_MODEL = "GPU (model unknown)"
+# An assumed GPU's memory: only fractions are planned, so any positive size does.
+_ASSUMED_GPU_BYTES = 1 << 34
+
+
+@dataclasses.dataclass(frozen=True)
+class HostSpec:
+    """One host of the cluster, as the config describes it.
+
+    Attributes:
+      name: the host's name in the config and in generated files ("main", "a1").
+      address: its address on the private network that the nodes use to reach each other;
+        "" when the engine provides it at run time (SLURM's allocated node, a pod's name).
+      gpus: how many GPUs the host has (all of one model), or None when unknown.
+      gpu_model: their model, "" when unknown (only used to describe them).
+      base_port: the first port of this host's nodes; None: the plan's base port.
+    """
+
+    name: str
+    address: str = ""
+    gpus: int | None = None
+    gpu_model: str = ""
+    base_port: int | None = None
+
+    def __post_init__(self) -> None:
+        where = f"hosts.machines.{self.name}"
+        if not isinstance(self.name, str) or not HOST_NAME.match(self.name):
+            raise ConfigError(
+                f"hosts.machines: host name {self.name!r} is invalid; use lower-case letters, "
+                "digits and '-', starting with a letter (at most 32 characters), e.g. 'main' "
+                "or 'actors-1'"
+            )
+        if not isinstance(self.address, str) or any(c.isspace() for c in self.address):
+            raise ConfigError(f"{where}.address={self.address!r} is invalid; give an IP or name")
+        if self.gpus is not None and (isinstance(self.gpus, bool) or self.gpus < 0):
+            raise ConfigError(f"{where}.gpus={self.gpus!r} is invalid; allowed: an int >= 0")
+        if self.base_port is not None and not MIN_PORT <= self.base_port <= MAX_PORT:
+            raise ConfigError(
+                f"{where}.base_port={self.base_port} is outside {MIN_PORT}-{MAX_PORT}"
+            )
+
+    def inventory(self) -> GpuInventory:
+        """The host's GPUs as a plan sees them (empty, with a reason, when unknown)."""
+        if self.gpus is None:
+            return GpuInventory(reason=f"the GPUs of host {self.name} are not in the config")
+        if self.gpus == 0:
+            return GpuInventory(reason=f"hosts.machines.{self.name}.gpus=0")
+        return _assumed_inventory(self.gpus, self.gpu_model or _UNKNOWN_GPU_MODEL)
+
+
+@dataclasses.dataclass(frozen=True)
+class PlacedNode:
+    """One node of the program on its host.
+
+    Attributes:
+      group: the logical node group ("actor").
+      index: the node's index in its logical group.
+      launch_group: the launch group it belongs to ("actor@a1").
+      task: its index inside the launch group (Launchpad's task id).
+      host: the name of the host it runs on.
+      ports: the ports it serves on, fixed before launch (one per server of the node).
+    """
+
+    group: str
+    index: int
+    launch_group: str
+    task: int
+    host: str
+    ports: tuple[int, ...]
+
+    @property
+    def name(self) -> str:
+        """`launch_group/task`, the node's name in logs, reports and generated files."""
+        return f"{self.launch_group}/{self.task}"
+
+
+@dataclasses.dataclass(frozen=True)
+class HostPlan:
+    """A validated plan of the program over several hosts.
+
+    Attributes:
+      hosts: the hosts, in config order.
+      nodes: every node, in program order (group by group, index by index).
+      placement: devices and env per launch group, as on one machine.
+      launch_group_hosts: launch group -> the host all its nodes run on.
+      notices: choices the user should see.
+    """
+
+    hosts: tuple[HostSpec, ...]
+    nodes: tuple[PlacedNode, ...]
+    placement: PlacementPlan
+    launch_group_hosts: Mapping[str, str]
+    notices: tuple[str, ...]
+
+    def host(self, name: str) -> HostSpec:
+        """The host called `name`."""
+        for host in self.hosts:
+            if host.name == name:
+                return host
+        raise KeyError(f"no host {name!r}")
+
+    def nodes_on(self, host: str) -> tuple[PlacedNode, ...]:
+        """The nodes that run on `host`, in program order."""
+        return tuple(n for n in self.nodes if n.host == host)
+
+    def node(self, group: str, index: int) -> PlacedNode:
+        """Node `index` of logical group `group`."""
+        for node in self.nodes:
+            if node.group == group and node.index == index:
+                return node
+        raise KeyError(f"no node {index} in group {group!r}")
+
+    def launch_group_nodes(self, launch_group: str) -> tuple[PlacedNode, ...]:
+        """The nodes of one launch group, by task id."""
+        return tuple(n for n in self.nodes if n.launch_group == launch_group)
+
+    def format_table(self) -> str:
+        """One row per launch group: host, nodes, ports, device, GPUs, env."""
+        header = ("host", "address", "launch group", "nodes", "ports", "device", "gpus", "env")
+        rows = []
+        for host in self.hosts:
+            groups = [
+                g
+                for g in self.placement.groups.values()
+                if self.launch_group_hosts[g.launch_group] == host.name
+            ]
+            for placement in groups:
+                nodes = self.launch_group_nodes(placement.launch_group)
+                ports = sorted(p for n in nodes for p in n.ports)
+                env = [
+                    f"{k}={v}" for k, v in placement.env.items() if v or k == "CUDA_VISIBLE_DEVICES"
+                ]
+                rows.append(
+                    (
+                        host.name,
+                        host.address or "(from the engine)",
+                        placement.launch_group,
+                        f"{len(nodes)} ({placement.group} {_ranges([n.index for n in nodes])})",
+                        _ranges(ports),
+                        placement.device,
+                        ",".join(map(str, placement.gpu_ids)) or "-",
+                        "\n".join(env),
+                    )
+                )
+        out = [tabulate.tabulate(rows, header, tablefmt="simple", disable_numparse=True)]
+        out.append(
+            f"JAX build (every host runs this Python): {self.placement.jax_build.describe()}"
+        )
+        return "\n".join(out)
+
+
+def _assumed_inventory(count: int, model: str) -> GpuInventory:
+    return GpuInventory(
+        gpus=tuple(
+            GpuInfo(
+                index=i,
+                pci_bus_id=f"assumed:{i}",
+                name=model,
+                memory_total_bytes=_ASSUMED_GPU_BYTES,
+                memory_used_bytes=0,
+                utilization_percent=0.0,
+            )
+            for i in range(count)
+        )
+    )
+
+
+def _ranges(values: Sequence[int]) -> str:
+    """[0, 1, 2, 5] -> "0-2,5"."""
+    parts: list[str] = []
+    ordered = sorted(set(values))
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def parse_place(
+    group: str, text: str, hosts: Sequence[str], num_nodes: int
+) -> list[tuple[str, int]]:
+    """`hosts.place.<group>` -> [(host, node count)] in order; the counts sum to num_nodes.
+
+    Forms: "" (the only host, when there is just one), "main", "a1,a2" (spread evenly, the
+    first hosts taking one more when they do not divide), "a1:6,a2:10" (explicit counts, all
+    or none).
+    """
+    where = f"hosts.place.{group}"
+    if not isinstance(text, str):
+        raise ConfigError(f"{where}={text!r} must be a string such as 'main' or 'a1,a2'")
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts:
+        if len(hosts) > 1:
+            raise ConfigError(
+                f"{where} is empty but there are {len(hosts)} hosts ({', '.join(hosts)}); "
+                f"say which run group {group}, e.g. {where}='{hosts[0]}'"
+            )
+        parts = [hosts[0]]
+    names, counts = [], []
+    for part in parts:
+        name, _, count = part.partition(":")
+        name = name.strip()
+        if name not in hosts:
+            close = difflib.get_close_matches(name, hosts, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(
+                f"{where}={text!r}: no host {name!r} in hosts.machines.{hint} "
+                f"Hosts: {', '.join(hosts)}"
+            )
+        if name in names:
+            raise ConfigError(f"{where}={text!r} names host {name!r} twice")
+        names.append(name)
+        if count:
+            if not count.strip().isdigit() or int(count) < 1:
+                raise ConfigError(f"{where}={text!r}: {part!r} needs a node count >= 1")
+            counts.append(int(count))
+    if counts and len(counts) != len(names):
+        raise ConfigError(
+            f"{where}={text!r}: give a node count for every host or for none "
+            f"(e.g. '{names[0]}:2,{names[-1]}:2')"
+        )
+    if counts:
+        if sum(counts) != num_nodes:
+            raise ConfigError(
+                f"{where}={text!r} places {sum(counts)} nodes but group {group} has "
+                f"{num_nodes}; make the counts sum to {num_nodes}"
+            )
+        return list(zip(names, counts, strict=True))
+    if len(names) > num_nodes:
+        raise ConfigError(
+            f"{where}={text!r} spreads {num_nodes} node(s) over {len(names)} hosts; "
+            f"name at most {num_nodes} host(s)"
+        )
+    share, extra = divmod(num_nodes, len(names))
+    return [(name, share + (1 if i < extra else 0)) for i, name in enumerate(names)]
+
+
+def _gpu_need(request: GroupRequest) -> int:
+    """How many GPUs a host must have for `request` on its own (assumed inventories)."""
+    gpus = request.spec.gpus
+    if isinstance(gpus, tuple):
+        return max(gpus) + 1
+    if isinstance(gpus, int):
+        return gpus
+    if request.spec.gpu_distribution == "round_robin":
+        return request.num_nodes
+    return 1
+
+
+def _host_inventory(
+    host: HostSpec, requests: Mapping[str, GroupRequest], notices: list[str]
+) -> tuple[GpuInventory, dict[str, GroupRequest]]:
+    """The inventory to plan `host` against, and its requests (CPU fallbacks applied)."""
+    if host.gpus is not None:
+        return host.inventory(), dict(requests)
+    planned = dict(requests)
+    need = 0
+    for group, request in requests.items():
+        if request.spec.device == "gpu":
+            need = max(need, _gpu_need(request))
+        elif request.spec.device == "gpu_if_available":
+            # Unknown GPUs: the safe guess is none; the user can say how many there are.
+            notices.append(
+                f"{group} on host {host.name}: the host's GPUs are not in the config; "
+                f"device='gpu_if_available' runs on the CPU (set hosts.machines.{host.name}.gpus "
+                "to the number of GPUs it has to use them)"
+            )
+            planned[group] = dataclasses.replace(
+                request, spec=dataclasses.replace(request.spec, device="cpu", render_gpu=None)
+            )
+    if not need:
+        return host.inventory(), planned
+    notices.append(
+        f"host {host.name}: its GPUs are not in the config; planning as if it had {need} "
+        f"identical GPU(s) (set hosts.machines.{host.name}.gpus to have them checked)"
+    )
+    return _assumed_inventory(need, host.gpu_model or _UNKNOWN_GPU_MODEL), planned
+
+
+def make_host_plan(
+    requests: Mapping[str, GroupRequest],
+    hosts: Sequence[HostSpec],
+    place: Mapping[str, str],
+    *,
+    ports_per_node: Mapping[str, int],
+    base_port: int,
+    port_per_pod: bool = False,
+    jax_build: JaxBuild | None = None,
+) -> HostPlan:
+    """Places every node of `requests` on `hosts` and validates the whole.
+
+    Args:
+      requests: logical group -> spec and node count, in program order.
+      hosts: the hosts (at least one); names unique.
+      place: logical group -> "host", "h1,h2" or "h1:n1,h2:n2" ("" = the only host).
+      ports_per_node: logical group -> how many servers (ports) one of its nodes runs.
+      base_port: first port of each host's nodes (a host's own base_port wins).
+      port_per_pod: every node is its own host (a Kubernetes pod): each node's ports start
+        at the base port.
+      jax_build: the JAX every host runs (they share one Python); None: this one's.
+
+    Raises:
+      ConfigError: naming the key and the fix, before anything starts.
+    """
+    if jax_build is None:
+        jax_build = detect_jax_build()
+    if not hosts:
+        raise ConfigError(
+            "hosts.machines is empty; name at least one host, e.g. "
+            "config.hosts.machines.main = magi_lp.placement.hosts.machine(address='10.0.0.2')"
+        )
+    names = [h.name for h in hosts]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ConfigError(f"hosts.machines: host name(s) {duplicates} appear twice")
+    if not MIN_PORT <= base_port <= MAX_PORT:
+        raise ConfigError(f"hosts.base_port={base_port} is outside {MIN_PORT}-{MAX_PORT}")
+    for group in place:
+        if group not in requests and group not in ports_per_node:
+            close = difflib.get_close_matches(group, list(ports_per_node), n=1)
+            hint = f" Did you mean hosts.place.{close[0]}?" if close else ""
+            raise ConfigError(f"hosts.place.{group}: no node group {group!r}.{hint}")
+
+    # host -> group -> the logical indices of that group's nodes there.
+    shares: dict[str, dict[str, list[int]]] = {h.name: {} for h in hosts}
+    spread: dict[str, int] = {}
+    for group, request in requests.items():
+        if request.num_nodes == 0:
+            continue
+        start = 0
+        parts = parse_place(group, place.get(group, ""), names, request.num_nodes)
+        spread[group] = len(parts)
+        for host, count in parts:
+            shares[host][group] = list(range(start, start + count))
+            start += count
+
+    notices: list[str] = []
+    groups: dict[str, GroupPlacement] = {}
+    launch_group_hosts: dict[str, str] = {}
+    # (group, logical index) -> (launch group, host)
+    where: dict[tuple[str, int], tuple[str, str]] = {}
+    for host in hosts:
+        share = shares[host.name]
+        if not share:
+            notices.append(f"host {host.name} runs no node (hosts.place names it for none)")
+            continue
+        host_requests = {
+            g: GroupRequest(requests[g].spec, len(indices)) for g, indices in share.items()
+        }
+        inventory, host_requests = _host_inventory(host, host_requests, notices)
+        try:
+            plan = make_plan(host_requests, inventory, jax_build)
+        except ConfigError as error:
+            raise ConfigError(f"host {host.name}: {error}") from None
+        notices.extend(f"host {host.name}: {n}" for n in plan.notices)
+        for placement in plan.groups.values():
+            indices = share[placement.group]
+            name = placement.launch_group
+            if spread[placement.group] > 1:
+                name = f"{name}@{host.name}"
+            if name in groups:
+                raise ConfigError(
+                    f"launch group {name!r} appears on two hosts; rename node group "
+                    f"{placement.group!r}"
+                )
+            global_indices = tuple(indices[i] for i in placement.node_indices)
+            groups[name] = dataclasses.replace(
+                placement, launch_group=name, node_indices=global_indices
+            )
+            launch_group_hosts[name] = host.name
+            for index in global_indices:
+                where[(placement.group, index)] = (name, host.name)
+
+    nodes: list[PlacedNode] = []
+    next_port: dict[str, int] = {}
+    for group, request in requests.items():
+        for index in range(request.num_nodes):
+            launch_group, host_name = where[(group, index)]
+            host = hosts[names.index(host_name)]
+            key = f"{launch_group}/{index}" if port_per_pod else host_name
+            first = next_port.get(key, host.base_port if host.base_port is not None else base_port)
+            count = ports_per_node.get(group, 1)
+            ports = tuple(range(first, first + count))
+            next_port[key] = first + count
+            task = groups[launch_group].node_indices.index(index)
+            nodes.append(PlacedNode(group, index, launch_group, task, host_name, ports))
+    if not port_per_pod:
+        _check_ports(nodes, hosts)
+
+    merged = PlacementPlan(
+        groups=groups,
+        notices=tuple(notices),
+        inventory=GpuInventory(reason="several hosts: see the host plan"),
+        jax_build=jax_build,
+    )
+    return HostPlan(
+        hosts=tuple(hosts),
+        nodes=tuple(nodes),
+        placement=merged,
+        launch_group_hosts=launch_group_hosts,
+        notices=tuple(notices),
+    )
+
+
+def _address_key(host: HostSpec) -> str:
+    """Hosts with equal keys share one port space."""
+    if not host.address:
+        return f"host:{host.name}"  # the engine gives each host its own machine
+    try:
+        if ipaddress.ip_address(host.address).is_loopback:
+            return "loopback"  # 127.0.0.0/8 and ::1: all this machine
+    except ValueError:
+        if host.address == "localhost":
+            return "loopback"
+    return f"address:{host.address}"
+
+
+def _check_ports(nodes: Sequence[PlacedNode], hosts: Sequence[HostSpec]) -> None:
+    by_name = {h.name: h for h in hosts}
+    used: dict[tuple[str, int], PlacedNode] = {}
+    for node in nodes:
+        host = by_name[node.host]
+        for port in node.ports:
+            if not MIN_PORT <= port <= MAX_PORT:
+                raise ConfigError(
+                    f"node {node.name} on host {node.host} would serve on port {port}, "
+                    f"outside {MIN_PORT}-{MAX_PORT}; lower hosts.base_port "
+                    f"(or hosts.machines.{node.host}.base_port)"
+                )
+            key = (_address_key(host), port)
+            other = used.get(key)
+            if other is not None:
+                same = "this machine's loopback" if key[0] == "loopback" else host.address
+                raise ConfigError(
+                    f"port {port}: nodes {other.name} (host {other.host}) and {node.name} "
+                    f"(host {node.host}) would both serve on it at {same}; give host "
+                    f"{node.host} another hosts.machines.{node.host}.base_port (or address)"
+                )
+            used[key] = node
