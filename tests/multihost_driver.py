@@ -1,7 +1,7 @@
 """Runs the generated per-host scripts of a `--launcher hosts` job at once, in a private
 network namespace (only loopback), as a person would run one script on each host.
 
-    python -m tests.multihost_driver DIR host-main.sh host-a1.sh ...
+    python tests/multihost_driver.py DIR host-main.sh host-a1.sh ...
 
 Prints each script's exit code (`host-a1.sh: exit code 0`) and exits with the largest.
 The namespace keeps the nodes' servers (which listen on every interface) off any network:

@@ -147,6 +147,7 @@ def _write_atomically(path: Path, write: Any) -> None:
     os.close(handle)
     try:
         write(temporary)
+        os.chmod(temporary, 0o644)  # nodes may run as another user (a pod's)
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)

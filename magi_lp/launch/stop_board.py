@@ -202,8 +202,8 @@ class StopBoard:
                         )
                 elif now - seen > self._settings.heartbeat_timeout_seconds:
                     return (
-                        f"node {node} stopped answering {now - seen:.0f} s ago and is presumed "
-                        "dead (its exit code is in its engine's report)"
+                        f"node {node} stopped answering the coordinator {now - seen:.0f} s ago: "
+                        "presumed dead (the engine on its host reports its exit code)"
                     )
         return ""
 

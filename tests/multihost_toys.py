@@ -1,0 +1,141 @@
+"""A small Launchpad program (no TensorFlow) for the multi-host launch tests.
+
+    python tests/multihost_toys.py <normal|crash> <out_dir>
+
+prepares the job of a three-group program on two loopback "hosts" in `<out_dir>` (the
+pickled program in `<out_dir>/job`, the per-host scripts in `<out_dir>/scripts`), as
+`lp_main.py --launcher hosts` does for a real agent: a `server` (Courier, host h1), two
+`worker`s that call it in a loop (host h2) and a `coordinator` (h1) that calls `lp.stop()`
+after STOP_AFTER_S in the `normal` scenario. In the `crash` scenario worker 1 exits with
+code 3 after CRASH_AFTER_S instead and the coordinator never stops by itself.
+
+Node processes unpickle this module's classes by reference, so it is a top-level module and
+this folder is put on PYTHONPATH (as tests/launch_programs.py does).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import launchpad as lp
+
+STOP_AFTER_S = 3.0
+CRASH_AFTER_S = 2.0
+PORT = 24100
+HOSTS = {"h1": "127.0.0.2", "h2": "127.0.0.3"}
+
+
+class Server:
+    """Answers pings until the program stops."""
+
+    def ping(self) -> str:
+        return "pong"
+
+
+class Worker:
+    """Pings the server until told to stop; worker `crash_index` exits with code 3."""
+
+    def __init__(self, server, index: int, crash: bool):
+        self._server = server
+        self._index = index
+        self._crash = crash
+
+    def run(self) -> None:
+        start = time.monotonic()
+        while not lp.wait_for_stop(0.1):
+            self._server.ping()
+            if self._crash and self._index == 1 and time.monotonic() - start > CRASH_AFTER_S:
+                print("worker 1 crashes on purpose", flush=True)
+                os._exit(3)
+
+
+class Coordinator:
+    """Stops the program after STOP_AFTER_S (never, with `stop=False`)."""
+
+    def __init__(self, server, stop: bool):
+        self._server = server
+        self._stop = stop
+
+    def run(self) -> None:
+        start = time.monotonic()
+        while not lp.wait_for_stop(0.2):
+            self._server.ping()
+            if self._stop and time.monotonic() - start > STOP_AFTER_S:
+                lp.stop()
+                return
+
+
+def make_program(scenario: str) -> lp.Program:
+    program = lp.Program("toy")
+    with program.group("server"):
+        server = program.add_node(lp.CourierNode(Server))
+    with program.group("worker"):
+        for index in range(2):
+            program.add_node(lp.PyClassNode(Worker, server, index, scenario == "crash"))
+    with program.group("coordinator"):
+        program.add_node(lp.CourierNode(Coordinator, server, scenario == "normal"))
+    return program
+
+
+def make_job(out_dir: Path):
+    from magi_lp.launch.cluster import (
+        ClusterGroup,
+        ClusterHost,
+        ClusterJob,
+        ClusterNode,
+        JobPaths,
+        StopSettings,
+    )
+
+    def group(name, host, ports, tier, count=1):
+        nodes = tuple(
+            ClusterNode(name, task, host, ports[task] if ports else (), tier)
+            for task in range(count)
+        )
+        return ClusterGroup(name, host, {"TOY_GROUP": name}, nodes, summary=f"{name} toy")
+
+    return ClusterJob(
+        engine="hosts",
+        name="toy",
+        hosts=tuple(ClusterHost(name, address) for name, address in HOSTS.items()),
+        groups=(
+            group("server", "h1", [(PORT,)], 1),
+            group("worker", "h2", None, 0, count=2),
+            group("coordinator", "h1", [(PORT + 1, PORT + 2)], 2),
+        ),
+        coordinator="coordinator/0",
+        paths=JobPaths(
+            python=sys.executable,
+            project_dir=str(Path(__file__).resolve().parents[1]),
+            workdir=str(out_dir),
+            job_dir=str(out_dir / "job"),
+            log_dir=str(out_dir / "nodes"),
+        ),
+        stop=StopSettings(
+            poll_seconds=0.2,
+            notice_seconds=5.0,
+            heartbeat_timeout_seconds=2.0,
+            start_timeout_seconds=60.0,
+        ),
+    )
+
+
+def main(argv: list[str]) -> int:
+    from magi_lp.launch.host_scripts import render_host_scripts
+    from magi_lp.launch.multihost import prepare_job
+
+    scenario, out_dir = argv[1], Path(argv[2])
+    job = make_job(out_dir)
+    prepare_job(make_program(scenario), job)
+    scripts = out_dir / "scripts"
+    scripts.mkdir(parents=True, exist_ok=True)
+    for name, text in render_host_scripts(job).items():
+        (scripts / name).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
