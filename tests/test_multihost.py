@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -148,7 +149,7 @@ def test_ports_must_not_collide_where_hosts_share_a_port_space():
     plan = _plan({**SERVERS_ON_MAIN, "actor": "a1,a2"}, spaced)
     assert plan.node("actor", 2).ports == (27040,)
     # Two names for one address share its ports too.
-    with pytest.raises(ConfigError, match="at 10.0.0.9"):
+    with pytest.raises(ConfigError, match=re.escape("at 10.0.0.9")):
         _plan({**SERVERS_ON_MAIN, "actor": "a1,a2"}, _hosts(main="10.0.0.9", a1="10.0.0.9", a2="x"))
     # Hosts the engine provides are separate machines.
     _plan({**SERVERS_ON_MAIN, "actor": "a1,a2"}, _hosts(main="", a1="", a2=""))
@@ -177,7 +178,9 @@ def test_gpu_groups_are_checked_against_the_gpus_of_their_host():
     # Known GPUs: ids are checked.
     hosts[0] = HostSpec("main", "10.0.0.2", gpus=2)
     requests = _requests(learner={"device": "gpu", "gpus": [3]})
-    with pytest.raises(ConfigError, match="host main: resources.learner.gpus=\\[3\\]: no GPU"):
+    with pytest.raises(
+        ConfigError, match=re.escape("host main: resources.learner.gpus=[3]: no GPU")
+    ):
         _plan({**SERVERS_ON_MAIN, "actor": "a1"}, hosts, requests=requests, jax_build=cuda)
     requests = _requests(learner={"device": "gpu", "gpus": [1], "gpu_memory": 0.5})
     plan = _plan({**SERVERS_ON_MAIN, "actor": "a1"}, hosts, requests=requests, jax_build=cuda)
@@ -262,15 +265,17 @@ def test_machine_refuses_unknown_settings():
 def test_engines_refuse_what_they_cannot_run():
     config = _config(main={}, a1={"address": "10.0.0.3"})
     plan = cluster.plan_hosts(config, "hosts", jax_build=CPU_JAX)
-    with pytest.raises(ConfigError, match="hosts.machines.main.address is empty; --launcher hosts"):
+    with pytest.raises(
+        ConfigError, match=re.escape("hosts.machines.main.address is empty; --launcher hosts")
+    ):
         cluster.make_cluster_job(config, plan, "hosts", name="x", workdir="/w")
     plan = cluster.plan_hosts(config, "kubernetes", jax_build=CPU_JAX)
-    with pytest.raises(ConfigError, match="hosts.kubernetes.image is empty"):
+    with pytest.raises(ConfigError, match=re.escape("hosts.kubernetes.image is empty")):
         cluster.make_cluster_job(config, plan, "kubernetes", name="x", workdir="/w")
     config.hosts.kubernetes.image = "img"
     config.hosts.kubernetes.volume_claim = "claim"
     with pytest.raises(
-        ConfigError, match="--workdir /w is not inside hosts.kubernetes.volume_mount"
+        ConfigError, match=re.escape("--workdir /w is not inside hosts.kubernetes.volume_mount")
     ):
         cluster.make_cluster_job(config, plan, "kubernetes", name="x", workdir="/w")
     with pytest.raises(ConfigError, match="must be an absolute path"):
@@ -335,7 +340,7 @@ def test_golden_manifests_pass_the_kubernetes_schemas():
             # strict: an unknown or misspelt field is an error, not ignored.
             kubernetes_validate.validate(document, version, strict=True)
     bad = yaml.safe_load_all((GOLDEN / "kubernetes/drq-reacher.yaml").read_text())
-    job = [d for d in bad if d["kind"] == "Job"][0]
+    job = next(d for d in bad if d["kind"] == "Job")
     job["spec"]["template"]["spec"]["containers"][0]["envv"] = []
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(job, kubernetes_validate.latest_version(), strict=True)
@@ -380,10 +385,9 @@ def test_golden_scripts_are_valid_bash_and_start_every_node_once():
         lines = [line for line in script.read_text().splitlines() if line.startswith("start ")]
         started += [line.split()[1] for line in lines]
         host = script.stem.removeprefix("host-")
-        assert all(
-            f"--task {n.task} " in l
-            for n, l in zip([n for g in hosts.groups_on(host) for n in g.nodes], lines, strict=True)
-        )
+        planned = [n for g in hosts.groups_on(host) for n in g.nodes]
+        for node, line in zip(planned, lines, strict=True):
+            assert f"--task {node.task} " in line
     assert sorted(started) == sorted(n.name for n in hosts.nodes)
     sbatch = (GOLDEN / "slurm/drq-reacher.sbatch").read_text()
     assert sbatch.count("#SBATCH hetjob") == 2
@@ -405,7 +409,9 @@ def test_slurm_script_runs_each_step_with_its_env_and_reports_failures(tmp_path)
         "while [[ $1 == --* ]]; do shift; done\n"
         # After srun's options: env VAR=... python -m magi_lp.launch.host_node ...
         'echo "$@" >> "$RECORD"\n'
-        'for v in "$@"; do [[ $v == --group ]] && grab=1 && continue; [[ $grab ]] && g=$v && break; done\n'
+        'for v in "$@"; do\n'
+        "  [[ $v == --group ]] && grab=1 && continue; [[ $grab ]] && g=$v && break\n"
+        "done\n"
         "[[ $g == replay ]] && exit 7\n"
         "exit 0\n"
     )
@@ -514,7 +520,7 @@ def test_addresses_resolve_at_run_time():
         ref.resolve(27000, {})
 
 
-# --- the entry point -------------------------------------------------------------------------------
+# --- the entry point ---------------------------------------------------------------------------
 
 
 def _lp_main(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
@@ -586,7 +592,7 @@ def test_render_writes_the_files_and_bad_input_is_one_line(tmp_path):
     )
 
 
-# --- a small program on two loopback hosts ----------------------------------------------------------
+# --- a small program on two loopback hosts --------------------------------------------------
 
 
 def _run_toy(scenario: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess, Path]:

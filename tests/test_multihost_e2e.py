@@ -63,8 +63,12 @@ def _prepare(workdir: Path, max_actor_steps: int, marker: str) -> str:
 def _run_hosts(workdir: Path, marker: str) -> subprocess.CompletedProcess:
     try:
         return subprocess.run(
-            [sys.executable, str(ROOT / "tests/multihost_driver.py"), str(workdir / "cluster")]
-            + SCRIPTS,
+            [
+                sys.executable,
+                str(ROOT / "tests/multihost_driver.py"),
+                str(workdir / "cluster"),
+                *SCRIPTS,
+            ],
             cwd=ROOT,
             env=_env(marker),
             capture_output=True,
