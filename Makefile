@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 GPU_CHECK_PYTHON ?= $(PY)
 GPU_CHECK_ARGS ?=
 
-.PHONY: setup run test lint format bench bench-quick gpu-check gpu-check-wheels clean
+.PHONY: setup run test lint format bench bench-quick gpu-check gpu-check-wheels golden clean
 
 setup:
 	@bash scripts/setup_venv.sh $(VENV) $(JAX)
@@ -39,6 +39,11 @@ bench: setup
 
 bench-quick: setup
 	$(PY) -m benchmarks.run --quick
+
+# Regenerates tests/golden/cluster (the SLURM script, Kubernetes manifests and per-host
+# scripts that --render writes for configs/cluster_example.py); review the diff, commit it.
+golden: setup
+	$(PY) -m magi_lp.runtime.cluster --golden
 
 # Set up the venv only when the check runs with it.
 gpu-check: $(if $(filter $(PY),$(GPU_CHECK_PYTHON)),setup)
