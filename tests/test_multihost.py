@@ -511,6 +511,31 @@ def test_stop_board_reports_a_node_that_never_came():
     assert "node replay/0 has not reached the coordinator 4 s after it started" in lines[0]
 
 
+def test_lp_stop_in_the_coordinator_runs_the_tiered_stop(monkeypatch):
+    from magi_lp.launch import stop_board
+
+    board, lines = _board(_Clock())
+    monkeypatch.setattr(stop_board, "_BOARD", board)
+    monkeypatch.setattr(stop_board, "_THIS_NODE", "coordinator/0")
+    monkeypatch.setattr(board, "wait_done", lambda timeout=None: True)
+    stop_board.ProgramStopper(AddressRef("127.0.0.2"), 27005)()
+    assert board.stopping and not board.failed
+    assert lines[0].startswith("stopping the program (lp.stop() in coordinator/0)")
+
+
+def test_node_runner_refuses_a_missing_job_in_one_line(tmp_path):
+    arguments = ["--job", str(tmp_path), "--group", "x", "--task", "0"]
+    result = subprocess.run(
+        [sys.executable, "-m", "magi_lp.launch.host_node", *arguments],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: magi_lp.launch.host_node: cannot read")
+    assert result.stderr.strip().endswith("prepare the job first")
+
+
 def test_addresses_resolve_at_run_time():
     assert AddressRef("10.0.0.2").resolve(27000) == "10.0.0.2:27000"
     assert AddressRef("fd00::2").resolve(27000) == "[fd00::2]:27000"

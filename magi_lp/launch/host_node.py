@@ -31,7 +31,7 @@ import sys
 import threading
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 _PR_SET_PDEATHSIG = 1
 
@@ -48,8 +48,10 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _fail(message: str) -> None:
-    print(f"error: magi_lp.launch.host_node: {message}", file=sys.stderr, flush=True)
+def _fail(message: str) -> NoReturn:
+    from magi_lp import console
+
+    console.error(f"magi_lp.launch.host_node: {message}")
     sys.exit(2)
 
 
