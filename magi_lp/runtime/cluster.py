@@ -141,7 +141,9 @@ def make_cluster_job(
     for launch_group, placement in plan.placement.groups.items():
         host = plan.launch_group_hosts[launch_group]
         nodes = tuple(
-            ClusterNode(n.launch_group, n.task, n.host, n.ports, tiers[n.group])
+            # A group stop_tiers does not know stops with the learner: after the actors,
+            # before the servers.
+            ClusterNode(n.launch_group, n.task, n.host, n.ports, tiers.get(n.group, 1))
             for n in plan.launch_group_nodes(launch_group)
         )
         env = dict(placement.env)
