@@ -6,6 +6,8 @@ and calls `distributed_main` / `single_process_main`. Flags:
   --config path/to/config.py   (ml_collections config file; --config.<key>=value overrides)
   --workdir DIR                 (logs, checkpoints, node outputs; reused to resume)
   --dry_run                     (lp_main only: print the placement plan and exit)
+  --launcher local|hosts|slurm|kubernetes, --render DIR   (lp_main only: several hosts,
+                                magi_lp.runtime.cluster and docs/cluster.md)
 
 Heavy libraries (TensorFlow, JAX, Launchpad, Reverb) are imported only after the config has
 been read, checked and planned, so bad input fails in well under a second, and so that the
@@ -18,6 +20,7 @@ import difflib
 import importlib.util
 import inspect
 import os
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -170,7 +173,7 @@ def _run_on_hosts(make_experiment: MakeExperiment, config: Any, workdir: Path, n
         dry_run=_DRY_RUN.value,
         render_dir=_RENDER.value,
         build_program=build_program,
-        command=" ".join(sys.argv),
+        command=shlex.join(sys.argv),
     )
 
 
