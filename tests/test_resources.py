@@ -179,10 +179,7 @@ GPU = {"device": "gpu"}
         (
             {"cpu_threads": 1, "xla_flags": " --xla_dump_to=/tmp/x "},
             (),
-            {
-                "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false "
-                "--xla_dump_to=/tmp/x"
-            },
+            {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false --xla_dump_to=/tmp/x"},
         ),
         ({"env": {"FOO": "bar"}}, (), {"FOO": "bar"}),
         ({"env": {"JAX_PLATFORMS": "cpu,tpu"}}, (), {"JAX_PLATFORMS": "cpu,tpu"}),  # env wins
