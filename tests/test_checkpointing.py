@@ -189,7 +189,7 @@ def test_full_disk_is_one_line_naming_the_folder_and_leaves_no_tmp_folder(tmp_pa
             "-Urm",
             "sh",
             "-c",
-            f'mount -t tmpfs -o size=400k tmpfs "$1" && exec "$2" -c "$3"',
+            'mount -t tmpfs -o size=400k tmpfs "$1" && exec "$2" -c "$3"',
             "sh",
             str(mount),
             sys.executable,

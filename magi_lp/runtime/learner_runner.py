@@ -15,9 +15,9 @@ from typing import Any
 
 from absl import logging
 
+from magi_lp import console
 from magi_lp.agent.learner import Learner
 from magi_lp.agent.variable_client import call_in_background
-from magi_lp import console
 from magi_lp.runtime.checkpointing import (
     Checkpointer,
     CheckpointWriteError,
