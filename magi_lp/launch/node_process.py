@@ -68,3 +68,17 @@ def enter_node() -> None:
     run_tmp = os.environ.get(RUN_TMP_VAR)
     if run_tmp:
         private_tmpdir(run_tmp)
+    quiet_gym_notice()
+
+
+def quiet_gym_notice() -> None:
+    """Drops gym's import-time deprecation banner (acme.wrappers imports gym).
+
+    gym 0.26 prints a notice from the `gym_notices` package to stderr when it is first
+    imported; the run does not use gym, so the banner only buries the run's own lines.
+    """
+    try:
+        from gym_notices import notices
+    except ImportError:
+        return
+    notices.notices.clear()
