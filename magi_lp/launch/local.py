@@ -188,7 +188,8 @@ def launch(
         them; a node of theirs that is killed, or exits non-zero, is reported in words
         (a non-zero exit makes the exit code 1).
       status: an optional `magi_lp.launch.status.StatusMonitor`-like object with
-        `start(nodes)` and `stop()`, shown while the program runs.
+        `start(nodes)`, `final_sample()` (called as a stop begins) and `stop()`, shown
+        while the program runs.
 
     Returns:
       0 when the program stopped normally (`lp.stop()`, SIGINT / SIGTERM / SIGHUP to the
@@ -249,6 +250,7 @@ def launch(
             report,
             stages=_stage_of(stop_stages),
             saves_at_stop=frozenset(saves_at_stop),
+            before_stop=None if status is None else status.final_sample,
         )
         if status is not None:
             status.start([(n.group, n.index, n.process) for n in nodes])
@@ -528,8 +530,10 @@ class _Supervisor:
         *,
         stages: Callable[[str], int] = lambda group: 0,
         saves_at_stop: frozenset[str] = frozenset(),
+        before_stop: Callable[[], None] | None = None,
     ):
         self._running = list(nodes)
+        self._before_stop = before_stop
         self._total = len(nodes)
         self._signals = signals
         self._notice_secs = notice_secs
@@ -620,6 +624,9 @@ class _Supervisor:
                 self._report(f"node {ended.name} finished ({ended.status})")
 
     def _begin_stop(self, reason: str) -> None:
+        if self._before_stop is not None:
+            with contextlib.suppress(Exception):  # the status view must never block a stop
+                self._before_stop()
         self._stop_started = time.monotonic()
         if not self._running:
             return

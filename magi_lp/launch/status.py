@@ -152,6 +152,7 @@ class StatusMonitor:
         self._last_plain: float | None = None
         self._estimate_said = False
         self._stop = threading.Event()
+        self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._live: Any = None
         self._csv_fields: list[str] = []
@@ -169,12 +170,13 @@ class StatusMonitor:
         self._thread.start()
 
     def stop(self) -> None:
-        """Takes one last sample (its plain line too) and ends the thread and the live view."""
+        """Ends the thread and the live view; the last sample's line stays as the record."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self._period_s + 5)
         if self._live is not None:
             self._live.stop()
+            self._live = None
 
     def _loop(self) -> None:
         while not self._stop.wait(self._period_s):
@@ -182,8 +184,18 @@ class StatusMonitor:
 
     # --- one sample -----------------------------------------------------------------------
 
+    def final_sample(self) -> None:
+        """The numbers as the stop begins (the nodes still answer), shown whatever the period."""
+        with self._lock:
+            self._last_plain = None
+        self.sample()
+
     def sample(self) -> dict[str, Any]:
         """Reads the program and the nodes once; shows and records the result."""
+        with self._lock:
+            return self._sample()
+
+    def _sample(self) -> dict[str, Any]:
         now = self._clock()
         try:
             program = dict(self._probe())
@@ -214,13 +226,14 @@ class StatusMonitor:
         while len(self._history) > 2 and now - self._history[1][0] >= _RATE_WINDOW_S:
             self._history.popleft()
         rates: dict[str, float | None] = {}
-        previous_time, previous = self._history[0]
-        dt = now - previous_time
         for key in ("actor_steps", "learner_steps", "replay_inserts", "replay_samples"):
-            if dt > 0 and key in cumulative and key in previous:
-                rates[key] = (cumulative[key] - previous[key]) / dt
-            else:
-                rates[key] = None
+            # Against the oldest sample in the window that has the number (a counter key
+            # appears only once something was counted).
+            rates[key] = None
+            for then, earlier in self._history:
+                if key in earlier and key in cumulative and now > then:
+                    rates[key] = (cumulative[key] - earlier[key]) / (now - then)
+                    break
         steps = cumulative.get("actor_steps")
         step_rate = rates["actor_steps"]
         eta = None
@@ -248,7 +261,7 @@ class StatusMonitor:
         console.say(
             f"at the measured rate ({_number(row['frames_per_s'])} frames/s, "
             f"{_number(row['updates_per_s'], 2)} learner updates/s) the run reaches "
-            f"max_actor_steps ({_number(float(total_frames))} frames) in about "
+            f"max_actor_steps ({_number(float(total_frames), 0)} frames) in about "
             f"{format_duration(row['eta_s'])}",
             source="status",
             stream=self._stream,

@@ -84,7 +84,8 @@ class ProgramProbe:
             return {}
         if self._replay is None:
             self._replay = self._replay_handle.dereference()
-        tables = self._replay.server_info(timeout=_CALL_TIMEOUT_S).values()
+        # Reverb takes whole seconds here.
+        tables = self._replay.server_info(timeout=int(_CALL_TIMEOUT_S)).values()
         size = inserts = samples = 0
         for table in tables:
             size += table.current_size
