@@ -85,6 +85,10 @@ def test_ctrl_c_saves_the_final_counts_and_a_relaunch_repeats_no_step(tmp_path):
     assert process.wait(timeout=120) == 0, log.read_text()[-4000:]
     output = log.read_text()
     assert "received SIGINT: stopping" in output and "exit code 0" in output, output[-3000:]
+    # Status lines reach a launcher whose output is a file (the first sample, and at the stop).
+    status = [line for line in output.splitlines() if line.startswith("[magi_lp.status")]
+    assert len(status) >= 2 and "frames/s" in status[-1], output[-3000:]
+    assert (workdir / "status.csv").stat().st_size > 0
 
     logged = max(_actor_steps(workdir))
     counts = _saved_counts(workdir)
