@@ -180,15 +180,19 @@ class StatusMonitor:
 
     def _loop(self) -> None:
         while not self._stop.wait(self._period_s):
-            self.sample()
+            with self._lock:
+                if not self._stop.is_set():
+                    self._sample()
 
     # --- one sample -----------------------------------------------------------------------
 
     def final_sample(self) -> None:
-        """The numbers as the stop begins (the nodes still answer), shown whatever the period."""
+        """The numbers as the stop begins (the nodes still answer), shown whatever the period;
+        the last sample: what follows is the stop, which the launcher reports itself."""
+        self._stop.set()
         with self._lock:
             self._last_plain = None
-        self.sample()
+            self._sample()
 
     def sample(self) -> dict[str, Any]:
         """Reads the program and the nodes once; shows and records the result."""
@@ -325,6 +329,7 @@ class StatusMonitor:
             new_file = not self._csv_fields
             if new_file:
                 self._csv_fields = list(cells)
+                self._keep_other_header()
             with open(self._csv_path, "a", newline="") as f:
                 writer = csv.DictWriter(f, fieldnames=self._csv_fields, extrasaction="ignore")
                 if new_file and f.tell() == 0:
@@ -332,3 +337,18 @@ class StatusMonitor:
                 writer.writerow(cells)
         except OSError:
             pass  # a full disk is reported by the nodes that must write; the view goes on
+
+    def _keep_other_header(self) -> None:
+        """An earlier launch with other nodes wrote other columns: keep its file aside."""
+        assert self._csv_path is not None
+        try:
+            with open(self._csv_path, newline="") as f:
+                header = next(csv.reader(f), None)
+        except OSError:
+            return
+        if header is None or header == self._csv_fields:
+            return
+        number = 1
+        while self._csv_path.with_name(f"status.{number}.csv").exists():
+            number += 1
+        self._csv_path.rename(self._csv_path.with_name(f"status.{number}.csv"))

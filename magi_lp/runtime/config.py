@@ -287,15 +287,16 @@ def make_placement_plan(config: ml_collections.ConfigDict, inventory: Any = None
 
 
 # Resident memory of one node after start-up (TensorFlow, JAX, Reverb and dm_control loaded),
-# GiB, rounded up from the status view's RSS column in a tiny DrQ-v2 run on the 2-core CPU
-# machine; a learner's or replay's data come on top.
+# GiB, rounded up from the status view's RSS column (status.csv) of a tiny DrQ-v2 run on the
+# 2-core CPU machine: counter, replay and coordinator 0.53-0.55, actors and evaluator 0.79,
+# a tiny learner 0.83. A learner's networks and the replay's data come on top.
 NODE_RSS_GIB: dict[str, float] = {
-    "replay": 0.5,
-    "counter": 0.3,
+    "replay": 0.6,
+    "counter": 0.6,
     "learner": 1.0,
-    "actor": 0.6,
-    "evaluator": 0.6,
-    "coordinator": 0.3,
+    "actor": 0.8,
+    "evaluator": 0.8,
+    "coordinator": 0.6,
 }
 
 # Groups whose nodes keep a core busy all the time.
