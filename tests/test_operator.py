@@ -152,3 +152,27 @@ def test_inherited_ignored_sigint_is_respected_and_nodes_die_with_a_killed_launc
         time.sleep(0.2)
     process.wait(timeout=30)
     assert not marked_processes(mark)
+
+
+@pytest.mark.timeout(200)
+def test_ctrl_c_while_importing_is_one_line(tmp_path):
+    workdir, tmp = tmp_path / "run", tmp_path / "tmp"
+    tmp.mkdir()
+    mark = uuid.uuid4().hex
+    log = tmp_path / "launch.log"
+    process = _start(workdir, ["--config.max_actor_steps=1000000"], mark=mark, log=log, tmp=tmp)
+    # The entry point imports TensorFlow, Reverb and JAX for several seconds before launching.
+    deadline = time.monotonic() + 60
+    while "isolat" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    os.killpg(process.pid, signal.SIGINT)
+    code = process.wait(timeout=120)
+    output = log.read_text()
+    assert "Traceback" not in output, output[-3000:]
+    if "started " not in output:  # it was still importing: one line, nothing launched
+        assert code == 130, output[-3000:]
+        assert "interrupted before the run started" in output
+    else:
+        assert code == 0, output[-3000:]
+    assert not marked_processes(mark)
