@@ -78,6 +78,8 @@ _KILL_WAIT_SECS = 10.0
 _NODE_ENV_DEFAULTS = {"PYTHONUNBUFFERED": "1"}
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# A repeat of the same signal within this time is an echo, not a second request.
+_ECHO_SECS = 0.2
 _KILL_SIGNALS = (signal.SIGQUIT,)
 # Variables the launcher sets in every node itself.
 _LAUNCHER_VARS = (
@@ -379,6 +381,7 @@ class _StopSignals:
 
     def __init__(self):
         self.received: list[int] = []
+        self._last_at = 0.0
         self._previous: dict[int, Any] = {}
 
     def install(self) -> None:
@@ -391,6 +394,13 @@ class _StopSignals:
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         del frame
+        now = time.monotonic()
+        if self.received and self.received[-1] == signum and now - self._last_at < _ECHO_SECS:
+            # The same signal twice within milliseconds is one stop sent to a whole process
+            # group (`kill -INT -PGID`), reaching this launcher directly and again through
+            # the isolation parent, which forwards what it cannot tell from a terminal's.
+            return
+        self._last_at = now
         self.received.append(signum)
 
     def restore(self) -> None:
