@@ -32,7 +32,9 @@ from ml_collections import config_flags
 
 from magi_lp import console
 from magi_lp.errors import ConfigError
+from magi_lp.launch.node_process import quiet_gym_notice
 from magi_lp.runtime.config import (
+    capacity_warnings,
     check_isolation_allows_logging,
     make_placement_plan,
     validate_experiment_config,
@@ -58,7 +60,15 @@ _RENDER = flags.DEFINE_string(
     "render", None, "With --launcher hosts|slurm|kubernetes: write the generated files here."
 )
 
+_STATUS_EVERY = flags.DEFINE_float(
+    "status_every",
+    30.0,
+    "Seconds between status lines when the output is not a terminal (lp_main only); on a "
+    "terminal the status table refreshes every few seconds.",
+)
+
 MakeExperiment = Callable[..., Any]
+ValidateConfig = Callable[[Any], None]
 
 
 def _make(make_experiment: MakeExperiment, config: Any, workdir: Path) -> Any:
@@ -73,7 +83,13 @@ def _fail(message: str) -> NoReturn:
     sys.exit(2)
 
 
-def _checked_inputs(default_workdir_name: str) -> tuple[Any, Path]:
+def _checked_inputs(
+    default_workdir_name: str, validate_config: ValidateConfig | None
+) -> tuple[Any, Path]:
+    """The config (every key checked, the project's own included) and the workdir path.
+
+    Nothing is created here: a refused run leaves no workdir behind (`_make_workdir`).
+    """
     path = _config_path()
     if not path:
         raise ConfigError("--config is required, e.g. --config configs/reacher_hard.py")
@@ -85,14 +101,57 @@ def _checked_inputs(default_workdir_name: str) -> tuple[Any, Path]:
     except OSError as error:
         cause = error.__cause__ or " ".join(str(error).split())
         raise ConfigError(f"--config {path}: cannot load the config file: {cause}") from None
+    if validate_config is not None:
+        validate_config(config)
     workdir = Path(_WORKDIR.value or Path("runs") / default_workdir_name).absolute()
     if workdir.exists() and not workdir.is_dir():
         raise ConfigError(f"--workdir {workdir} exists and is not a folder; pick another path.")
+    return config, workdir
+
+
+def _make_workdir(workdir: Path) -> None:
     try:
         workdir.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise ConfigError(f"--workdir {workdir} cannot be created ({error.strerror}).") from None
-    return config, workdir
+
+
+def _checked_experiment(make_experiment: MakeExperiment, config: Any, workdir: Path) -> Any:
+    """`make_experiment`, then the builder's own config checks (for projects whose entry point
+    passes no `validate_config`); both before any process starts."""
+    experiment = _make(make_experiment, config, workdir)
+    experiment.builder.validate_config(config)
+    return experiment
+
+
+def _resource_notices(config: Any) -> list[str]:
+    """Settings that the plan accepts but that do nothing, in one line each."""
+    notices = []
+    for group in config.resources:
+        spec = config.resources[group]
+        gpus = spec.get("gpus", "auto")
+        if spec.get("device") == "cpu" and gpus not in ("auto", None, 0, [], ()):
+            notices.append(
+                f"resources.{group}.gpus={gpus!r} is ignored: resources.{group}.device='cpu' "
+                f"(set device='gpu' to use them)"
+            )
+    return notices
+
+
+def _ignored_by_single_process(config: Any, argv: list[str]) -> str | None:
+    """One line about distributed-only settings main.py does not use, when any is set."""
+    ignored = []
+    if int(config.num_actors) != 1:
+        ignored.append(f"num_actors={config.num_actors}")
+    for key in ("resources", "isolation", "colocate_learner_and_replay"):
+        if any(arg.startswith(f"--config.{key}") for arg in argv):
+            ignored.append("resources.*" if key == "resources" else key)
+    if not ignored:
+        return None
+    return (
+        f"main.py runs one actor, the learner and the replay in this process and ignores "
+        f"{', '.join(ignored)}; lp_main.py uses them"
+    )
 
 
 def _config_path() -> str | None:
@@ -114,11 +173,13 @@ def _use_cpu_only_here() -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
-def run_distributed(make_experiment: MakeExperiment) -> int:
+def run_distributed(
+    make_experiment: MakeExperiment, validate_config: ValidateConfig | None = None
+) -> int:
     """Plans, (optionally) isolates, builds and launches the distributed program."""
     name = _config_name()
     config, workdir = _checked_inputs(
-        name if name.endswith("distributed") else f"{name}_distributed"
+        name if name.endswith("distributed") else f"{name}_distributed", validate_config
     )
     if _LAUNCHER.value != "local" or _RENDER.value:
         return _run_on_hosts(make_experiment, config, workdir, name)
@@ -128,10 +189,12 @@ def run_distributed(make_experiment: MakeExperiment) -> int:
 
     logger_factory = LoggerFactory.from_config(str(workdir), config.logging)
     plan = make_placement_plan(config)
+    notices = [f"notice: {n}" for n in (*plan.notices, *_resource_notices(config))]
+    notices += [f"warning: {w}" for w in capacity_warnings(config)]
     if _DRY_RUN.value:
         # The plan is this command's result: it goes to stdout.
-        for notice in plan.notices:
-            print(f"notice: {notice}")
+        for notice in notices:
+            print(notice)
         print(plan.format_table())
         print(f"network isolation: {isolation.describe(config.isolation)}")
         return 0
@@ -139,17 +202,31 @@ def run_distributed(make_experiment: MakeExperiment) -> int:
     code = isolation.run_isolated_if_needed(config.isolation, sys.argv)
     if code is not None:
         return code  # the isolated re-run of this command did the work (and the printing)
-    for notice in plan.notices:
-        console.say(f"notice: {notice}")
+    for notice in notices:
+        console.say(notice)
 
     _use_cpu_only_here()
     from magi_lp.launch.local import launch
     from magi_lp.runtime.program import build_program
 
-    experiment = _make(make_experiment, config, workdir)
+    experiment = _checked_experiment(make_experiment, config, workdir)
+    _make_workdir(workdir)
     program = build_program(experiment, plan, workdir=str(workdir), logger_factory=logger_factory)
+    from magi_lp.runtime.status import make_status_monitor
+
     console.say(f"workdir: {workdir}")
-    return launch(program, plan.envs(), log_dir=workdir / "nodes")
+    return launch(
+        program,
+        plan.envs(),
+        log_dir=workdir / "nodes",
+        # The learner stops after the nodes that feed the counter and before the counter,
+        # so its final checkpoint holds the final counts.
+        stop_stages=[_launch_groups(plan, "learner"), _launch_groups(plan, "counter", "replay")],
+        saves_at_stop=_launch_groups(plan, "learner"),
+        status=make_status_monitor(
+            program, plan, experiment, workdir, plain_every_s=_STATUS_EVERY.value
+        ),
+    )
 
 
 def _run_on_hosts(make_experiment: MakeExperiment, config: Any, workdir: Path, name: str) -> int:
@@ -162,7 +239,8 @@ def _run_on_hosts(make_experiment: MakeExperiment, config: Any, workdir: Path, n
         from magi_lp.runtime.program import build_program
 
         logger_factory = LoggerFactory.from_config(str(workdir), config.logging)
-        experiment = _make(make_experiment, config, workdir)
+        experiment = _checked_experiment(make_experiment, config, workdir)
+        _make_workdir(workdir)
         return build_program(experiment, plan, workdir=str(workdir), logger_factory=logger_factory)
 
     return cluster.run(
@@ -177,19 +255,32 @@ def _run_on_hosts(make_experiment: MakeExperiment, config: Any, workdir: Path, n
     )
 
 
-def run_single_process(make_experiment: MakeExperiment) -> int:
+def _launch_groups(plan: Any, *groups: str) -> set[str]:
+    """The launch groups of node 0 of each of `groups` the plan has (a colocated replay has
+    none of its own)."""
+    planned = {placement.group for placement in plan.groups.values()}
+    return {plan.launch_group(group, 0) for group in groups if group in planned}
+
+
+def run_single_process(
+    make_experiment: MakeExperiment, validate_config: ValidateConfig | None = None
+) -> int:
     """Runs the experiment in this process (debugging, small machines)."""
-    config, workdir = _checked_inputs(_config_name())
+    config, workdir = _checked_inputs(_config_name(), validate_config)
     if _DRY_RUN.value:
         raise ConfigError("--dry_run is for lp_main.py; main.py runs in this one process.")
     if _LAUNCHER.value != "local" or _RENDER.value:
         raise ConfigError("--launcher and --render are for lp_main.py; main.py runs here.")
+    ignored = _ignored_by_single_process(config, sys.argv)
+    if ignored:
+        console.say(f"notice: {ignored}")
     os.environ.setdefault("MUJOCO_GL", "egl")
     from magi_lp.runtime import single_process
     from magi_lp.runtime.loggers import LoggerFactory
 
     logger_factory = LoggerFactory.from_config(str(workdir), config.logging)
-    experiment = _make(make_experiment, config, workdir)
+    experiment = _checked_experiment(make_experiment, config, workdir)
+    _make_workdir(workdir)
     console.say(f"workdir: {workdir}")
     result = single_process.run_single_process(
         experiment, workdir=str(workdir), logger_factory=logger_factory
@@ -262,37 +353,90 @@ def parse_flags(argv: list[str]) -> list[str]:
         if isinstance(cause, ConfigError):  # raised by the config file's get_config
             # ml_collections re-raises it with the traceback as text; keep the last line.
             _fail(str(cause).strip().splitlines()[-1].split("ConfigError: ", 1)[-1])
+        if "Error whilst parsing config file" in str(error):
+            _fail(_get_config_error(str(error)))
         _fail(f"{error}. See --helpfull.")
     except OSError as error:
         reason = error.__cause__ or str(error).splitlines()[-1].strip()
         _fail(f"--config: cannot load the config file: {reason}")
     except SyntaxError as error:
         _fail(f"--config: the config file has a syntax error: {error}")
-    except (KeyError, AttributeError, TypeError, ValueError) as error:
+    except AttributeError as error:
+        if "get_config" in str(error):
+            _fail(
+                f"--config {_config_arg(argv)}: the file defines no get_config(); a config "
+                "file defines get_config() returning an ml_collections.ConfigDict (see configs/)"
+            )
+        _fail(_override_error(argv, error))
+    except (KeyError, TypeError, ValueError) as error:
         _fail(_override_error(argv, error))
 
 
-def _main(runner: Callable[[MakeExperiment], int], make: MakeExperiment) -> None:
+def _config_arg(argv: list[str]) -> str | None:
+    """The value given to --config on the command line."""
+    return next(
+        (argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--config"),
+        next((arg.split("=", 1)[1] for arg in argv if arg.startswith("--config=")), None),
+    )
+
+
+def _get_config_error(message: str) -> str:
+    """One line for an exception a config file's get_config() raised (ml_collections hands
+    it over as the text of its traceback)."""
+    head = message.split(": Error whilst parsing", 1)[0].replace("flag --config=", "--config ")
+    last = next((line.strip() for line in reversed(message.splitlines()) if line.strip()), "")
+    if "get_config() takes 0 positional arguments" in last:
+        spec = head.removeprefix("--config ")
+        return (
+            f"{head}: this config file's get_config() takes no argument, so "
+            f"':{spec.partition(':')[2]}' cannot select anything; use --config "
+            f"{spec.partition(':')[0]}"
+        )
+    return f"{head}: its get_config() raised {last}"
+
+
+def _main(
+    runner: Callable[..., int], make: MakeExperiment, validate_config: ValidateConfig | None
+) -> None:
     def main(argv: list[str]) -> None:
         if not any(arg.startswith(("--verbosity", "-v")) for arg in sys.argv[1:]):
             # Library INFO chatter (orbax, XLA) buries the run's own lines; -v 0 brings it back.
             absl_logging.set_verbosity(absl_logging.WARNING)
         if len(argv) > 1:
             _fail(f"unexpected arguments {argv[1:]}; use --config, --workdir, --config.<key>=...")
+        quiet_gym_notice()
+        # Before a project's checks import dm_control, which would otherwise pick GLFW.
+        os.environ.setdefault("MUJOCO_GL", "egl")
         try:
-            code = runner(make)
+            code = runner(make, validate_config)
         except ConfigError as error:
             _fail(str(error))
+        except KeyboardInterrupt:
+            # Ctrl-C before the launcher took over its signals (while importing or building).
+            console.say("interrupted before the run started; nothing was launched or written")
+            code = 130
         sys.exit(code)
 
     app.run(main, flags_parser=parse_flags)
 
 
-def distributed_main(make_experiment: MakeExperiment) -> None:
-    """Entry point body for `lp_main.py`."""
-    _main(run_distributed, make_experiment)
+def distributed_main(
+    make_experiment: MakeExperiment, validate_config: ValidateConfig | None = None
+) -> None:
+    """Entry point body for `lp_main.py`.
+
+    Args:
+      make_experiment: `config -> Experiment` (or `(config, workdir=...) -> Experiment`).
+      validate_config: the project's checks of its own keys (`config.agent`, `config.env`),
+        run right after the toolkit's, before anything heavy is imported or any process
+        starts; raise `ConfigError` naming the key and the fix. The builder's
+        `validate_config` runs too, once the experiment is made.
+    """
+    _main(run_distributed, make_experiment, validate_config)
 
 
-def single_process_main(make_experiment: MakeExperiment) -> None:
-    """Entry point body for `main.py`."""
-    _main(run_single_process, make_experiment)
+def single_process_main(
+    make_experiment: MakeExperiment, validate_config: ValidateConfig | None = None
+) -> None:
+    """Entry point body for `main.py` (arguments as for `distributed_main`)."""
+    _main(run_single_process, make_experiment, validate_config)

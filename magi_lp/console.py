@@ -37,3 +37,49 @@ def error(text: str, *, stream: TextIO | None = None) -> None:
     out = stream if stream is not None else sys.stderr
     print(f"error: {' '.join(text.split())}", file=out)
     out.flush()
+
+
+class LiveView:
+    """A table redrawn in place on the terminal (rich), for the launcher's status view.
+
+    While it runs, `say` / `error` lines printed to stdout or stderr appear above it.
+    `update` takes `{"title": str, "columns": [str], "rows": [[str]]}`.
+    """
+
+    def __init__(self, refresh_per_second: float = 1.0):
+        self._refresh = refresh_per_second
+        self._live = None
+
+    def start(self) -> None:
+        """Starts drawing (on stderr, where the launcher's lines go)."""
+        from rich.console import Console  # only the launcher on a terminal needs rich
+        from rich.live import Live
+
+        self._live = Live(
+            "",
+            console=Console(file=sys.stderr),
+            refresh_per_second=self._refresh,
+            redirect_stdout=True,
+            redirect_stderr=True,
+            transient=False,
+        )
+        self._live.start()
+
+    def update(self, view: dict) -> None:
+        """Replaces the table with `view`."""
+        from rich.table import Table
+
+        if self._live is None:
+            return
+        table = Table(title=view["title"], title_justify="left", expand=False)
+        for column in view["columns"]:
+            table.add_column(column)
+        for row in view["rows"]:
+            table.add_row(*row)
+        self._live.update(table)
+
+    def stop(self) -> None:
+        """Leaves the last table on screen and stops redrawing."""
+        if self._live is not None:
+            self._live.stop()
+            self._live = None

@@ -127,13 +127,85 @@ def test_latest_of_several_and_restore_a_given_step(tmp_path):
         ckpt.restore(make_state(0), step=20)
 
 
-def test_save_of_an_existing_step_is_skipped(tmp_path):
+def test_save_of_an_existing_step_keeps_the_state_and_updates_only_new_metadata(tmp_path):
+    # A learner that took no step since its last save still saves the final counts.
     ckpt = Checkpointer(tmp_path)
     assert ckpt.save(3, make_state(3), {"v": 1})
-    assert not ckpt.save(3, make_state(4), {"v": 2})
+    assert not ckpt.save(3, make_state(4), {"v": 1})  # nothing new
+    assert ckpt.save(3, make_state(4), {"v": 2})  # new counts, same learner step
+    assert not ckpt.save(2, make_state(2), {"v": 3})  # older steps are never written
     restored, metadata = ckpt.restore(make_state(0))
-    assert metadata == {"v": 1}
+    assert metadata == {"v": 2}
     assert_trees_equal(restored, make_state(3))
+    assert ckpt.all_steps() == [3]
+    assert not [p for p in os.listdir(tmp_path / "3" / "metadata") if ".tmp" in p]
+
+
+@pytest.mark.parametrize("damage", ["metadata", "state"])
+def test_unreadable_newest_checkpoint_falls_back_to_the_one_before(tmp_path, capsys, damage):
+    ckpt = Checkpointer(tmp_path)
+    ckpt.save(1, make_state(1), {"counts": {"actor_steps": 100}})
+    ckpt.save(2, make_state(2), {"counts": {"actor_steps": 200}})
+    if damage == "metadata":
+        (tmp_path / "2" / "metadata" / "metadata").write_text('{"counts": {"actor_st')
+    else:
+        for path in (tmp_path / "2" / "state").rglob("*"):
+            if path.is_file():
+                path.write_bytes(b"\0garbage")
+    step, state, metadata = ckpt.restore_newest_readable(make_state(0))
+    assert step == 1 and metadata == {"counts": {"actor_steps": 100}}
+    assert_trees_equal(state, make_state(1))
+    lines = [line for line in capsys.readouterr().err.splitlines() if "cannot be read" in line]
+    assert len(lines) == 1 and f"{tmp_path}/2 cannot be read" in lines[0], lines
+
+
+def test_no_readable_checkpoint_gives_none_only_when_there_is_none(tmp_path):
+    assert Checkpointer(tmp_path).restore_newest_readable(make_state(0)) is None
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux unshare")
+def test_full_disk_is_one_line_naming_the_folder_and_leaves_no_tmp_folder(tmp_path):
+    # A real full file system: a 400 KiB tmpfs mounted in a private user+mount namespace.
+    mount = tmp_path / "small_disk"
+    mount.mkdir()
+    code = f"""
+        import os, numpy as np
+        from magi_lp.runtime.checkpointing import Checkpointer, CheckpointWriteError
+        ckpt = Checkpointer({str(mount / "ckpt")!r})
+        ckpt.save(1, {{"w": np.zeros(1000, np.float32)}})
+        try:
+            ckpt.save(2, {{"w": np.random.rand(1_000_000).astype(np.float32)}})
+        except CheckpointWriteError as error:
+            print("ERROR", error)
+        print("LEFT", sorted(os.listdir({str(mount / "ckpt")!r})))
+    """
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO)
+    probe = subprocess.run(["unshare", "-Urm", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"no user+mount namespaces here: {probe.stderr.decode().strip()}")
+    result = subprocess.run(
+        [
+            "unshare",
+            "-Urm",
+            "sh",
+            "-c",
+            'mount -t tmpfs -o size=400k tmpfs "$1" && exec "$2" -c "$3"',
+            "sh",
+            str(mount),
+            sys.executable,
+            textwrap.dedent(code),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    error = next(line for line in result.stdout.splitlines() if line.startswith("ERROR"))
+    assert "no space left on device (ENOSPC)" in error and str(mount / "ckpt") in error
+    assert "resumes from checkpoint 1" in error and len(error) < 400, error
+    assert "LEFT ['1']" in result.stdout, result.stdout
 
 
 def test_max_to_keep_deletes_older_steps(tmp_path):

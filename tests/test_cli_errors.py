@@ -30,6 +30,17 @@ SCRIPT = "projects/td3/lp_main.py"
         (["--config", CONFIG, "--workdir", "/etc/hostname"], "--workdir"),
         (["--config", CONFIG, "--no_such_flag"], "no_such_flag"),
         (["--config", "configs/reacher_hard.py:foo"], "'foo' is not a mode"),
+        # The agent's own checks (ISSUE 11: these crashed or misled the learner after start).
+        (["--config", CONFIG, "--config.agent.batch_size=0"], "agent.batch_size must be"),
+        (["--config", CONFIG, "--config.agent.discount=1.5"], "agent.discount must be"),
+        (["--config", CONFIG, "--config.agent.n_step=0"], "agent.n_step must be"),
+        (["--config", CONFIG, "--config.agent.learning_rate=-1"], "agent.learning_rate must"),
+        (["--config", CONFIG, "--config.agent.hidden_sizes=(0,)"], "agent.hidden_sizes must"),
+        (["--config", CONFIG, "--config.env.domain=foo"], "is not a dm_control suite task"),
+        (
+            ["--config", "configs/reacher_hard_distributed.py:distributed"],
+            "get_config() takes no argument",
+        ),
     ],
 )
 def test_bad_input_gets_one_clear_line(args, expected, tmp_path):
@@ -42,8 +53,81 @@ def test_bad_input_gets_one_clear_line(args, expected, tmp_path):
     assert len(lines) == 1, result.stderr
     assert expected in lines[0]
     assert "Traceback" not in result.stderr
-    assert not (tmp_path / "run" / "nodes").exists(), "a process was started"
+    assert not (tmp_path / "run").exists(), "a refused run created its workdir"
     assert not marked_processes(mark)
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ("def make():\n    return 1\n", "defines no get_config()"),
+        ("def get_config():\n    raise ValueError('bad thing')\n", "raised ValueError: bad thing"),
+    ],
+)
+def test_config_file_problems_get_one_line(tmp_path, body, expected):
+    config = tmp_path / "my_config.py"
+    config.write_text(body)
+    result = run_entry_point(SCRIPT, ["--config", str(config)], timeout=60)
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and expected in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("script", "config", "expected"),
+    [
+        ("projects/drq_v2/lp_main.py", "configs/reacher_hard_distributed.py", "hidden_dim"),
+        ("projects/drq_v2/main.py", "configs/reacher_hard.py", "batch_size"),
+    ],
+)
+def test_drq_agent_values_are_refused_by_both_entry_points(tmp_path, script, config, expected):
+    result = run_entry_point(
+        script,
+        ["--config", config, "--workdir", str(tmp_path / "run"), f"--config.agent.{expected}=0"],
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    assert f"error: agent.{expected} must be an integer >= 1, got 0; e.g." in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_dry_run_warns_about_cores_memory_and_ignored_gpus(tmp_path):
+    result = run_entry_point(
+        SCRIPT,
+        [
+            "--config",
+            CONFIG,
+            "--dry_run",
+            "--config.num_actors=64",
+            "--config.resources.actor.gpus=1",
+        ],
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "warning: the busy nodes need 67 threads" in result.stdout
+    assert "resources.actor.gpus=1 is ignored: resources.actor.device='cpu'" in result.stdout
+
+
+def test_main_py_says_which_distributed_settings_it_ignores(tmp_path):
+    result = run_entry_point(
+        "projects/td3/main.py",
+        [
+            "--config",
+            CONFIG,
+            "--workdir",
+            str(tmp_path / "run"),
+            "--config.num_actors=4",
+            "--config.max_actor_steps=50",
+            "--config.agent.min_replay_size=10",
+            "--config.agent.batch_size=8",
+            "--config.num_evaluators=0",
+        ],
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "notice: main.py runs one actor" in result.stderr
+    assert "ignores num_actors=4" in result.stderr
 
 
 def test_dry_run_prints_the_plan_and_spawns_nothing(tmp_path):

@@ -335,3 +335,36 @@ def test_sigint_to_launcher_stops_program_cleanly(tmp_path):
     assert stop_secs < notice_secs, output
     assert elapsed < notice_secs + 15, output
     run.assert_nothing_left(_all_pids(reports))
+
+
+def test_earlier_node_logs_are_kept_with_a_launch_number(tmp_path):
+    from magi_lp.launch.local import _keep_earlier_logs
+
+    assert _keep_earlier_logs(tmp_path) is None
+    (tmp_path / "learner").mkdir()
+    (tmp_path / "learner" / "0").write_text("first launch")
+    assert _keep_earlier_logs(tmp_path) == 1
+    (tmp_path / "learner" / "0").write_text("second launch")
+    assert _keep_earlier_logs(tmp_path) == 2
+    assert (tmp_path / "learner" / "0.1").read_text() == "first launch"
+    assert (tmp_path / "learner" / "0.2").read_text() == "second launch"
+    assert not (tmp_path / "learner" / "0").exists()
+
+
+def test_run_folders_of_dead_launchers_are_swept_and_others_left(tmp_path):
+    import subprocess
+    import sys
+
+    from magi_lp.launch.local import _sweep_stale_run_folders
+
+    dead = subprocess.Popen([sys.executable, "-c", ""])
+    dead.wait()
+    for name, owner in (("magi_lp_launch_dead", dead.pid), ("magi_lp_launch_live", os.getppid())):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "launcher.pid").write_text(str(owner))
+    (tmp_path / "magi_lp_launch_foreign").mkdir()  # no owner file: not one of ours
+    _sweep_stale_run_folders(str(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "magi_lp_launch_foreign",
+        "magi_lp_launch_live",
+    ]

@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import textwrap
-import types
+from pathlib import Path
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -300,8 +300,14 @@ def test_factory_from_config_refuses_unknown_and_bad_keys(tmp_path):
         LoggerFactory(workdir=str(tmp_path), time_delta=-1)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("wandb") is not None, reason="wandb is installed")
-def test_wandb_on_but_missing_is_a_config_error(tmp_path):
+def test_wandb_on_but_missing_is_a_config_error(tmp_path, monkeypatch):
+    # wandb is pinned in requirements.txt: make it look uninstalled.
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        loggers.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "wandb" else real_find_spec(name, *a),
+    )
     with pytest.raises(ConfigError, match=r"logging\.wandb.*pip install wandb"):
         LoggerFactory(workdir=str(tmp_path), wandb=True)
     with pytest.raises(ConfigError, match=r"logging\.wandb.*pip install wandb"):
@@ -309,68 +315,37 @@ def test_wandb_on_but_missing_is_a_config_error(tmp_path):
     assert "wandb" not in sys.modules  # Nothing imported it while it was off.
 
 
-class FakeRun:
-    def __init__(self, calls):
-        self.calls = calls
-
-    def define_metric(self, name, step_metric=None):
-        self.calls.append(("define_metric", name, step_metric))
-
-    def log(self, row):
-        self.calls.append(("log", row))
-
-
-def install_fake_wandb(monkeypatch):
-    calls = []
-    fake = types.ModuleType("wandb")
-    fake.run = None
-
-    def init(**kwargs):
-        calls.append(("init", kwargs))
-        fake.run = FakeRun(calls)
-        return fake.run
-
-    fake.init = init
-    monkeypatch.setitem(sys.modules, "wandb", fake)
-    real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(
-        loggers.importlib.util,
-        "find_spec",
-        lambda name, *a: object() if name == "wandb" else real_find_spec(name, *a),
-    )
-    return fake, calls
+_WANDB_WRITER = """
+import sys
+from magi_lp.runtime.loggers import make_logger
+workdir, value = sys.argv[1], float(sys.argv[2])
+learner = make_logger("learner", workdir, csv=False, tensorboard=False, terminal=False,
+                      time_delta=0, wandb=True, wandb_project="magi", steps_key="learner_steps")
+learner.write({"learner_steps": value, "critic_loss": value / 10})
+# A second label in the same process shares the run.
+make_logger("evaluator", workdir, csv=False, tensorboard=False, terminal=False,
+            wandb=True).write({"episode_return": 7.0})
+learner.close()
+"""
 
 
-def test_wandb_logger_prefixes_keys_and_resumes_its_run(tmp_path, monkeypatch):
-    fake, calls = install_fake_wandb(monkeypatch)
-    logger = make_logger(
-        "learner",
-        tmp_path,
-        csv=False,
-        tensorboard=False,
-        terminal=False,
-        time_delta=0,
-        wandb=True,
-        wandb_project="magi",
-        steps_key="learner_steps",
-    )
-    logger.write({"learner_steps": 5, "loss": jnp.asarray(0.5), "arr": np.ones(3)})
-    # A second label in the same process shares the run.
-    make_logger(
-        "evaluator", tmp_path, csv=False, tensorboard=False, terminal=False, wandb=True
-    ).write({"episode_return": 7.0})
-
-    init = [c for c in calls if c[0] == "init"]
-    assert len(init) == 1
-    kwargs = init[0][1]
-    assert kwargs["project"] == "magi" and kwargs["name"] == "learner"
-    assert kwargs["group"] == os.path.basename(str(tmp_path)) and kwargs["resume"] == "allow"
-    assert ("define_metric", "learner/*", "learner/learner_steps") in calls
-    assert ("log", {"learner/learner_steps": 5, "learner/loss": 0.5}) in calls
-    assert ("log", {"evaluator/episode_return": 7.0}) in calls
-
-    # A relaunched process resumes the same run id.
-    fake.run = None
-    make_logger("learner", tmp_path, csv=False, tensorboard=False, terminal=False, wandb=True)
-    ids = [c[1]["id"] for c in calls if c[0] == "init"]
-    assert len(ids) == 2 and ids[0] == ids[1]
+@pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="wandb not installed")
+def test_real_wandb_offline_writes_in_the_workdir_and_a_relaunch_resumes_the_run(tmp_path):
+    # The real package in its offline mode: no network, every file under <workdir>/wandb.
+    env = dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true", PYTHONPATH=str(REPO))
+    env.pop("WANDB_API_KEY", None)
+    for value in ("1", "2"):
+        subprocess.run(
+            [sys.executable, "-c", _WANDB_WRITER, str(tmp_path), value],
+            env=env,
+            check=True,
+            timeout=120,
+            cwd=tmp_path,
+        )
+    run_id = (tmp_path / "wandb" / "learner.run_id").read_text().strip()
+    runs = sorted((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 2 and all(run.name.endswith(run_id) for run in runs), runs
+    for run in runs:
+        data = (run / f"run-{run_id}.wandb").read_bytes()
+        assert b"learner/critic_loss" in data and b"evaluator/episode_return" in data
+    assert not list(Path(tmp_path).glob("*.wandb")), "wandb wrote outside <workdir>/wandb"

@@ -481,7 +481,7 @@ def test_gpu_nodes_use_the_pinned_ptxas_when_its_wheel_is_installed():
     )
     flags = plan.groups["learner"].env["XLA_FLAGS"].split()
     assert flags[0] == "--xla_gpu_cuda_data_dir=/venv/nvidia/cuda_nvcc"
-    threads = ["--xla_cpu_multi_thread_eigen=false", "intra_op_parallelism_threads=1"]
+    threads = ["--xla_cpu_multi_thread_eigen=false"]
     assert flags[1:] == [*threads, "--xla_foo=1"]
     assert plan.groups["evaluator"].env["XLA_FLAGS"] == "--mine"  # the user's env wins
     assert plan.groups["actor"].env["XLA_FLAGS"] == ""  # CPU nodes compile no PTX

@@ -239,7 +239,7 @@ class ProgramWiringTest(absltest.TestCase):
         assert counts.get("evaluator_episodes", 0) >= 1
         (policy,) = learner.get_variables(["policy"])
         assert policy  # the TD3 actor's parameters, served over Courier
-        coordinator.finish()  # what the coordinator does at the limit: a final checkpoint
+        learner.save()  # what the learner does at stop, through its Courier handle
         checkpoints = Checkpointer(checkpoint_dir(workdir))
         assert checkpoints.latest_step() >= 1
         _, metadata = checkpoints.restore()

@@ -16,7 +16,14 @@ node processes until the program ends and returns an exit code:
 
 Every node gets MAGI_LP_LAUNCH_ID in its environment; once the nodes are gone, every process
 still carrying this launch's id is SIGKILLed, so nothing the program started outlives it.
-Launchpad's job files go to a private temporary folder that is removed at the end.
+Each node runs in its own session (the terminal's Ctrl-C reaches only the launcher, which
+stops the nodes in order) and dies with the launcher (`magi_lp.launch.node_process`).
+Launchpad's job files and every node's TMPDIR live in a private temporary folder that is
+removed at the end (and, after a launcher was SIGKILLed, by the next launch).
+
+Stopping happens in stages (`stop_stages`): e.g. actors, evaluators and the coordinator
+first, then the learner (whose final checkpoint then reads the final step counts from a
+counter that is still up), then the counter and the replay.
 
 `launch()` must run in the main thread (it handles signals, as `lp.launch` does) and the
 node classes must be importable by the children (Launchpad pickles functions from
@@ -41,18 +48,21 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+import cloudpickle
 import launchpad as lp
+import psutil
 from absl import flags
+from launchpad.launch import worker_manager
 from launchpad.launch.run_locally import launch_local_output_to_files
 from launchpad.nodes.python.local_multi_processing import PythonProcess
 
 from magi_lp import console
 from magi_lp.errors import ConfigError
-from magi_lp.launch import processes
+from magi_lp.launch import node_process, processes
 
 LAUNCH_ID_VAR = "MAGI_LP_LAUNCH_ID"
 """Environment variable that marks every process started for one `launch()` call."""
@@ -68,7 +78,17 @@ _KILL_WAIT_SECS = 10.0
 _NODE_ENV_DEFAULTS = {"PYTHONUNBUFFERED": "1"}
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# A repeat of the same signal within this time is an echo, not a second request.
+_ECHO_SECS = 0.2
 _KILL_SIGNALS = (signal.SIGQUIT,)
+# Variables the launcher sets in every node itself.
+_LAUNCHER_VARS = (
+    LAUNCH_ID_VAR,
+    node_process.LAUNCHER_PID_VAR,
+    node_process.RUN_TMP_VAR,
+)
+_RUN_TMP_PREFIX = "magi_lp_launch_"
+_OWNER_FILE = "launcher.pid"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,6 +166,9 @@ def launch(
     log_dir: str | os.PathLike,
     termination_notice_secs: float = 10,
     report_stream: TextIO | None = None,
+    stop_stages: Sequence[Collection[str]] = (),
+    saves_at_stop: Collection[str] = (),
+    status: Any = None,
 ) -> int:
     """Runs `program` as local processes until it ends; returns the exit code.
 
@@ -159,6 +182,16 @@ def launch(
       termination_notice_secs: how long nodes get between SIGTERM and SIGKILL when
         the program is being stopped.
       report_stream: where the launcher's own lines go (default: stderr).
+      stop_stages: the order in which groups are stopped: stage k's nodes get SIGTERM once
+        every node of the stages before it has ended (each stage gets
+        `termination_notice_secs` before SIGKILL). Groups named in no stage stop first.
+      saves_at_stop: groups whose nodes write something at stop (the learner's final
+        checkpoint). A second stop signal kills the stages before theirs and waits for
+        them; a node of theirs that is killed, or exits non-zero, is reported in words
+        (a non-zero exit makes the exit code 1).
+      status: an optional `magi_lp.launch.status.StatusMonitor`-like object with
+        `start(nodes)`, `final_sample()` (called as a stop begins) and `stop()`, shown
+        while the program runs.
 
     Returns:
       0 when the program stopped normally (`lp.stop()`, SIGINT / SIGTERM / SIGHUP to the
@@ -180,31 +213,96 @@ def launch(
             "SIGTERM for the program (and lp.launch installs signal handlers)."
         )
     report = functools.partial(console.say, source="launcher", stream=report_stream)
+    _sweep_stale_run_folders(tempfile.gettempdir())
+    kept = _keep_earlier_logs(log_path)
+    if kept:
+        report(f"logs of the earlier launch kept as {log_path}/<group>/<index>.{kept}")
 
     launch_id = uuid.uuid4().hex
+    run_tmp = tempfile.mkdtemp(prefix=_RUN_TMP_PREFIX)
+    Path(run_tmp, _OWNER_FILE).write_text(str(os.getpid()))
     node_envs = {
-        group: {**_NODE_ENV_DEFAULTS, **env, LAUNCH_ID_VAR: launch_id}
+        group: {
+            **_NODE_ENV_DEFAULTS,
+            "TMPDIR": run_tmp,
+            **env,
+            LAUNCH_ID_VAR: launch_id,
+            node_process.LAUNCHER_PID_VAR: str(os.getpid()),
+            node_process.RUN_TMP_VAR: run_tmp,
+        }
         for group, env in group_envs.items()
     }
-    job_dir = tempfile.mkdtemp(prefix="magi_lp_launch_")
+    init_file = Path(run_tmp, "node_init.pkl")
+    init_file.write_bytes(cloudpickle.dumps(node_process.enter_node))
     signals = _StopSignals()
     signals.install()
+    supervisor = None
     try:
-        manager = _start_nodes(program, node_envs, log_path, job_dir, signals)
+        manager = _start_nodes(program, node_envs, log_path, run_tmp, init_file, signals)
         nodes = _node_processes(manager, log_path)
         report(
             f"started {len(nodes)} nodes ({_count_by_group(nodes)}); "
             f"logs in {log_path}/<group>/<index>"
         )
-        return _Supervisor(nodes, signals, notice_secs, launch_id, report).run()
+        supervisor = _Supervisor(
+            nodes,
+            signals,
+            notice_secs,
+            launch_id,
+            report,
+            stages=_stage_of(stop_stages),
+            saves_at_stop=frozenset(saves_at_stop),
+            before_stop=None if status is None else status.final_sample,
+        )
+        if status is not None:
+            status.start([(n.group, n.index, n.process) for n in nodes])
+        return supervisor.run()
     finally:
+        if status is not None:
+            status.stop()
         # Normally nothing is left here; after an error anywhere above this is the
         # cleanup of whatever was already spawned.
         strays = processes.kill_marked(LAUNCH_ID_VAR, launch_id, wait_s=_KILL_WAIT_SECS)
         if strays:
             report(f"killed {len(strays)} leftover processes: {', '.join(strays)}")
-        shutil.rmtree(job_dir, ignore_errors=True)
+        shutil.rmtree(run_tmp, ignore_errors=True)
         signals.restore()
+
+
+def _stage_of(stop_stages: Sequence[Collection[str]]) -> Callable[[str], int]:
+    """Group label -> stop stage: groups named in no stage stop first (stage 0)."""
+    where = {}
+    for number, groups in enumerate(stop_stages, start=1):
+        for group in groups:
+            where.setdefault(group, number)
+    return lambda group: where.get(group, 0)
+
+
+def _keep_earlier_logs(log_dir: Path) -> int | None:
+    """Renames the node logs of an earlier launch `<index>` -> `<index>.<n>`; returns n."""
+    current = [p for p in log_dir.glob("*/*") if p.is_file() and p.name.isdigit()]
+    if not current:
+        return None
+    numbers = [
+        int(suffix)
+        for p in log_dir.glob("*/*.*")
+        if (suffix := p.name.rpartition(".")[2]).isdigit()
+    ]
+    launch_number = max(numbers, default=0) + 1
+    for path in current:
+        path.rename(path.with_name(f"{path.name}.{launch_number}"))
+    return launch_number
+
+
+def _sweep_stale_run_folders(temp_dir: str) -> None:
+    """Removes run temp folders whose launcher is gone (one that was SIGKILLed)."""
+    for folder in Path(temp_dir).glob(f"{_RUN_TMP_PREFIX}*"):
+        try:
+            owner = int(Path(folder, _OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue  # not ours, or still being set up
+        if not psutil.pid_exists(owner) or owner == os.getpid():
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _validated_envs(
@@ -235,7 +333,7 @@ def _validated_envs(
                     f"envs[{group!r}] has an invalid variable name {name!r}: it must be a "
                     f"non-empty string without '=' or NUL."
                 )
-            if name == LAUNCH_ID_VAR:
+            if name in _LAUNCHER_VARS:
                 raise ConfigError(
                     f"envs[{group!r}][{name!r}]: this variable is set by the launcher "
                     f"itself; remove it."
@@ -283,6 +381,7 @@ class _StopSignals:
 
     def __init__(self):
         self.received: list[int] = []
+        self._last_at = 0.0
         self._previous: dict[int, Any] = {}
 
     def install(self) -> None:
@@ -295,6 +394,13 @@ class _StopSignals:
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         del frame
+        now = time.monotonic()
+        if self.received and self.received[-1] == signum and now - self._last_at < _ECHO_SECS:
+            # The same signal twice within milliseconds is one stop sent to a whole process
+            # group (`kill -INT -PGID`), reaching this launcher directly and again through
+            # the isolation parent, which forwards what it cannot tell from a terminal's.
+            return
+        self._last_at = now
         self.received.append(signum)
 
     def restore(self) -> None:
@@ -308,15 +414,29 @@ def _start_nodes(
     node_envs: Mapping[str, Mapping[str, str]],
     log_dir: Path,
     job_dir: str,
+    init_file: Path,
     signals: _StopSignals,
 ) -> Any:
-    """Runs `lp.launch` with our log and job folders; returns its WorkerManager."""
-    if not hasattr(launch_local_output_to_files, "_LOGGING_DIR"):
-        raise RuntimeError(
-            "launchpad's launch_local_output_to_files no longer has _LOGGING_DIR; "
-            "magi_lp.launch.local supports Launchpad 0.5.0 as pinned in requirements.txt."
-        )
-    resources = {group: PythonProcess(env=dict(env)) for group, env in node_envs.items()}
+    """Runs `lp.launch` with our log and job folders; returns its WorkerManager.
+
+    Every node runs `init_file` (Launchpad's `--init_file`) first, and starts in a session
+    of its own, so the terminal's Ctrl-C (sent to the foreground process group) reaches
+    only the launcher, which stops the nodes in order; a node can neither be interrupted
+    mid-stop nor re-arm an inherited-ignored SIGINT into a crash.
+    """
+    for owner, name in (
+        (launch_local_output_to_files, "_LOGGING_DIR"),
+        (worker_manager.WorkerManager, "process_worker"),
+    ):
+        if not hasattr(owner, name):
+            raise RuntimeError(
+                f"launchpad's {owner.__name__} no longer has {name}; magi_lp.launch.local "
+                "supports Launchpad 0.5.0 as pinned in requirements.txt."
+            )
+    resources = {
+        group: PythonProcess(env=dict(env), args={"init_file": str(init_file)})
+        for group, env in node_envs.items()
+    }
     flag_values = flags.FLAGS
     if not flag_values.is_parsed():
         # lp.launch would do the same; we need the flags readable before it.
@@ -328,6 +448,12 @@ def _start_nodes(
     flag_values.lp_worker_manager_registers_signals = False
     launch_local_output_to_files._LOGGING_DIR = str(log_dir)
     tempfile.tempdir = job_dir
+    process_worker = worker_manager.WorkerManager.process_worker
+
+    def process_worker_in_own_session(self, name, command, env=None, **kwargs):
+        return process_worker(self, name, command, env=env, start_new_session=True, **kwargs)
+
+    worker_manager.WorkerManager.process_worker = process_worker_in_own_session
     try:
         # Launchpad prints where logs go and suggests LAUNCHPAD_LOGGING_DIR, which does
         # not apply here; launch() reports the log folder itself.
@@ -339,6 +465,7 @@ def _start_nodes(
                 terminal="output_to_files",
             )
     finally:
+        worker_manager.WorkerManager.process_worker = process_worker
         flag_values.lp_worker_manager_registers_signals = saved_registers
         launch_local_output_to_files._LOGGING_DIR = saved_log_dir
         tempfile.tempdir = saved_tempdir
@@ -395,7 +522,13 @@ def _count_by_group(nodes: list[_Node]) -> str:
 
 
 class _Supervisor:
-    """Watches the node processes; stops the program on a crash or a stop signal."""
+    """Watches the node processes; stops the program, stage by stage, on a crash or a signal.
+
+    A stop SIGTERMs the running nodes of the first stage that has any, waits until they
+    ended (SIGKILL after the notice), then goes on with the next stage. A second stop
+    signal kills every stage before the first one that `saves_at_stop` (and waits for that
+    one as usual); one more, or SIGQUIT, kills everything left.
+    """
 
     def __init__(
         self,
@@ -404,30 +537,42 @@ class _Supervisor:
         notice_secs: float,
         launch_id: str,
         report: Callable[[str], None],
+        *,
+        stages: Callable[[str], int] = lambda group: 0,
+        saves_at_stop: frozenset[str] = frozenset(),
+        before_stop: Callable[[], None] | None = None,
     ):
         self._running = list(nodes)
+        self._before_stop = before_stop
         self._total = len(nodes)
         self._signals = signals
         self._notice_secs = notice_secs
         self._launch_id = launch_id
         self._report = report
+        self._stage_of = stages
+        self._saves_at_stop = saves_at_stop
         self._failure: NodeExit | None = None
+        self._failed_while_stopping: list[NodeExit] = []
+        self._unsaved: list[NodeExit] = []
         self._stop_started: float | None = None
-        self._signals_at_stop = 0
+        self._signals_handled = 0
+        self._stage: int | None = None
+        self._stage_started = 0.0
         self._kill_sent: float | None = None
+        self._kill_all = False
 
     def run(self) -> int:
         while self._running:
             self._reap()
             if not self._running:
                 break
-            if self._stop_started is None and self._signals.received:
-                name = signal.Signals(self._signals.received[0]).name
-                self._begin_stop(f"received {name}")
+            new_signals = self._signals.received[self._signals_handled :]
+            self._signals_handled = len(self._signals.received)
+            for sig in new_signals:
+                self._on_signal(sig)
             if self._stop_started is not None:
-                if self._kill_sent is None and self._kill_due():
-                    self._kill_running()
-                elif (
+                self._advance_stop()
+                if (
                     self._kill_sent is not None
                     and time.monotonic() - self._kill_sent > _KILL_WAIT_SECS
                 ):
@@ -439,6 +584,34 @@ class _Supervisor:
             time.sleep(_POLL_SECS)
         return self._finish()
 
+    def _on_signal(self, sig: int) -> None:
+        name = signal.Signals(sig).name
+        if sig in _KILL_SIGNALS:
+            self._report(f"received {name}: killing the remaining nodes now")
+            self._kill(self._running, everything=True)
+        elif self._stop_started is None:
+            self._begin_stop(f"received {name}")
+        elif sig == signal.SIGINT:
+            self._hurry()
+
+    def _hurry(self) -> None:
+        """A second (or later) Ctrl-C: skip the waiting, except for a node's final save."""
+        savers = [n for n in self._running if n.group in self._saves_at_stop]
+        if self._kill_all or not savers:
+            self._report("asked again to stop: killing the remaining nodes now")
+            self._kill(self._running, everything=True)
+            return
+        save_stage = min(self._stage_of(n.group) for n in savers)
+        early = [n for n in self._running if self._stage_of(n.group) < save_stage]
+        self._kill_all = True
+        names = ", ".join(n.name for n in savers)
+        self._report(
+            f"asked again to stop: killing the nodes that do not save; waiting up to "
+            f"{self._notice_secs:g} s for {names} to write its final checkpoint "
+            "(Ctrl-C once more kills it without saving)"
+        )
+        self._kill(early, everything=False)
+
     def _reap(self) -> None:
         for node in list(self._running):
             returncode = node.process.poll()
@@ -447,6 +620,11 @@ class _Supervisor:
             self._running.remove(node)
             ended = node.ended(returncode)
             if self._stop_started is not None:
+                if returncode > 0:
+                    self._failed_while_stopping.append(ended)
+                    self._report(format_exit_report(ended).replace(" died:", " failed at stop:"))
+                elif returncode < 0 and node.group in self._saves_at_stop:
+                    self._unsaved.append(ended)
                 continue
             if returncode != 0:
                 self._failure = ended
@@ -456,39 +634,55 @@ class _Supervisor:
                 self._report(f"node {ended.name} finished ({ended.status})")
 
     def _begin_stop(self, reason: str) -> None:
+        if self._before_stop is not None:
+            with contextlib.suppress(Exception):  # the status view must never block a stop
+                self._before_stop()
         self._stop_started = time.monotonic()
-        self._signals_at_stop = len(self._signals.received)
         if not self._running:
             return
+        order = sorted({self._stage_of(n.group) for n in self._running})
+        staged = len(order) > 1
         self._report(
             f"{reason}: stopping {len(self._running)} nodes "
-            f"(SIGTERM now, SIGKILL after {self._notice_secs:g} s)"
+            + (
+                f"in {len(order)} stages (each: SIGTERM, SIGKILL after {self._notice_secs:g} s)"
+                if staged
+                else f"(SIGTERM now, SIGKILL after {self._notice_secs:g} s)"
+            )
         )
-        for node in self._running:
-            with contextlib.suppress(ProcessLookupError):
-                node.process.send_signal(signal.SIGTERM)
+        self._next_stage()
 
-    def _kill_due(self) -> bool:
-        assert self._stop_started is not None
-        if time.monotonic() - self._stop_started >= self._notice_secs:
+    def _next_stage(self) -> None:
+        stages = [self._stage_of(n.group) for n in self._running]
+        if not stages:
+            return
+        self._stage = min(stages)
+        self._stage_started = time.monotonic()
+        for node in self._running:
+            if self._stage_of(node.group) == self._stage:
+                with contextlib.suppress(ProcessLookupError):
+                    node.process.send_signal(signal.SIGTERM)
+
+    def _advance_stop(self) -> None:
+        in_stage = [n for n in self._running if self._stage_of(n.group) == self._stage]
+        if not in_stage:
+            self._next_stage()
+            return
+        if self._kill_sent is None and time.monotonic() - self._stage_started >= (
+            self._notice_secs
+        ):
             self._report(
                 f"nodes still running after {self._notice_secs:g} s: "
-                f"{', '.join(n.name for n in self._running)}; killing them"
+                f"{', '.join(n.name for n in in_stage)}; killing them"
             )
-            return True
-        late = self._signals.received[self._signals_at_stop :]
-        if any(sig in (signal.SIGINT, *_KILL_SIGNALS) for sig in late):
-            self._report("asked again to stop: killing the remaining nodes now")
-            return True
-        if any(sig in _KILL_SIGNALS for sig in self._signals.received):
-            self._report("received SIGQUIT: killing the remaining nodes now")
-            return True
-        return False
+            self._kill(in_stage, everything=False)
 
-    def _kill_running(self) -> None:
-        self._kill_sent = time.monotonic()
-        for node in self._running:
+    def _kill(self, nodes: list[_Node], *, everything: bool) -> None:
+        for node in nodes:
             _kill_tree(node.process)
+        if not everything:
+            return
+        self._kill_sent = time.monotonic()
         # Grandchildren whose node already exited are no longer in any node's tree. The
         # nodes themselves are left to poll(), which keeps their real exit status.
         node_pids = {node.process.pid for node in self._running}
@@ -513,8 +707,19 @@ class _Supervisor:
                 f"killed {len(strays)} processes that nodes had started and left running: "
                 f"{', '.join(strays)}"
             )
-        code = 0 if self._failure is None else 1
-        cause = "" if self._failure is None else f" (node {self._failure.name} died)"
+        for node in self._unsaved:
+            self._report(
+                f"node {node.name} was {node.status} before it finished its final save: "
+                "what it had not saved is lost; a relaunch resumes from its last checkpoint"
+            )
+        code = 0 if self._failure is None and not self._failed_while_stopping else 1
+        if self._failure is not None:
+            cause = f" (node {self._failure.name} died)"
+        elif self._failed_while_stopping:
+            names = ", ".join(n.name for n in self._failed_while_stopping)
+            cause = f" ({names} failed while stopping; see above)"
+        else:
+            cause = ""
         self._report(f"all {self._total} nodes ended{elapsed}; exit code {code}{cause}")
         return code
 

@@ -246,3 +246,40 @@ def pick_identical(
             "GPUs, or list ids of one model"
         )
     return chosen
+
+
+def gpu_memory_by_pid(nvml: Any = None) -> dict[int, float]:
+    """GPU memory each process holds, in MiB summed over GPUs (empty without NVML).
+
+    Reads compute and graphics processes of every GPU; for the launcher's status view.
+    """
+    if nvml is None:
+        try:
+            import pynvml as nvml  # lazily: only a machine with a GPU pays for it
+        except ImportError:
+            return {}
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError:
+        return {}
+    used: dict[int, float] = {}
+    try:
+        for index in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            for query in (
+                nvml.nvmlDeviceGetComputeRunningProcesses,
+                nvml.nvmlDeviceGetGraphicsRunningProcesses,
+            ):
+                try:
+                    processes = query(handle)
+                except nvml.NVMLError:
+                    continue
+                for process in processes:
+                    memory = process.usedGpuMemory or 0  # None where the driver hides it
+                    used[process.pid] = used.get(process.pid, 0.0) + memory / 2**20
+    except nvml.NVMLError:
+        pass
+    finally:
+        with contextlib.suppress(nvml.NVMLError):
+            nvml.nvmlShutdown()
+    return used

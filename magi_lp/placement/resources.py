@@ -290,11 +290,12 @@ def _thread_flags(cpu_threads: int | None) -> list[str]:
     XLA's CPU backend sizes its Eigen pool from the CPUs the process may run on and has no
     flag for "N threads"; the only switch is single-threaded Eigen. So cpu_threads=1 maps
     to the usual recipe, and N > 1 leaves XLA alone (pin the process with taskset to cap
-    it). `intra_op_parallelism_threads=1` is the other half of the recipe JAX users
-    share; XLA ignores tokens without "--", so it documents intent and does no harm.
+    it). Only "--" flags belong here: XLA stops parsing XLA_FLAGS at the first token
+    without "--" (the often-shared `intra_op_parallelism_threads=1` is such a token), so
+    every flag after it, the user's `xla_flags` included, would be silently dropped.
     """
     if cpu_threads == 1:
-        return ["--xla_cpu_multi_thread_eigen=false", "intra_op_parallelism_threads=1"]
+        return ["--xla_cpu_multi_thread_eigen=false"]
     return []
 
 

@@ -15,9 +15,19 @@ from typing import Any
 
 from absl import logging
 
+from magi_lp import console
 from magi_lp.agent.learner import Learner
 from magi_lp.agent.variable_client import call_in_background
-from magi_lp.runtime.checkpointing import Checkpointer, PeriodicCheckpointer, Snapshot
+from magi_lp.runtime.checkpointing import (
+    Checkpointer,
+    CheckpointWriteError,
+    PeriodicCheckpointer,
+    Snapshot,
+)
+
+
+class CheckpointReadError(RuntimeError):
+    """Checkpoints exist but none of them can be read; the message says what to do."""
 
 
 class LearnerRunner:
@@ -53,10 +63,17 @@ class LearnerRunner:
         self._save_lock = threading.Lock()
         self.restored_step: int | None = None
         self.restored_counts: dict[str, Any] = {}
+        restored = None
         if checkpointer is not None and checkpointer.latest_step() is not None:
-            state, metadata = checkpointer.restore(target_like=learner.save())
+            restored = checkpointer.restore_newest_readable(target_like=learner.save())
+            if restored is None:
+                raise CheckpointReadError(
+                    f"no checkpoint in {checkpointer.directory} can be read (each one is named "
+                    "above); move that folder away to start this workdir's learner afresh"
+                )
+        if restored is not None:
+            self.restored_step, state, metadata = restored
             learner.restore(state)
-            self.restored_step = checkpointer.latest_step()
             self.restored_counts = dict((metadata or {}).get("counts", {}))
             if restore_counts is not None and self.restored_counts:
                 restore_counts(self.restored_counts)
@@ -97,10 +114,19 @@ class LearnerRunner:
         self._steps += 1
         if self._periodic is not None:
             with self._save_lock:
-                self._periodic.maybe_save()
+                try:
+                    self._periodic.maybe_save()
+                except CheckpointWriteError as error:
+                    # Training goes on (the disk may free up); the save at stop tries again
+                    # and, if it fails too, makes the run fail.
+                    console.say(f"periodic {error}", source="checkpoint")
 
     def save(self) -> None:
-        """Saves a checkpoint now (also called at stop)."""
+        """Saves a checkpoint now (also called at stop).
+
+        Raises:
+          CheckpointWriteError: the checkpoint could not be written (one line saying why).
+        """
         if self._periodic is not None:
             with self._save_lock:
                 self._periodic.save_now()

@@ -21,17 +21,21 @@ from absl import logging
 from acme import specs
 from acme.utils import counting
 
+from magi_lp import console
 from magi_lp.agent.actor import GenericActor
 from magi_lp.agent.builder import POLICY_VARIABLES
 from magi_lp.agent.variable_client import VariableClient
 from magi_lp.runtime import seeding
 from magi_lp.runtime.acting_loop import ActingLoop
-from magi_lp.runtime.checkpointing import Checkpointer
+from magi_lp.runtime.checkpointing import Checkpointer, CheckpointWriteError
 from magi_lp.runtime.experiment import Experiment
 from magi_lp.runtime.learner_runner import LearnerRunner
 from magi_lp.runtime.node_setup import prepare_node_process
 
 StopFn = Callable[[], bool]
+
+FINAL_SAVE_FAILED = 3
+"""Exit code of a learner process whose final checkpoint could not be written."""
 
 
 def checkpoint_dir(workdir: str | Path) -> Path:
@@ -153,10 +157,19 @@ class LearnerNode:
         return self._runner.steps
 
     def run(self) -> None:
-        """Steps until the program stops (Launchpad calls this after serving starts)."""
+        """Steps until the program stops (Launchpad calls this after serving starts).
+
+        The launcher stops the learner after the actors and before the counter, so the final
+        checkpoint holds the final counts. A final save that fails ends the process with
+        `FINAL_SAVE_FAILED` and one line saying why, which the launcher reports.
+        """
         import launchpad as lp
 
-        self._runner.run(lambda: lp.wait_for_stop(0))
+        try:
+            self._runner.run(lambda: lp.wait_for_stop(0))
+        except CheckpointWriteError as error:
+            console.say(f"final {error}", source="learner")
+            _leave_node_process(FINAL_SAVE_FAILED)
         _leave_node_process()
 
 
@@ -235,7 +248,7 @@ class EvaluatorNode:
         _leave_node_process()
 
 
-def _leave_node_process() -> None:
+def _leave_node_process(code: int = 0) -> None:
     """Ends a node's process once its work is done and saved (multi-processing launches).
 
     A learner blocked in Reverb's sampler, or an adder flushing to a replay server that is
@@ -249,15 +262,18 @@ def _leave_node_process() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     if context.get_context().launch_type is context.LaunchType.LOCAL_MULTI_PROCESSING:
-        os._exit(0)
+        os._exit(code)
+    if code:
+        raise SystemExit(code)
 
 
 class CoordinatorNode:
     """Stops the program once actors have taken `max_actor_steps` steps.
 
-    Before stopping it asks the learner to checkpoint (and Reverb to checkpoint when
-    configured), so a run that ends at its step limit always leaves a final checkpoint even
-    when the learner is blocked waiting for replay.
+    Before stopping it asks Reverb to checkpoint when configured. The learner's final
+    checkpoint is the learner's own save at stop: the launcher stops it after the actors and
+    before the counter, so that save holds the final counts (and a learner blocked waiting
+    for replay saves the state of its last completed step).
     """
 
     def __init__(
@@ -292,20 +308,15 @@ class CoordinatorNode:
         return self._counter.get_counts().get("actor_steps", 0) >= self._max_actor_steps
 
     def finish(self) -> None:
-        """Final learner checkpoint (and replay checkpoint) before the stop."""
+        """The replay checkpoint (when configured) before the stop."""
         start = time.monotonic()
-        try:
-            step = self._learner.save()
-            logging.info("Final learner checkpoint at step %s", step)
-        except Exception as error:  # stopping must go on
-            logging.warning("Final learner checkpoint failed: %s", error)
         if self._checkpoint_replay:
             try:
                 path = self._replay.checkpoint()
                 logging.info("Replay checkpoint written to %s", path)
             except Exception as error:
                 logging.warning("Replay checkpoint failed: %s", error)
-        logging.info("Final checkpoints took %.1fs", time.monotonic() - start)
+        logging.info("Final replay checkpoint took %.1fs", time.monotonic() - start)
 
 
 def new_counter() -> counting.Counter:

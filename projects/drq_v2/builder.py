@@ -36,7 +36,7 @@ from magi_lp.agent.frame_replay import (
     make_frame_replay_table,
 )
 from projects.drq_v2.acting import DrQActorState, make_actor_core
-from projects.drq_v2.config import replay_schedule
+from projects.drq_v2.config import replay_schedule, validate_config
 from projects.drq_v2.learner import DrQLearner
 from projects.drq_v2.networks import DrQNetworks
 
@@ -46,6 +46,9 @@ TABLE_NAME = "frames"
 
 class DrQBuilder(AgentBuilder[DrQNetworks, types.Transition]):
     """Builds DrQ-v2's pieces from the agent config; holds nothing heavier than configs."""
+
+    # Both entry points call this before any process starts.
+    validate_config = staticmethod(validate_config)
 
     def __init__(
         self,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from magi_lp import ReplaySchedule
+from magi_lp import ConfigChecker, ConfigError, ReplaySchedule
 
 # Task -> difficulty group, as in the official `cfgs/task/*.yaml`. The group fixes the
 # exploration-noise schedule length and the training length.
@@ -155,3 +155,62 @@ def get_env_config(domain: str = "reacher", task: str = "hard") -> ml_collection
     config.camera_id = default_camera_id(domain)  # 2 for quadruped, 0 otherwise
     config.max_episode_frames = 0  # cut episodes after this many frames; 0: the task's limit
     return config
+
+
+def validate_agent_config(agent: ml_collections.ConfigDict) -> None:
+    """Refuses out-of-range DrQ-v2 hyperparameters, one line naming `agent.<key>` and the fix.
+
+    Run by both entry points before any process starts (`DrQBuilder.validate_config`).
+    """
+    check = ConfigChecker(agent, defaults=get_agent_config())
+    check.number("learning_rate", above=0)
+    check.number("adam_eps", above=0)
+    check.integer("batch_size", minimum=1)
+    check.number("discount", above=0, maximum=1)
+    check.integer("n_step", minimum=1)
+    check.number("critic_target_tau", above=0, maximum=1)
+    for key in ("encoder_channels", "encoder_num_layers", "encoder_kernel_size"):
+        check.integer(key, minimum=1)
+    check.integer("encoder_first_stride", minimum=1)
+    check.integer("feature_dim", minimum=1)
+    check.integer("hidden_dim", minimum=1)
+    schedule = ConfigChecker(
+        agent.stddev_schedule,
+        section="agent.stddev_schedule",
+        defaults=get_agent_config().stddev_schedule,
+    )
+    schedule.number("init", minimum=0)
+    schedule.number("final", minimum=0)
+    schedule.integer("duration", minimum=1)
+    check.number("stddev_clip", minimum=0)
+    check.number("action_clamp_eps", minimum=0, below=1)
+    check.integer("num_expl_steps", minimum=0)
+    check.integer("augmentation_pad", minimum=0)
+    check.integer("min_replay_frames", minimum=0)
+    check.integer("update_every_steps", minimum=1)
+    check.integer("replay_buffer_size", minimum=1)
+    check.at_least("replay_buffer_size", "batch_size")
+    check.integer("dataset_num_parallel_calls", minimum=1)
+
+
+def validate_config(config: ml_collections.ConfigDict) -> None:
+    """Checks `config.agent` and `config.env` before any process starts (both entry points).
+
+    The task name is checked against dm_control's suite (about a second to import) so that a
+    typo is refused before the launch, not by every node after theirs.
+    """
+    validate_agent_config(config.agent)
+    env = config.env
+    check = ConfigChecker(env, section="env", defaults=get_env_config())
+    for key in ("image_size", "action_repeat", "frame_stack"):
+        check.integer(key, minimum=1)
+    check.integer("camera_id", minimum=0)
+    if "max_episode_frames" in env:
+        check.integer("max_episode_frames", minimum=0)
+    from dm_control import suite  # here: only a run that passed every other check pays
+
+    if (env.domain, env.task) not in suite.ALL_TASKS:
+        raise ConfigError(
+            f"env.domain/env.task={env.domain}/{env.task} is not a dm_control suite task; "
+            "e.g. reacher/hard, walker/walk, cheetah/run (configs/ has one per paper task)"
+        )

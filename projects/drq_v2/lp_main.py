@@ -6,6 +6,7 @@ python projects/drq_v2/lp_main.py --config configs/reacher_hard_distributed.py \
 """
 
 from magi_lp import distributed_main
+from projects.drq_v2.config import validate_config
 
 
 def make_experiment(config, workdir=None):
@@ -16,4 +17,4 @@ def make_experiment(config, workdir=None):
 
 
 if __name__ == "__main__":
-    distributed_main(make_experiment)
+    distributed_main(make_experiment, validate_config=validate_config)

@@ -4,6 +4,7 @@ python projects/drq_v2/main.py --config configs/reacher_hard.py --workdir runs/r
 """
 
 from magi_lp import single_process_main
+from projects.drq_v2.config import validate_config
 
 
 def make_experiment(config, workdir=None):
@@ -14,4 +15,4 @@ def make_experiment(config, workdir=None):
 
 
 if __name__ == "__main__":
-    single_process_main(make_experiment)
+    single_process_main(make_experiment, validate_config=validate_config)

@@ -18,12 +18,16 @@ from acme.utils import counting, loggers
 
 from magi_lp import ActorCore, AgentBuilder, ReplaySchedule
 from projects.td3.acting import TD3ActorState, make_actor_core
+from projects.td3.config import validate_config
 from projects.td3.learning import TD3Learner
 from projects.td3.networks import TD3Networks
 
 
 class TD3Builder(AgentBuilder[TD3Networks, reverb.ReplaySample]):
     """Builds TD3's pieces from the agent config; holds nothing heavier than the config."""
+
+    # Both entry points call this before any process starts.
+    validate_config = staticmethod(validate_config)
 
     def __init__(
         self,

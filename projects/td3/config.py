@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import ml_collections
 
+from magi_lp import ConfigChecker, ConfigError
+
 
 def get_agent_config() -> ml_collections.ConfigDict:
     """TD3 hyperparameters, every one named; override with `--config.agent.<key>=value`."""
@@ -51,3 +53,41 @@ def get_agent_config() -> ml_collections.ConfigDict:
     # 256-transition batch on a CPU without spawning a thread per core of a large machine.
     config.dataset_num_parallel_calls = 2
     return config
+
+
+def validate_agent_config(agent: ml_collections.ConfigDict) -> None:
+    """Refuses out-of-range TD3 hyperparameters, one line naming `agent.<key>` and the fix.
+
+    Run by both entry points before any process starts (`TD3Builder.validate_config`).
+    """
+    check = ConfigChecker(agent, defaults=get_agent_config())
+    check.number("learning_rate", above=0)
+    check.integer("batch_size", minimum=1)
+    check.number("discount", above=0, maximum=1)
+    check.integer("n_step", minimum=1)
+    check.number("tau", above=0, maximum=1)
+    check.number("policy_noise", minimum=0)
+    check.number("noise_clip", minimum=0)
+    check.integer("policy_delay", minimum=1)
+    check.number("exploration_noise", minimum=0)
+    check.integer("random_action_steps", minimum=0)
+    check.sizes("hidden_sizes")
+    check.integer("min_replay_size", minimum=1)
+    check.number("actor_steps_per_update", above=0)
+    check.integer("replay_size", minimum=1)
+    check.at_least("replay_size", "batch_size")
+    check.at_least("replay_size", "min_replay_size")
+    check.integer("dataset_num_parallel_calls", minimum=1)
+
+
+def validate_config(config: ml_collections.ConfigDict) -> None:
+    """Checks `config.agent` and `config.env` before any process starts (both entry points)."""
+    validate_agent_config(config.agent)
+    ConfigChecker(config.env, section="env").integer("action_repeat", minimum=1)
+    from dm_control import suite  # here: only a run that passed every other check pays
+
+    if (config.env.domain, config.env.task) not in suite.ALL_TASKS:
+        raise ConfigError(
+            f"env.domain/env.task={config.env.domain}/{config.env.task} is not a dm_control "
+            "suite task; e.g. cartpole/balance, cartpole/swingup, pendulum/swingup, walker/walk"
+        )

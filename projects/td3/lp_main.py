@@ -5,6 +5,7 @@ python projects/td3/lp_main.py --config configs/td3_cartpole.py --dry_run
 """
 
 from magi_lp import distributed_main
+from projects.td3.config import validate_config
 
 
 def make_experiment(config):
@@ -15,4 +16,4 @@ def make_experiment(config):
 
 
 if __name__ == "__main__":
-    distributed_main(make_experiment)
+    distributed_main(make_experiment, validate_config=validate_config)

@@ -4,6 +4,7 @@ python projects/td3/main.py --config configs/td3_cartpole.py --workdir runs/td3
 """
 
 from magi_lp import single_process_main
+from projects.td3.config import validate_config
 
 
 def make_experiment(config):
@@ -14,4 +15,4 @@ def make_experiment(config):
 
 
 if __name__ == "__main__":
-    single_process_main(make_experiment)
+    single_process_main(make_experiment, validate_config=validate_config)

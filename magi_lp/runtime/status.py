@@ -1,0 +1,119 @@
+"""What the launcher's status view reads from a running program (`ProgramProbe`).
+
+The launcher process already holds the program graph; once `lp.launch` has bound the nodes'
+addresses, the counter's and the replay's handles reach the running nodes. The probe asks
+the counter for its counts, Reverb for each table's size and its rate limiter's insert and
+sample counts, and reads the newest evaluation return from the evaluators' CSV logs. Every
+call has a short timeout of its own, so a slow or dead node only blanks a sample.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import os
+from pathlib import Path
+from typing import Any
+
+from magi_lp.launch.local import read_tail
+from magi_lp.launch.status import StatusMonitor
+
+_CALL_TIMEOUT_S = 2.0
+
+
+def last_csv_value(path: str | os.PathLike, key: str) -> float | None:
+    """The newest non-empty value of column `key` in a CSV log (None if none yet)."""
+    try:
+        with open(path, newline="") as f:
+            header = f.readline().rstrip("\r\n")
+    except OSError:
+        return None
+    lines = [line for line in read_tail(path, 20) if line != header]
+    value = None
+    for row in csv.DictReader(io.StringIO("\n".join([header, *lines]))):
+        try:
+            value = float(row[key]) if row.get(key) not in (None, "") else value
+        except ValueError:
+            continue
+    return value
+
+
+class ProgramProbe:
+    """Reads the counter, the replay and the evaluation logs of a launched program.
+
+    Args:
+      counter: the counter node's Courier handle (`program.groups[...][0].create_handle()`).
+      replay: the Reverb node's handle, or None (a replay colocated with the learner).
+      workdir: the run folder (evaluation returns are read from its logs).
+    """
+
+    def __init__(self, counter: Any, replay: Any, workdir: str | os.PathLike):
+        self._counter_handle = counter
+        self._replay_handle = replay
+        self._logs = Path(workdir) / "logs"
+        self._counter: Any = None
+        self._replay: Any = None
+
+    def __call__(self) -> dict[str, Any]:
+        numbers: dict[str, Any] = {}
+        # A node that is starting or gone blanks its numbers for this sample.
+        with contextlib.suppress(Exception):
+            numbers.update(self._counts())
+        with contextlib.suppress(Exception):
+            numbers.update(self._replay_numbers())
+        returns = [
+            value
+            for path in sorted(self._logs.glob("evaluator_*/logs.csv"))
+            if (value := last_csv_value(path, "episode_return")) is not None
+        ]
+        if returns:
+            numbers["eval_return"] = sum(returns) / len(returns)
+        return numbers
+
+    def _counts(self) -> dict[str, Any]:
+        if self._counter is None:
+            import courier
+
+            address = self._counter_handle._address.resolve()
+            self._counter = courier.Client(address, call_timeout=_CALL_TIMEOUT_S)
+        return dict(self._counter.get_counts())
+
+    def _replay_numbers(self) -> dict[str, Any]:
+        if self._replay_handle is None:
+            return {}
+        if self._replay is None:
+            self._replay = self._replay_handle.dereference()
+        # Reverb takes whole seconds here.
+        tables = self._replay.server_info(timeout=int(_CALL_TIMEOUT_S)).values()
+        size = inserts = samples = 0
+        for table in tables:
+            size += table.current_size
+            stats = table.rate_limiter_info
+            inserts += stats.insert_stats.completed
+            samples += stats.sample_stats.completed
+        return {"replay_size": size, "replay_inserts": inserts, "replay_samples": samples}
+
+
+def make_status_monitor(
+    program: Any, plan: Any, experiment: Any, workdir: str | os.PathLike, **options: Any
+) -> StatusMonitor:
+    """The launcher's status view of `program` (built by `build_program` under `plan`)."""
+    planned = {placement.group for placement in plan.groups.values()}
+    counter = program.groups[plan.launch_group("counter", 0)][0].create_handle()
+    replay = None
+    if "replay" in planned:
+        replay = program.groups[plan.launch_group("replay", 0)][0].create_handle()
+    gpu_memory = None
+    if getattr(plan.inventory, "gpus", None):
+        from magi_lp.placement.gpu_inventory import gpu_memory_by_pid
+
+        gpu_memory = gpu_memory_by_pid
+    return StatusMonitor(
+        ProgramProbe(counter, replay, workdir),
+        max_actor_steps=int(experiment.config.max_actor_steps),
+        frames_per_step=int(experiment.frames_per_step),
+        csv_path=Path(workdir) / "status.csv",
+        gpu_memory=gpu_memory,
+        **options,
+    )

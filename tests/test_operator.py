@@ -1,0 +1,178 @@
+"""Running the distributed program as an operator would: stop it, relaunch it, kill its
+launcher, start it from a script with SIGINT ignored.
+
+Real entry point (`projects/td3/lp_main.py`), real Launchpad, Reverb and dm_control; the
+launcher's stdout and stderr go to a file, as under nohup or CI.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+from magi_lp.runtime.checkpointing import Checkpointer
+from tests.e2e_utils import MARK_VAR, REPO, column, marked_processes, read_csv
+
+pytestmark = pytest.mark.integration
+
+TINY = [
+    "--config",
+    "configs/td3_cartpole.py",
+    "--config.agent.min_replay_size=200",
+    "--config.agent.batch_size=32",
+    "--config.agent.hidden_sizes=(32,32)",
+    "--config.num_actors=2",
+    "--config.num_evaluators=0",
+    "--config.logging.time_delta=0.0",
+    "--config.logging.terminal=False",
+]
+
+
+def _start(workdir: Path, extra: list[str], *, mark: str, log: Path, tmp: Path, **popen):
+    env = dict(os.environ, PYTHONUNBUFFERED="1", TMPDIR=str(tmp))
+    env[MARK_VAR] = mark
+    env["PYTHONPATH"] = str(REPO)
+    out = open(log, "w")  # noqa: SIM115 - closed with the process by the caller's wait
+    return subprocess.Popen(
+        [sys.executable, "projects/td3/lp_main.py", *TINY, "--workdir", str(workdir), *extra],
+        cwd=REPO,
+        env=env,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group, as a terminal's job would be
+        **popen,
+    )
+
+
+def _actor_steps(workdir: Path) -> list[float]:
+    """Every actor_steps value the actors logged (the counter's total at each episode end)."""
+    steps = []
+    for log in sorted((workdir / "logs").glob("actor_*/logs.csv")):
+        steps += column(read_csv(log), "actor_steps")
+    return steps
+
+
+def _wait_for(condition, process, log: Path, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert process.poll() is None, log.read_text()[-4000:]
+        assert time.monotonic() < deadline, log.read_text()[-4000:]
+        time.sleep(0.5)
+
+
+def _saved_counts(workdir: Path) -> dict:
+    _, _, metadata = Checkpointer(workdir / "checkpoints/learner").restore_newest_readable()
+    return metadata["counts"]
+
+
+@pytest.mark.timeout(600)
+def test_ctrl_c_saves_the_final_counts_and_a_relaunch_repeats_no_step(tmp_path):
+    workdir, tmp = tmp_path / "run", tmp_path / "tmp"
+    tmp.mkdir()
+    mark = uuid.uuid4().hex
+    log = tmp_path / "launch1.log"
+    process = _start(workdir, ["--config.max_actor_steps=1000000"], mark=mark, log=log, tmp=tmp)
+    _wait_for(lambda: len(_actor_steps(workdir)) >= 3, process, log)
+    os.killpg(process.pid, signal.SIGINT)  # Ctrl-C in the terminal: the whole foreground job
+    assert process.wait(timeout=120) == 0, log.read_text()[-4000:]
+    output = log.read_text()
+    assert "received SIGINT: stopping" in output and "exit code 0" in output, output[-3000:]
+    # Status lines reach a launcher whose output is a file (the first sample, and at the stop).
+    status = [line for line in output.splitlines() if line.startswith("[magi_lp.status")]
+    assert len(status) >= 2 and "frames/s" in status[-1], output[-3000:]
+    assert (workdir / "status.csv").stat().st_size > 0
+
+    logged = max(_actor_steps(workdir))
+    counts = _saved_counts(workdir)
+    assert counts["actor_steps"] == logged, (counts, logged)
+    assert not marked_processes(mark)
+    assert not list(tmp.iterdir()), f"left in the temp dir: {list(tmp.iterdir())}"
+
+    # The relaunch continues the count: no actor step is taken (or logged) twice.
+    log2 = tmp_path / "launch2.log"
+    target = int(logged) + 300
+    process = _start(workdir, [f"--config.max_actor_steps={target}"], mark=mark, log=log2, tmp=tmp)
+    assert process.wait(timeout=300) == 0, log2.read_text()[-4000:]
+    steps = _actor_steps(workdir)
+    assert len(steps) == len(set(steps)), "an actor_steps value was logged twice"
+    assert max(steps) >= target
+    assert _saved_counts(workdir)["actor_steps"] == max(steps)
+    assert (workdir / "nodes/learner/0.1").is_file(), "the first launch's node log was not kept"
+    assert not marked_processes(mark)
+    assert not list(tmp.iterdir()), f"left in the temp dir: {list(tmp.iterdir())}"
+
+
+def _launcher_pid(mark: str) -> int:
+    """The process that started the nodes: the parent of Launchpad's process_entry.py."""
+    for proc in marked_processes(mark):
+        try:
+            if any("process_entry.py" in part for part in proc.cmdline()):
+                return proc.ppid()
+        except psutil.Error:
+            continue
+    raise AssertionError("no node process found")
+
+
+@pytest.mark.timeout(400)
+def test_inherited_ignored_sigint_is_respected_and_nodes_die_with_a_killed_launcher(tmp_path):
+    workdir, tmp = tmp_path / "run", tmp_path / "tmp"
+    tmp.mkdir()
+    mark = uuid.uuid4().hex
+    log = tmp_path / "launch.log"
+    # `cmd &` from a script: the shell starts it with SIGINT ignored.
+    process = _start(
+        workdir,
+        ["--config.max_actor_steps=1000000"],
+        mark=mark,
+        log=log,
+        tmp=tmp,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    _wait_for(lambda: len(_actor_steps(workdir)) >= 2, process, log)
+    os.killpg(process.pid, signal.SIGINT)
+    time.sleep(3)
+    assert process.poll() is None, log.read_text()[-4000:]
+    assert " died" not in log.read_text(), log.read_text()[-4000:]
+
+    launcher = _launcher_pid(mark)
+    nodes = [p for p in marked_processes(mark) if p.pid not in (process.pid, launcher)]
+    assert len(nodes) >= 6
+    os.kill(launcher, signal.SIGKILL)
+    deadline = time.monotonic() + 20
+    while any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in nodes):
+        assert time.monotonic() < deadline, [p for p in nodes if p.is_running()]
+        time.sleep(0.2)
+    process.wait(timeout=30)
+    assert not marked_processes(mark)
+
+
+@pytest.mark.timeout(200)
+def test_ctrl_c_while_importing_is_one_line(tmp_path):
+    workdir, tmp = tmp_path / "run", tmp_path / "tmp"
+    tmp.mkdir()
+    mark = uuid.uuid4().hex
+    log = tmp_path / "launch.log"
+    process = _start(workdir, ["--config.max_actor_steps=1000000"], mark=mark, log=log, tmp=tmp)
+    # The entry point imports TensorFlow, Reverb and JAX for several seconds before launching.
+    deadline = time.monotonic() + 60
+    while "isolat" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    os.killpg(process.pid, signal.SIGINT)
+    code = process.wait(timeout=120)
+    output = log.read_text()
+    assert "Traceback" not in output, output[-3000:]
+    if "started " not in output:  # it was still importing: one line, nothing launched
+        assert code == 130, output[-3000:]
+        assert "interrupted before the run started" in output
+    else:
+        assert code == 0, output[-3000:]
+    assert not marked_processes(mark)

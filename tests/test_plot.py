@@ -1,0 +1,81 @@
+"""`python -m magi_lp.plot`: curves of several runs as one PNG."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+
+import numpy as np
+
+from magi_lp.plot import evaluation_curve, mean_and_spread
+from tests.e2e_utils import REPO
+
+
+def _write(path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _run(workdir, scale):
+    _write(
+        workdir / "logs/evaluator_0/logs.csv",
+        [
+            {"actor_steps": s, "evaluator_steps": i, "episode_return": scale * s + e}
+            for i, s in enumerate((0, 100, 200, 300))
+            for e in (0, 2)  # two episodes per evaluation
+        ],
+    )
+    _write(
+        workdir / "logs/learner/logs.csv",
+        [{"learner_steps": s, "critic_loss": 1 / (s + 1), "actor_loss": -s} for s in range(50)],
+    )
+
+
+def test_curves_of_two_seeds_mean_and_spread_and_png(tmp_path):
+    _run(tmp_path / "seed0", 1.0)
+    _run(tmp_path / "seed1", 3.0)
+    x, y = evaluation_curve(tmp_path / "seed0", frames_per_step=2)
+    np.testing.assert_array_equal(x, [0, 200, 400, 600])  # frames = actor steps * 2
+    np.testing.assert_array_equal(y, [1, 101, 201, 301])  # the mean of each evaluation
+    grid, mean, low, high = mean_and_spread(
+        [evaluation_curve(tmp_path / f"seed{i}", 2) for i in (0, 1)], points=4
+    )
+    np.testing.assert_allclose(mean, 2 * grid / 2 + 1)  # (1x + 3x) / 2 at x = grid / 2
+    assert (low <= mean).all() and (mean <= high).all()
+
+    out = tmp_path / "curves.png"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "magi_lp.plot",
+            str(tmp_path / "seed0"),
+            str(tmp_path / "seed1"),
+            "--frames_per_step",
+            "2",
+            "--out",
+            str(out),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+
+
+def test_a_folder_without_logs_is_one_line(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "magi_lp.plot", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith("error: no logs/ folder in")
