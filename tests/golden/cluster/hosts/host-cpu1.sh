@@ -60,7 +60,7 @@ actor_cpu1_env=(
   MUJOCO_GL=egl
   PYOPENGL_PLATFORM=egl
   MUJOCO_EGL_DEVICE_ID=0
-  'XLA_FLAGS=--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1'
+  XLA_FLAGS=--xla_cpu_multi_thread_eigen=false
   OMP_NUM_THREADS=1
   MKL_NUM_THREADS=1
   OPENBLAS_NUM_THREADS=1
