@@ -83,6 +83,15 @@ class DataParallel:
         self.batch_sharding = NamedSharding(self.mesh, PartitionSpec(BATCH_AXIS))
         """Device i holds rows [i * B/n, (i + 1) * B/n) of a batch leaf."""
 
+    def describe(self) -> str:
+        """One line for the node's log: the devices and how the batch is split."""
+        kind = self.devices[0].device_kind
+        names = ", ".join(describe_device(d) for d in self.devices)
+        return (
+            f"data-parallel over {self.num_devices} devices ({names}; {kind}): each batch "
+            f"split {self.num_devices} ways, state replicated"
+        )
+
     @property
     def num_devices(self) -> int:
         """How many devices each batch is split over."""

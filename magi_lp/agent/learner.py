@@ -23,6 +23,7 @@ import jax.numpy as jnp
 from acme import core
 from acme.utils import counting, loggers
 
+from magi_lp import console
 from magi_lp.agent import data_parallel
 from magi_lp.agent.device_check import DeviceCheck
 
@@ -78,6 +79,7 @@ class JaxLearner(Learner, Generic[State]):
         if self.data_parallel is not None:
             update = self.data_parallel.wrap(update)
             state = self.data_parallel.put_state(state)
+            console.say(self.data_parallel.describe(), source="learner")
         self._update = update
         self._state = state
         self._iterator = iterator
