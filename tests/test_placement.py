@@ -657,3 +657,62 @@ def test_the_learner_batch_comes_from_the_agent_config():
         make_placement_plan(config, NO_GPU)
     config.agent.batch_size = 32
     assert make_placement_plan(config, NO_GPU).groups["learner"].num_devices == 4
+
+
+def _layout(name):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "gpu_layouts", REPO / "configs" / "reacher_hard_gpu_layouts.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config(name)
+
+
+def test_shipped_gpu_layouts_plan_on_one_and_four_gpus():
+    from magi_lp.runtime.config import placement_requests, validate_experiment_config
+
+    one = _layout("1gpu")
+    validate_experiment_config(one)
+    plan = make_plan(placement_requests(one), GpuInventory((gpu(0),)))
+    assert plan.device_split() == "a0-l0"
+    four = _layout("4gpu")
+    plan = make_plan(placement_requests(four), FOUR_3080)
+    assert plan.device_split() == "a0-l1,2"
+    assert plan.groups["learner"].num_devices == 2
+    # Cleanba's learner on 1,2,3: the paper's batch of 256 does not split three ways.
+    four.resources.learner.gpus = [1, 2, 3]
+    with pytest.raises(ConfigError, match=r"^agent\.batch_size=256 does not split evenly"):
+        make_plan(placement_requests(four), FOUR_3080)
+    # A learner on GPUs of two models is refused (pmap's rule, kept for the sharded update).
+    mixed = GpuInventory((gpu(0), gpu(1, RTX3060), gpu(2), gpu(3)))
+    four.resources.learner.gpus = [1, 2]
+    with pytest.raises(ConfigError, match=r"resources\.learner\.gpus=\[1, 2\]: one node would"):
+        make_plan(placement_requests(four), mixed)
+
+
+def test_dry_run_shows_the_split_of_the_four_gpu_layout(tmp_path):
+    fakes = write_fake_pynvml(tmp_path / "nvml", gpus=[("NVIDIA H100 80GB HBM3", 80)] * 4)
+    plugin = write_fake_cuda_plugin(tmp_path / "plugin")
+    result = subprocess.run(
+        [
+            sys.executable,
+            DRQ,
+            "--config",
+            "configs/reacher_hard_gpu_layouts.py:4gpu",
+            "--workdir",
+            str(tmp_path / "run"),
+            "--dry_run",
+        ],
+        cwd=REPO,
+        env=env_with(pythonpath=[fakes, plugin, REPO]),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("device split: a0-l1,2 "), result.stdout
+    learner = next(line for line in lines if line.startswith("learner"))
+    assert "1:NVIDIA H100 80GB HBM3, 2:NVIDIA H100 80GB HBM3" in learner
