@@ -13,7 +13,9 @@ environment steps, in rotating order, several rounds:
                random numpy actions, no policy, no toolkit: figure 2's baseline.
   k=1          the actor as `envs_per_actor=1` runs it: `ActingLoop` + `GenericActor`, DrQ-v2's
                behaviour policy (the paper's network sizes, one observation per call), and the
-               FrameStackAdder writing every step to a Reverb server in this process.
+               FrameStackAdder writing every step to a Reverb server in this process. Its loop
+               starts a fresh episode at every sample (one reset per sample, which the others
+               do not pay), as a node's loop does after a stop.
   k=4, 8, 16   the actor as `envs_per_actor=k` runs it: `BatchedActingLoop` + `BatchedActor`
                (one policy call for k observations), one FrameStackAdder per environment.
 
@@ -92,7 +94,10 @@ def _runner(k: int, experiment: Any, spec: Any, replay_client: Any) -> tuple[Any
         state = {}
 
         def run_raw(steps: int) -> None:
-            state["timestep"] = env.reset()
+            # Episodes go on across samples, as in the batched loop (a reset costs about as
+            # much as several steps, so resetting per sample would flatter the actors).
+            if "timestep" not in state:
+                state["timestep"] = env.reset()
             for _ in range(steps):
                 if state["timestep"].last():
                     state["timestep"] = env.reset()
