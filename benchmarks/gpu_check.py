@@ -28,7 +28,8 @@ of BENCHMARKS.md from it. Parts (all by default):
              its learner (0.6 of the GPU) and its GPU actors (at most 0.1 each, each choosing
              the actions of `envs_per_actor` environments in one batched call) run at once
              on the first GPU, each in its own process with the plan's env: GPU MiB per
-             process, learner updates/s and actions/s per actor while they share it.
+             process, learner updates/s and actions/s per actor while they share it (the
+             layout's 2 actors, or --max-actors if fewer).
 
 Every worker is this module run again as `--worker learner|actor|render` in a fresh process
 with os.environ plus its group's env. Nothing here imports Launchpad, Reverb, TensorFlow, Acme,
@@ -765,14 +766,15 @@ def _shared(workers: Workers, nvml: NvmlProcesses, inventory: Any) -> dict:
         config.resources[group].gpus = [gpu_id]
     plan = make_plan(config, inventory)
     envs = int(config.envs_per_actor)
+    num_actors = min(int(config.num_actors), workers.sizes["max_actors"])
     progress(
-        f"shared: learner + {config.num_actors} GPU actors x {envs} environments on GPU "
+        f"shared: learner + {num_actors} GPU actors x {envs} environments on GPU "
         f"{gpu_id} ({plan.device_split()})"
     )
     learner = workers.start("learner", "shared learner", group_env(plan, "learner"), True)
     actors = [
         workers.start("actor", f"shared actor {i}", group_env(plan, "actor", i), True, envs)
-        for i in range(config.num_actors)
+        for i in range(num_actors)
     ]
     everyone = [learner, *actors]
     workers.wait_ready(everyone)

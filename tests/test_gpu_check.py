@@ -221,7 +221,7 @@ def test_gpu_paths_with_an_injected_gpu(tmp_path, monkeypatch):
     assert shared["device_split"] == "a0-l0" and shared["envs_per_actor"] == 8
     assert shared["fractions"] == {"learner": 0.6, "actor": 0.1}
     assert shared["learner"]["state"] == "done" and shared["learner"]["updates_per_second"] > 0
-    assert len(shared["actors"]) == 2
+    assert len(shared["actors"]) == 1  # the layout's 2 actors, capped by max_actors
     for actor in shared["actors"]:
         assert actor["state"] == "done" and actor["envs"] == 8
         assert actor["actions_per_second"] == pytest.approx(8 * actor["steps_per_second"])
