@@ -24,6 +24,12 @@ of BENCHMARKS.md from it. Parts (all by default):
   render     MuJoCo EGL frames/s at 84x84 (a small inline scene; dm_control is not needed) in
              a process whose plan renders on the GPU (render_gpu=0), with the GL renderer
              string that says where it ran. Skipped, saying why, where MuJoCo is missing.
+  shared     the 1-GPU shared layout of configs/reacher_hard_gpu_layouts.py:1gpu (`a0-l0`):
+             its learner (0.6 of the GPU) and its GPU actors (at most 0.1 each, each choosing
+             the actions of `envs_per_actor` environments in one batched call) run at once
+             on the first GPU, each in its own process with the plan's env: GPU MiB per
+             process, learner updates/s and actions/s per actor while they share it (the
+             layout's 2 actors, or --max-actors if fewer).
 
 Every worker is this module run again as `--worker learner|actor|render` in a fresh process
 with os.environ plus its group's env. Nothing here imports Launchpad, Reverb, TensorFlow, Acme,
@@ -59,7 +65,8 @@ RESULT = REPO / "benchmarks" / "gpu_check.json"
 UNMEASURED = REPO / "benchmarks" / "logs" / "gpu_check.json"
 CONFIG = "configs/reacher_hard_distributed.py"
 NOT_MEASURED = "not measured: no GPU machine was available"
-PARTS = ("inventory", "learner", "cpu_node", "memory", "render")
+PARTS = ("inventory", "learner", "cpu_node", "memory", "render", "shared")
+SHARED_CONFIG = "configs/reacher_hard_gpu_layouts.py"
 VARIANTS = ("planned", "defaults", "gpu_actors")
 # The plan variant with actors on the GPU: a small cap each, no preallocation, so that
 # each actor holds only what it uses; the learner keeps half the GPU.
@@ -204,16 +211,25 @@ def run_learner(
     }
 
 
-def run_actor(status: str, image: int, seconds: float, tiny_net: bool = False) -> dict:
-    """The jitted DrQ-v2 behaviour policy, one observation per step (as an actor acts)."""
+def run_actor(
+    status: str, image: int, seconds: float, tiny_net: bool = False, envs: int = 1
+) -> dict:
+    """The jitted DrQ-v2 behaviour policy, one observation per step (as an actor acts), or
+    with `envs` > 1 one call for that many observations, vmapped as `BatchedActor` does (the
+    toolkit's class needs Acme, which a bare GPU machine lacks)."""
     jax, np, config, networks, obs = _drq_networks(image, tiny_net)
     from projects.drq_v2.acting import make_actor_core
 
     params = networks.init(jax.random.PRNGKey(0), obs)
     policy_params = {"encoder": params["encoder"], "actor": params["actor"]}
     core = make_actor_core(networks, config)
-    select = jax.jit(core.select_action)
-    actor_state = core.init(jax.random.PRNGKey(1))
+    if envs > 1:
+        select = jax.jit(jax.vmap(core.select_action, in_axes=(None, 0, 0)))
+        actor_state = jax.vmap(core.init)(jax.random.split(jax.random.PRNGKey(1), envs))
+        obs = np.zeros((envs, *obs.shape), obs.dtype)
+    else:
+        select = jax.jit(core.select_action)
+        actor_state = core.init(jax.random.PRNGKey(1))
     rng = np.random.default_rng(0)
     start = time.perf_counter()
     action, actor_state = select(policy_params, obs, actor_state)
@@ -229,7 +245,13 @@ def run_actor(status: str, image: int, seconds: float, tiny_net: bool = False) -
         jax.block_until_ready(action)
         steps += 1
     elapsed = time.perf_counter() - start
-    return {**facts, "steps_per_second": steps / elapsed, "first_call_s": first_call}
+    return {
+        **facts,
+        "envs": envs,
+        "steps_per_second": steps / elapsed,
+        "actions_per_second": steps * envs / elapsed,
+        "first_call_s": first_call,
+    }
 
 
 def run_render(status: str, size: int, seconds: float) -> dict:
@@ -280,7 +302,7 @@ def worker_main(args: argparse.Namespace) -> int:
         if args.worker == "learner":
             result = run_learner(args.status, args.batch, args.image, args.seconds, args.tiny_net)
         elif args.worker == "actor":
-            result = run_actor(args.status, args.image, args.seconds, args.tiny_net)
+            result = run_actor(args.status, args.image, args.seconds, args.tiny_net, args.envs)
         else:
             result = run_render(args.status, args.image, args.seconds)
     except Exception as error:  # reported to the parent, which records it as a result
@@ -377,10 +399,12 @@ class Workers:
         role: str,
         overrides: Mapping[str, str] | None,
         until_stopped: bool = False,
+        envs: int = 1,
     ) -> Worker:
         """Starts `--worker kind` with os.environ plus `overrides`, or, for None, with no
         managed variable at all (JAX's and CUDA's defaults); `until_stopped`: its workload
-        runs until `stop`, not for the size's seconds."""
+        runs until `stop`, not for the size's seconds; `envs`: an actor's batch of
+        observations per call."""
         from magi_lp.placement.resources import MANAGED_VARIABLES
 
         env = marked_env(mark=self.mark)
@@ -400,7 +424,7 @@ class Workers:
             "--status", str(status),
             "--seconds", str(3600.0 if until_stopped else sizes[f"{kind}_seconds"]),
             "--image", str(sizes["render_size" if kind == "render" else "image"]),
-            "--batch", str(sizes["batch"]),
+            "--batch", str(sizes["batch"]), "--envs", str(envs),
         ] + (["--tiny-net"] if sizes.get("tiny_net") else [])  # fmt: skip
         with open(log, "wb") as out:
             process = subprocess.Popen(
@@ -462,14 +486,20 @@ def _sample(
 # The plan.
 
 
-def load_config(overrides: Mapping[str, Any] | None = None, num_actors: int | None = None):
-    """configs/reacher_hard_distributed.py's config, with dotted-key overrides."""
+def load_config(
+    overrides: Mapping[str, Any] | None = None,
+    num_actors: int | None = None,
+    path: str = CONFIG,
+    argument: str | None = None,
+):
+    """A config file's config (configs/reacher_hard_distributed.py by default, `get_config
+    (argument)` when given one), with dotted-key overrides."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("gpu_check_config", REPO / CONFIG)
+    spec = importlib.util.spec_from_file_location("gpu_check_config", REPO / path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    config = module.get_config()
+    config = module.get_config() if argument is None else module.get_config(argument)
     for key, value in (overrides or {}).items():
         *parents, leaf = key.split(".")
         node = config
@@ -714,6 +744,8 @@ def run_check(
                     result["memory"]["gpu_actors"]["plan_admits"] = _plan_admits(gpu_plan)
             if "render" in parts:
                 result["render"] = _render(workers, nvml, inventory)
+            if "shared" in parts:
+                result["shared"] = _shared(workers, nvml, inventory)
         finally:
             workers.stop_all()
     return result
@@ -724,6 +756,46 @@ def _plan_admits(plan: Any) -> int:
     learner = plan.groups[plan.launch_group("learner", 0)].gpu_memory
     actor = plan.groups[plan.launch_group("actor", 0)].gpu_memory
     return int((1.0 - learner) / actor + 1e-9)
+
+
+def _shared(workers: Workers, nvml: NvmlProcesses, inventory: Any) -> dict:
+    """The 1-GPU shared layout: its learner and its batched GPU actors at once on GPU 0."""
+    config = load_config(path=SHARED_CONFIG, argument="1gpu")
+    gpu_id = inventory.gpus[0].index
+    for group in ("learner", "actor"):
+        config.resources[group].gpus = [gpu_id]
+    plan = make_plan(config, inventory)
+    envs = int(config.envs_per_actor)
+    num_actors = min(int(config.num_actors), workers.sizes["max_actors"])
+    progress(
+        f"shared: learner + {num_actors} GPU actors x {envs} environments on GPU "
+        f"{gpu_id} ({plan.device_split()})"
+    )
+    learner = workers.start("learner", "shared learner", group_env(plan, "learner"), True)
+    actors = [
+        workers.start("actor", f"shared actor {i}", group_env(plan, "actor", i), True, envs)
+        for i in range(num_actors)
+    ]
+    everyone = [learner, *actors]
+    workers.wait_ready(everyone)
+    peaks = _sample(nvml, everyone, 3, workers.sizes["sample_every_s"])
+    time.sleep(workers.sizes["learner_seconds"])  # all of them working at once
+    states = [workers.stop(w) for w in everyone]
+    return {
+        "config": f"{SHARED_CONFIG}:1gpu",
+        "device_split": plan.device_split(),
+        "envs_per_actor": envs,
+        "fractions": {
+            group: plan.groups[plan.launch_group(group, 0)].gpu_memory
+            for group in ("learner", "actor")
+        },
+        "learner": {**states[0], "gpu_mib": peaks[learner.process.pid]},
+        "actors": [
+            {**state, "gpu_mib": peaks[actor.process.pid]}
+            for state, actor in zip(states[1:], actors, strict=True)
+        ],
+        "gpu_used_mib": nvml.used_mib(),
+    }
 
 
 def _render(workers: Workers, nvml: NvmlProcesses, inventory: Any) -> dict:
@@ -809,6 +881,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--image", type=int, default=84, help=argparse.SUPPRESS)
     parser.add_argument("--batch", type=int, default=256, help=argparse.SUPPRESS)
     parser.add_argument("--tiny-net", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--envs", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         return worker_main(args)
@@ -1028,7 +1101,38 @@ def report(result: dict) -> str:
                 f"**Rendering**: {render.get('state')}: "
                 f"{render.get('reason') or render.get('error')}"
             )
+        lines.append("")
+    lines += _shared_report(result.get("shared"))
     return "\n".join(lines)
+
+
+def _shared_report(shared: dict | None) -> list[str]:
+    if not shared:
+        return []
+    learner, actors = shared["learner"], shared["actors"]
+    done = learner.get("state") == "done" and all(a.get("state") == "done" for a in actors)
+    if not done:
+        failed = next(p for p in [learner, *actors] if p.get("state") != "done")
+        return [f"**1-GPU shared layout** failed: `{failed.get('error', failed.get('state'))}`"]
+    fractions = shared["fractions"]
+    lines = [
+        f"**1-GPU shared layout** (`{shared['config']}`, `{shared['device_split']}`): the "
+        f"learner (gpu_memory {fractions['learner']}) and {len(actors)} GPU actors (at most "
+        f"{fractions['actor']} each, {shared['envs_per_actor']} environments per batched "
+        "policy call) at once on one GPU, each its own process:",
+        "",
+        "| process | GPU MiB | rate while sharing |",
+        "| --- | --- | --- |",
+        f"| learner | {_mib(learner['gpu_mib'])} | {learner['updates_per_second']:.1f} updates/s "
+        f"(batch {learner['batch_size']}, {learner['observation']}) |",
+    ]
+    for index, actor in enumerate(actors):
+        lines.append(
+            f"| actor {index} | {_mib(actor['gpu_mib'])} | "
+            f"{actor['actions_per_second']:.0f} actions/s ({actor['steps_per_second']:.0f} "
+            f"batched calls/s) |"
+        )
+    return lines
 
 
 if __name__ == "__main__":

@@ -41,6 +41,15 @@ SCRIPT = "projects/td3/lp_main.py"
             ["--config", "configs/reacher_hard_distributed.py:distributed"],
             "get_config() takes no argument",
         ),
+        (["--config", CONFIG, "--config.envs_per_actor=0"], "envs_per_actor must be an integer"),
+        (
+            ["--config", CONFIG, "--config.debug.check_device=True"],
+            "Did you mean debug.check_devices?",
+        ),
+        (
+            ["--config", CONFIG, "--config.resources.learner.cpu_devices=3"],
+            "agent.batch_size=256 does not split evenly over the 3 devices of learner",
+        ),
     ],
 )
 def test_bad_input_gets_one_clear_line(args, expected, tmp_path):
@@ -142,6 +151,7 @@ def test_dry_run_prints_the_plan_and_spawns_nothing(tmp_path):
     assert "3 (0-2)" in result.stdout or "3 (0,1,2)" in result.stdout, result.stdout
     assert "JAX_PLATFORMS=cpu" in result.stdout
     assert "network isolation:" in result.stdout
+    assert "device split: acpu-lcpu " in result.stdout
     assert not (tmp_path / "nodes").exists()
 
 

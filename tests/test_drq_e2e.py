@@ -28,7 +28,8 @@ from tests.e2e_utils import MARK_VAR, marked_processes, read_csv
 
 ROOT = Path(__file__).resolve().parents[1]
 
-TINY = tiny.flags()
+# Device-check mode on: every policy call and learner update checks its arrays' devices.
+TINY = tiny.flags({"debug.check_devices": True})
 
 
 def _run(script: str, config: str, workdir: Path, extra: list[str], timeout_s: float):
@@ -144,3 +145,47 @@ def test_lp_main_stops_by_itself_at_its_frame_limit(tmp_path):
     leftover = processes.kill_processes(marked_processes(marker))
     assert leftover == [], f"processes left behind: {leftover}"
     print(f"lp_main.py e2e: {elapsed:.1f}s")
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(540)
+def test_lp_main_with_a_batched_actor_and_a_two_device_learner(tmp_path):
+    """One actor process steps 4 environments (one policy call for all 4); the learner sees
+    two host devices and updates data-parallel over them; device checks on; it stops by
+    itself at the step limit and leaves nothing behind."""
+    workdir = tmp_path / "run"
+    start = time.monotonic()
+    code, output, marker = _run(
+        "lp_main.py",
+        "reacher_hard_distributed.py",
+        workdir,
+        [
+            "--config.num_actors=1",
+            "--config.envs_per_actor=4",
+            "--config.resources.learner.cpu_devices=2",
+            # Two episodes per environment: the learner's first (2-device) update compiles
+            # while the actor fills replay, and must be done before the stop.
+            "--config.max_actor_steps=400",
+            "--config.variable_update_period=10",
+            "--config.logging.time_delta=0.0",
+        ],
+        timeout_s=480,
+    )
+    elapsed = time.monotonic() - start
+    assert code == 0, output[-6000:]
+    _check_outputs(workdir, ["actor_0"])
+    rows = _rows(workdir / "logs" / "actor_0" / "logs.csv")
+    assert {int(float(row["environment"])) for row in rows} == {0, 1, 2, 3}
+    assert sum(int(float(row["episode_length"])) for row in rows) >= 400
+    learner_log = "".join(
+        p.read_text() for p in (workdir / "nodes" / "learner").rglob("*") if p.is_file()
+    )
+    assert "data-parallel over 2 devices (cpu:0, cpu:1" in learner_log, learner_log[-3000:]
+    learner_rows = _rows(workdir / "logs" / "learner" / "logs.csv")
+    assert learner_rows and int(float(learner_rows[-1]["learner_steps"])) >= 1
+    deadline = time.monotonic() + 10
+    while marked_processes(marker) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    leftover = processes.kill_processes(marked_processes(marker))
+    assert leftover == [], f"processes left behind: {leftover}"
+    print(f"lp_main.py batched actor + 2-device learner e2e: {elapsed:.1f}s")

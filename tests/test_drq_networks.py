@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from dm_env import specs
 
-from projects.drq_v2.augmentations import random_shift, shift_images
+from projects.drq_v2.augmentations import crop_images, random_shift, shift_images
 from projects.drq_v2.config import get_agent_config
 from projects.drq_v2.networks import encoder_repr_dim, make_networks, sample_action
 
@@ -147,3 +147,17 @@ def test_random_shift_handles_non_square_images():
     out = random_shift(jax.random.PRNGKey(0), images, 4)
     assert out.shape == images.shape
     np.testing.assert_array_equal(out, images)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.float32])
+def test_crop_images_equals_shift_images_at_integer_offsets(dtype):
+    # random_shift crops (a batch-parallel gather, for data-parallel learners); the crop must
+    # be exactly the official bilinear resampling at the integer offsets it draws.
+    pad = 4
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (16, 12, 10, 6)).astype(dtype)
+    offsets = rng.integers(0, 2 * pad + 1, (16, 2))
+    cropped = np.asarray(crop_images(jnp.asarray(images), jnp.asarray(offsets), pad))
+    shifted = np.asarray(shift_images(jnp.asarray(images), jnp.asarray(offsets, jnp.float32), pad))
+    assert cropped.dtype == images.dtype
+    np.testing.assert_array_equal(cropped, shifted)

@@ -216,6 +216,17 @@ def test_gpu_paths_with_an_injected_gpu(tmp_path, monkeypatch):
     assert render["env"]["CUDA_VISIBLE_DEVICES"] == "0" and render["env"]["JAX_PLATFORMS"] == "cpu"
     assert render["gpu_mib"] == 40.0
 
+    # The 1-GPU shared layout: learner and two batched GPU actors at once, the plan's envs.
+    shared = result["shared"]
+    assert shared["device_split"] == "a0-l0" and shared["envs_per_actor"] == 8
+    assert shared["fractions"] == {"learner": 0.6, "actor": 0.1}
+    assert shared["learner"]["state"] == "done" and shared["learner"]["updates_per_second"] > 0
+    assert len(shared["actors"]) == 1  # the layout's 2 actors, capped by max_actors
+    for actor in shared["actors"]:
+        assert actor["state"] == "done" and actor["envs"] == 8
+        assert actor["actions_per_second"] == pytest.approx(8 * actor["steps_per_second"])
+        assert actor["gpu_mib"] == 300.0  # the fake NVML: it was planned on the GPU
+
     page = gpu_check.report(
         {"status": "ok", "machine": gpu_check._machine(inventory), "measured_at": "now",
          "commit": "abc", **result}
@@ -223,6 +234,7 @@ def test_gpu_paths_with_an_injected_gpu(tmp_path, monkeypatch):
     assert "largest N the GPU holds (computed" in page
     assert "| defaults | 1 | 1,500 | 300 | yes |" in page
     assert "the plan's fractions admit 10" in page
+    assert "**1-GPU shared layout** (`configs/reacher_hard_gpu_layouts.py:1gpu`, `a0-l0`)" in page
 
 
 def test_benchmarks_page_says_not_measured_without_a_gpu_result(tmp_path):

@@ -1,5 +1,6 @@
 """Placement plans over injected GPU inventories and JAX builds."""
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -369,7 +370,9 @@ def _plan_for_output():
 def test_format_table_lists_groups_devices_memory_and_env():
     plan = _plan_for_output()
     table = plan.format_table()
-    lines = table.splitlines()
+    split, *lines = table.splitlines()
+    # Above the table, the device split in Cleanba's notation: learner on GPU 1, actors 0,1.
+    assert split.startswith("device split: a0,1-l1 ")
     header = lines[0].split()
     assert header[:3] == ["node", "group", "launch"]  # "node group", "launch group", ...
     for column in ("nodes", "device", "gpus", "GPU memory", "env"):
@@ -460,7 +463,7 @@ def test_jax_backend_column_and_build_line_in_the_table():
         TWO_3080,
     )
     assert [p.jax_backend for p in plan.groups.values()] == ["cuda", "cpu", "cpu"]
-    lines = plan.format_table().splitlines()
+    lines = plan.format_table().splitlines()[1:]  # under the device split
     column = lines[0].index("JAX backend")
     rows = {line.split()[0]: line for line in lines[2:] if line[:1].strip()}
     assert rows["learner"][column:].split()[0] == "cuda"
@@ -556,3 +559,160 @@ def test_dry_run_falls_back_without_cuda_jax_and_plans_the_gpu_with_it(tmp_path)
     actor = next(line for line in lines if line.startswith("actor"))
     assert actor.split()[4:6] == ["cpu", "cpu"]
     assert not any("learner:" in line for line in lines if line.startswith("notice: "))
+
+
+# --- several devices per learner: data parallelism, the device split --------------------
+
+FOUR_3080 = GpuInventory(tuple(gpu(i) for i in range(4)))
+
+
+def test_a_batch_the_learner_devices_do_not_divide_is_refused_by_name():
+    learner = GroupRequest(
+        ResourceSpec.from_config("learner", {"device": "gpu", "gpus": [1, 2, 3]}),
+        1,
+        batch_size=256,
+        batch_key="agent.batch_size",
+    )
+    with pytest.raises(ConfigError) as err:
+        make_plan({"learner": learner}, FOUR_3080)
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert msg.startswith("agent.batch_size=256 does not split evenly over the 3 devices")
+    assert "resources.learner.gpus=[1, 2, 3]" in msg and "multiple of 3 (e.g. 258)" in msg
+    assert "or 2 device(s)" in msg  # the largest count below 3 that divides 256
+    divisible = dataclasses.replace(learner, batch_size=255)
+    assert make_plan({"learner": divisible}, FOUR_3080).groups["learner"].num_devices == 3
+
+
+def test_a_cpu_learner_with_host_devices_gets_the_xla_flag_and_the_batch_check():
+    spec = ResourceSpec.from_config("learner", {"cpu_devices": 2, "cpu_threads": 1})
+    plan = make_plan({"learner": GroupRequest(spec, 1, batch_size=16)}, NO_GPU)
+    learner = plan.groups["learner"]
+    assert (learner.device, learner.num_devices, learner.device_names()) == ("cpu", 2, "cpu0,1")
+    # After the thread flags, before the user's own xla_flags.
+    assert learner.env["XLA_FLAGS"].endswith(" --xla_force_host_platform_device_count=2")
+    with pytest.raises(ConfigError, match=r"batch_size=15 .*\(resources\.learner\.cpu_devices=2\)"):
+        make_plan({"learner": GroupRequest(spec, 1, batch_size=15)}, NO_GPU)
+    # A GPU learner's devices are its GPUs: cpu_devices applies only where it runs on the CPU.
+    fallback = ResourceSpec.from_config("learner", {"device": "gpu_if_available", "cpu_devices": 2})
+    assert make_plan({"learner": req_of(fallback)}, NO_GPU).groups["learner"].num_devices == 2
+    assert make_plan({"learner": req_of(fallback)}, TWO_3080).groups["learner"].num_devices == 1
+
+
+def req_of(spec, num_nodes=1):
+    return GroupRequest(spec, num_nodes)
+
+
+def test_cpu_devices_on_a_gpu_node_is_refused():
+    with pytest.raises(ConfigError, match=r"resources\.learner\.cpu_devices=2 only applies"):
+        ResourceSpec.from_config("learner", {"device": "gpu", "cpu_devices": 2})
+    with pytest.raises(ConfigError, match=r"resources\.learner\.cpu_devices=0 is invalid"):
+        ResourceSpec.from_config("learner", {"cpu_devices": 0})
+
+
+def test_device_split_in_cleanba_notation():
+    # Cleanba's 4-GPU layout without its third learner GPU: actors share GPU 0 with memory
+    # fractions, the learner is data-parallel over GPUs 1 and 2.
+    plan = make_plan(
+        {
+            "replay": req(),
+            "learner": req(device="gpu", gpus=[1, 2], gpu_memory=0.9),
+            "actor": req(4, device="gpu", gpus=[0], gpu_memory=0.2),
+            "evaluator": req(device="gpu", gpus=[3], gpu_memory=0.3),
+        },
+        FOUR_3080,
+    )
+    assert plan.device_split() == "a0-l1,2"
+    assert plan.format_table().splitlines()[0].startswith("device split: a0-l1,2 ")
+    # One GPU shared by actors and learner, fractions checked; CPU actors; round-robin.
+    shared = make_plan(
+        {
+            "learner": req(device="gpu", gpus=[0], gpu_memory=0.6),
+            "actor": req(2, device="gpu", gpus=[0], gpu_memory=0.2),
+        },
+        TWO_3080,
+    )
+    assert shared.device_split() == "a0-l0"
+    cpu = make_plan({"learner": req(cpu_devices=2), "actor": req(3)}, NO_GPU)
+    assert cpu.device_split() == "acpu-lcpu0,1"
+    spread = make_plan(
+        {
+            "learner": req(device="gpu", gpus=[3], gpu_memory=0.5),
+            "actor": req(
+                3, device="gpu", gpus=[0, 1], gpu_distribution="round_robin", gpu_memory=0.3
+            ),
+        },
+        FOUR_3080,
+    )
+    assert spread.device_split() == "a0,1-l3"
+
+
+def test_the_learner_batch_comes_from_the_agent_config():
+    from magi_lp.runtime.config import experiment_defaults, make_placement_plan
+
+    config = experiment_defaults()
+    config.agent.batch_size = 30
+    config.resources.learner.cpu_devices = 4
+    with pytest.raises(ConfigError, match=r"^agent\.batch_size=30 does not split evenly over"):
+        make_placement_plan(config, NO_GPU)
+    config.agent.batch_size = 32
+    assert make_placement_plan(config, NO_GPU).groups["learner"].num_devices == 4
+
+
+def _layout(name):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "gpu_layouts", REPO / "configs" / "reacher_hard_gpu_layouts.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config(name)
+
+
+def test_shipped_gpu_layouts_plan_on_one_and_four_gpus():
+    from magi_lp.runtime.config import placement_requests, validate_experiment_config
+
+    one = _layout("1gpu")
+    validate_experiment_config(one)
+    plan = make_plan(placement_requests(one), GpuInventory((gpu(0),)))
+    assert plan.device_split() == "a0-l0"
+    four = _layout("4gpu")
+    plan = make_plan(placement_requests(four), FOUR_3080)
+    assert plan.device_split() == "a0-l1,2"
+    assert plan.groups["learner"].num_devices == 2
+    # Cleanba's learner on 1,2,3: the paper's batch of 256 does not split three ways.
+    four.resources.learner.gpus = [1, 2, 3]
+    with pytest.raises(ConfigError, match=r"^agent\.batch_size=256 does not split evenly"):
+        make_plan(placement_requests(four), FOUR_3080)
+    # A learner on GPUs of two models is refused (pmap's rule, kept for the sharded update).
+    mixed = GpuInventory((gpu(0), gpu(1, RTX3060), gpu(2), gpu(3)))
+    four.resources.learner.gpus = [1, 2]
+    with pytest.raises(ConfigError, match=r"resources\.learner\.gpus=\[1, 2\]: one node would"):
+        make_plan(placement_requests(four), mixed)
+
+
+def test_dry_run_shows_the_split_of_the_four_gpu_layout(tmp_path):
+    fakes = write_fake_pynvml(tmp_path / "nvml", gpus=[("NVIDIA H100 80GB HBM3", 80)] * 4)
+    plugin = write_fake_cuda_plugin(tmp_path / "plugin")
+    result = subprocess.run(
+        [
+            sys.executable,
+            DRQ,
+            "--config",
+            "configs/reacher_hard_gpu_layouts.py:4gpu",
+            "--workdir",
+            str(tmp_path / "run"),
+            "--dry_run",
+        ],
+        cwd=REPO,
+        env=env_with(pythonpath=[fakes, plugin, REPO]),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("device split: a0-l1,2 "), result.stdout
+    learner = next(line for line in lines if line.startswith("learner"))
+    assert "1:NVIDIA H100 80GB HBM3, 2:NVIDIA H100 80GB HBM3" in learner

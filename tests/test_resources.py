@@ -58,6 +58,8 @@ def test_unknown_key_is_refused_by_name_with_suggestion_and_valid_keys():
         ("render", "glfw", "'osmesa'"),
         ("render_gpu", -1, "a GPU id >= 0"),
         ("cpu_threads", 0, "an integer >= 1"),
+        ("cpu_devices", 0, "an integer >= 1"),
+        ("cpu_devices", None, "an integer >= 1"),
         ("cpu_threads", 2.5, "an integer >= 1"),
         ("xla_flags", "xla_gpu_autotune_level=0", "'--flag=value'"),
     ],
@@ -175,6 +177,9 @@ GPU = {"device": "gpu"}
             },
         ),
         ({"cpu_threads": 4}, (), {"XLA_FLAGS": "", "OMP_NUM_THREADS": "4"}),
+        ({"cpu_devices": 2}, (), {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}),
+        # A gpu_if_available node that got its GPU: its devices are the GPU, no host devices.
+        ({"device": "gpu_if_available", "cpu_devices": 2}, (0,), {"XLA_FLAGS": ""}),
         ({"cpu_threads": None}, (), {"OMP_NUM_THREADS": "", "TF_NUM_INTEROP_THREADS": ""}),
         (
             {"cpu_threads": 1, "xla_flags": " --xla_dump_to=/tmp/x "},

@@ -29,6 +29,7 @@ TINY = [
     "--config.evaluation.episodes=1",
     "--config.evaluation.every_actor_steps=100000",
     "--config.logging.time_delta=0.0",
+    "--config.debug.check_devices=True",  # every policy call and update checks its devices
 ]
 
 

@@ -1,20 +1,31 @@
-"""`GenericActor`: an `acme.core.Actor` driven by an `ActorCore`, as Acme's `GenericActor`.
+"""Actors driven by an `ActorCore`: one environment (`GenericActor`) or k (`BatchedActor`).
 
-It jit-compiles action selection, threads the actor state and the random key, writes
-experience through an adder, and pulls parameters through a `VariableClient`. Acme 0.4.0's own
-version cannot be imported with any installable jaxlib.
+`GenericActor` is an `acme.core.Actor`, as Acme's `GenericActor`: it jit-compiles action
+selection, threads the actor state and the random key, writes experience through an adder,
+and pulls parameters through a `VariableClient`. Acme 0.4.0's own version cannot be imported
+with any installable jaxlib.
+
+`BatchedActor` acts for k environments of one process (`config.envs_per_actor`): the core's
+`select_action` is vmapped over the k observations and states and jitted, so one call on the
+node's device chooses all k actions (rlstructures' advice for GPU acting: one process with N
+environments and batched inference instead of N processes, each paying for a CUDA context).
+Each environment keeps its own actor state (its own key and step count) and its own adder, so
+replay streams never mix environments.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Generic
 
 import dm_env
 import jax
+import jax.numpy as jnp
 import numpy as np
 from acme import adders, core
 
 from magi_lp.agent.actor_core import ActorCore, State
+from magi_lp.agent.device_check import DeviceCheck
 from magi_lp.agent.variable_client import VariableClient
 
 
@@ -27,6 +38,8 @@ class GenericActor(core.Actor, Generic[State]):
         random_key: jax.Array,
         variable_client: VariableClient | None,
         adder: adders.Adder | None = None,
+        *,
+        device_check: DeviceCheck | None = None,
     ):
         """Creates the actor.
 
@@ -36,19 +49,26 @@ class GenericActor(core.Actor, Generic[State]):
           random_key: this actor's own key.
           variable_client: where parameters come from; None only for parameter-free cores.
           adder: where experience goes; None for evaluators.
+          device_check: device-check mode: checks every call's inputs and outputs.
         """
         self._core = actor_core
         self._client = variable_client
         self._adder = adder
         self._select_action = jax.jit(actor_core.select_action)
         self._state = actor_core.init(random_key)
+        self._check = device_check
 
     @property
     def _params(self) -> Any:
         return self._client.params if self._client is not None else None
 
     def select_action(self, observation: Any) -> np.ndarray:
-        action, self._state = self._select_action(self._params, observation, self._state)
+        params = self._params
+        if self._check is not None:
+            _check_inputs(self._check, params, observation, self._state)
+        action, self._state = self._select_action(params, observation, self._state)
+        if self._check is not None:
+            _check_outputs(self._check, action, self._state)
         return np.asarray(action)
 
     def observe_first(self, timestep: dm_env.TimeStep) -> None:
@@ -67,4 +87,112 @@ class GenericActor(core.Actor, Generic[State]):
     @property
     def state(self) -> State:
         """The actor state (for tests and for checkpointing an actor's step count)."""
+        return self._state
+
+
+def _check_inputs(check: DeviceCheck, params: Any, observations: Any, state: Any) -> None:
+    check.check("select_action input params", params)
+    check.check("select_action input observation", observations, host_ok=True)
+    check.check("select_action input state", state)
+
+
+def _check_outputs(check: DeviceCheck, actions: Any, state: Any) -> None:
+    check.check("select_action output action", actions)
+    check.check("select_action output state", state)
+
+
+class BatchedActor(Generic[State]):
+    """Acts for k environments with one jitted call: `ActorCore.select_action` vmapped.
+
+    Environment i has its own actor state (from its own key) and its own adder; parameters
+    are pulled once for all k. Not an `acme.core.Actor` (that acts for one environment):
+    `magi_lp.runtime.acting_loop.BatchedActingLoop` drives it.
+    """
+
+    def __init__(
+        self,
+        actor_core: ActorCore[State],
+        random_keys: Sequence[jax.Array],
+        variable_client: VariableClient | None,
+        environment_adders: Sequence[adders.Adder | None],
+        *,
+        device_check: DeviceCheck | None = None,
+    ):
+        """Creates the actor.
+
+        Args:
+          actor_core: the agent's acting functions for ONE environment; they are vmapped
+            over the environments, the parameters shared.
+          random_keys: one key per environment (k of them).
+          variable_client: where parameters come from; None only for parameter-free cores.
+          environment_adders: one adder (or None) per environment, each its own replay
+            stream.
+          device_check: device-check mode: checks every call's inputs and outputs.
+        """
+        if len(random_keys) != len(environment_adders) or not random_keys:
+            raise ValueError(
+                f"BatchedActor needs one key and one adder per environment, got "
+                f"{len(random_keys)} keys and {len(environment_adders)} adders"
+            )
+        self._core = actor_core
+        self._client = variable_client
+        self._adders = list(environment_adders)
+        self._select_actions = jax.jit(jax.vmap(actor_core.select_action, in_axes=(None, 0, 0)))
+        self._get_extras = jax.jit(jax.vmap(actor_core.get_extras))
+        self._state = jax.vmap(actor_core.init)(jnp.stack(list(random_keys)))
+        self._check = device_check
+        self._extras: Any = None
+        self._has_extras: bool | None = None  # learnt from the first call
+
+    @property
+    def num_environments(self) -> int:
+        """k: the environments this actor acts for."""
+        return len(self._adders)
+
+    @property
+    def _params(self) -> Any:
+        return self._client.params if self._client is not None else None
+
+    def select_actions(self, observations: Sequence[Any]) -> np.ndarray:
+        """One action per environment, [k, ...], chosen in one call on the node's device."""
+        params = self._params
+        stacked = np.stack([np.asarray(o) for o in observations])  # one host->device copy
+        if self._check is not None:
+            _check_inputs(self._check, params, stacked, self._state)
+        actions, self._state = self._select_actions(params, stacked, self._state)
+        if self._check is not None:
+            _check_outputs(self._check, actions, self._state)
+        if self._has_extras is None:
+            self._has_extras = bool(
+                jax.tree_util.tree_leaves(
+                    self._core.get_extras(jax.tree_util.tree_map(lambda x: x[0], self._state))
+                )
+            )
+        # Most cores have no extras (`()`); only the others pay for the extra call.
+        self._extras = jax.device_get(self._get_extras(self._state)) if self._has_extras else ()
+        return np.asarray(actions)
+
+    def observe_first(self, index: int, timestep: dm_env.TimeStep) -> None:
+        """Environment `index` started an episode."""
+        adder = self._adders[index]
+        if adder is not None:
+            adder.add_first(timestep)
+
+    def observe(self, index: int, action: np.ndarray, next_timestep: dm_env.TimeStep) -> None:
+        """Environment `index` took `action` (its row of `select_actions`) and got there."""
+        adder = self._adders[index]
+        if adder is not None:
+            extras = self._extras
+            if self._has_extras:
+                extras = jax.tree_util.tree_map(lambda column: column[index], extras)
+            adder.add(action, next_timestep, extras)
+
+    def update(self, wait: bool = False) -> None:
+        """Counts one batched step toward the next parameter pull (see `VariableClient`)."""
+        if self._client is not None:
+            self._client.update(wait)
+
+    @property
+    def state(self) -> State:
+        """The k actor states, stacked along a leading axis."""
         return self._state

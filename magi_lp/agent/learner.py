@@ -7,7 +7,8 @@ owns checkpointing.
 Most agents are one jitted `update(state, batch) -> (state, metrics)`. `JaxLearner` is the
 part of such a learner that is the same for every agent: pull a batch, update, count the
 step, log the metrics; restore with a structure check. An agent subclasses it and says which
-variables actors may pull (`variables(state)`).
+variables actors may pull (`variables(state)`). When the process sees several devices, the
+update runs data-parallel over all of them (`magi_lp.agent.data_parallel`), with no agent code.
 """
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ import jax
 import jax.numpy as jnp
 from acme import core
 from acme.utils import counting, loggers
+
+from magi_lp import console
+from magi_lp.agent import data_parallel
+from magi_lp.agent.device_check import DeviceCheck
 
 State = TypeVar("State")
 UpdateFn = Callable[[Any, Any], tuple[Any, Mapping[str, Any]]]
@@ -44,6 +49,12 @@ class JaxLearner(Learner, Generic[State]):
     Each `step()` takes the next batch (a `reverb.ReplaySample` is unwrapped to its data),
     runs the update, counts one step (and the seconds since the previous one as `walltime`)
     and logs the metrics together with the counts.
+
+    Devices: with one device the update runs as given. A process that sees several devices
+    of JAX's default backend (the plan's `gpus: n` or `cpu_devices: n`) runs it
+    data-parallel over all of them (`data_parallel`): the state is replicated, each batch
+    split; `data_parallel` is that placement (or None), e.g. for a prefetcher that puts
+    batches on the devices ahead of time with its `put_batch`.
     """
 
     def __init__(
@@ -64,12 +75,24 @@ class JaxLearner(Learner, Generic[State]):
           counter: counts `steps` and `walltime`.
           logger: gets one row of metrics and counts per step.
         """
+        self.data_parallel = data_parallel.local_data_parallel("learner")
+        if self.data_parallel is not None:
+            update = self.data_parallel.wrap(update)
+            state = self.data_parallel.put_state(state)
+            console.say(self.data_parallel.describe(), source="learner")
         self._update = update
         self._state = state
         self._iterator = iterator
         self._counter = counter or counting.Counter()
         self._logger = logger or loggers.NoOpLogger()
         self._timestamp: float | None = None
+        self._device_check: DeviceCheck | None = None
+
+    def check_devices(self, node: str = "learner") -> None:
+        """Turns on device-check mode (`config.debug.check_devices`): every update checks
+        that the state, the metrics and device batches live on all of this process's
+        devices, and that host batches are numpy (`magi_lp.agent.device_check`)."""
+        self._device_check = DeviceCheck.for_node(node, all_devices=True)
 
     @abc.abstractmethod
     def variables(self, state: State) -> Mapping[str, Any]:
@@ -78,7 +101,14 @@ class JaxLearner(Learner, Generic[State]):
     def step(self) -> None:
         batch = next(self._iterator)
         batch = getattr(batch, "data", batch)  # reverb.ReplaySample(info, data) -> data
+        check = self._device_check
+        if check is not None:
+            check.check("update input state", self._state)
+            check.check("update input batch", batch, host_ok=True)
         self._state, metrics = self._update(self._state, batch)
+        if check is not None:
+            check.check("update output state", self._state)
+            check.check("update output metrics", metrics)
         now = time.time()
         elapsed = 0.0 if self._timestamp is None else now - self._timestamp
         self._timestamp = now
@@ -104,7 +134,10 @@ class JaxLearner(Learner, Generic[State]):
                 f"{treedef} != {expected}; restore with save()'s output as the target."
             )
         # Device arrays again: a checkpointer may hand back numpy leaves.
-        self._state = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(x) for x in leaves])
+        state = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(x) for x in leaves])
+        if self.data_parallel is not None:
+            state = self.data_parallel.put_state(state)
+        self._state = state
 
     @property
     def state(self) -> State:

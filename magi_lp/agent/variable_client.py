@@ -74,7 +74,12 @@ class VariableClient:
         return self._params
 
     def _fetch(self) -> Any:
-        values = jax.device_put(list(self._source.get_variables(self._names)))
+        # On this process's first device, explicitly: in one process the learner's arrays
+        # may be replicated over several devices (a data-parallel learner), and a policy
+        # given those would run on all of them.
+        values = jax.device_put(
+            list(self._source.get_variables(self._names)), jax.local_devices()[0]
+        )
         return values[0] if self._single else values
 
     def update(self, wait: bool = False) -> None:

@@ -42,16 +42,30 @@ _EPS = 1e-9
 
 @dataclasses.dataclass(frozen=True)
 class GroupRequest:
-    """A logical node group to place: its spec and how many nodes it has (0 is allowed)."""
+    """A logical node group to place: its spec and how many nodes it has (0 is allowed).
+
+    Attributes:
+      spec: the group's resource spec.
+      num_nodes: how many nodes the group has.
+      batch_size: for a group that splits each batch over its devices (the data-parallel
+        learner), the batch; the plan refuses a device count that does not divide it.
+        None: no such check.
+      batch_key: the config key that sets `batch_size`, named in that refusal.
+    """
 
     spec: ResourceSpec
     num_nodes: int
+    batch_size: int | None = None
+    batch_key: str = "batch_size"
 
     def __post_init__(self) -> None:
         if isinstance(self.num_nodes, bool) or not isinstance(self.num_nodes, int):
             raise ConfigError(f"num_nodes={self.num_nodes!r} is invalid; allowed: an int >= 0")
         if self.num_nodes < 0:
             raise ConfigError(f"num_nodes={self.num_nodes} is invalid; allowed: an int >= 0")
+        size = self.batch_size
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+            raise ConfigError(f"{self.batch_key}={size!r} is invalid; allowed: an integer >= 1")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +83,7 @@ class GroupPlacement:
       render_gpu: the GPU EGL renders on, or None (first visible GPU / software).
       env: the environment overrides for these nodes.
       jax_backend: the backend JAX makes the default in these nodes ("cuda" or "cpu").
+      cpu_devices: JAX devices a CPU node sees (`ResourceSpec.cpu_devices`); 1 on a GPU.
     """
 
     group: str
@@ -81,6 +96,20 @@ class GroupPlacement:
     render_gpu: int | None
     env: Mapping[str, str] = dataclasses.field(hash=False)
     jax_backend: str = "cpu"
+    cpu_devices: int = 1
+
+    @property
+    def num_devices(self) -> int:
+        """How many devices JAX computes on in each of these nodes (its GPUs, or host devices)."""
+        return len(self.gpu_ids) if self.device == "gpu" else self.cpu_devices
+
+    def device_names(self) -> str:
+        """The node's devices in Cleanba's notation: GPU ids "1,2", or "cpu" / "cpu0,1"."""
+        if self.device == "gpu":
+            return ",".join(str(i) for i in self.gpu_ids)
+        if self.cpu_devices == 1:
+            return "cpu"
+        return "cpu" + ",".join(str(i) for i in range(self.cpu_devices))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,13 +140,34 @@ class PlacementPlan:
         """Launch group -> env overrides (copies; safe to modify)."""
         return {name: dict(p.env) for name, p in self.groups.items()}
 
+    def device_split(self) -> str:
+        """Where actors act and the learner learns, in Cleanba's notation: "a0-l1,2".
+
+        "a" lists the devices of the actor nodes (GPU ids, or "cpu"), "l" the learner's (all
+        of them: it is data-parallel over them); "cpu0,1" is a CPU node with two host
+        devices. A group the plan does not hold (no actors) is left out.
+        """
+        parts = []
+        for letter, group in (("a", "actor"), ("l", "learner")):
+            placements = [p for p in self.groups.values() if p.group == group]
+            if not placements:
+                continue
+            names: list[str] = []
+            for p in placements:
+                for name in p.device_names().split(","):
+                    if name not in names:
+                        names.append(name)
+            parts.append(letter + ",".join(names))
+        return "-".join(parts)
+
     def format_table(self) -> str:
         """The plan as a text table: one row per launch group, env one variable per line.
 
-        Notices are not included; print `plan.notices` next to it. Variables set to the
-        empty string (the library default, set so nothing leaks in from the launching
-        shell) are listed once under the table instead of in every row, and so is the JAX
-        build the "JAX backend" column was decided against.
+        The first line is the actor/learner device split (`device_split`). Notices are not
+        included; print `plan.notices` next to it. Variables set to the empty string (the
+        library default, set so nothing leaks in from the launching shell) are listed once
+        under the table instead of in every row, and so is the JAX build the "JAX backend"
+        column was decided against.
         """
         header = (
             "node group",
@@ -143,14 +193,18 @@ class PlacementPlan:
                     p.group,
                     p.launch_group,
                     f"{len(p.node_indices)} ({_ranges(p.node_indices)})",
-                    p.device,
+                    p.device if p.cpu_devices == 1 else f"{p.device} x{p.cpu_devices}",
                     p.jax_backend,
                     gpus,
                     _describe_memory(p),
                     "\n".join(env_lines),
                 )
             )
-        out = [tabulate.tabulate(rows, header, tablefmt="simple", disable_numparse=True)]
+        out = [
+            f"device split: {self.device_split()} (Cleanba's notation: a = actor devices, "
+            "l = learner devices)",
+            tabulate.tabulate(rows, header, tablefmt="simple", disable_numparse=True),
+        ]
         emptied = sorted(
             {k for p in self.groups.values() for k, v in p.env.items() if not v} - _ALWAYS_SHOWN
         )
@@ -337,7 +391,8 @@ def make_plan(
         a GPU id that does not exist; GPUs of different models in one node; no identical
         set of the size asked for; memory fractions on one GPU summing over 1.0; two or
         more nodes on a GPU with JAX's default 75% preallocation; a bad render_gpu; a
-        launch group name that collides with another group.
+        launch group name that collides with another group; a `batch_size` the group's
+        device count does not divide.
     """
     if jax_build is None:
         jax_build = detect_jax_build()
@@ -405,11 +460,32 @@ def make_plan(
                 render_gpu=spec.render_gpu if spec.render == "egl" else None,
                 env=env,
                 jax_backend=jax_backend(env, jax_build),
+                cpu_devices=spec.cpu_devices if device == "cpu" else 1,
             )
+            _check_batch_divides(group, request, placements[name])
 
     _check_memory(on_gpu, inventory, notices)
     return PlacementPlan(
         groups=placements, notices=tuple(notices), inventory=inventory, jax_build=jax_build
+    )
+
+
+def _check_batch_divides(group: str, request: GroupRequest, placement: GroupPlacement) -> None:
+    """A data-parallel node splits each batch evenly over its devices, or not at all."""
+    devices = placement.num_devices
+    if request.batch_size is None or request.batch_size % devices == 0:
+        return
+    size = request.batch_size
+    which = (
+        f"resources.{group}.gpus={list(placement.gpu_ids)}"
+        if placement.device == "gpu"
+        else f"resources.{group}.cpu_devices={devices}"
+    )
+    fit = next(n for n in range(devices - 1, 0, -1) if size % n == 0)
+    raise ConfigError(
+        f"{request.batch_key}={size} does not split evenly over the {devices} devices of "
+        f"{group} ({which}), and its update is data-parallel over all of them; use a multiple "
+        f"of {devices} (e.g. {(size // devices + 1) * devices}) or {fit} device(s)"
     )
 
 

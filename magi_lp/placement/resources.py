@@ -57,6 +57,9 @@ MANAGED_VARIABLES = (
     "TF_NUM_INTEROP_THREADS",
 )
 
+# The XLA flag that gives a CPU process several JAX devices (`cpu_devices`).
+HOST_DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+
 # What JAX does when XLA_PYTHON_CLIENT_MEM_FRACTION is not given and preallocation is on.
 JAX_DEFAULT_PREALLOCATED_FRACTION = 0.75
 
@@ -88,6 +91,11 @@ class ResourceSpec:
         CPU node sees no GPU and renders with Mesa's software EGL). On a CPU node this
         exposes that one GPU to the process for EGL while JAX stays on the CPU.
       cpu_threads: threads for XLA, BLAS, OpenMP and TF pools, or None (library defaults).
+      cpu_devices: how many JAX devices a CPU node sees (XLA's
+        `--xla_force_host_platform_device_count`); more than 1 makes a CPU learner
+        data-parallel over that many host devices, which tests the multi-device learner on
+        a machine without GPUs (it does not make the CPU faster). A GPU node's devices are
+        its `gpus`; there this must stay 1.
       xla_flags: extra XLA flags ("--name=value ..."), appended after the thread flags.
         An unknown flag aborts the node when JAX starts, so test new ones locally first.
       env: extra environment variables (str -> str), applied last, so they win.
@@ -103,6 +111,7 @@ class ResourceSpec:
     render: str = "egl"
     render_gpu: int | None = None
     cpu_threads: int | None = None
+    cpu_devices: int = 1
     xla_flags: str = ""
     # hash=False: a dict cannot be hashed; the spec stays comparable with ==.
     env: Mapping[str, str] = dataclasses.field(default_factory=dict, hash=False)
@@ -244,6 +253,15 @@ def _normalised(values: dict[str, Any], where: str) -> dict[str, Any]:
     threads = out.get("cpu_threads")
     if threads is not None and not (_is_int(threads) and threads >= 1):
         raise _bad(where, "cpu_threads", threads, "an integer >= 1, or None")
+    cpu_devices = out.get("cpu_devices", 1)
+    if not (_is_int(cpu_devices) and cpu_devices >= 1):
+        raise _bad(where, "cpu_devices", cpu_devices, "an integer >= 1")
+    if out.get("device") == "gpu" and cpu_devices > 1:
+        raise ConfigError(
+            f"{where}.cpu_devices={cpu_devices} only applies to a CPU node, but "
+            f"{where}.device='gpu' (its devices are its gpus); set {where}.gpus={cpu_devices} "
+            "for a node on that many GPUs, or cpu_devices=1"
+        )
 
     if "xla_flags" in out:
         flags = out["xla_flags"]
@@ -398,6 +416,8 @@ def spec_to_env(
     # a one-line warning for "" and then use its default, but nothing in this stack loads
     # libgomp (checked: numpy, scipy, TF, jax, reverb, mujoco, dm_control). ---
     flags = _thread_flags(spec.cpu_threads)
+    if not on_gpu and spec.cpu_devices > 1:
+        flags.append(f"{HOST_DEVICE_COUNT_FLAG}={spec.cpu_devices}")
     if spec.xla_flags:
         flags.append(spec.xla_flags)  # after the thread flags, so the user's win
     env["XLA_FLAGS"] = " ".join(flags)

@@ -1,13 +1,17 @@
-"""The actor-environment loop, with a stop check on every step.
+"""The actor-environment loops, with a stop check on every step.
 
 Acme's `EnvironmentLoop` only checks for termination between episodes; inside a Launchpad
-node that makes a stop wait for the rest of an episode (seconds with pixel rendering). This
-loop checks `should_stop()` before every step, counts steps through an Acme counter (so the
-coordinator sees them), and logs one row per episode with return, length and frames/s.
+node that makes a stop wait for the rest of an episode (seconds with pixel rendering). These
+loops check `should_stop()` before every step, count steps through an Acme counter (so the
+coordinator sees them), and log one row per episode with return, length and frames/s.
+`ActingLoop` runs one environment; `BatchedActingLoop` runs k of them in one process with a
+`BatchedActor` (`config.envs_per_actor`), stepping them one after the other and choosing
+their k actions in one call.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -16,6 +20,8 @@ import dm_env
 import numpy as np
 from acme import core
 from acme.utils import counting, loggers
+
+from magi_lp.agent.actor import BatchedActor
 
 
 class ActingLoop:
@@ -113,4 +119,150 @@ class ActingLoop:
             if row is None:
                 break
             rows.append(row)
+        return rows
+
+
+@dataclasses.dataclass
+class _Episode:
+    """One environment's episode in progress."""
+
+    timestep: dm_env.TimeStep
+    started: float  # time.monotonic() at reset
+    loop_steps_at_start: int  # the loop's steps (all environments) at reset
+    steps: int = 0
+    episode_return: float = 0.0
+
+
+class BatchedActingLoop:
+    """Runs k environments of one actor: one batched action choice per step, then k steps.
+
+    Each environment has its own episodes: it is reset when its episode ends, while the
+    others go on, and each ended episode gets its own log row (with the environment's
+    index). Environments are stepped one after the other in this thread: on the CPU an
+    environment step (physics and rendering) is the work, and the node is given one core.
+    Episodes in progress continue across `run` calls (a stop leaves them open; the adders
+    close an unfinished episode when the environment next resets).
+    """
+
+    def __init__(
+        self,
+        environments: Sequence[dm_env.Environment],
+        actor: BatchedActor,
+        counter: counting.Counter | None = None,
+        logger: loggers.Logger | None = None,
+        *,
+        should_update: bool = True,
+        frames_per_step: int = 1,
+        observers: Sequence[Any] = (),
+    ):
+        """Creates the loop.
+
+        Args:
+          environments: the k (separately seeded) environments.
+          actor: acts for all k; `actor.num_environments` must be k.
+          counter: counts `steps` (of every environment) and `episodes`, as in
+            `ActingLoop`; incremented once per step in which episodes ended.
+          logger: gets one row per ended episode.
+          should_update: whether to let the actor refresh parameters after each step.
+          frames_per_step: environment frames per agent step (action repeat).
+          observers: as in `ActingLoop`; they see the steps of all k environments,
+            interleaved (so nothing that follows one episode, such as a video).
+        """
+        if actor.num_environments != len(environments):
+            raise ValueError(
+                f"the actor acts for {actor.num_environments} environments, "
+                f"the loop was given {len(environments)}"
+            )
+        self._environments = list(environments)
+        self._actor = actor
+        self._counter = counter or counting.Counter()
+        self._logger = logger or loggers.NoOpLogger()
+        self._should_update = should_update
+        self._frames_per_step = frames_per_step
+        self._observers = list(observers)
+        self._episodes: list[_Episode | None] = [None] * len(self._environments)
+        self._steps = 0  # every environment's steps, since the loop was made
+
+    def close(self) -> None:
+        """Closes the logger and the environments (in-process runs; nodes just exit)."""
+        self._logger.close()
+        for environment in self._environments:
+            environment.close()
+
+    @property
+    def actor(self) -> BatchedActor:
+        """The actor this loop drives."""
+        return self._actor
+
+    def _start(self, index: int) -> _Episode:
+        timestep = self._environments[index].reset()
+        self._actor.observe_first(index, timestep)
+        for observer in self._observers:
+            observer.observe_first(timestep)
+        episode = _Episode(timestep, time.monotonic(), self._steps)
+        self._episodes[index] = episode
+        return episode
+
+    def step(self) -> list[dict]:
+        """One step of every environment; returns the log rows of the episodes it ended."""
+        episodes = [e if e is not None else self._start(i) for i, e in enumerate(self._episodes)]
+        actions = self._actor.select_actions([e.timestep.observation for e in episodes])
+        ended = []
+        for index, (environment, episode) in enumerate(
+            zip(self._environments, episodes, strict=True)
+        ):
+            action = actions[index]
+            timestep = environment.step(action)
+            self._actor.observe(index, action, next_timestep=timestep)
+            for observer in self._observers:
+                observer.observe(timestep, action)
+            episode.timestep = timestep
+            episode.episode_return += float(np.sum(timestep.reward))
+            episode.steps += 1
+            if timestep.last():
+                ended.append(index)
+        self._steps += len(episodes)
+        if self._should_update:
+            self._actor.update()
+        if not ended:
+            return []
+        counts = self._counter.increment(
+            steps=sum(episodes[i].steps for i in ended), episodes=len(ended)
+        )
+        now = time.monotonic()
+        rows = []
+        for index in ended:
+            episode = episodes[index]
+            self._episodes[index] = None
+            for observer in self._observers:
+                observer.episode_done(episode.episode_return)
+            elapsed = max(now - episode.started, 1e-9)
+            loop_steps = self._steps - episode.loop_steps_at_start
+            row = {
+                "environment": index,
+                "episode_length": episode.steps,
+                "episode_return": episode.episode_return,
+                "steps_per_second": episode.steps / elapsed,
+                # The process's frames/s over this episode: all k environments together.
+                "frames_per_second": loop_steps * self._frames_per_step / elapsed,
+                **counts,
+            }
+            self._logger.write(row)
+            rows.append(row)
+        return rows
+
+    def run(
+        self,
+        should_stop: Callable[[], bool] = lambda: False,
+        num_episodes: int | None = None,
+    ) -> list[dict]:
+        """Steps until `should_stop()`, or until at least `num_episodes` episodes ended.
+
+        Returns the rows of the episodes that ended (a step may end several at once).
+        """
+        rows: list[dict] = []
+        while num_episodes is None or len(rows) < num_episodes:
+            if should_stop():
+                break
+            rows.extend(self.step())
         return rows

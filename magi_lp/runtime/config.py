@@ -3,7 +3,7 @@
 A project's config file starts from `experiment_defaults()` and fills in `env` and `agent`
 (which the project owns and checks). The toolkit's keys are declared once, as typed
 dataclasses with a comment per field (`RunSettings` at the top level, `CheckpointSettings`,
-`EvaluationSettings`, `LoggingSettings`), and
+`EvaluationSettings`, `LoggingSettings`, `DebugSettings`), and
 `validate_experiment_config` checks a config against them, so a typo or a bad value fails
 before any process starts with the key's full name and what would be accepted.
 """
@@ -41,6 +41,7 @@ class RunSettings:
     seed: int = 0  # every node's seed and key derive from it (magi_lp.runtime.seeding)
     max_actor_steps: int = 100_000  # agent steps summed over actors; the run stops there
     num_actors: int = 1  # actor processes in the distributed program
+    envs_per_actor: int = 1  # environments one actor steps, choosing their actions in one call
     num_evaluators: int = 1  # evaluator processes (0: no evaluation)
     variable_update_period: int = 100  # actor steps between non-blocking parameter pulls
     colocate_learner_and_replay: bool = False  # replay as a thread of the learner's process
@@ -51,6 +52,7 @@ class RunSettings:
         for key, minimum in (
             ("max_actor_steps", 1),
             ("num_actors", 1),
+            ("envs_per_actor", 1),
             ("num_evaluators", 0),
             ("variable_update_period", 1),
         ):
@@ -299,6 +301,16 @@ def stop_tiers(config: ml_collections.ConfigDict) -> dict[str, int]:
     }
 
 
+@dataclasses.dataclass(frozen=True)
+class DebugSettings:
+    """`config.debug`: checks that cost time, for finding mistakes (all off by default)."""
+
+    # Every policy call and learner update checks that its inputs and outputs live on the
+    # node's declared devices (magi_lp.agent.device_check); a mismatch stops the node with
+    # one line naming the node, the array and both devices.
+    check_devices: bool = False
+
+
 # Where each node group runs unless the config says otherwise: everything on the CPU, one
 # thread for the small nodes, no rendering except where environments live.
 DEFAULT_RESOURCES: dict[str, dict[str, Any]] = {
@@ -321,6 +333,7 @@ def experiment_defaults() -> ml_collections.ConfigDict:
     config.checkpoint = ml_collections.ConfigDict(dataclasses.asdict(CheckpointSettings()))
     config.evaluation = ml_collections.ConfigDict(dataclasses.asdict(EvaluationSettings()))
     config.logging = ml_collections.ConfigDict(dataclasses.asdict(LoggingSettings()))
+    config.debug = ml_collections.ConfigDict(dataclasses.asdict(DebugSettings()))
     config.resources = ml_collections.ConfigDict(
         {group: resource_spec(**DEFAULT_RESOURCES[group]) for group in NODE_GROUPS}
     )
@@ -330,7 +343,7 @@ def experiment_defaults() -> ml_collections.ConfigDict:
     return config
 
 
-_SECTIONS = ("checkpoint", "evaluation", "logging", "resources", "env", "agent")
+_SECTIONS = ("checkpoint", "evaluation", "logging", "debug", "resources", "env", "agent")
 # Optional: configs written before it existed still validate; the cluster launchers require it.
 _OPTIONAL_SECTIONS = ("hosts",)
 
@@ -423,6 +436,7 @@ def validate_experiment_config(config: ml_collections.ConfigDict) -> RunSettings
     typed_section(CheckpointSettings, config.checkpoint, "checkpoint.")
     typed_section(EvaluationSettings, config.evaluation, "evaluation.")
     typed_section(LoggingSettings, config.logging, "logging.")
+    typed_section(DebugSettings, config.debug, "debug.")
     for group in config.resources:
         if group not in NODE_GROUPS:
             raise _unknown("resources.", group, NODE_GROUPS)
@@ -457,16 +471,32 @@ def node_counts(config: ml_collections.ConfigDict) -> dict[str, int]:
     }
 
 
+LEARNER_BATCH_KEY = "agent.batch_size"
+"""Where an agent config gives the learner's batch. The learner's update is data-parallel over
+all of its devices, so the plan refuses a device count that does not divide this batch
+(`placement_requests`); an agent without the key is checked at its first batch instead."""
+
+
+def learner_batch_size(config: ml_collections.ConfigDict) -> int | None:
+    """The learner's batch as the agent config gives it (`agent.batch_size`), or None."""
+    value = config.get("agent", {}).get("batch_size", None)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def placement_requests(config: ml_collections.ConfigDict) -> dict[str, GroupRequest]:
     """What the placement plan must place: each group with nodes, its spec and its count.
 
-    A replay colocated with the learner runs in the learner's process under its spec.
+    A replay colocated with the learner runs in the learner's process under its spec. The
+    learner's request carries the batch its devices must divide (`learner_batch_size`).
     """
     requests = {
         group: GroupRequest(ResourceSpec.from_config(group, config.resources[group]), count)
         for group, count in node_counts(config).items()
         if count > 0
     }
+    requests["learner"] = dataclasses.replace(
+        requests["learner"], batch_size=learner_batch_size(config), batch_key=LEARNER_BATCH_KEY
+    )
     if config.colocate_learner_and_replay:
         requests.pop("replay")
     return requests

@@ -17,16 +17,19 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import jax
 from absl import logging
 from acme import specs
 from acme.utils import counting
 
 from magi_lp import console
-from magi_lp.agent.actor import GenericActor
+from magi_lp.agent.actor import BatchedActor, GenericActor
 from magi_lp.agent.builder import POLICY_VARIABLES
+from magi_lp.agent.device_check import DeviceCheck
+from magi_lp.agent.learner import JaxLearner
 from magi_lp.agent.variable_client import VariableClient
 from magi_lp.runtime import seeding
-from magi_lp.runtime.acting_loop import ActingLoop
+from magi_lp.runtime.acting_loop import ActingLoop, BatchedActingLoop
 from magi_lp.runtime.checkpointing import Checkpointer, CheckpointWriteError
 from magi_lp.runtime.experiment import Experiment
 from magi_lp.runtime.learner_runner import LearnerRunner
@@ -67,6 +70,8 @@ def make_learner_runner(
         logger=logger,
         counter=counting.Counter(counter, prefix="learner", time_delta=0.0),
     )
+    if config.debug.check_devices and isinstance(learner, JaxLearner):
+        learner.check_devices("learner")
     checkpointer = Checkpointer(checkpoint_dir(workdir)) if config.checkpoint.enabled else None
     return LearnerRunner(
         learner,
@@ -89,35 +94,71 @@ def make_acting_loop(
     *,
     evaluation: bool = False,
     observers: Sequence[Any] = (),
-) -> ActingLoop:
-    """Actor (or evaluator) `index`: its seeded environment, policy, adder and loop.
+) -> ActingLoop | BatchedActingLoop:
+    """Actor (or evaluator) `index`: its seeded environment(s), policy, adder(s) and loop.
 
     The actor pulls `POLICY_VARIABLES` from `variable_source` every
-    `config.variable_update_period` steps without blocking. Evaluators write nothing to
-    replay, make the experiment's evaluation observers, and count as "evaluator".
+    `config.variable_update_period` environment steps without blocking. With
+    `config.envs_per_actor` = k > 1 an actor steps k environments (each its own seed, actor
+    state and adder) and chooses their actions in one call (`BatchedActingLoop`).
+    Evaluators step one environment, write nothing to replay, make the experiment's
+    evaluation observers, and count as "evaluator". With `config.debug.check_devices` every
+    policy call checks its arrays' devices.
     """
     config = experiment.config
     builder = experiment.builder
     role = "evaluator" if evaluation else "actor"
-    environment = experiment.environment_factory(
-        seeding.node_seed(config.seed, role, index), evaluation
-    )
+    k = 1 if evaluation else int(config.envs_per_actor)
+    environments = [
+        experiment.environment_factory(seeding.node_seed(config.seed, role, index, j), evaluation)
+        for j in range(k)
+    ]
     networks = experiment.network_factory(environment_spec)
+    policy = builder.make_policy(networks, environment_spec, evaluation)
+    key = seeding.node_key(config.seed, role, index)
+    # The pull period counts environment steps; a batched actor steps k per call.
+    variables = VariableClient(
+        variable_source,
+        POLICY_VARIABLES,
+        update_period=max(1, round(config.variable_update_period / k)),
+    )
+    check = (
+        DeviceCheck.for_node(f"{role} {index}", all_devices=False)
+        if config.debug.check_devices
+        else None
+    )
+    counter = counting.Counter(counter, prefix=role, time_delta=0.0)
+    logger = logger_factory(role, steps_key=f"{role}_steps", instance=index)
+    if k > 1:
+        actor = BatchedActor(
+            policy,
+            list(jax.random.split(key, k)),
+            variables,
+            [builder.make_adder(replay_client, environment_spec) for _ in range(k)],
+            device_check=check,
+        )
+        return BatchedActingLoop(
+            environments,
+            actor,
+            counter,
+            logger,
+            frames_per_step=experiment.frames_per_step,
+            observers=observers,
+        )
     actor = GenericActor(
-        builder.make_policy(networks, environment_spec, evaluation),
-        seeding.node_key(config.seed, role, index),
-        VariableClient(
-            variable_source, POLICY_VARIABLES, update_period=config.variable_update_period
-        ),
+        policy,
+        key,
+        variables,
         None if evaluation else builder.make_adder(replay_client, environment_spec),
+        device_check=check,
     )
     if evaluation:
         observers = [*observers, *(make() for make in experiment.evaluation_observers)]
     return ActingLoop(
-        environment,
+        environments[0],
         actor,
-        counting.Counter(counter, prefix=role, time_delta=0.0),
-        logger_factory(role, steps_key=f"{role}_steps", instance=index),
+        counter,
+        logger,
         should_update=not evaluation,
         frames_per_step=experiment.frames_per_step,
         observers=observers,

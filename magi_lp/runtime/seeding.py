@@ -13,10 +13,16 @@ import jax
 import numpy as np
 
 
-def node_seed(experiment_seed: int, role: str, index: int = 0) -> int:
-    """A 31-bit seed for node `index` of `role` ("learner", "actor", "evaluator", ...)."""
+def node_seed(experiment_seed: int, role: str, index: int = 0, environment: int = 0) -> int:
+    """A 31-bit seed for node `index` of `role` ("learner", "actor", "evaluator", ...).
+
+    `environment` numbers the environments of an actor that steps several
+    (`envs_per_actor`); the first one keeps the node's seed, so a run with one environment
+    per actor is seeded as before.
+    """
     role_id = zlib.crc32(role.encode())
-    sequence = np.random.SeedSequence([experiment_seed, role_id, index])
+    entropy = [experiment_seed, role_id, index] + ([environment] if environment else [])
+    sequence = np.random.SeedSequence(entropy)
     return int(sequence.generate_state(1)[0] & 0x7FFFFFFF)
 
 

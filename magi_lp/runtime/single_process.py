@@ -6,7 +6,9 @@ differs. The Reverb server runs in this process, and this runner owns what chang
 mode: it rebuilds the builder's replay tables without their rate limiters (as Acme's
 `run_experiment` does), because one thread that must never block on a table interleaves
 acting and learning itself, one learner step every `ReplaySchedule.actor_steps_per_update`
-actor steps: the replay ratio the distributed program's rate limiter enforces.
+actor steps: the replay ratio the distributed program's rate limiter enforces. With
+`envs_per_actor` = k the one actor steps k environments (a `BatchedActingLoop`), and the
+schedule counts the steps of all of them.
 """
 
 from __future__ import annotations
@@ -188,9 +190,10 @@ def run_single_process(
                 rows = evaluate(evaluator, config.evaluation.episodes)
                 evaluation_returns.extend(row["episode_return"] for row in rows)
                 next_evaluation = actor_steps() + config.evaluation.every_actor_steps
-            row = actor.run_episode()
-            episodes += 1
-            bar.update(actor_steps(), row["episode_return"])
+            # One episode, or with envs_per_actor > 1 the step(s) until some episode ends.
+            rows = actor.run(num_episodes=1)
+            episodes += len(rows)
+            bar.update(actor_steps(), rows[-1]["episode_return"])
         if evaluator is not None:
             rows = evaluate(evaluator, config.evaluation.episodes)
             evaluation_returns.extend(row["episode_return"] for row in rows)

@@ -1,0 +1,292 @@
+"""Figure 8: one actor process stepping k environments (`envs_per_actor`) against the raw
+environment, on the same single core.
+
+rlstructures' advice for acting: one process with N environments and batched inference, since
+every extra process costs (a CUDA context of 300-700 MB on a GPU, a copy of the policy and
+the libraries everywhere) and a device runs one call after another anyway. The toolkit's
+`BatchedActingLoop` steps k environments one after the other and chooses their k actions in
+one jitted, vmapped call. Everything runs in one process pinned to one core with one compute
+thread (the plan's actor env), as in figure 2. Variants, each for the same number of
+environment steps, in rotating order, several rounds:
+
+  raw          reacher_hard from pixels (dm_control step x2, one 84x84 render, frame stacking),
+               random numpy actions, no policy, no toolkit: figure 2's baseline.
+  k=1          the actor as `envs_per_actor=1` runs it: `ActingLoop` + `GenericActor`, DrQ-v2's
+               behaviour policy (the paper's network sizes, one observation per call), and the
+               FrameStackAdder writing every step to a Reverb server in this process. Its loop
+               starts a fresh episode at every sample (one reset per sample, which the others
+               do not pay), as a node's loop does after a stop.
+  k=4, 8, 16   the actor as `envs_per_actor=k` runs it: `BatchedActingLoop` + `BatchedActor`
+               (one policy call for k observations), one FrameStackAdder per environment.
+
+frames/s = environment steps x action repeat (2) / wall seconds; since other processes may
+share the core, frames per CPU-second of this process (all its threads: renderer, Reverb, the
+variable client) is given too, and is the better guide on a loaded machine. "per core" below
+means that: the process never uses more than its one core.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from benchmarks.common import (
+    cpu_only_env,
+    figure_main,
+    fmt,
+    median,
+    pin_to_one_core,
+    process_cpu_seconds,
+    progress,
+    ratio,
+    single_thread_env,
+)
+
+TITLE = "Batched actor: frames/s of one actor process with k environments vs the raw environment"
+ENVS = (1, 4, 8, 16)
+GOAL = 0.95  # of raw frames/s per core, with k >= 4
+
+
+def subprocess_env() -> dict[str, str]:
+    return {**cpu_only_env(), **single_thread_env()}
+
+
+class _Steps:
+    """Counts environment steps (the same thin wrapper for every variant)."""
+
+    def __init__(self, env: Any, counter: list[int]):
+        self._env = env
+        self._counter = counter
+
+    def reset(self):
+        return self._env.reset()
+
+    def step(self, action):
+        self._counter[0] += 1
+        return self._env.step(action)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._env, name)
+
+
+def _runner(k: int, experiment: Any, spec: Any, replay_client: Any) -> tuple[Any, list[int]]:
+    """(run(env steps) function, env step counter) for raw (k=0) or an actor of k envs."""
+    import jax
+    import numpy as np
+    from acme.utils import counting, loggers
+
+    from benchmarks.actor_throughput import _InProcessVariables
+    from magi_lp.agent.actor import BatchedActor, GenericActor
+    from magi_lp.agent.variable_client import VariableClient
+    from magi_lp.runtime.acting_loop import ActingLoop, BatchedActingLoop
+    from magi_lp.runtime.seeding import node_seed
+
+    config = experiment.config
+    builder = experiment.builder
+    count = [0]
+    environments = [
+        _Steps(experiment.environment_factory(node_seed(config.seed, "actor", 0, j), False), count)
+        for j in range(max(k, 1))
+    ]
+    if k == 0:
+        env = environments[0]
+        rng = np.random.default_rng(0)
+        state = {}
+
+        def run_raw(steps: int) -> None:
+            # Episodes go on across samples, as in the batched loop (a reset costs about as
+            # much as several steps, so resetting per sample would flatter the actors).
+            if "timestep" not in state:
+                state["timestep"] = env.reset()
+            for _ in range(steps):
+                if state["timestep"].last():
+                    state["timestep"] = env.reset()
+                action = rng.uniform(-1.0, 1.0, spec.actions.shape).astype(np.float32)
+                state["timestep"] = env.step(action)
+
+        return run_raw, count
+
+    networks = experiment.network_factory(spec)
+    params = networks.init(jax.random.PRNGKey(0), spec.observations.generate_value())
+    source = _InProcessVariables(
+        {"encoder": params["encoder"], "actor": params["actor"]}, global_agent_steps=200_000
+    )
+    policy = builder.make_policy(networks, spec, False)
+    period = max(1, round(config.variable_update_period / k))
+    client = VariableClient(source, "policy", update_period=period)
+    repeat = int(config.env.action_repeat)
+    if k == 1:
+        actor = GenericActor(
+            policy, jax.random.PRNGKey(1), client, builder.make_adder(replay_client, spec)
+        )
+        loop = ActingLoop(
+            environments[0],
+            actor,
+            counting.Counter(time_delta=0.0),
+            loggers.NoOpLogger(),
+            frames_per_step=repeat,
+        )
+    else:
+        actor = BatchedActor(
+            policy,
+            list(jax.random.split(jax.random.PRNGKey(1), k)),
+            client,
+            [builder.make_adder(replay_client, spec) for _ in range(k)],
+        )
+        loop = BatchedActingLoop(
+            environments,
+            actor,
+            counting.Counter(time_delta=0.0),
+            loggers.NoOpLogger(),
+            frames_per_step=repeat,
+        )
+
+    def run(steps: int) -> None:
+        target = count[0] + steps
+        loop.run(should_stop=lambda: count[0] >= target)
+
+    return run, count
+
+
+def _name(k: int) -> str:
+    return "raw" if k == 0 else f"k={k}"
+
+
+def measure(quick: bool) -> dict:
+    core = pin_to_one_core()
+    import reverb
+
+    from magi_lp.runtime.single_process import without_rate_limit
+    from projects.drq_v2.experiment import make_experiment
+    from projects.drq_v2.tasks import make_config
+
+    config = make_config("reacher_hard", distributed=True)
+    experiment = make_experiment(config)
+    spec = experiment.get_environment_spec()
+    repeat = int(config.env.action_repeat)
+    tables = experiment.builder.make_replay_tables(spec)
+    server = reverb.Server([without_rate_limit(table) for table in tables])
+    client = reverb.Client(f"localhost:{server.port}")
+
+    steps = 64 if quick else 320  # environment steps per sample; a multiple of every k
+    rounds = 1 if quick else 3
+    variants = (0, *ENVS)
+    runners = {}
+    for k in variants:
+        progress(f"building and warming up {_name(k)}")
+        run, count = _runner(k, experiment, spec, client)
+        run(2 * max(k, 8))  # compiles the policy, first parameter pull, first Reverb writes
+        runners[k] = (run, count)
+
+    samples: dict[int, list[dict]] = {k: [] for k in variants}
+    for round_index in range(rounds):
+        shift = round_index % len(variants)
+        for k in variants[shift:] + variants[:shift]:
+            run, count = runners[k]
+            before = count[0]
+            cpu = process_cpu_seconds()
+            start = time.perf_counter()
+            run(steps)
+            wall = time.perf_counter() - start
+            cpu = process_cpu_seconds() - cpu
+            taken = count[0] - before
+            samples[k].append(
+                {
+                    "env_steps": taken,
+                    "wall_s": wall,
+                    "cpu_s": cpu,
+                    "frames_per_second": taken * repeat / wall,
+                    "frames_per_cpu_second": taken * repeat / max(cpu, 1e-9),
+                }
+            )
+            progress(f"round {round_index + 1} {_name(k)}: {taken * repeat / wall:.1f} frames/s")
+    server.stop()
+
+    result_variants = {}
+    for k in variants:
+        result_variants[_name(k)] = {
+            "envs": k,
+            "frames_per_second": median([s["frames_per_second"] for s in samples[k]]),
+            "frames_per_cpu_second": median([s["frames_per_cpu_second"] for s in samples[k]]),
+            "samples": samples[k],
+        }
+    raw = result_variants["raw"]
+    for variant in result_variants.values():
+        variant["ratio_to_raw"] = ratio(variant["frames_per_second"], raw["frames_per_second"])
+        variant["cpu_ratio_to_raw"] = ratio(
+            variant["frames_per_cpu_second"], raw["frames_per_cpu_second"]
+        )
+    return {
+        "core": core,
+        "env_steps_per_sample": steps,
+        "rounds": rounds,
+        "action_repeat": repeat,
+        "image_size": int(config.env.image_size),
+        "variable_update_period": int(config.variable_update_period),
+        "variants": result_variants,
+        "goal_ratio": GOAL,
+    }
+
+
+def _best_batched(result: dict) -> tuple[str, dict]:
+    batched = {n: v for n, v in result["variants"].items() if v["envs"] >= 4}
+    name = max(batched, key=lambda n: batched[n]["cpu_ratio_to_raw"] or 0.0)
+    return name, batched[name]
+
+
+def summary(result: dict) -> tuple[str, str, str]:
+    """(number, comparison, ratio) for the page's table."""
+    v = result["variants"]
+    per = " / ".join(fmt(v[_name(k)]["frames_per_cpu_second"]) for k in ENVS)
+    return (
+        f"{per} frames per CPU-s with k = {', '.join(map(str, ENVS))} environments per actor",
+        f"raw env: {fmt(v['raw']['frames_per_cpu_second'])} per CPU-s; goal >= {GOAL} with k >= 4",
+        " / ".join(fmt(v[_name(k)]["cpu_ratio_to_raw"], 3) for k in ENVS)
+        + f" (wall: {' / '.join(fmt(v[_name(k)]['ratio_to_raw'], 3) for k in ENVS)})",
+    )
+
+
+def report(result: dict) -> str:
+    variants = result["variants"]
+    name, best = _best_batched(result)
+    met = (best["cpu_ratio_to_raw"] or 0.0) >= result["goal_ratio"]
+    lines = [
+        f"Per core, an actor process with {name.split('=')[1]} environments reaches "
+        f"**{fmt(best['cpu_ratio_to_raw'], 3)}** of the raw environment's frames per CPU-second "
+        f"(k=1: **{fmt(variants['k=1']['cpu_ratio_to_raw'], 3)}**). Goal >= "
+        f"{result['goal_ratio']} with k >= 4: **{'met' if met else 'missed'}**.",
+        "",
+        "| variant | frames/s | ratio to raw | frames per CPU-second | CPU ratio to raw |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for v in variants.values():
+        label = (
+            "raw environment (random numpy actions)"
+            if v["envs"] == 0
+            else (f"actor, {v['envs']} environment(s), DrQ-v2 policy + replay writes")
+        )
+        lines.append(
+            f"| {label} | {fmt(v['frames_per_second'])} | {fmt(v['ratio_to_raw'], 3)} "
+            f"| {fmt(v['frames_per_cpu_second'])} | {fmt(v['cpu_ratio_to_raw'], 3)} |"
+        )
+    lines += [
+        "",
+        f"How: one process pinned to core {result['core']}, one XLA/BLAS/TF thread (the actor "
+        f"node's plan env), reacher_hard at {result['image_size']}x{result['image_size']}, "
+        f"action repeat {result['action_repeat']}, frame stack 3. Each variant runs "
+        f"{result['env_steps_per_sample']} environment steps per round after a warm-up "
+        f"(compile, first parameter pull, first Reverb writes), {result['rounds']} round(s) in "
+        "rotating order; medians shown. k=1 is `ActingLoop` + `GenericActor` (what "
+        "`envs_per_actor=1` runs), k>1 `BatchedActingLoop` + `BatchedActor`; both with "
+        "DrQ-v2's jitted behaviour policy at the paper's sizes, parameters from an in-process "
+        "source (pulled every "
+        f"{result['variable_update_period']} environment steps) and one FrameStackAdder per "
+        "environment writing to a Reverb server in the same process. Environments are stepped "
+        "one after the other: the process has one core, and stepping (physics, software "
+        "rendering) is the work.",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    figure_main(measure)

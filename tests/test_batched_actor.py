@@ -1,0 +1,246 @@
+"""The batched actor (`envs_per_actor`): k environments, one jitted action choice per step.
+
+The frame-replay check extends tests/test_frame_replay.py to k streams: k pixel environments
+with episodes of different lengths (so they end at different steps) feed k FrameStackAdders
+through one `BatchedActor` into one Reverb table; every transition the replay gives back must
+equal the one computed directly from that environment's recorded episode, each exactly once,
+and no item may hold frames of two environments.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import dm_env
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import reverb
+from acme import specs
+from acme.utils import counting
+
+from magi_lp.agent.actor import BatchedActor
+from magi_lp.agent.actor_core import ActorCore
+from magi_lp.agent.frame_replay import (
+    FrameStackAdder,
+    frame_replay_signature,
+    make_frame_replay_dataset,
+)
+from magi_lp.runtime.acting_loop import BatchedActingLoop
+from magi_lp.runtime.single_process import run_single_process
+from tests.runtime_toys import toy_config, toy_experiment
+
+H, W, C = 6, 6, 3
+ACTION_SPEC = specs.BoundedArray((2,), np.float32, -1.0, 1.0, name="action")
+GAMMA = 0.9
+FRAME_STACK, N_STEP = 3, 2
+
+
+class StackedPixels(dm_env.Environment):
+    """Episodes of set lengths whose frames say where they are: channel 0 = environment,
+    1 = episode, 2 = step. Observations are stacked as a frame-stacking wrapper gives them
+    (oldest first, a new episode padded with its first frame); everything is recorded."""
+
+    def __init__(self, environment: int, lengths: list[int], seed: int):
+        self._environment = environment
+        self._lengths = lengths
+        self._rng = np.random.default_rng(seed)
+        self._frames: collections.deque = collections.deque(maxlen=FRAME_STACK)
+        self.episodes: list[dict] = []
+
+    def _frame(self, step: int) -> np.ndarray:
+        frame = np.empty((H, W, C), np.uint8)
+        frame[..., 0] = self._environment
+        frame[..., 1] = len(self.episodes) - 1
+        frame[..., 2] = step
+        return frame
+
+    def _observation(self) -> np.ndarray:
+        return np.concatenate(self._frames, axis=-1)
+
+    def reset(self) -> dm_env.TimeStep:
+        self.episodes.append({"observations": [], "actions": [], "rewards": [], "discounts": []})
+        self._frames.extend([self._frame(0)] * FRAME_STACK)
+        self.episodes[-1]["observations"].append(self._observation())
+        return dm_env.restart(self._observation())
+
+    def step(self, action) -> dm_env.TimeStep:
+        episode = self.episodes[-1]
+        step = len(episode["actions"]) + 1
+        self._frames.append(self._frame(step))
+        reward = np.float32(self._rng.uniform(0, 1))
+        discount = np.float32(self._rng.choice([1.0, 0.5]))
+        episode["observations"].append(self._observation())
+        episode["actions"].append(np.array(action, np.float32))
+        episode["rewards"].append(reward)
+        episode["discounts"].append(discount)
+        length = self._lengths[(len(self.episodes) - 1) % len(self._lengths)]
+        if step >= length:
+            return dm_env.truncation(reward, self._observation(), discount)
+        return dm_env.transition(reward, self._observation(), discount)
+
+    def observation_spec(self):
+        return specs.Array((H, W, C * FRAME_STACK), np.uint8)
+
+    def action_spec(self):
+        return ACTION_SPEC
+
+
+def _uniform_core() -> ActorCore:
+    """Uniform actions from each environment's own key; counts its steps."""
+
+    def init(key):
+        return {"key": key, "steps": jnp.zeros((), jnp.int32)}
+
+    def select_action(params, observation, state):
+        del params, observation
+        key, sub = jax.random.split(state["key"])
+        action = jax.random.uniform(sub, (2,), jnp.float32, -1.0, 1.0)
+        return action, {"key": key, "steps": state["steps"] + 1}
+
+    return ActorCore(init=init, select_action=select_action)
+
+
+def _reference(environment: int, episodes: list[dict]) -> dict:
+    """(environment, episode, t) -> the n-step transition, DrQ-v2 style."""
+    out = {}
+    for index, episode in enumerate(episodes):
+        for t in range(len(episode["actions"]) - N_STEP + 1):
+            reward, discount = 0.0, 1.0
+            for k in range(N_STEP):
+                reward += discount * episode["rewards"][t + k]
+                discount *= episode["discounts"][t + k] * GAMMA
+            out[(environment, index, t)] = (
+                episode["observations"][t],
+                episode["actions"][t],
+                reward,
+                discount,
+                episode["observations"][t + N_STEP],
+            )
+    return out
+
+
+@pytest.fixture
+def replay():
+    signature = frame_replay_signature(
+        (H, W, C), ACTION_SPEC, frame_stack=FRAME_STACK, n_step=N_STEP
+    )
+    server = reverb.Server([reverb.Table.queue("q", 10_000, signature=signature)])
+    yield reverb.Client(f"localhost:{server.port}")
+    server.stop()
+
+
+def test_k_environments_write_k_streams_the_frame_replay_rebuilds_exactly(replay):
+    lengths = [[5, 7], [3, 9, 4], [6]]  # episodes end at different steps in each environment
+    environments = [StackedPixels(i, lengths[i], seed=i) for i in range(3)]
+    adders = [
+        FrameStackAdder(replay, "q", frame_stack=FRAME_STACK, n_step=N_STEP, chunk_length=4)
+        for _ in environments
+    ]
+    actor = BatchedActor(
+        _uniform_core(), list(jax.random.split(jax.random.PRNGKey(0), 3)), None, adders
+    )
+    counter = counting.Counter(time_delta=0.0)
+    loop = BatchedActingLoop(environments, actor, counter)
+    rows = loop.run(num_episodes=6)
+    loop.run(should_stop=lambda: sum(len(e.episodes) for e in environments) >= 10)
+    for adder in adders:
+        adder.close()
+
+    # Counters count every environment's steps (of the episodes that ended), rows say which
+    # environment each episode ran in.
+    ended = [
+        len(episode["actions"])
+        for env, wanted in zip(environments, lengths, strict=True)
+        for index, episode in enumerate(env.episodes)
+        if len(episode["actions"]) == wanted[index % len(wanted)]
+    ]
+    assert len(ended) >= 6  # (and episodes in progress at the stop, whose steps are not counted)
+    assert counter.get_counts()["episodes"] == len(ended)
+    assert counter.get_counts()["steps"] == sum(ended)
+    assert {row["environment"] for row in rows} == {0, 1, 2}
+    # Each environment has its own actor state: its own key and its own step count.
+    steps = np.asarray(actor.state["steps"])
+    assert steps.shape == (3,) and len(set(steps.tolist())) == 1
+    actions = [env.episodes[0]["actions"][0] for env in environments]
+    assert not np.array_equal(actions[0], actions[1])
+
+    reference = {}
+    for index, environment in enumerate(environments):
+        reference.update(_reference(index, environment.episodes))
+    assert replay.server_info()["q"].current_size == len(reference)
+    dataset = make_frame_replay_dataset(
+        replay.server_address,
+        "q",
+        batch_size=1,
+        frame_stack=FRAME_STACK,
+        n_step=N_STEP,
+        discount=GAMMA,
+        num_parallel_calls=1,
+        rate_limiter_timeout_ms=500,
+    )
+    seen = []
+    for batch in dataset:
+        obs, next_obs = batch.observation[0], batch.next_observation[0]
+        # Every frame of the item comes from one environment.
+        assert len({int(v) for v in np.concatenate([obs, next_obs], -1)[0, 0, 0::C]}) == 1
+        key = (int(obs[0, 0, -3]), int(obs[0, 0, -2]), int(obs[0, 0, -1]))
+        assert key in reference, f"sampled transition {key} is not one that happened"
+        ref_obs, ref_action, ref_reward, ref_discount, ref_next = reference[key]
+        np.testing.assert_array_equal(obs, ref_obs)
+        np.testing.assert_array_equal(next_obs, ref_next)
+        np.testing.assert_array_equal(batch.action[0], ref_action)
+        np.testing.assert_allclose(batch.reward[0], ref_reward, rtol=1e-5)
+        np.testing.assert_allclose(batch.discount[0], ref_discount, rtol=1e-5)
+        seen.append(key)
+    assert sorted(seen) == sorted(reference)  # each transition exactly once
+
+
+def test_one_call_chooses_all_k_actions():
+    calls = []
+    core = _uniform_core()
+
+    def select_action(params, observation, state):
+        calls.append(observation.shape)  # runs at trace time only: once per compilation
+        return core.select_action(params, observation, state)
+
+    batched = ActorCore(init=core.init, select_action=select_action)
+    actor = BatchedActor(
+        batched, list(jax.random.split(jax.random.PRNGKey(1), 4)), None, [None] * 4
+    )
+    observations = [np.zeros((2,), np.float32)] * 4
+    first = actor.select_actions(observations)
+    second = actor.select_actions(observations)
+    assert first.shape == (4, 2) and not np.array_equal(first, second)
+    assert calls == [(2,)]  # traced once, per environment, under vmap
+
+
+def test_single_process_run_with_several_environments_per_actor(tmp_path):
+    config = toy_config(max_actor_steps=60)
+    config.envs_per_actor = 3
+    config.num_evaluators = 0
+    config.debug.check_devices = True
+    seeds = []
+    experiment = toy_experiment(config)
+    factory = experiment.environment_factory
+
+    def recording_factory(seed, evaluation):
+        seeds.append(seed)
+        return factory(seed, evaluation)
+
+    experiment.environment_factory = recording_factory
+    result = run_single_process(
+        experiment, workdir=str(tmp_path), logger_factory=_no_logs, progress=False
+    )
+    # 3 environments x 10-step episodes: the run stops after the first 60 counted steps.
+    assert result.actor_steps == 60 and result.episodes == 6
+    assert result.learner_steps > 0
+    assert len(set(seeds[1:])) == 3  # seeds[0]: the spec's throwaway environment
+
+
+def _no_logs(label, steps_key=None, instance=None):
+    del label, steps_key, instance
+    from acme.utils import loggers
+
+    return loggers.NoOpLogger()
