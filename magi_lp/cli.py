@@ -395,6 +395,24 @@ def _get_config_error(message: str) -> str:
     return f"{head}: its get_config() raised {last}"
 
 
+def _interrupted(error: BaseException) -> bool:
+    """Whether `error` comes from a Ctrl-C: a SIGINT that lands inside a C extension's import
+    (dm_control's, MuJoCo's) surfaces as `ImportError: initialization failed` caused by it."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, KeyboardInterrupt):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def _interrupted_before_start() -> int:
+    # Ctrl-C before the launcher took over its signals (while importing or building).
+    console.say("interrupted before the run started; nothing was launched or written")
+    return 130
+
+
 def _main(
     runner: Callable[..., int], make: MakeExperiment, validate_config: ValidateConfig | None
 ) -> None:
@@ -411,10 +429,12 @@ def _main(
             code = runner(make, validate_config)
         except ConfigError as error:
             _fail(str(error))
+        except Exception as error:
+            if not _interrupted(error):
+                raise
+            code = _interrupted_before_start()
         except KeyboardInterrupt:
-            # Ctrl-C before the launcher took over its signals (while importing or building).
-            console.say("interrupted before the run started; nothing was launched or written")
-            code = 130
+            code = _interrupted_before_start()
         sys.exit(code)
 
     app.run(main, flags_parser=parse_flags)

@@ -316,7 +316,9 @@ def test_sigkilled_node_is_reported_and_program_stopped(tmp_path):
 @pytest.mark.integration
 @pytest.mark.timeout(240)
 def test_sigint_to_launcher_stops_program_cleanly(tmp_path):
-    notice_secs = 5
+    # Generous: under load a node can take seconds to act on SIGTERM; the point is that it
+    # does (no SIGKILL), not how fast.
+    notice_secs = 15
     run = _LauncherRun("serve", tmp_path, notice_secs)
     reports = run.wait_for_reports(ALL_REPORTS)
 

@@ -713,6 +713,9 @@ def test_dry_run_shows_the_split_of_the_four_gpu_layout(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].startswith("device split: a0-l1,2 "), result.stdout
+    # Above the table, after the plan's notices and warnings.
+    split = next(i for i, line in enumerate(lines) if line.startswith("device split: "))
+    assert lines[split].startswith("device split: a0-l1,2 "), result.stdout
+    assert lines[split + 1].startswith("node group"), result.stdout
     learner = next(line for line in lines if line.startswith("learner"))
     assert "1:NVIDIA H100 80GB HBM3, 2:NVIDIA H100 80GB HBM3" in learner
