@@ -25,6 +25,7 @@ from magi_lp.agent.frame_replay import (
     make_frame_replay_dataset,
     make_frame_replay_table,
 )
+from magi_lp.agent.frame_window import window_observations
 from magi_lp.errors import ConfigError
 
 H, W, C = 8, 8, 3
@@ -140,9 +141,17 @@ def server_factory():
         server.stop()
 
 
+def observations(batch, n_step: int, stack_on_host: bool) -> tuple:
+    """The stacked observations of a batch, stacked here (numpy) when the replay did not."""
+    if stack_on_host:
+        return batch.observation, batch.next_observation
+    return window_observations(batch.frames, n_step)
+
+
+@pytest.mark.parametrize("stack_on_host", [True, False], ids=["host_stacks", "window"])
 @pytest.mark.parametrize("frame_stack,n_step", [(3, 3), (2, 1), (1, 4)])
 def test_queue_samples_each_transition_once_and_equal_reference(
-    server_factory, frame_stack, n_step
+    server_factory, frame_stack, n_step, stack_on_host
 ):
     episodes = make_episodes(frame_stack, n_step)
     reference = reference_transitions(episodes, n_step)
@@ -163,22 +172,27 @@ def test_queue_samples_each_transition_once_and_equal_reference(
         frame_stack=frame_stack,
         n_step=n_step,
         discount=GAMMA,
+        stack_on_host=stack_on_host,
         num_parallel_calls=1,
         rate_limiter_timeout_ms=500,
     )
     seen = []
     for batch in dataset:
-        assert batch.observation.shape == (1, H, W, C * frame_stack)
-        assert batch.observation.dtype == np.uint8
+        if not stack_on_host:  # only the unique frames of the item travel
+            assert batch.frames.shape == (1, frame_stack + n_step, H, W, C)
+            assert batch.frames.dtype == np.uint8
+        observation, next_observation = observations(batch, n_step, stack_on_host)
+        assert observation.shape == (1, H, W, C * frame_stack)
+        assert observation.dtype == np.uint8
         assert batch.reward.shape == batch.discount.shape == (1,)
         seen.append(
             check_sample(
                 reference,
-                batch.observation[0],
+                observation[0],
                 batch.action[0],
                 batch.reward[0],
                 batch.discount[0],
-                batch.next_observation[0],
+                next_observation[0],
             )
         )
     assert sorted(seen) == sorted(reference)
@@ -186,7 +200,8 @@ def test_queue_samples_each_transition_once_and_equal_reference(
     assert (0, 0) in seen and (0, 9 - n_step) in seen
 
 
-def test_uniform_table_batches_equal_reference(server_factory):
+@pytest.mark.parametrize("stack_on_host", [True, False], ids=["host_stacks", "window"])
+def test_uniform_table_batches_equal_reference(server_factory, stack_on_host):
     frame_stack, n_step = 3, 3
     episodes = make_episodes(frame_stack, n_step)
     reference = reference_transitions(episodes, n_step)
@@ -212,21 +227,23 @@ def test_uniform_table_batches_equal_reference(server_factory):
         frame_stack=frame_stack,
         n_step=n_step,
         discount=GAMMA,
+        stack_on_host=stack_on_host,
     )
     seen = set()
     for _ in range(30):
         batch = next(dataset)
         assert batch.action.dtype == np.float32
         assert batch.reward.dtype == batch.discount.dtype == np.float32
+        observation, next_observation = observations(batch, n_step, stack_on_host)
         for i in range(16):
             seen.add(
                 check_sample(
                     reference,
-                    batch.observation[i],
+                    observation[i],
                     batch.action[i],
                     batch.reward[i],
                     batch.discount[i],
-                    batch.next_observation[i],
+                    next_observation[i],
                 )
             )
     assert seen == set(reference)

