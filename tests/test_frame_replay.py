@@ -305,3 +305,15 @@ def test_default_chunk_length_spans_two_snappy_blocks():
     assert default_chunk_length(84 * 84 * 3) == 6
     assert default_chunk_length(8 * 8 * 3) == 32
     assert default_chunk_length(256 * 256 * 3) == 1
+
+
+def test_dataset_checks_arguments_at_once_but_connects_on_the_first_batch():
+    with pytest.raises(ConfigError, match="discount"):
+        make_frame_replay_dataset(
+            "localhost:1", "q", batch_size=4, frame_stack=3, n_step=3, discount=1.5
+        )
+    # No server listens there: building the iterator must not connect (nor wait).
+    dataset = make_frame_replay_dataset(
+        "localhost:1", "q", batch_size=4, frame_stack=3, n_step=3, discount=0.9
+    )
+    assert dataset is not None

@@ -22,6 +22,8 @@ import jax.numpy as jnp
 from acme import core
 from acme.utils import counting, loggers
 
+from magi_lp.agent.prefetch import DevicePrefetcher, replay_data
+
 State = TypeVar("State")
 UpdateFn = Callable[[Any, Any], tuple[Any, Mapping[str, Any]]]
 
@@ -43,7 +45,9 @@ class JaxLearner(Learner, Generic[State]):
 
     Each `step()` takes the next batch (a `reverb.ReplaySample` is unwrapped to its data),
     runs the update, counts one step (and the seconds since the previous one as `walltime`)
-    and logs the metrics together with the counts.
+    and logs the metrics together with the counts and how long the step waited for its
+    batch: `batch_wait_ms`, and `batch_wait_fraction` of the time since the previous step
+    (near 0: update-bound; near 1: data-bound).
     """
 
     def __init__(
@@ -54,6 +58,7 @@ class JaxLearner(Learner, Generic[State]):
         *,
         counter: counting.Counter | None = None,
         logger: loggers.Logger | None = None,
+        prefetch: int = 2,
     ):
         """Creates the learner.
 
@@ -63,10 +68,14 @@ class JaxLearner(Learner, Generic[State]):
           iterator: training batches.
           counter: counts `steps` and `walltime`.
           logger: gets one row of metrics and counts per step.
+          prefetch: batches a background thread keeps ready on the learner's device
+            (`magi_lp.agent.prefetch.DevicePrefetcher`), so sampling and the copy overlap
+            the update; 0 pulls each batch when the update needs it.
         """
         self._update = update
         self._state = state
-        self._iterator = iterator
+        self._iterator = DevicePrefetcher(iterator, size=prefetch) if prefetch else iterator
+        self._step_end: float | None = None
         self._counter = counter or counting.Counter()
         self._logger = logger or loggers.NoOpLogger()
         self._timestamp: float | None = None
@@ -76,14 +85,20 @@ class JaxLearner(Learner, Generic[State]):
         """The variable collections actors and evaluators may pull, by name."""
 
     def step(self) -> None:
-        batch = next(self._iterator)
-        batch = getattr(batch, "data", batch)  # reverb.ReplaySample(info, data) -> data
+        start = time.perf_counter()
+        batch = replay_data(next(self._iterator))
+        waited = time.perf_counter() - start
         self._state, metrics = self._update(self._state, batch)
         now = time.time()
         elapsed = 0.0 if self._timestamp is None else now - self._timestamp
         self._timestamp = now
         counts = self._counter.increment(steps=1, walltime=elapsed)
-        self._logger.write({**jax.device_get(metrics), **counts})
+        metrics = jax.device_get(metrics)  # waits for the update
+        end = time.perf_counter()
+        step_s = end - (start if self._step_end is None else self._step_end)
+        self._step_end = end
+        waiting = {"batch_wait_ms": 1e3 * waited, "batch_wait_fraction": waited / step_s}
+        self._logger.write({**metrics, **counts, **waiting})
 
     def get_variables(self, names: Sequence[str]) -> list[Any]:
         variables = self.variables(self._state)
