@@ -25,6 +25,7 @@ from acme.utils import counting
 from ml_collections import config_flags
 
 from magi_lp.agent.actor import GenericActor
+from magi_lp.agent.frame_replay import frame_transition_shape
 from magi_lp.agent.variable_client import VariableClient
 from magi_lp.errors import ConfigError
 from magi_lp.placement.resources import ResourceSpec, resource_spec
@@ -159,6 +160,15 @@ def test_table_adder_dataset_learner_and_actors_on_a_real_server(environment_spe
         assert batch.action.shape == (BATCH, 2) and batch.action.dtype == np.float32
         assert batch.reward.shape == (BATCH,) and batch.reward.dtype == np.float32
         assert batch.discount.shape == (BATCH,) and batch.discount.dtype == np.float32
+        # Shaped as the learner's compile-ahead expects: its first update compiles nothing.
+        example = frame_transition_shape(
+            BATCH, (IMAGE, IMAGE, 3), environment_spec.actions, frame_stack=STACK, n_step=N_STEP
+        )
+        assert jax.tree_util.tree_structure(batch) == jax.tree_util.tree_structure(example)
+        for real, expected in zip(
+            jax.tree_util.tree_leaves(batch), jax.tree_util.tree_leaves(example), strict=True
+        ):
+            assert (real.shape, real.dtype) == (expected.shape, expected.dtype)
         # Stacked exactly as the update stacks them (on the device, jitted).
         obs, next_obs = jax.jit(batch_observations, static_argnums=1)(batch, N_STEP)
         assert obs.shape == next_obs.shape == (BATCH, IMAGE, IMAGE, 3 * STACK)

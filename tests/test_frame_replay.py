@@ -317,3 +317,25 @@ def test_dataset_checks_arguments_at_once_but_connects_on_the_first_batch():
         "localhost:1", "q", batch_size=4, frame_stack=3, n_step=3, discount=0.9
     )
     assert dataset is not None
+
+
+@pytest.mark.parametrize("eager_items", [0, 4])
+def test_eager_items_reach_the_table_before_their_chunk_fills(server_factory, eager_items):
+    table = make_frame_replay_table(
+        "replay", 100, frame_shape=(H, W, C), action_spec=ACTION_SPEC, frame_stack=3, n_step=1
+    )
+    client = server_factory([table])
+    adder = FrameStackAdder(
+        client, "replay", frame_stack=3, n_step=1, chunk_length=32, eager_items=eager_items
+    )
+    episode = record_episode(0, 9, 3, np.random.default_rng(2), terminal=False)
+    adder.add_first(dm_env.restart(episode["observations"][0]))
+    for t in range(6):  # 6 items, none of whose 32-step chunks is full
+        timestep = dm_env.transition(episode["rewards"][t], episode["observations"][t + 1])
+        adder.add(episode["actions"][t], timestep)
+    # Eager: the first 4 are in the table already; otherwise they wait for the chunk.
+    assert client.server_info()["replay"].current_size == eager_items
+    adder.close()
+    assert client.server_info()["replay"].current_size == 6
+    with pytest.raises(ConfigError, match="eager_items"):
+        FrameStackAdder(client, "replay", frame_stack=3, n_step=1, eager_items=-1)

@@ -60,10 +60,12 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import dm_env
+import jax
 import numpy as np
 import reverb
 import tensorflow as tf
 import tree
+from absl import logging
 from acme import specs, types
 from acme.adders import base as adders_base
 
@@ -153,6 +155,34 @@ def frame_replay_signature(
     )
 
 
+def frame_transition_shape(
+    batch_size: int,
+    frame_shape: Sequence[int],
+    action_spec: specs.Array,
+    *,
+    frame_stack: int,
+    n_step: int,
+    extras_spec: types.NestedSpec = (),
+) -> FrameTransition:
+    """What `make_frame_replay_dataset(..., stack_on_host=False)` yields, as a pytree of
+    `jax.ShapeDtypeStruct`: lets a learner compile its update before the first batch."""
+    signature = frame_replay_signature(
+        frame_shape, action_spec, frame_stack=frame_stack, n_step=n_step, extras_spec=extras_spec
+    )
+
+    def batched(spec: tf.TensorSpec) -> jax.ShapeDtypeStruct:
+        return jax.ShapeDtypeStruct((batch_size, *spec.shape), spec.dtype.as_numpy_dtype)
+
+    scalar = jax.ShapeDtypeStruct((batch_size,), np.float32)
+    return FrameTransition(
+        frames=batched(signature.frames),
+        action=batched(signature.action),
+        reward=scalar,
+        discount=scalar,
+        extras=tree.map_structure(batched, signature.extras),
+    )
+
+
 def make_frame_replay_table(
     name: str,
     max_size: int,
@@ -216,6 +246,7 @@ class FrameStackAdder(adders_base.Adder):
         max_in_flight_items: int = 5,
         check_stacking: bool = True,
         get_signature_timeout_ms: int = 300_000,
+        eager_items: int = 0,
     ):
         """Creates the adder; the Reverb writer is opened on the first `add_first`.
 
@@ -237,6 +268,11 @@ class FrameStackAdder(adders_base.Adder):
             one frame (and, at an episode start, the first frame repeated), so a
             wrapper that stacks differently fails loudly instead of corrupting replay.
           get_signature_timeout_ms: how long the writer waits for the table signature.
+          eager_items: the first `eager_items` items this adder creates are sent (and
+            confirmed) at once instead of waiting for their chunk to fill, so a fresh
+            replay reaches the size learning starts at sooner (give the replay schedule's
+            `min_replay_size`). Their chunks are cut short: less compression for those
+            items only, and one server round trip per step until then.
         """
         _check_positive("frame_stack", frame_stack)
         _check_positive("n_step", n_step)
@@ -254,6 +290,10 @@ class FrameStackAdder(adders_base.Adder):
         self._max_in_flight_items = max_in_flight_items
         self._check_stacking = check_stacking
         self._get_signature_timeout_ms = get_signature_timeout_ms
+        if eager_items < 0:
+            raise ConfigError(f"eager_items must be >= 0, got {eager_items!r}.")
+        self._eager_items = eager_items
+        self._items_created = 0
         self._writer: reverb.TrajectoryWriter | None = None
         self._configured_paths: set = set()
         self._previous_observation: np.ndarray | None = None
@@ -378,6 +418,12 @@ class FrameStackAdder(adders_base.Adder):
             ),
         )
         self._writer.create_item(self._table, self._priority, trajectory)
+        self._items_created += 1
+        if self._items_created <= self._eager_items:
+            self._writer.flush()
+            if self._items_created == 1:
+                logging.info("FrameStackAdder: first item sent to table %r", self._table)
+            return
         # The last chunk_length items wait for the open chunk to fill; flushing them
         # would cut chunks short (and undo the compression), so only the items beyond
         # them are held to max_in_flight_items.

@@ -13,19 +13,28 @@ variables actors may pull (`variables(state)`).
 from __future__ import annotations
 
 import abc
+import functools
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 import jax
 import jax.numpy as jnp
+from absl import logging
 from acme import core
 from acme.utils import counting, loggers
 
 from magi_lp.agent.prefetch import DevicePrefetcher, replay_data
+from magi_lp.agent.variable_client import call_in_background
 
 State = TypeVar("State")
 UpdateFn = Callable[[Any, Any], tuple[Any, Mapping[str, Any]]]
+
+
+def _compile(update: UpdateFn, state: Any, example_batch: Any) -> None:
+    start = time.monotonic()
+    update.lower(state, example_batch).compile()
+    logging.info("JaxLearner: update compiled ahead in %.1f s", time.monotonic() - start)
 
 
 class Learner(core.Learner):
@@ -59,6 +68,7 @@ class JaxLearner(Learner, Generic[State]):
         counter: counting.Counter | None = None,
         logger: loggers.Logger | None = None,
         prefetch: int = 2,
+        example_batch: Any = None,
     ):
         """Creates the learner.
 
@@ -71,11 +81,19 @@ class JaxLearner(Learner, Generic[State]):
           prefetch: batches a background thread keeps ready on the learner's device
             (`magi_lp.agent.prefetch.DevicePrefetcher`), so sampling and the copy overlap
             the update; 0 pulls each batch when the update needs it.
+          example_batch: optional pytree of `jax.ShapeDtypeStruct` shaped exactly like the
+            batches: the update is compiled ahead, on a background thread, while the
+            replay is still filling (the first `step()` waits for it).
         """
         self._update = update
         self._state = state
         self._iterator = DevicePrefetcher(iterator, size=prefetch) if prefetch else iterator
         self._step_end: float | None = None
+        self._compiling = (
+            None
+            if example_batch is None
+            else call_in_background(functools.partial(_compile, update, state, example_batch))
+        )
         self._counter = counter or counting.Counter()
         self._logger = logger or loggers.NoOpLogger()
         self._timestamp: float | None = None
@@ -88,6 +106,10 @@ class JaxLearner(Learner, Generic[State]):
         start = time.perf_counter()
         batch = replay_data(next(self._iterator))
         waited = time.perf_counter() - start
+        if self._compiling is not None:  # the first batch came while compiling ahead
+            compiling, self._compiling = self._compiling, None
+            if compiling.exception() is not None:  # then the call compiles
+                logging.warning("Compiling the update ahead failed: %s", compiling.exception())
         self._state, metrics = self._update(self._state, batch)
         now = time.time()
         elapsed = 0.0 if self._timestamp is None else now - self._timestamp

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
+from absl import logging
 
 _END = object()  # the source iterator is exhausted
 
@@ -75,8 +76,10 @@ class DevicePrefetcher(collections.abc.Iterator):
 
     def _fill(self) -> None:
         try:
-            for batch in self._iterator:
+            for index, batch in enumerate(self._iterator):
                 item = self._put(replay_data(batch))
+                if index == 0:
+                    logging.info("DevicePrefetcher: first batch sampled and on the device")
                 if not self._offer(item):
                     return
             self._offer(_END)

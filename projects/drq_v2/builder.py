@@ -34,6 +34,7 @@ from magi_lp import ActorCore, AgentBuilder, ConfigError, ReplaySchedule
 from magi_lp.agent.frame_replay import (
     FrameStackAdder,
     frame_shape_from_observation,
+    frame_transition_shape,
     make_frame_replay_dataset,
     make_frame_replay_table,
 )
@@ -111,6 +112,8 @@ class DrQBuilder(AgentBuilder[DrQNetworks, FrameTransition]):
             frame_stack=self._frame_stack,
             n_step=int(self._config.n_step),
             channels=frame_shape[-1],
+            # Sent at once until the replay can hold what learning starts with.
+            eager_items=self.replay_schedule().min_replay_size,
         )
 
     def make_dataset_iterator(self, replay_client: reverb.Client) -> Iterator[FrameTransition]:
@@ -136,6 +139,14 @@ class DrQBuilder(AgentBuilder[DrQNetworks, FrameTransition]):
         logger: loggers.Logger,
         counter: counting.Counter,
     ) -> DrQLearner:
+        # The update compiles while actors fill the replay, for batches shaped like these.
+        example_batch = frame_transition_shape(
+            int(self._config.batch_size),
+            frame_shape_from_observation(environment_spec.observations.shape, self._frame_stack),
+            environment_spec.actions,
+            frame_stack=self._frame_stack,
+            n_step=int(self._config.n_step),
+        )
         return DrQLearner(
             networks,
             self._config,
@@ -145,10 +156,15 @@ class DrQBuilder(AgentBuilder[DrQNetworks, FrameTransition]):
             environment_spec.observations,
             counter=counter,
             logger=logger,
+            example_batch=example_batch,
         )
 
     def make_policy(
         self, networks: DrQNetworks, environment_spec: specs.EnvironmentSpec, evaluation: bool
     ) -> ActorCore[DrQActorState]:
-        del environment_spec
-        return make_actor_core(networks, self._config, evaluation=evaluation)
+        return make_actor_core(
+            networks,
+            self._config,
+            evaluation=evaluation,
+            observation_spec=environment_spec.observations,
+        )

@@ -39,6 +39,7 @@ class DrQLearner(JaxLearner[TrainingState]):
         *,
         counter: Any | None = None,
         logger: Any | None = None,
+        example_batch: Any = None,
     ):
         """Creates the learner with fresh parameters.
 
@@ -49,7 +50,7 @@ class DrQLearner(JaxLearner[TrainingState]):
           iterator: training batches (see `learning.py` for the contract).
           key: the learner's key (parameter init, augmentation, noise).
           obs_example: one observation, or its spec.
-          counter, logger: see `JaxLearner`.
+          counter, logger, example_batch: see `JaxLearner`.
         """
         super().__init__(
             make_update_fn(networks, config, schedule),
@@ -57,6 +58,7 @@ class DrQLearner(JaxLearner[TrainingState]):
             iterator,
             counter=counter,
             logger=logger,
+            example_batch=example_batch,
         )
         self._schedule = schedule
 
