@@ -141,13 +141,18 @@ class SumLearner(JaxLearner):
         return {"total": state}
 
 
-def test_learner_compiles_its_update_ahead_and_not_again_at_the_first_step(compiles):
+@pytest.mark.parametrize("made", [False, True], ids=["state", "state_function"])
+def test_learner_compiles_its_update_ahead_and_not_again_at_the_first_step(compiles, made):
     def update(state, batch):
         return state + batch["x"].sum(), {"mean": batch["x"].mean()}
 
+    def make_state():  # with a function, the compile starts before the state exists
+        return jax.numpy.zeros((), np.float32)
+
     batches = iter([{"x": np.ones((4, 3), np.float32)}] * 2)
     example = {"x": jax.ShapeDtypeStruct((4, 3), np.float32)}
-    learner = SumLearner(jax.jit(update), np.float32(0.0), batches, example_batch=example)
+    state = make_state if made else make_state()
+    learner = SumLearner(jax.jit(update), state, batches, example_batch=example)
     learner._compiling.result(timeout=60)  # compiled before any batch exists
     assert "update" in compiles
     compiled = len(compiles)

@@ -62,7 +62,7 @@ class JaxLearner(Learner, Generic[State]):
     def __init__(
         self,
         update: UpdateFn,
-        state: State,
+        state: State | Callable[[], State],
         iterator: Iterator[Any],
         *,
         counter: counting.Counter | None = None,
@@ -74,7 +74,8 @@ class JaxLearner(Learner, Generic[State]):
 
         Args:
           update: the agent's update, already jitted.
-          state: the initial training state (a pytree of arrays).
+          state: the initial training state (a pytree of arrays), or a function that makes
+            it: then, with `example_batch`, the update compiles while the state is made.
           iterator: training batches.
           counter: counts `steps` and `walltime`.
           logger: gets one row of metrics and counts per step.
@@ -85,15 +86,16 @@ class JaxLearner(Learner, Generic[State]):
             batches: the update is compiled ahead, on a background thread, while the
             replay is still filling (the first `step()` waits for it).
         """
+        self._compiling = None
+        if example_batch is not None:
+            state_shape = jax.eval_shape(state) if callable(state) else state
+            self._compiling = call_in_background(
+                functools.partial(_compile, update, state_shape, example_batch)
+            )
         self._update = update
-        self._state = state
+        self._state = state() if callable(state) else state
         self._iterator = DevicePrefetcher(iterator, size=prefetch) if prefetch else iterator
         self._step_end: float | None = None
-        self._compiling = (
-            None
-            if example_batch is None
-            else call_in_background(functools.partial(_compile, update, state, example_batch))
-        )
         self._counter = counter or counting.Counter()
         self._logger = logger or loggers.NoOpLogger()
         self._timestamp: float | None = None

@@ -7,6 +7,7 @@ schedule (`projects.drq_v2.acting` explores at that step).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -54,7 +55,8 @@ class DrQLearner(JaxLearner[TrainingState]):
         """
         super().__init__(
             make_update_fn(networks, config, schedule),
-            init_training_state(networks, config, key, obs_example),
+            # A function: with example_batch the update compiles while the state is made.
+            functools.partial(init_training_state, networks, config, key, obs_example),
             iterator,
             counter=counter,
             logger=logger,
