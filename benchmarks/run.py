@@ -64,6 +64,7 @@ FIGURES = (
     Figure("actor_scaling", "benchmarks.actor_scaling", 600, 1200),
     Figure("td3_learning", "benchmarks.td3_learning", 420, 900),
     Figure("gpu_check", "benchmarks.gpu_check", 0, 0, stored="benchmarks/gpu_check.json"),
+    Figure("replay_sampling", "benchmarks.replay_sampling", 300, 600),
 )
 BY_NAME = {figure.name: figure for figure in FIGURES}
 

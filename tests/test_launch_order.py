@@ -75,7 +75,7 @@ def test_learner_node_serves_before_it_builds_and_callers_wait_for_the_build(tmp
     caller.start()
     time.sleep(0.3)
     assert caller.is_alive() and not pulled  # an actor's first pull waits for the build
-    node.build()
+    node._build()  # what run() does once Launchpad serves the node
     caller.join(timeout=30)
     assert pulled and pulled[0][0]  # the TD3 policy's parameters
 
@@ -83,9 +83,9 @@ def test_learner_node_serves_before_it_builds_and_callers_wait_for_the_build(tmp
         raise ValueError("bad network")
 
     failing = LearnerNode(experiment, spec, client, counter, str(tmp_path), factory)
-    failing._build = broken
+    failing._make_runner = broken
     with pytest.raises(ValueError, match="bad network"):
-        failing.build()
+        failing._build()
     with pytest.raises(RuntimeError, match="failed to build"):
         failing.get_variables(["policy"])
 

@@ -165,7 +165,7 @@ class LearnerNode:
         logger_factory: Callable[..., Any],
     ):
         prepare_node_process()
-        self._build = functools.partial(
+        self._make_runner = functools.partial(
             make_learner_runner,
             experiment,
             environment_spec,
@@ -177,12 +177,13 @@ class LearnerNode:
         self._built = threading.Event()
         self._runner: LearnerRunner | None = None
 
-    def build(self) -> LearnerRunner:
-        """Builds the learner (once); `run()` calls it after the server is up."""
+    def _build(self) -> LearnerRunner:
+        """Builds the learner (once); `run()` calls it after the server is up. Private, so
+        Courier does not serve it."""
         if self._runner is None:
             start = time.monotonic()
             try:
-                self._runner = self._build()
+                self._runner = self._make_runner()
             finally:
                 self._built.set()  # callers waiting for a failed build fail, not hang
             say(
@@ -213,7 +214,7 @@ class LearnerNode:
         import launchpad as lp
 
         say("serving; building the learner", source="learner")
-        self.build().run(lambda: lp.wait_for_stop(0))
+        self._build().run(lambda: lp.wait_for_stop(0))
         _leave_node_process()
 
 
