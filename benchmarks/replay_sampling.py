@@ -117,7 +117,7 @@ def measure(quick: bool) -> dict:
     from benchmarks import replay_memory
 
     transitions = 300 if quick else 2000
-    batches = 3 if quick else 20
+    batches = 3 if quick else 40
     progress(f"rendering {transitions} transitions of reacher_hard at 84x84")
     episodes = replay_memory.render_episodes(transitions)
     config = replay_memory._experiment().config
