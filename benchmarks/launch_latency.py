@@ -15,11 +15,19 @@ program with the same nodes that only import the libraries.
 
 Ratio = program / bare; goal <= 1.2. Both with network isolation off (the bare program has
 none); full mode also times the program with isolation=auto.
+
+Breakdown: each program run's node logs (`<workdir>/nodes/<group>/<index>`) are read for the
+milestones the nodes log with a time of day, as seconds after the command started: nodes
+started (the launcher's line), learner serving (its Courier server binds `get_variables`),
+actors' policy compiled, learner built, first parameters at the actors, first replay item,
+update compiled, first batch at the learner; then the first update (the CSV row).
 """
 
 from __future__ import annotations
 
+import datetime
 import importlib.util
+import re
 import signal
 import sys
 import tempfile
@@ -122,6 +130,67 @@ def run_bare(ready_dir: str) -> None:
 # Timing.
 
 
+# ---------------------------------------------------------------------------------------
+# The breakdown, from the node logs.
+
+# (milestone, node group or None for all, pattern, first or last occurrence across nodes)
+MILESTONES = (
+    ("learner_serving", "learner", r"Binding: get_variables", "first"),
+    ("policies_compiled", None, r"policy compiled in", "last"),
+    ("learner_built", "learner", r"learner built in", "first"),
+    ("update_compiled", "learner", r"update compiled ahead", "first"),
+    ("first_parameters_at_actors", "actor", r"first parameters fetched", "first"),
+    ("all_actors_have_parameters", "actor", r"first parameters fetched", "last"),
+    ("first_replay_item", "actor", r"first item sent", "first"),
+    ("first_batch_at_learner", "learner", r"first batch sampled", "first"),
+)
+MILESTONE_LABELS = {
+    "nodes_started_s": "launcher: nodes started",
+    "learner_serving": "learner serving (Courier up)",
+    "policies_compiled": "all actors' policies compiled",
+    "learner_built": "learner built (parameters exist)",
+    "first_parameters_at_actors": "first parameters at an actor",
+    "all_actors_have_parameters": "first parameters at every actor",
+    "first_replay_item": "first replay item",
+    "first_batch_at_learner": "first batch at the learner",
+    "update_compiled": "learner update compiled",
+    "seconds": "first learner update",
+}
+# `I1123 01:41:52.798562 ...` (absl) or `[magi_lp.learner 01:41:52.798] ...` (magi_lp.console).
+_STAMP = re.compile(r"^(?:I\d{4} |\[magi_lp\.\S* )(\d\d):(\d\d):(\d\d\.\d+)")
+
+
+def _seconds_after(line: str, start_wall: float) -> float | None:
+    """Seconds from `start_wall` (epoch) to the time of day stamped on `line`."""
+    match = _STAMP.match(line)
+    if not match:
+        return None
+    hours, minutes, seconds = int(match[1]), int(match[2]), float(match[3])
+    start = datetime.datetime.fromtimestamp(start_wall)
+    midnight = start.replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
+    offset = midnight + hours * 3600 + minutes * 60 + seconds - start_wall
+    return offset + 86400 if offset < -3600 else offset  # the run crossed midnight
+
+
+def node_milestones(nodes_dir: Path, start_wall: float) -> dict[str, float]:
+    """Milestone -> seconds after `start_wall`, from the node logs under `nodes_dir`."""
+    found: dict[str, list[float]] = {}
+    for log in sorted(nodes_dir.glob("*/*")):
+        group = log.parent.name
+        for line in _text(log).splitlines():
+            for name, wanted_group, pattern, _ in MILESTONES:
+                if wanted_group not in (None, group) or not re.search(pattern, line):
+                    continue
+                seconds = _seconds_after(line, start_wall)
+                if seconds is not None:
+                    found.setdefault(name, []).append(seconds)
+    picks = {name: pick for name, _, _, pick in MILESTONES}
+    return {
+        name: (min(times) if picks[name] == "first" else max(times))
+        for name, times in found.items()
+    }
+
+
 def _wait_for(condition, process, deadline: float) -> float | None:
     while time.monotonic() < deadline:
         if condition():
@@ -148,6 +217,7 @@ def _launch(
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "wb") as out:
         start = time.monotonic()
+        start_wall = time.time()
         process = subprocess.Popen(
             command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -176,6 +246,7 @@ def _launch(
             result["nodes_started_s"] = started_at - start
         if milestone_at is not None:
             result["first_actor_episode_s"] = milestone_at - start
+        result["start_wall"] = start_wall
     finally:
         exit_s = stop(process, signal.SIGINT, timeout_s=60.0)
         result["exit_after_sigint_s"] = exit_s
@@ -205,7 +276,7 @@ def time_program(workdir: Path, isolation: str) -> dict:
     command = entry_point(
         "projects/drq_v2/lp_main.py", CONFIG, workdir, *TINY, f"--config.isolation={isolation}"
     )
-    return _launch(
+    result = _launch(
         command,
         {},
         workdir / "launcher.log",
@@ -213,6 +284,8 @@ def time_program(workdir: Path, isolation: str) -> dict:
         f"program ({isolation})",
         milestone=first_actor_episode,
     )
+    result["milestones"] = node_milestones(workdir / "nodes", result.pop("start_wall"))
+    return result
 
 
 def time_bare(folder: Path, nodes: int) -> dict:
@@ -224,7 +297,9 @@ def time_bare(folder: Path, nodes: int) -> dict:
 
     command = [sys.executable, "-m", "benchmarks.launch_latency", "bare", str(ready_dir)]
     env = {"LAUNCHPAD_LOGGING_DIR": str(folder / "nodes")}
-    return _launch(command, env, folder / "launcher.log", all_ready, "bare program")
+    result = _launch(command, env, folder / "launcher.log", all_ready, "bare program")
+    result.pop("start_wall")
+    return result
 
 
 def measure(quick: bool) -> dict:
@@ -275,6 +350,32 @@ def summary(result: dict) -> tuple[str, str, str]:
     )
 
 
+def breakdown(run: dict) -> dict[str, float]:
+    """A program run's milestones in time order (seconds after the command started)."""
+    times = {**run.get("milestones", {}), "seconds": run["seconds"]}
+    if run.get("nodes_started_s") is not None:
+        times["nodes_started_s"] = run["nodes_started_s"]
+    return dict(sorted(times.items(), key=lambda item: item[1]))
+
+
+def breakdown_table(runs: list[dict]) -> list[str]:
+    """Markdown rows: each milestone's time in each program run (isolation off)."""
+    if not runs or not any(run.get("milestones") for run in runs):
+        return []
+    order = list(breakdown(runs[0]))
+    names = order + [n for run in runs[1:] for n in breakdown(run) if n not in order]
+    lines = [
+        "Where the time goes (seconds after the command started, from the node logs):",
+        "",
+        "| milestone | " + " | ".join(f"run {i + 1}" for i in range(len(runs))) + " |",
+        "| --- |" + " --- |" * len(runs),
+    ]
+    for name in names:
+        cells = [fmt(breakdown(run).get(name)) for run in runs]
+        lines.append(f"| {MILESTONE_LABELS.get(name, name)} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def report(result: dict) -> str:
     runs = result["runs"]
     lines = [
@@ -295,6 +396,7 @@ def report(result: dict) -> str:
                 f"| {fmt(run['exit_after_sigint_s'])} s | {run['returncode']} "
                 f"| {run['leftover_processes']} |"
             )
+    lines += ["", *breakdown_table(runs.get("program_off", []))]
     if result.get("program_auto_s") is not None:
         lines += [
             "",

@@ -66,6 +66,7 @@ FIGURES = (
     Figure("gpu_check", "benchmarks.gpu_check", 0, 0, stored="benchmarks/gpu_check.json"),
     Figure("batched_actor", "benchmarks.batched_actor", 420, 900),
     Figure("data_parallel_learner", "benchmarks.data_parallel_learner", 300, 900),
+    Figure("replay_sampling", "benchmarks.replay_sampling", 300, 600),
 )
 BY_NAME = {figure.name: figure for figure in FIGURES}
 

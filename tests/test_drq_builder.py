@@ -25,6 +25,7 @@ from acme.utils import counting
 from ml_collections import config_flags
 
 from magi_lp.agent.actor import GenericActor
+from magi_lp.agent.frame_replay import frame_transition_shape
 from magi_lp.agent.variable_client import VariableClient
 from magi_lp.errors import ConfigError
 from magi_lp.placement.resources import ResourceSpec, resource_spec
@@ -34,6 +35,7 @@ from projects.drq_v2.acting import GLOBAL_AGENT_STEPS, make_actor_core
 from projects.drq_v2.builder import TABLE_NAME, DrQBuilder
 from projects.drq_v2.config import TASK_DIFFICULTY, get_agent_config
 from projects.drq_v2.experiment import environment_factory, make_experiment
+from projects.drq_v2.learning import batch_observations
 from projects.drq_v2.networks import make_networks
 from projects.drq_v2.tasks import PAPER_TASKS, make_config, paper_task_names
 from projects.drq_v2.video import EvaluationVideo
@@ -152,18 +154,30 @@ def test_table_adder_dataset_learner_and_actors_on_a_real_server(environment_spe
 
         dataset = builder.make_dataset_iterator(client)
         batch = next(dataset)
-        assert batch.observation.shape == (BATCH, IMAGE, IMAGE, 3 * STACK)
-        assert batch.observation.dtype == np.uint8
-        assert batch.next_observation.shape == batch.observation.shape
-        assert batch.next_observation.dtype == np.uint8
+        # Only each transition's unique frames travel; the update stacks them on its device.
+        assert batch.frames.shape == (BATCH, STACK + N_STEP, IMAGE, IMAGE, 3)
+        assert batch.frames.dtype == np.uint8
         assert batch.action.shape == (BATCH, 2) and batch.action.dtype == np.float32
         assert batch.reward.shape == (BATCH,) and batch.reward.dtype == np.float32
         assert batch.discount.shape == (BATCH,) and batch.discount.dtype == np.float32
+        # Shaped as the learner's compile-ahead expects: its first update compiles nothing.
+        example = frame_transition_shape(
+            BATCH, (IMAGE, IMAGE, 3), environment_spec.actions, frame_stack=STACK, n_step=N_STEP
+        )
+        assert jax.tree_util.tree_structure(batch) == jax.tree_util.tree_structure(example)
+        for real, expected in zip(
+            jax.tree_util.tree_leaves(batch), jax.tree_util.tree_leaves(example), strict=True
+        ):
+            assert (real.shape, real.dtype) == (expected.shape, expected.dtype)
+        # Stacked exactly as the update stacks them (on the device, jitted).
+        obs, next_obs = jax.jit(batch_observations, static_argnums=1)(batch, N_STEP)
+        assert obs.shape == next_obs.shape == (BATCH, IMAGE, IMAGE, 3 * STACK)
+        assert obs.dtype == next_obs.dtype == np.uint8
         for i in range(BATCH):
             t = index[_key(batch.action[i])]
             # The stacked observation the action was taken at, and the one n steps later.
-            np.testing.assert_array_equal(batch.observation[i], observations[t])
-            np.testing.assert_array_equal(batch.next_observation[i], observations[t + N_STEP])
+            np.testing.assert_array_equal(obs[i], observations[t])
+            np.testing.assert_array_equal(next_obs[i], observations[t + N_STEP])
             expected = sum(GAMMA**k * rewards[t + k] for k in range(N_STEP))
             assert batch.reward[i] == pytest.approx(expected, rel=1e-5, abs=1e-6)
             # Ready to multiply the bootstrapped value: gamma^n * prod of discounts.

@@ -7,6 +7,7 @@ import pytest
 from acme import types
 from dm_env import specs
 
+from magi_lp.agent.frame_window import FrameTransition
 from projects.drq_v2.acting import GLOBAL_AGENT_STEPS, make_actor_core
 from projects.drq_v2.config import get_agent_config, replay_schedule
 from projects.drq_v2.learner import DrQLearner
@@ -124,6 +125,34 @@ def test_target_critic_moves_by_exactly_tau(setup):
         before = jax.tree_util.tree_leaves(state.params[name])
         after = jax.tree_util.tree_leaves(new_state.params[name])
         assert any(not np.allclose(a, b) for a, b in zip(before, after, strict=True)), name
+
+
+def test_frame_windows_update_exactly_like_host_stacked_observations(setup):
+    """The replay's FrameTransition, stacked inside the jitted update, gives the same state
+    and metrics, bit for bit, as the stacked Transition a host-side replay would deliver."""
+    config, _, update, state = setup
+    n_step = config.n_step
+    rng = np.random.default_rng(5)
+    frames = rng.integers(0, 256, (BATCH, 3 + n_step, IMAGE, IMAGE, 3), dtype=np.uint8)
+    stacked = _batch(6)._replace(
+        # Host-side stacking as the replay did it: frames oldest first along channels.
+        observation=np.concatenate(list(frames[:, :3].transpose(1, 0, 2, 3, 4)), axis=-1),
+        next_observation=np.concatenate(list(frames[:, n_step:].transpose(1, 0, 2, 3, 4)), axis=-1),
+    )
+    window = FrameTransition(
+        frames=frames,
+        action=stacked.action,
+        reward=stacked.reward,
+        discount=stacked.discount,
+    )
+    state_a, metrics_a = update(state, stacked)
+    state_b, metrics_b = update(state, window)
+    for a, b in zip(
+        jax.tree_util.tree_leaves((state_a, metrics_a)),
+        jax.tree_util.tree_leaves((state_b, metrics_b)),
+        strict=True,
+    ):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_zero_discount_target_is_the_reward(setup):

@@ -25,6 +25,7 @@ from magi_lp.agent.frame_replay import (
     make_frame_replay_dataset,
     make_frame_replay_table,
 )
+from magi_lp.agent.frame_window import window_observations
 from magi_lp.errors import ConfigError
 
 H, W, C = 8, 8, 3
@@ -140,9 +141,17 @@ def server_factory():
         server.stop()
 
 
+def observations(batch, n_step: int, stack_on_host: bool) -> tuple:
+    """The stacked observations of a batch, stacked here (numpy) when the replay did not."""
+    if stack_on_host:
+        return batch.observation, batch.next_observation
+    return window_observations(batch.frames, n_step)
+
+
+@pytest.mark.parametrize("stack_on_host", [True, False], ids=["host_stacks", "window"])
 @pytest.mark.parametrize("frame_stack,n_step", [(3, 3), (2, 1), (1, 4)])
 def test_queue_samples_each_transition_once_and_equal_reference(
-    server_factory, frame_stack, n_step
+    server_factory, frame_stack, n_step, stack_on_host
 ):
     episodes = make_episodes(frame_stack, n_step)
     reference = reference_transitions(episodes, n_step)
@@ -163,22 +172,27 @@ def test_queue_samples_each_transition_once_and_equal_reference(
         frame_stack=frame_stack,
         n_step=n_step,
         discount=GAMMA,
+        stack_on_host=stack_on_host,
         num_parallel_calls=1,
         rate_limiter_timeout_ms=500,
     )
     seen = []
     for batch in dataset:
-        assert batch.observation.shape == (1, H, W, C * frame_stack)
-        assert batch.observation.dtype == np.uint8
+        if not stack_on_host:  # only the unique frames of the item travel
+            assert batch.frames.shape == (1, frame_stack + n_step, H, W, C)
+            assert batch.frames.dtype == np.uint8
+        observation, next_observation = observations(batch, n_step, stack_on_host)
+        assert observation.shape == (1, H, W, C * frame_stack)
+        assert observation.dtype == np.uint8
         assert batch.reward.shape == batch.discount.shape == (1,)
         seen.append(
             check_sample(
                 reference,
-                batch.observation[0],
+                observation[0],
                 batch.action[0],
                 batch.reward[0],
                 batch.discount[0],
-                batch.next_observation[0],
+                next_observation[0],
             )
         )
     assert sorted(seen) == sorted(reference)
@@ -186,7 +200,8 @@ def test_queue_samples_each_transition_once_and_equal_reference(
     assert (0, 0) in seen and (0, 9 - n_step) in seen
 
 
-def test_uniform_table_batches_equal_reference(server_factory):
+@pytest.mark.parametrize("stack_on_host", [True, False], ids=["host_stacks", "window"])
+def test_uniform_table_batches_equal_reference(server_factory, stack_on_host):
     frame_stack, n_step = 3, 3
     episodes = make_episodes(frame_stack, n_step)
     reference = reference_transitions(episodes, n_step)
@@ -212,21 +227,23 @@ def test_uniform_table_batches_equal_reference(server_factory):
         frame_stack=frame_stack,
         n_step=n_step,
         discount=GAMMA,
+        stack_on_host=stack_on_host,
     )
     seen = set()
     for _ in range(30):
         batch = next(dataset)
         assert batch.action.dtype == np.float32
         assert batch.reward.dtype == batch.discount.dtype == np.float32
+        observation, next_observation = observations(batch, n_step, stack_on_host)
         for i in range(16):
             seen.add(
                 check_sample(
                     reference,
-                    batch.observation[i],
+                    observation[i],
                     batch.action[i],
                     batch.reward[i],
                     batch.discount[i],
-                    batch.next_observation[i],
+                    next_observation[i],
                 )
             )
     assert seen == set(reference)
@@ -288,3 +305,37 @@ def test_default_chunk_length_spans_two_snappy_blocks():
     assert default_chunk_length(84 * 84 * 3) == 6
     assert default_chunk_length(8 * 8 * 3) == 32
     assert default_chunk_length(256 * 256 * 3) == 1
+
+
+def test_dataset_checks_arguments_at_once_but_connects_on_the_first_batch():
+    with pytest.raises(ConfigError, match="discount"):
+        make_frame_replay_dataset(
+            "localhost:1", "q", batch_size=4, frame_stack=3, n_step=3, discount=1.5
+        )
+    # No server listens there: building the iterator must not connect (nor wait).
+    dataset = make_frame_replay_dataset(
+        "localhost:1", "q", batch_size=4, frame_stack=3, n_step=3, discount=0.9
+    )
+    assert dataset is not None
+
+
+@pytest.mark.parametrize("eager_items", [0, 4])
+def test_eager_items_reach_the_table_before_their_chunk_fills(server_factory, eager_items):
+    table = make_frame_replay_table(
+        "replay", 100, frame_shape=(H, W, C), action_spec=ACTION_SPEC, frame_stack=3, n_step=1
+    )
+    client = server_factory([table])
+    adder = FrameStackAdder(
+        client, "replay", frame_stack=3, n_step=1, chunk_length=32, eager_items=eager_items
+    )
+    episode = record_episode(0, 9, 3, np.random.default_rng(2), terminal=False)
+    adder.add_first(dm_env.restart(episode["observations"][0]))
+    for t in range(6):  # 6 items, none of whose 32-step chunks is full
+        timestep = dm_env.transition(episode["rewards"][t], episode["observations"][t + 1])
+        adder.add(episode["actions"][t], timestep)
+    # Eager: the first 4 are in the table already; otherwise they wait for the chunk.
+    assert client.server_info()["replay"].current_size == eager_items
+    adder.close()
+    assert client.server_info()["replay"].current_size == 6
+    with pytest.raises(ConfigError, match="eager_items"):
+        FrameStackAdder(client, "replay", frame_stack=3, n_step=1, eager_items=-1)

@@ -84,6 +84,21 @@ class GenericActor(core.Actor, Generic[State]):
         if self._client is not None:
             self._client.update(wait)
 
+    def warm_up(self, observation: Any) -> bool:
+        """Compiles `select_action` for params shaped as the core's `params_shape` says and
+        an observation like `observation`, while the first parameters are fetched in the
+        background; returns False (and does nothing) when the core gives no shape.
+
+        The acting state is left as it is. The first real `select_action` then reuses the
+        compiled code, as long as the pulled params have exactly those shapes and dtypes.
+        """
+        if self._core.params_shape is None:
+            return False
+        if self._client is not None:
+            self._client.request()
+        self._select_action.lower(self._core.params_shape(), observation, self._state).compile()
+        return True
+
     @property
     def state(self) -> State:
         """The actor state (for tests and for checkpointing an actor's step count)."""

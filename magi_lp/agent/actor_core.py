@@ -24,8 +24,12 @@ class ActorCore(Generic[State]):
       init: random key -> initial actor state (holds the key and e.g. a step count).
       select_action: (params, observation, state) -> (action, new state); jit-compatible.
       get_extras: state -> extras written to replay with each step (often `()`).
+      params_shape: optional; () -> a pytree of `jax.ShapeDtypeStruct` shaped like the
+        params the learner serves (`POLICY_VARIABLES`). With it an actor compiles
+        `select_action` while it waits for its first parameters (`GenericActor.warm_up`).
     """
 
     init: Callable[[jax.Array], State]
     select_action: Callable[[Any, Any, State], tuple[Any, State]]
     get_extras: Callable[[State], Any] = lambda state: ()
+    params_shape: Callable[[], Any] | None = None

@@ -14,21 +14,31 @@ update runs data-parallel over all of them (`magi_lp.agent.data_parallel`), with
 from __future__ import annotations
 
 import abc
+import functools
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 import jax
 import jax.numpy as jnp
+from absl import logging
 from acme import core
 from acme.utils import counting, loggers
 
 from magi_lp import console
 from magi_lp.agent import data_parallel
 from magi_lp.agent.device_check import DeviceCheck
+from magi_lp.agent.prefetch import DevicePrefetcher, replay_data
+from magi_lp.agent.variable_client import call_in_background
 
 State = TypeVar("State")
 UpdateFn = Callable[[Any, Any], tuple[Any, Mapping[str, Any]]]
+
+
+def _compile(update: UpdateFn, state: Any, example_batch: Any) -> None:
+    start = time.monotonic()
+    update.lower(state, example_batch).compile()
+    logging.info("JaxLearner: update compiled ahead in %.1f s", time.monotonic() - start)
 
 
 class Learner(core.Learner):
@@ -48,41 +58,65 @@ class JaxLearner(Learner, Generic[State]):
 
     Each `step()` takes the next batch (a `reverb.ReplaySample` is unwrapped to its data),
     runs the update, counts one step (and the seconds since the previous one as `walltime`)
-    and logs the metrics together with the counts.
+    and logs the metrics together with the counts and how long the step waited for its
+    batch: `batch_wait_ms`, and `batch_wait_fraction` of the time since the previous step
+    (near 0: update-bound; near 1: data-bound).
 
     Devices: with one device the update runs as given. A process that sees several devices
     of JAX's default backend (the plan's `gpus: n` or `cpu_devices: n`) runs it
     data-parallel over all of them (`data_parallel`): the state is replicated, each batch
-    split; `data_parallel` is that placement (or None), e.g. for a prefetcher that puts
-    batches on the devices ahead of time with its `put_batch`.
+    split, and the prefetcher puts batches on the devices already split.
     """
 
     def __init__(
         self,
         update: UpdateFn,
-        state: State,
+        state: State | Callable[[], State],
         iterator: Iterator[Any],
         *,
         counter: counting.Counter | None = None,
         logger: loggers.Logger | None = None,
+        prefetch: int = 2,
+        example_batch: Any = None,
     ):
         """Creates the learner.
 
         Args:
           update: the agent's update, already jitted.
-          state: the initial training state (a pytree of arrays).
+          state: the initial training state (a pytree of arrays), or a function that makes
+            it: then, with `example_batch`, the update compiles while the state is made.
           iterator: training batches.
           counter: counts `steps` and `walltime`.
           logger: gets one row of metrics and counts per step.
+          prefetch: batches a background thread keeps ready on the learner's device
+            (`magi_lp.agent.prefetch.DevicePrefetcher`), so sampling and the copy overlap
+            the update; 0 pulls each batch when the update needs it.
+          example_batch: optional pytree of `jax.ShapeDtypeStruct` shaped exactly like the
+            batches: the update is compiled ahead, on a background thread, while the
+            replay is still filling (the first `step()` waits for it).
         """
         self.data_parallel = data_parallel.local_data_parallel("learner")
         if self.data_parallel is not None:
             update = self.data_parallel.wrap(update)
-            state = self.data_parallel.put_state(state)
             console.say(self.data_parallel.describe(), source="learner")
+        self._compiling = None
+        # Compiling ahead needs the batch's placement; a data-parallel update compiles at
+        # its first call, with the split batch it is given.
+        if example_batch is not None and self.data_parallel is None:
+            state_shape = jax.eval_shape(state) if callable(state) else state
+            self._compiling = call_in_background(
+                functools.partial(_compile, update, state_shape, example_batch)
+            )
         self._update = update
+        state = state() if callable(state) else state
+        if self.data_parallel is not None:
+            state = self.data_parallel.put_state(state)
         self._state = state
-        self._iterator = iterator
+        put = jax.device_put if self.data_parallel is None else self.data_parallel.put_batch
+        self._iterator = (
+            DevicePrefetcher(iterator, size=prefetch, put=put) if prefetch else iterator
+        )
+        self._step_end: float | None = None
         self._counter = counter or counting.Counter()
         self._logger = logger or loggers.NoOpLogger()
         self._timestamp: float | None = None
@@ -99,8 +133,13 @@ class JaxLearner(Learner, Generic[State]):
         """The variable collections actors and evaluators may pull, by name."""
 
     def step(self) -> None:
-        batch = next(self._iterator)
-        batch = getattr(batch, "data", batch)  # reverb.ReplaySample(info, data) -> data
+        start = time.perf_counter()
+        batch = replay_data(next(self._iterator))
+        waited = time.perf_counter() - start
+        if self._compiling is not None:  # the first batch came while compiling ahead
+            compiling, self._compiling = self._compiling, None
+            if compiling.exception() is not None:  # then the call compiles
+                logging.warning("Compiling the update ahead failed: %s", compiling.exception())
         check = self._device_check
         if check is not None:
             check.check("update input state", self._state)
@@ -113,7 +152,12 @@ class JaxLearner(Learner, Generic[State]):
         elapsed = 0.0 if self._timestamp is None else now - self._timestamp
         self._timestamp = now
         counts = self._counter.increment(steps=1, walltime=elapsed)
-        self._logger.write({**jax.device_get(metrics), **counts})
+        metrics = jax.device_get(metrics)  # waits for the update
+        end = time.perf_counter()
+        step_s = end - (start if self._step_end is None else self._step_end)
+        self._step_end = end
+        waiting = {"batch_wait_ms": 1e3 * waited, "batch_wait_fraction": waited / step_s}
+        self._logger.write({**metrics, **counts, **waiting})
 
     def get_variables(self, names: Sequence[str]) -> list[Any]:
         variables = self.variables(self._state)

@@ -65,13 +65,25 @@ class VariableClient:
         self._calls = 0
         self._future: concurrent.futures.Future | None = None
         self._params: Any = None
+        self._fetched = False
 
     @property
     def params(self) -> Any:
-        """The latest parameters; fetches them (blocking) the first time."""
+        """The latest parameters; fetches them (blocking) the first time, or waits for the
+        fetch `request()` started."""
         if self._params is None:
-            self.update_and_wait()
+            if self._future is not None:
+                future, self._future = self._future, None
+                self._params = future.result()
+            else:
+                self.update_and_wait()
         return self._params
+
+    def request(self) -> None:
+        """Starts a background fetch now unless one is in flight (e.g. the first one, while
+        the actor compiles its policy); `params` or a later `update()` installs it."""
+        if self._future is None:
+            self._future = call_in_background(self._fetch)
 
     def _fetch(self) -> Any:
         # On this process's first device, explicitly: in one process the learner's arrays
@@ -80,6 +92,9 @@ class VariableClient:
         values = jax.device_put(
             list(self._source.get_variables(self._names)), jax.local_devices()[0]
         )
+        if not self._fetched:
+            self._fetched = True
+            logging.info("VariableClient: first parameters fetched (%s)", ", ".join(self._names))
         return values[0] if self._single else values
 
     def update(self, wait: bool = False) -> None:

@@ -10,8 +10,10 @@ apply before any framework allocates, and `run()` until the program stops.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -22,12 +24,12 @@ from absl import logging
 from acme import specs
 from acme.utils import counting
 
-from magi_lp import console
 from magi_lp.agent.actor import BatchedActor, GenericActor
 from magi_lp.agent.builder import POLICY_VARIABLES
 from magi_lp.agent.device_check import DeviceCheck
 from magi_lp.agent.learner import JaxLearner
 from magi_lp.agent.variable_client import VariableClient
+from magi_lp.console import say
 from magi_lp.runtime import seeding
 from magi_lp.runtime.acting_loop import ActingLoop, BatchedActingLoop
 from magi_lp.runtime.checkpointing import Checkpointer, CheckpointWriteError
@@ -165,6 +167,21 @@ def make_acting_loop(
     )
 
 
+def warm_up(loop: ActingLoop, environment_spec: specs.EnvironmentSpec, source: str) -> None:
+    """Compiles the actor's policy while its first parameters are fetched (in the background).
+
+    An actor can act only once the learner serves parameters; compiling meanwhile takes the
+    compile off the path to the first replay item. Policies whose core gives no
+    `params_shape` compile on their first step, as before.
+    """
+    start = time.monotonic()
+    if loop.actor.warm_up(environment_spec.observations.generate_value()):
+        say(
+            f"policy compiled in {time.monotonic() - start:.1f} s, before its first parameters",
+            source=source,
+        )
+
+
 def evaluate(loop: ActingLoop, episodes: int, should_stop: StopFn = lambda: False) -> list[dict]:
     """Pulls fresh parameters (blocking) and runs `episodes` evaluation episodes."""
     loop.actor.update(wait=True)
@@ -172,7 +189,15 @@ def evaluate(loop: ActingLoop, episodes: int, should_stop: StopFn = lambda: Fals
 
 
 class LearnerNode:
-    """The learner process: restores, steps until the program stops, checkpoints."""
+    """The learner process: serves at once, then builds, restores, steps until the program
+    stops, and checkpoints.
+
+    Launchpad starts a node's Courier server only after its constructor returns, and the
+    learner's build (networks, initial state, checkpoint restore) takes seconds; so the
+    constructor only stores what to build, and `run()` (called once the server is up)
+    builds. `get_variables` and `save` wait for the build: actors connect at once and get
+    their first parameters the moment they exist, and compile their policy meanwhile.
+    """
 
     def __init__(
         self,
@@ -184,21 +209,52 @@ class LearnerNode:
         logger_factory: Callable[..., Any],
     ):
         prepare_node_process()
-        self._runner = make_learner_runner(
-            experiment, environment_spec, replay_client, counter, workdir, logger_factory
+        self._make_runner = functools.partial(
+            make_learner_runner,
+            experiment,
+            environment_spec,
+            replay_client,
+            counter,
+            workdir,
+            logger_factory,
         )
+        self._built = threading.Event()
+        self._runner: LearnerRunner | None = None
+
+    def _build(self) -> LearnerRunner:
+        """Builds the learner (once); `run()` calls it after the server is up. Private, so
+        Courier does not serve it."""
+        if self._runner is None:
+            start = time.monotonic()
+            try:
+                self._runner = self._make_runner()
+            finally:
+                self._built.set()  # callers waiting for a failed build fail, not hang
+            say(
+                f"learner built in {time.monotonic() - start:.1f} s; serving its parameters",
+                source="learner",
+            )
+        return self._runner
+
+    def _built_runner(self) -> LearnerRunner:
+        self._built.wait()
+        if self._runner is None:
+            raise RuntimeError("the learner failed to build (see this node's log)")
+        return self._runner
 
     def get_variables(self, names: Sequence[str]) -> list[Any]:
-        """Parameters for actors and evaluators."""
-        return self._runner.get_variables(names)
+        """Parameters for actors and evaluators (waits for the build)."""
+        return self._built_runner().get_variables(names)
 
     def save(self) -> int:
         """Checkpoints now; returns the learner step saved (the coordinator calls it at stop)."""
-        self._runner.save()
-        return self._runner.steps
+        runner = self._built_runner()
+        runner.save()
+        return runner.steps
 
     def run(self) -> None:
-        """Steps until the program stops (Launchpad calls this after serving starts).
+        """Builds, then steps until the program stops (Launchpad calls this after serving
+        starts).
 
         The launcher stops the learner after the actors and before the counter, so the final
         checkpoint holds the final counts. A final save that fails ends the process with
@@ -206,10 +262,12 @@ class LearnerNode:
         """
         import launchpad as lp
 
+        say("serving; building the learner", source="learner")
+        runner = self._build()
         try:
-            self._runner.run(lambda: lp.wait_for_stop(0))
+            runner.run(lambda: lp.wait_for_stop(0))
         except CheckpointWriteError as error:
-            console.say(f"final {error}", source="learner")
+            say(f"final {error}", source="learner")
             _leave_node_process(FINAL_SAVE_FAILED)
         _leave_node_process()
 
@@ -237,6 +295,7 @@ class ActorNode:
             counter,
             logger_factory,
         )
+        warm_up(self._loop, environment_spec, f"actor_{index}")
 
     def run(self) -> None:
         import launchpad as lp
@@ -270,6 +329,7 @@ class EvaluatorNode:
             logger_factory,
             evaluation=True,
         )
+        warm_up(self._loop, environment_spec, f"evaluator_{index}")
 
     def run_evaluations(self, should_stop: StopFn, sleep: Callable[[float], bool]) -> None:
         """Evaluates whenever `every_actor_steps` more actor steps were counted."""

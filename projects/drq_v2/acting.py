@@ -49,13 +49,18 @@ def agent_step(params: Any, state: DrQActorState) -> jax.Array:
 
 
 def make_actor_core(
-    networks: DrQNetworks, config: ml_collections.ConfigDict, evaluation: bool = False
+    networks: DrQNetworks,
+    config: ml_collections.ConfigDict,
+    evaluation: bool = False,
+    observation_spec: Any = None,
 ) -> ActorCore[DrQActorState]:
     """The behaviour policy (evaluation=False) or the evaluation policy (evaluation=True).
 
     `select_action` takes params {'encoder', 'actor'} (optionally with the
     `global_agent_steps` leaf) and a uint8 observation [H, W, C]; it returns a float32
-    action [A] in [-1, 1]. It is pure and can be jitted.
+    action [A] in [-1, 1]. It is pure and can be jitted. With `observation_spec` (anything
+    with `shape` and `dtype`) the core also says the shape of the params the learner serves
+    (`DrQLearner`'s "policy"), so actors compile it before their first pull.
     """
 
     def init(key: jax.Array) -> DrQActorState:
@@ -82,4 +87,18 @@ def make_actor_core(
         del state
         return ()
 
-    return ActorCore(init=init, select_action=select_action, get_extras=get_extras)
+    def params_shape() -> dict[str, Any]:
+        observation = jax.ShapeDtypeStruct(tuple(observation_spec.shape), observation_spec.dtype)
+        params = jax.eval_shape(networks.init, jax.random.PRNGKey(0), observation)
+        return {
+            "encoder": params["encoder"],
+            "actor": params["actor"],
+            GLOBAL_AGENT_STEPS: jax.ShapeDtypeStruct((), jnp.int32),
+        }
+
+    return ActorCore(
+        init=init,
+        select_action=select_action,
+        get_extras=get_extras,
+        params_shape=None if observation_spec is None else params_shape,
+    )

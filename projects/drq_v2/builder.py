@@ -1,9 +1,11 @@
 """`DrQBuilder`: DrQ-v2 on the magi_lp builder protocol (replay, adder, dataset, learner,
 policy). The runners call each method in the process that owns the piece.
 
-Replay: `magi_lp.agent.frame_replay`, which stores every rendered frame once and rebuilds the
-stacked observations, the n-step return and the bootstrap discount at sample time, so the
-learner gets exactly its batch contract (`projects.drq_v2.learning`).
+Replay: `magi_lp.agent.frame_replay`, which stores every rendered frame once and computes the
+n-step return and the bootstrap discount at sample time. The learner gets each transition's
+unique frames (a `FrameTransition`) and stacks the observations on its own device
+(`projects.drq_v2.learning`'s batch contract): host-side stacking, a channels-last
+transpose of every batch, cost more CPU than reading the replay itself.
 
 Units: the agent config counts frames where the paper does (`min_replay_frames`); replay and
 schedules count agent steps (one policy call = `action_repeat` frames).
@@ -25,16 +27,18 @@ from collections.abc import Iterator
 import jax
 import ml_collections
 import reverb
-from acme import adders, specs, types
+from acme import adders, specs
 from acme.utils import counting, loggers
 
 from magi_lp import ActorCore, AgentBuilder, ConfigError, ReplaySchedule
 from magi_lp.agent.frame_replay import (
     FrameStackAdder,
     frame_shape_from_observation,
+    frame_transition_shape,
     make_frame_replay_dataset,
     make_frame_replay_table,
 )
+from magi_lp.agent.frame_window import FrameTransition
 from projects.drq_v2.acting import DrQActorState, make_actor_core
 from projects.drq_v2.config import replay_schedule, validate_config
 from projects.drq_v2.learner import DrQLearner
@@ -44,7 +48,7 @@ TABLE_NAME = "frames"
 """The Reverb table the adder writes to and the dataset reads from."""
 
 
-class DrQBuilder(AgentBuilder[DrQNetworks, types.Transition]):
+class DrQBuilder(AgentBuilder[DrQNetworks, FrameTransition]):
     """Builds DrQ-v2's pieces from the agent config; holds nothing heavier than configs."""
 
     # Both entry points call this before any process starts.
@@ -111,10 +115,13 @@ class DrQBuilder(AgentBuilder[DrQNetworks, types.Transition]):
             frame_stack=self._frame_stack,
             n_step=int(self._config.n_step),
             channels=frame_shape[-1],
+            # Sent at once until the replay can hold what learning starts with.
+            eager_items=self.replay_schedule().min_replay_size,
         )
 
-    def make_dataset_iterator(self, replay_client: reverb.Client) -> Iterator[types.Transition]:
+    def make_dataset_iterator(self, replay_client: reverb.Client) -> Iterator[FrameTransition]:
         # `server_address` works for an in-process server and for a Launchpad node's client.
+        # The update stacks the frames on the learner's device (see the module docstring).
         return make_frame_replay_dataset(
             replay_client.server_address,
             self._table_name,
@@ -122,6 +129,7 @@ class DrQBuilder(AgentBuilder[DrQNetworks, types.Transition]):
             frame_stack=self._frame_stack,
             n_step=int(self._config.n_step),
             discount=float(self._config.discount),
+            stack_on_host=False,
             num_parallel_calls=int(self._config.dataset_num_parallel_calls),
         )
 
@@ -129,11 +137,19 @@ class DrQBuilder(AgentBuilder[DrQNetworks, types.Transition]):
         self,
         random_key: jax.Array,
         networks: DrQNetworks,
-        dataset: Iterator[types.Transition],
+        dataset: Iterator[FrameTransition],
         environment_spec: specs.EnvironmentSpec,
         logger: loggers.Logger,
         counter: counting.Counter,
     ) -> DrQLearner:
+        # The update compiles while actors fill the replay, for batches shaped like these.
+        example_batch = frame_transition_shape(
+            int(self._config.batch_size),
+            frame_shape_from_observation(environment_spec.observations.shape, self._frame_stack),
+            environment_spec.actions,
+            frame_stack=self._frame_stack,
+            n_step=int(self._config.n_step),
+        )
         return DrQLearner(
             networks,
             self._config,
@@ -143,10 +159,15 @@ class DrQBuilder(AgentBuilder[DrQNetworks, types.Transition]):
             environment_spec.observations,
             counter=counter,
             logger=logger,
+            example_batch=example_batch,
         )
 
     def make_policy(
         self, networks: DrQNetworks, environment_spec: specs.EnvironmentSpec, evaluation: bool
     ) -> ActorCore[DrQActorState]:
-        del environment_spec
-        return make_actor_core(networks, self._config, evaluation=evaluation)
+        return make_actor_core(
+            networks,
+            self._config,
+            evaluation=evaluation,
+            observation_spec=environment_spec.observations,
+        )

@@ -7,6 +7,7 @@ schedule (`projects.drq_v2.acting` explores at that step).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -39,6 +40,7 @@ class DrQLearner(JaxLearner[TrainingState]):
         *,
         counter: Any | None = None,
         logger: Any | None = None,
+        example_batch: Any = None,
     ):
         """Creates the learner with fresh parameters.
 
@@ -49,14 +51,16 @@ class DrQLearner(JaxLearner[TrainingState]):
           iterator: training batches (see `learning.py` for the contract).
           key: the learner's key (parameter init, augmentation, noise).
           obs_example: one observation, or its spec.
-          counter, logger: see `JaxLearner`.
+          counter, logger, example_batch: see `JaxLearner`.
         """
         super().__init__(
             make_update_fn(networks, config, schedule),
-            init_training_state(networks, config, key, obs_example),
+            # A function: with example_batch the update compiles while the state is made.
+            functools.partial(init_training_state, networks, config, key, obs_example),
             iterator,
             counter=counter,
             logger=logger,
+            example_batch=example_batch,
         )
         self._schedule = schedule
 

@@ -1,15 +1,21 @@
 """The DrQ-v2 learner: one jitted update (augment, critic + encoder step, actor step,
 soft target update) and an Acme-style `Learner` around it.
 
-Batch contract (what the replay must deliver to `update`), e.g. an `acme.types.Transition`
-or any object with these attributes:
+Batch contract (what the replay must deliver to `update`): a
+`magi_lp.agent.frame_window.FrameTransition`, what the DrQ builder's replay yields, or an
+`acme.types.Transition` (any object with these attributes):
 
-    observation       uint8   [B, H, W, 3*frame_stack]  oldest frame first, newest last
+    frames            uint8   [B, frame_stack + n, H, W, 3]  FrameTransition: the unique
+                                                        frames, oldest first; the update
+                                                        stacks them on its device
+    observation       uint8   [B, H, W, 3*frame_stack]  Transition: oldest frame first
+    next_observation  uint8   [B, H, W, 3*frame_stack]  Transition: n agent steps later
     action            float32 [B, A]                    in [-1, 1]
     reward            float32 [B]                       n-step return sum_k gamma^k r_{t+k}
     discount          float32 [B]                       gamma^n * prod_k d_{t+k}: multiplies
                                                         the bootstrapped value as it is
-    next_observation  uint8   [B, H, W, 3*frame_stack]  observation n agent steps later
+
+Both give the same update: `window_observations` stacks exactly as the host would.
 
 Note on `discount`: Acme's `NStepTransitionAdder` stores gamma^(n-1) * prod d (Acme
 learners multiply by gamma once more); a replay built on it must multiply by
@@ -32,6 +38,7 @@ import ml_collections
 import optax
 
 from magi_lp import ReplaySchedule
+from magi_lp.agent.frame_window import window_observations
 from projects.drq_v2.augmentations import random_shift
 from projects.drq_v2.networks import DrQNetworks, sample_action
 
@@ -100,6 +107,17 @@ def init_training_state(
     )
 
 
+def batch_observations(batch: Any, n_step: int) -> tuple[jax.Array, jax.Array]:
+    """(observation, next observation) of a batch, uint8 [B, H, W, 3*frame_stack] each.
+
+    A `FrameTransition`'s window is stacked here, on the update's device; a `Transition`
+    already holds both stacks.
+    """
+    if hasattr(batch, "frames"):
+        return window_observations(jnp.asarray(batch.frames), n_step)
+    return jnp.asarray(batch.observation), jnp.asarray(batch.next_observation)
+
+
 def make_update_fn(
     networks: DrQNetworks, config: ml_collections.ConfigDict, schedule: ReplaySchedule
 ):
@@ -112,6 +130,7 @@ def make_update_fn(
     """
     optimizer = _make_optimizer(config)
     pad = config.augmentation_pad
+    n_step = int(config.n_step)
     tau = config.critic_target_tau
     noise_clip = config.stddev_clip
     clamp_eps = config.action_clamp_eps
@@ -135,10 +154,10 @@ def make_update_fn(
         stddev = stddev_schedule(agent_step, config)
         params = state.params
 
-        obs = random_shift(obs_key, jnp.asarray(batch.observation).astype(jnp.float32), pad)
-        next_obs = random_shift(
-            next_obs_key, jnp.asarray(batch.next_observation).astype(jnp.float32), pad
-        )
+        obs, next_obs = batch_observations(batch, n_step)
+        # Crop the uint8 pixels, then convert: the same values as shifting floats.
+        obs = random_shift(obs_key, obs, pad).astype(jnp.float32)
+        next_obs = random_shift(next_obs_key, next_obs, pad).astype(jnp.float32)
         action = jnp.asarray(batch.action, jnp.float32)
         reward = jnp.asarray(batch.reward, jnp.float32)
         discount = jnp.asarray(batch.discount, jnp.float32)
