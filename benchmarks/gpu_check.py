@@ -10,7 +10,10 @@ of BENCHMARKS.md from it. Parts (all by default):
   inventory  the NVML inventory (models, memory, driver), the JAX build, and the plan of
              configs/reacher_hard_distributed.py on that machine (the dry run's table).
   learner    DrQ-v2 learner updates/s at batch 256, 84x84x9, in a process with the plan's
-             learner env; the first call (compile) timed apart.
+             learner env, fed the frame replay's batches (each item's unique frames,
+             stacked in the update) through the learner's device prefetcher; the first call
+             (compile) timed apart; also the update alone on a batch already on the device,
+             and with a host batch copied by each call (no prefetch).
   cpu_node   a process with the plan's env for a CPU node (an actor) running the policy
              forward: whether NVML lists it on any GPU (the promise: no CUDA context).
   memory     GPU MiB per process (NVML, by pid) of one learner plus N actors (N = 1, 2, 4, ...
@@ -108,16 +111,6 @@ class _ActionSpec(NamedTuple):
     maximum: float
 
 
-class _Batch(NamedTuple):
-    """The fields of acme.types.Transition that the DrQ-v2 update reads."""
-
-    observation: Any
-    action: Any
-    reward: Any
-    discount: Any
-    next_observation: Any
-
-
 _STOP = False
 
 
@@ -163,8 +156,24 @@ def _drq_networks(image: int, tiny_net: bool):
 def run_learner(
     status: str, batch_size: int, image: int, seconds: float, tiny_net: bool = False
 ) -> dict:
-    """The jitted DrQ-v2 update on a fresh numpy batch each call (as the replay feeds it)."""
+    """The jitted DrQ-v2 update fed as the learner node feeds it, then two variants apart.
+
+    The batch is what the frame replay yields: a `FrameTransition` whose `frames` hold each
+    item's frame_stack + n_step unique 84x84x3 frames, stacked inside the update. Three
+    timings, each over a third of `seconds` (the first runs until told to stop when the
+    others would not fit):
+      - `updates_per_second`: fresh numpy batches through `DevicePrefetcher` (a background
+        thread copies the next batches to the device while the update runs), as
+        `JaxLearner` does: the rate a learner reaches when sampling keeps up;
+      - `device_batch_per_second`: one batch already on the device: the update alone;
+      - `host_batch_per_second`: a numpy batch handed to each call, copy and update one
+        after the other (the learner without prefetch).
+    """
+    import itertools
+
     jax, np, config, networks, obs = _drq_networks(image, tiny_net)
+    from magi_lp.agent.frame_window import FrameTransition
+    from magi_lp.agent.prefetch import DevicePrefetcher
     from projects.drq_v2.config import replay_schedule
     from projects.drq_v2.learning import init_training_state, make_update_fn
 
@@ -172,43 +181,67 @@ def run_learner(
     state = init_training_state(networks, config, jax.random.PRNGKey(0), obs)
     update = make_update_fn(networks, config, replay_schedule(config, action_repeat=2))
     rng = np.random.default_rng(0)
-    shape = (batch_size, image, image, 9)
-    batch = _Batch(
-        observation=rng.integers(0, 256, shape, dtype=np.uint8),
-        action=rng.uniform(-1, 1, (batch_size, 2)).astype(np.float32),
-        reward=rng.uniform(0, 1, (batch_size,)).astype(np.float32),
-        discount=np.full((batch_size,), 0.99**3, np.float32),
-        next_observation=rng.integers(0, 256, shape, dtype=np.uint8),
-    )
+    frame_stack = obs.shape[-1] // 3  # RGB frames in the observation
+    window = frame_stack + int(config.n_step)
+
+    def host_batch() -> FrameTransition:
+        return FrameTransition(
+            frames=rng.integers(0, 256, (batch_size, window, image, image, 3), dtype=np.uint8),
+            action=rng.uniform(-1, 1, (batch_size, 2)).astype(np.float32),
+            reward=rng.uniform(0, 1, (batch_size,)).astype(np.float32),
+            discount=np.full((batch_size,), 0.99**3, np.float32),
+        )
+
+    pool = [host_batch() for _ in range(4)]  # distinct numpy batches, as replay hands them
     start = time.perf_counter()
-    state, metrics = update(state, batch)
+    state, metrics = update(state, pool[0])
     jax.block_until_ready((state, metrics))
     first_call = time.perf_counter() - start
     facts = _jax_facts()
     _write_status(status, state="ready", first_call_s=first_call, **facts)
-    durations = []
-    start = time.perf_counter()
-    # At least two timed updates, even when told to stop early: a median needs them.
-    while len(durations) < 2 or (not _STOP and time.perf_counter() - start < seconds):
-        t = time.perf_counter()
-        state, metrics = update(state, batch)
-        jax.block_until_ready(state)
-        durations.append(time.perf_counter() - t)
-    elapsed = time.perf_counter() - start
+
+    def timed(batches: Any, window_s: float) -> tuple[list[float], float]:
+        nonlocal state, metrics
+        durations: list[float] = []
+        began = time.perf_counter()
+        # At least two timed updates, even when told to stop early: a median needs them.
+        while len(durations) < 2 or (not _STOP and time.perf_counter() - began < window_s):
+            t = time.perf_counter()
+            state, metrics = update(state, next(batches))
+            jax.block_until_ready(state)
+            durations.append(time.perf_counter() - t)
+        return durations, time.perf_counter() - began
+
+    prefetcher = DevicePrefetcher(itertools.cycle(pool), size=2)
+    durations, elapsed = timed(prefetcher, seconds / 3)
+    prefetcher.close()
     loss = float(metrics["critic_loss"])
     if not math.isfinite(loss):
         raise RuntimeError(f"the update produced a non-finite critic loss ({loss})")
     median = sorted(durations)[len(durations) // 2]
-    return {
+    result = {
         **facts,
         "batch_size": batch_size,
-        "observation": f"{image}x{image}x9 uint8",
+        "observation": f"{image}x{image}x{3 * frame_stack} uint8",
+        "batch": f"FrameTransition: {window} frames of {image}x{image}x3 uint8 per item",
         "updates_timed": len(durations),
         "updates_per_second": len(durations) / elapsed,
         "median_update_ms": median * 1e3,
         "first_call_s": first_call,
         "compile_s": max(first_call - median, 0.0),
+        "batch_wait_s": prefetcher.wait_seconds,
     }
+    on_device = jax.device_put(pool[0])
+    variants = {
+        "device_batch": itertools.repeat(on_device),
+        "host_batch": itertools.cycle(pool),
+    }
+    for name, batches in variants.items():
+        if _STOP:
+            break
+        durations, elapsed = timed(batches, seconds / 3)
+        result[f"{name}_per_second"] = len(durations) / elapsed
+    return result
 
 
 def run_actor(
@@ -1026,6 +1059,25 @@ def report(result: dict) -> str:
                 f"(compile) {learner['first_call_s']:.1f} s apart; the process held "
                 f"{_mib(learner['gpu_mib'])} MiB. The paper's V100: 24 updates/s."
             )
+            if "batch" in learner:  # the frame replay's batch through the prefetcher
+                variants = [
+                    f"{learner[key]:.1f} updates/s {label}"
+                    for key, label in (
+                        (
+                            "device_batch_per_second",
+                            "on a batch already on the device (the update alone)",
+                        ),
+                        (
+                            "host_batch_per_second",
+                            "with each call copying its numpy batch (no prefetch)",
+                        ),
+                    )
+                    if learner.get(key) is not None
+                ]
+                lines[-1] += (
+                    f" Batches: {learner['batch']}, through the learner's device prefetcher"
+                    + (f"; {'; '.join(variants)}." if variants else ".")
+                )
         else:
             lines.append(f"**Learner** failed: `{learner.get('error', learner.get('state'))}`")
         lines.append("")
