@@ -24,6 +24,7 @@ side of the stacking is timed apart, on this machine's CPU (on a GPU it is one f
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -188,6 +189,25 @@ def summary(result: dict) -> tuple[str, str, str]:
     )
 
 
+def _gpu_learner_sentence(per_core: float) -> str:
+    """What a GPU learner consumes, from figure 7's measurement (`make gpu-check`), if any."""
+    try:
+        check = json.loads((REPO / "benchmarks" / "gpu_check.json").read_text())
+        learner = check["learner"]
+        rate, device, jax_version = (
+            learner["updates_per_second"],
+            learner["device"],
+            learner["jax"],
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return "No GPU learner measured yet (figure 7)."
+    return (
+        f"A GPU learner uses {fmt(rate, 0)} updates/s: measured on {device} with jax "
+        f"{jax_version} (figure 7, fed through the device prefetcher), so it needs about "
+        f"{fmt(rate / per_core, 1)} sampling cores."
+    )
+
+
 def report(result: dict) -> str:
     after, before = _per_core(result, "device_window"), _per_core(result, "host_stacked")
     per_core = after["updates_per_second_per_core"]
@@ -202,8 +222,7 @@ def report(result: dict) -> str:
         f"One sampling core feeds a GPU learner **{fmt(per_core, 0)} updates/s** "
         f"({fmt(FRAMES_PER_UPDATE * per_core, 0)} frames/s at the paper's replay ratio); "
         f"{GPU_UPDATES_GOAL} updates/s (1M frames in under 20 minutes) would take about "
-        f"{fmt(GPU_UPDATES_GOAL / per_core, 0)} sampling cores. Not measured here: a GPU's "
-        "own updates/s (no GPU on this machine).",
+        f"{fmt(GPU_UPDATES_GOAL / per_core, 0)} sampling cores. {_gpu_learner_sentence(per_core)}",
         "",
         "| pipeline | sampling threads | CPU ms / batch | wall ms / batch | batches/s "
         "| updates/s per core (1000 / CPU ms) |",

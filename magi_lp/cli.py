@@ -173,7 +173,7 @@ def _use_cpu_only_here() -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
-def run_distributed(
+def _run_distributed(
     make_experiment: MakeExperiment, validate_config: ValidateConfig | None = None
 ) -> int:
     """Plans, (optionally) isolates, builds and launches the distributed program."""
@@ -262,7 +262,7 @@ def _launch_groups(plan: Any, *groups: str) -> set[str]:
     return {plan.launch_group(group, 0) for group in groups if group in planned}
 
 
-def run_single_process(
+def _run_single_process(
     make_experiment: MakeExperiment, validate_config: ValidateConfig | None = None
 ) -> int:
     """Runs the experiment in this process (debugging, small machines)."""
@@ -452,11 +452,11 @@ def distributed_main(
         starts; raise `ConfigError` naming the key and the fix. The builder's
         `validate_config` runs too, once the experiment is made.
     """
-    _main(run_distributed, make_experiment, validate_config)
+    _main(_run_distributed, make_experiment, validate_config)
 
 
 def single_process_main(
     make_experiment: MakeExperiment, validate_config: ValidateConfig | None = None
 ) -> None:
     """Entry point body for `main.py` (arguments as for `distributed_main`)."""
-    _main(run_single_process, make_experiment, validate_config)
+    _main(_run_single_process, make_experiment, validate_config)

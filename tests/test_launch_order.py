@@ -15,7 +15,7 @@ import reverb
 from acme.utils import counting
 from dm_env import specs
 
-from magi_lp.agent.actor import GenericActor
+from magi_lp.agent.actor import BatchedActor, GenericActor
 from magi_lp.agent.learner import JaxLearner
 from magi_lp.agent.variable_client import VariableClient
 from magi_lp.runtime.loggers import LoggerFactory
@@ -105,9 +105,9 @@ class GatedSource:
         return [self._policy for _ in names]
 
 
-@pytest.mark.parametrize("evaluation", [False, True])
+@pytest.mark.parametrize("evaluation,envs", [(False, 1), (True, 1), (False, 3)])
 def test_actor_compiles_its_policy_before_its_first_parameters_and_never_again(
-    compiles, evaluation
+    compiles, evaluation, envs
 ):
     config = get_agent_config()
     config.feature_dim, config.hidden_dim, config.encoder_channels = 8, 32, 8
@@ -118,16 +118,25 @@ def test_actor_compiles_its_policy_before_its_first_parameters_and_never_again(
     # What DrQLearner serves as "policy".
     source = GatedSource({**policy_params(state), GLOBAL_AGENT_STEPS: np.int32(7)})
     core = make_actor_core(networks, config, evaluation=evaluation, observation_spec=spec)
-    actor = GenericActor(core, jax.random.PRNGKey(1), VariableClient(source, "policy"))
+    client = VariableClient(source, "policy")
+    observation = np.random.default_rng(0).integers(0, 256, spec.shape, dtype=np.uint8)
+    if envs == 1:
+        actor = GenericActor(core, jax.random.PRNGKey(1), client)
+        act = actor.select_action
+    else:  # envs_per_actor: one vmapped call for all environments
+        keys = list(jax.random.split(jax.random.PRNGKey(1), envs))
+        actor = BatchedActor(core, keys, client, [None] * envs)
+
+        def act(obs):
+            return actor.select_actions([obs] * envs)[0]
 
     assert actor.warm_up(spec.generate_value())  # returned while the learner still builds
     assert "select_action" in compiles
     assert source.calls == 1  # the first pull is already on its way
     compiled = len(compiles)
     source.release.set()
-    observation = np.random.default_rng(0).integers(0, 256, spec.shape, dtype=np.uint8)
-    action = actor.select_action(observation)
-    actor.select_action(observation)
+    action = act(observation)
+    act(observation)
     assert action.shape == (2,)
     assert "select_action" not in compiles[compiled:]  # the pulled params hit the cache
     assert source.calls == 1  # and the request's fetch was used, not a second one

@@ -187,6 +187,18 @@ class BatchedActor(Generic[State]):
         self._extras = jax.device_get(self._get_extras(self._state)) if self._has_extras else ()
         return np.asarray(actions)
 
+    def warm_up(self, observation: Any) -> bool:
+        """`GenericActor.warm_up` for the batched call: compiles `select_actions` for k
+        observations like `observation` while the first parameters are fetched; False (and
+        nothing done) when the core gives no `params_shape`."""
+        if self._core.params_shape is None:
+            return False
+        if self._client is not None:
+            self._client.request()
+        stacked = np.stack([np.asarray(observation)] * self.num_environments)
+        self._select_actions.lower(self._core.params_shape(), stacked, self._state).compile()
+        return True
+
     def observe_first(self, index: int, timestep: dm_env.TimeStep) -> None:
         """Environment `index` started an episode."""
         adder = self._adders[index]

@@ -86,12 +86,16 @@ class VariableClient:
             self._future = call_in_background(self._fetch)
 
     def _fetch(self) -> Any:
-        # On this process's first device, explicitly: in one process the learner's arrays
-        # may be replicated over several devices (a data-parallel learner), and a policy
-        # given those would run on all of them.
-        values = jax.device_put(
-            list(self._source.get_variables(self._names)), jax.local_devices()[0]
-        )
+        values = list(self._source.get_variables(self._names))
+        if jax.local_device_count() > 1:
+            # On this process's first device, explicitly: in one process the learner's
+            # arrays may be replicated over several devices (a data-parallel learner), and a
+            # policy given those would run on all of them.
+            values = jax.device_put(values, jax.local_devices()[0])
+        else:
+            # Uncommitted, as the policy's warm-up compiled it (`GenericActor.warm_up`): a
+            # committed placement would be another jit cache entry, another compile.
+            values = jax.device_put(values)
         if not self._fetched:
             self._fetched = True
             logging.info("VariableClient: first parameters fetched (%s)", ", ".join(self._names))

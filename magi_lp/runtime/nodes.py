@@ -167,7 +167,9 @@ def make_acting_loop(
     )
 
 
-def warm_up(loop: ActingLoop, environment_spec: specs.EnvironmentSpec, source: str) -> None:
+def warm_up(
+    loop: ActingLoop | BatchedActingLoop, environment_spec: specs.EnvironmentSpec, source: str
+) -> None:
     """Compiles the actor's policy while its first parameters are fetched (in the background).
 
     An actor can act only once the learner serves parameters; compiling meanwhile takes the
