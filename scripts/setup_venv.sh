@@ -36,6 +36,11 @@ fi
 
 # 2. The JAX build: what was asked (JAX=..., else the recorded request, else auto) and what
 #    the machine's NVIDIA driver allows. Its reason line goes to stderr, i.e. to the user.
+#    NVML is asked through the venv's nvidia-ml-py (pinned in requirements.txt): a fresh venv
+#    gets that small package first, so the check does not rest on nvidia-smi being on PATH.
+if [ -z "$dry" ] && ! "$python" -c 'import pynvml' 2>/dev/null; then
+    run "$python" -m pip install --quiet "$(grep -E '^nvidia-ml-py==' "$root/requirements.txt")"
+fi
 recorded=$(sed -n 's/^request=//p' "$stamp" 2>/dev/null || true)
 request=${request:-${recorded:-auto}}
 choice=$("$python" "$here/choose_jax_build.py" "$request")
