@@ -304,10 +304,10 @@ def time_bare(folder: Path, nodes: int) -> dict:
 
 def measure(quick: bool) -> dict:
     from magi_lp.launch import isolation
-    from magi_lp.runtime.program import logical_groups
+    from magi_lp.runtime.config import node_counts
 
     config = _load_config(CONFIG)
-    groups = logical_groups(config)
+    groups = node_counts(config)
     nodes = sum(groups.values())
     rounds = 1 if quick else 2
     runs: dict[str, list[dict]] = {"bare": [], "program_off": [], "program_auto": []}
