@@ -162,6 +162,10 @@ def measure(quick: bool) -> dict:
     from projects.drq_v2.tasks import make_config
 
     config = make_config("reacher_hard", distributed=True)
+    # Steady-state writes: without this every adder would send its share of the first
+    # min_replay_size items unchunked (`eager_items`, one round trip per step), i.e. all
+    # the steps measured here, and a run only its first few hundred.
+    config.agent.min_replay_frames = 0
     experiment = make_experiment(config)
     spec = experiment.get_environment_spec()
     repeat = int(config.env.action_repeat)

@@ -149,12 +149,7 @@ def measure(quick: bool) -> dict:
                         f"{row['batches_per_second']:.1f} batches/s"
                     )
         finally:
-            server.stdin.close()
-            try:
-                server.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+            replay_memory.stop_server(server)
     n_step, frame_stack = int(config.agent.n_step), int(config.env.frame_stack)
     return {
         "transitions": transitions,

@@ -118,6 +118,23 @@ def test_replay_schedule_counts_agent_steps_from_frames(environment_spec):
     assert DrQBuilder(config, frame_stack=3, action_repeat=2).replay_schedule().min_replay_size == 3
 
 
+@pytest.mark.parametrize("writers,eager", [(1, 2_000), (3, 667), (8, 250)])
+def test_each_replay_writer_sends_its_share_of_the_first_items_at_once(writers, eager):
+    # 4,000 frames / action repeat 2 = 2,000 items before learning, shared by the adders.
+    config = get_agent_config("reacher", "hard")
+    builder = DrQBuilder(config, frame_stack=3, action_repeat=2, replay_writers=writers)
+    spec = specs.EnvironmentSpec(
+        observations=specs.BoundedArray((8, 8, 9), np.uint8, 0, 255),
+        actions=specs.BoundedArray((2,), np.float32, -1.0, 1.0),
+        rewards=specs.Array((), np.float32),
+        discounts=specs.BoundedArray((), np.float32, 0.0, 1.0),
+    )
+    adder = builder.make_adder(reverb.Client("localhost:1"), spec)  # connects on first add
+    assert adder._eager_items == eager
+    with pytest.raises(ConfigError, match="replay_writers"):
+        DrQBuilder(config, frame_stack=3, action_repeat=2, replay_writers=1.5)
+
+
 def _key(observation) -> bytes:
     return np.ascontiguousarray(observation).tobytes()
 

@@ -61,6 +61,7 @@ class DrQBuilder(AgentBuilder[DrQNetworks, FrameTransition]):
         frame_stack: int,
         action_repeat: int,
         table_name: str = TABLE_NAME,
+        replay_writers: int = 1,
     ):
         """Creates the builder.
 
@@ -70,6 +71,10 @@ class DrQBuilder(AgentBuilder[DrQNetworks, FrameTransition]):
           action_repeat: frames per agent step (`env.action_repeat`); converts
             `min_replay_frames` to agent steps.
           table_name: the Reverb table.
+          replay_writers: adders writing to the replay at once (actors x environments per
+            actor): each sends its share of `min_replay_size` items unchunked
+            (`FrameStackAdder`'s `eager_items`), so the replay reaches the size learning
+            starts at sooner, and no adder stays in that slower mode any longer.
         """
         for name, value in (
             ("env.frame_stack", frame_stack),
@@ -81,6 +86,9 @@ class DrQBuilder(AgentBuilder[DrQNetworks, FrameTransition]):
         self._frame_stack = frame_stack
         self._action_repeat = action_repeat
         self._table_name = table_name
+        if isinstance(replay_writers, bool) or not isinstance(replay_writers, int):
+            raise ConfigError(f"replay_writers must be an integer >= 1, got {replay_writers!r}")
+        self._replay_writers = max(replay_writers, 1)
 
     def replay_schedule(self) -> ReplaySchedule:
         return replay_schedule(self._config, self._action_repeat)
@@ -115,8 +123,8 @@ class DrQBuilder(AgentBuilder[DrQNetworks, FrameTransition]):
             frame_stack=self._frame_stack,
             n_step=int(self._config.n_step),
             channels=frame_shape[-1],
-            # Sent at once until the replay can hold what learning starts with.
-            eager_items=self.replay_schedule().min_replay_size,
+            # Sent at once until this adder's share of what learning starts with is in.
+            eager_items=-(-self.replay_schedule().min_replay_size // self._replay_writers),
         )
 
     def make_dataset_iterator(self, replay_client: reverb.Client) -> Iterator[FrameTransition]:
