@@ -271,9 +271,10 @@ class FrameStackAdder(adders_base.Adder):
           get_signature_timeout_ms: how long the writer waits for the table signature.
           eager_items: the first `eager_items` items this adder creates are sent (and
             confirmed) at once instead of waiting for their chunk to fill, so a fresh
-            replay reaches the size learning starts at sooner (give the replay schedule's
-            `min_replay_size`). Their chunks are cut short: less compression for those
-            items only, and one server round trip per step until then.
+            replay reaches the size learning starts at sooner (give this adder's share of
+            the replay schedule's `min_replay_size`: divided by the adders writing at once).
+            Their chunks are cut short: less compression for those items only, and one
+            server round trip per step until then.
         """
         _check_positive("frame_stack", frame_stack)
         _check_positive("n_step", n_step)
