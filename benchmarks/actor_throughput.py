@@ -36,6 +36,7 @@ from benchmarks.common import (
     progress,
     ratio,
     single_thread_env,
+    steady_state_experiment,
 )
 
 TITLE = "Actor loop frames/s vs the raw environment (one core)"
@@ -158,15 +159,8 @@ def measure(quick: bool) -> dict:
     core = pin_to_one_core()
     import reverb
 
-    from projects.drq_v2.experiment import make_experiment
-    from projects.drq_v2.tasks import make_config
-
-    config = make_config("reacher_hard", distributed=True)
-    # Steady-state writes: without this every adder would send its share of the first
-    # min_replay_size items unchunked (`eager_items`, one round trip per step), i.e. all
-    # the steps measured here, and a run only its first few hundred.
-    config.agent.min_replay_frames = 0
-    experiment = make_experiment(config)
+    experiment = steady_state_experiment()
+    config = experiment.config
     spec = experiment.get_environment_spec()
     repeat = int(config.env.action_repeat)
     from magi_lp.runtime.single_process import without_rate_limit

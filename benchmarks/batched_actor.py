@@ -40,6 +40,7 @@ from benchmarks.common import (
     progress,
     ratio,
     single_thread_env,
+    steady_state_experiment,
 )
 
 TITLE = "Batched actor: frames/s of one actor process with k environments vs the raw environment"
@@ -157,15 +158,9 @@ def measure(quick: bool) -> dict:
     import reverb
 
     from magi_lp.runtime.single_process import without_rate_limit
-    from projects.drq_v2.experiment import make_experiment
-    from projects.drq_v2.tasks import make_config
 
-    config = make_config("reacher_hard", distributed=True)
-    # Steady-state writes: without this every adder would send its share of the first
-    # min_replay_size items unchunked (`eager_items`, one round trip per step), i.e. all
-    # the steps measured here, and a run only its first few hundred.
-    config.agent.min_replay_frames = 0
-    experiment = make_experiment(config)
+    experiment = steady_state_experiment()
+    config = experiment.config
     spec = experiment.get_environment_spec()
     repeat = int(config.env.action_repeat)
     tables = experiment.builder.make_replay_tables(spec)

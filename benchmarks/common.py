@@ -185,6 +185,21 @@ def cpu_only_env() -> dict[str, str]:
     return {"JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": "", "MUJOCO_GL": "egl"}
 
 
+def steady_state_experiment():
+    """The DrQ-v2 reacher_hard experiment (distributed config) as a long run writes replay.
+
+    `agent.min_replay_frames=0`: otherwise every adder would send its share of the first
+    `min_replay_size` items unchunked (`eager_items`, one round trip per step), i.e. most of
+    what a benchmark measures, and a run only its first few hundred items.
+    """
+    from projects.drq_v2.experiment import make_experiment
+    from projects.drq_v2.tasks import make_config
+
+    config = make_config("reacher_hard", distributed=True)
+    config.agent.min_replay_frames = 0
+    return make_experiment(config)
+
+
 def pin_to_one_core() -> int:
     """Pins this process (and the threads it starts from now on) to one allowed core."""
     core = max(os.sched_getaffinity(0))

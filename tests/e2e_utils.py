@@ -6,6 +6,7 @@ import csv
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -62,6 +63,16 @@ def start_entry_point(
 def marked_processes(mark: str) -> list[psutil.Process]:
     """Live processes that inherited the marker (leftovers of a run)."""
     return processes.processes_marked(MARK_VAR, mark)
+
+
+def assert_no_leftovers(mark: str, grace_s: float = 10.0) -> None:
+    """Waits up to `grace_s` for the run's processes to end, then kills any still alive and
+    fails naming them."""
+    deadline = time.monotonic() + grace_s
+    while marked_processes(mark) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    leftover = processes.kill_processes(marked_processes(mark))
+    assert leftover == [], f"processes left behind: {leftover}"
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:

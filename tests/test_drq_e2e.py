@@ -24,7 +24,7 @@ import pytest
 
 from magi_lp.launch import processes
 from projects.drq_v2 import tiny
-from tests.e2e_utils import MARK_VAR, marked_processes, read_csv
+from tests.e2e_utils import MARK_VAR, assert_no_leftovers, marked_processes, read_csv
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -139,11 +139,7 @@ def test_lp_main_stops_by_itself_at_its_frame_limit(tmp_path):
         for row in _rows(workdir / "logs" / label / "logs.csv")
     )
     assert actor_steps >= 300  # stopped by the coordinator at the limit, not before
-    deadline = time.monotonic() + 10
-    while marked_processes(marker) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    leftover = processes.kill_processes(marked_processes(marker))
-    assert leftover == [], f"processes left behind: {leftover}"
+    assert_no_leftovers(marker)
     print(f"lp_main.py e2e: {elapsed:.1f}s")
 
 
@@ -183,9 +179,5 @@ def test_lp_main_with_a_batched_actor_and_a_two_device_learner(tmp_path):
     assert "data-parallel over 2 devices (cpu:0, cpu:1" in learner_log, learner_log[-3000:]
     learner_rows = _rows(workdir / "logs" / "learner" / "logs.csv")
     assert learner_rows and int(float(learner_rows[-1]["learner_steps"])) >= 1
-    deadline = time.monotonic() + 10
-    while marked_processes(marker) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    leftover = processes.kill_processes(marked_processes(marker))
-    assert leftover == [], f"processes left behind: {leftover}"
+    assert_no_leftovers(marker)
     print(f"lp_main.py batched actor + 2-device learner e2e: {elapsed:.1f}s")

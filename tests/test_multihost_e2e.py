@@ -23,7 +23,7 @@ import pytest
 
 from magi_lp.launch import processes
 from projects.drq_v2 import tiny
-from tests.e2e_utils import MARK_VAR, marked_processes, read_csv
+from tests.e2e_utils import MARK_VAR, assert_no_leftovers, read_csv
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ["host-main.sh", "host-a1.sh", "host-a2.sh"]
@@ -92,11 +92,7 @@ def _check_clean_stop(result: subprocess.CompletedProcess, workdir: Path, marker
     assert "stopping the program (lp.stop() in coordinator/0)" in coordinator
     assert "all 6 other nodes left" in coordinator
     assert "node coordinator/0 exits with code 0" in coordinator
-    deadline = time.monotonic() + 10
-    while marked_processes(marker) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    leftover = processes.kill_processes(marked_processes(marker))
-    assert leftover == [], f"processes left behind: {leftover}"
+    assert_no_leftovers(marker)
 
 
 def _actor_steps(workdir: Path) -> tuple[int, int]:
