@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+import numpy as np
+
 
 class FrameTransition(NamedTuple):
     """A batch of n-step transitions whose observations are still a window of frames.
@@ -58,3 +60,69 @@ def window_observations(frames: Any, n_step: int) -> tuple[Any, Any]:
             f"a window of {window} frames cannot hold n_step={n_step} plus a frame stack >= 1"
         )
     return stack_frames(frames[:, :frame_stack]), stack_frames(frames[:, n_step:])
+
+
+class NewestFrames:
+    """The newest frame of each stacked observation of one environment, checked.
+
+    A frame-efficient replay stores only the newest `channels` of each stacked observation
+    [H, W, channels * frame_stack] (oldest frame first). `first()` takes an episode's first
+    observation, which the frame-stacking wrapper pads by repeating its first frame; `next()`
+    each later one, which must be the previous one shifted by one frame. With `check`, a
+    wrapper that stacks differently fails loudly instead of corrupting replay.
+    """
+
+    def __init__(self, *, frame_stack: int, channels: int = 3, check: bool = True):
+        self._frame_stack = frame_stack
+        self._channels = channels
+        self._check = check
+        self._previous: Any = None
+
+    def _newest(self, observation: Any) -> Any:
+        observation = np.asarray(observation)
+        expected = self._channels * self._frame_stack
+        if observation.ndim != 3 or observation.shape[-1] != expected:
+            raise ValueError(
+                f"expected stacked observations [H, W, {expected}] (channels={self._channels} "
+                f"x frame_stack={self._frame_stack}), got shape {observation.shape}."
+            )
+        return observation, np.ascontiguousarray(observation[..., -self._channels :])
+
+    def first(self, observation: Any) -> Any:
+        """The frame of an episode's first observation (checked to repeat it)."""
+        observation, frame = self._newest(observation)
+        if self._check and not np.array_equal(
+            observation, np.concatenate([frame] * self._frame_stack, axis=-1)
+        ):
+            raise ValueError(
+                "The first observation of an episode must repeat its first frame "
+                f"{self._frame_stack} times along the channel axis (the frame-stacking "
+                "wrapper's padding); this one does not."
+            )
+        self._previous = observation.copy()
+        return frame
+
+    def next(self, observation: Any) -> Any:
+        """The newest frame of the episode's next observation (checked to follow on)."""
+        if self._previous is None:
+            raise ValueError("add_first must be called before add.")
+        observation, frame = self._newest(observation)
+        channels = self._channels
+        if self._check and not np.array_equal(
+            observation[..., :-channels], self._previous[..., channels:]
+        ):
+            raise ValueError(
+                "Each observation must be the previous one shifted by one frame "
+                "(oldest frame first along the channel axis); this one is not."
+            )
+        self._previous = observation.copy()
+        return frame
+
+    def reset(self) -> None:
+        """Forgets the episode (the next call must be `first`)."""
+        self._previous = None
+
+    @property
+    def in_episode(self) -> bool:
+        """Whether an episode is open."""
+        return self._previous is not None

@@ -1,0 +1,697 @@
+"""A pixel replay held on the learner's own device(s): unique frames + an n-step index.
+
+Why: the Reverb frame replay (`magi_lp.agent.frame_replay`) stores each frame once, but
+dm-reverb 0.7.0 Snappy-compresses every chunk and decompresses the chunks of every sampled
+item again, so at DrQ-v2's replay ratio (256 samples per 2 inserted steps) each frame is
+decompressed about a thousand times: ~46 CPU ms per 256-batch at 84x84, one core per ~22
+updates/s. Here the learner holds the frames where its update runs, and a batch is a gather
+on the device. Each step reaches the store once (from the Reverb queue in a distributed run,
+`magi_lp.agent.frame_queue`; straight from the actor in one process, `StoreAdder`).
+
+Layout (one shard per learner device; a one-device learner has one shard):
+
+    frames    uint8   [F, H*W*C]      each rendered frame once (flat rows: a row gather
+                                      is ~10x faster on a CPU than a [F, H, W, C] one)
+    slots     int32   [N, S + n]      each transition's window of frame rows, oldest first
+    action    [N, ...]                the action at the observation
+    reward    float32 [N]             the n-step return sum_k gamma^k prod_{j<k} d_j r_k
+    discount  float32 [N]             gamma^n prod_k d_k (multiplies the bootstrap as is)
+    extras    [N, ...]                what the actor stored with the action (often nothing)
+
+N is the transition capacity, S the frame stack, n the n-step. Transitions live in a ring:
+the live ones are the positions [head - size, head) mod N, oldest evicted first (FIFO, as the
+Reverb table's remover). Sampling is uniform over them: `randint(size)` on the device.
+
+Which frame row a new frame takes is decided on the host (`_Shard`), which counts for each
+row how many live transitions and writers' open windows point at it; a row is reused only
+when that count is 0, so a frame is never overwritten while a live transition points at it.
+F = N + N/32 + writers x (S + n): transitions of one episode share frames, so N transitions
+of episodes longer than ~32 steps need fewer than N + N/32 rows; with shorter episodes the
+store evicts its oldest transitions early rather than overwrite (`size` then stays below N).
+
+Writes are staged on the host and applied in one jitted scatter per `flush()` with the store
+donated (no copy of the store per insert). Staged rows of one flush are deduplicated (the
+last write of a row wins), since a scatter's order over duplicate indices is unspecified.
+
+The transitions are exactly those of the Reverb frame replay for the same episodes: episode
+starts padded by repeating the first frame (here: the same row S times, no copies), a
+transition only when its whole n-step window lies in the episode, n-step returns computed in
+float32 in the same order as the Reverb dataset (`tests/test_frame_store.py` compares both
+bit for bit).
+
+Imports no Reverb and no TensorFlow: a single-process run on a current stack uses it alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from magi_lp.agent.frame_window import FrameTransition, NewestFrames
+from magi_lp.errors import ConfigError
+
+try:  # jax >= 0.6 exports it at the top level; 0.4.x only under experimental
+    from jax import shard_map as _shard_map
+except ImportError:  # pragma: no cover - depends on the installed jax
+    from jax.experimental.shard_map import shard_map as _shard_map
+
+SHARD_AXIS = "batch"
+"""The mesh axis of the store's shards: the same as a data-parallel learner's batch axis
+(`magi_lp.agent.data_parallel.BATCH_AXIS`), so a sampled batch is already split as the
+update wants it."""
+
+FRAME_SLACK_DIVISOR = 32
+"""Frame rows beyond the transition capacity: N / 32 (see the module docstring)."""
+
+MAX_STAGED_STEPS = 256
+"""Steps a shard stages on the host before `add` flushes them by itself."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FrameReplaySpec:
+    """What a pixel agent stores: all the toolkit needs to serve it batches.
+
+    An agent gives this (`AgentBuilder.frame_replay`); the toolkit picks the store (this
+    device store, or the Reverb frame replay) and hands the learner `FrameTransition`
+    batches either way.
+
+    Attributes:
+      frame_shape: one rendered frame, (H, W, C), uint8.
+      frame_stack: frames per observation (stacked along channels, oldest first).
+      n_step: agent steps per transition.
+      discount: gamma of the n-step return.
+      capacity: transitions kept (oldest removed first).
+      batch_size: transitions per learner batch.
+      action_shape, action_dtype: the environment's action spec.
+      extras: what the actor passes as `extras` with its action: a pytree of
+        `jax.ShapeDtypeStruct` (often empty).
+    """
+
+    frame_shape: tuple[int, ...]
+    frame_stack: int
+    n_step: int
+    discount: float
+    capacity: int
+    batch_size: int
+    action_shape: tuple[int, ...] = ()
+    action_dtype: str = "float32"
+    extras: Any = ()
+
+    def __post_init__(self) -> None:
+        if len(self.frame_shape) != 3:
+            raise ConfigError(f"frame_shape must be (H, W, C), got {self.frame_shape!r}")
+        for name in ("frame_stack", "n_step", "capacity", "batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+        if not 0.0 < self.discount <= 1.0:
+            raise ConfigError(f"discount must be in (0, 1], got {self.discount!r}")
+
+    @property
+    def window(self) -> int:
+        """Frames one transition needs: frame_stack + n_step."""
+        return self.frame_stack + self.n_step
+
+    @property
+    def frame_nbytes(self) -> int:
+        """Bytes of one frame."""
+        return math.prod(self.frame_shape)
+
+    def frame_capacity(self, writers_per_shard: int = 1) -> int:
+        """Frame rows of one shard of `capacity` transitions (see the module docstring)."""
+        return (
+            self.capacity
+            + -(-self.capacity // FRAME_SLACK_DIVISOR)
+            + max(1, writers_per_shard) * self.window
+        )
+
+    def index_nbytes(self) -> int:
+        """Bytes of one transition's index row (frame slots, action, reward, discount, extras)."""
+        action = math.prod(self.action_shape) * np.dtype(self.action_dtype).itemsize
+        extras = sum(
+            math.prod(leaf.shape) * np.dtype(leaf.dtype).itemsize
+            for leaf in jax.tree_util.tree_leaves(self.extras)
+        )
+        return 4 * self.window + 4 + 4 + action + extras
+
+    def nbytes(self, writers: int = 1, shards: int = 1) -> int:
+        """Bytes the device store of this spec takes over all shards (each shard holds
+        `capacity` transitions of its own writers)."""
+        per_shard = -(-max(1, writers) // shards)
+        frames = self.frame_capacity(per_shard) * self.frame_nbytes
+        return shards * (frames + self.capacity * self.index_nbytes())
+
+    def transition_shape(self, batch_size: int | None = None) -> FrameTransition:
+        """A batch as `jax.ShapeDtypeStruct`s: lets a learner compile before data exists."""
+        batch = self.batch_size if batch_size is None else batch_size
+
+        def leaf(shape: Sequence[int], dtype: Any) -> jax.ShapeDtypeStruct:
+            return jax.ShapeDtypeStruct((batch, *shape), np.dtype(dtype))
+
+        return FrameTransition(
+            frames=leaf((self.window, *self.frame_shape), np.uint8),
+            action=leaf(self.action_shape, self.action_dtype),
+            reward=leaf((), np.float32),
+            discount=leaf((), np.float32),
+            extras=jax.tree_util.tree_map(lambda s: leaf(s.shape, s.dtype), self.extras),
+        )
+
+
+def n_step_return(
+    rewards: np.ndarray, discounts: np.ndarray, gamma: float
+) -> tuple[np.float32, np.float32]:
+    """(sum_k w_k r_k, prod_k gamma d_k) with w = exclusive cumprod of gamma d, in float32.
+
+    The same operations in the same order as `frame_replay.window_to_frame_transition`
+    (TF, float32), so both stores give bit-identical returns.
+    """
+    step_discounts = np.float32(gamma) * np.asarray(discounts, np.float32)
+    weight = np.float32(1.0)
+    total = np.float32(0.0)
+    for reward, step_discount in zip(np.asarray(rewards, np.float32), step_discounts):
+        total = np.float32(total + weight * reward)
+        weight = np.float32(weight * step_discount)
+    return total, weight
+
+
+class _Writer:
+    """One writer's open episode: its window of frame rows and its last steps."""
+
+    __slots__ = ("env_steps", "steps", "window")
+
+    def __init__(self, window: list[int]):
+        self.window = window  # frame rows, oldest first
+        self.steps: list[tuple] = []  # (action, reward, discount, extras), oldest first
+        self.env_steps = 0
+
+
+class _Shard:
+    """The host's bookkeeping of one shard: which frame rows are free, the transition ring
+    (a host copy of every live transition's frame rows), writers' open windows, and the
+    writes staged for the next flush. Pure numpy; the caller holds the store's lock."""
+
+    def __init__(self, spec: FrameReplaySpec, frame_capacity: int):
+        self.spec = spec
+        self.frame_capacity = frame_capacity
+        self.refs = np.zeros(frame_capacity, np.int32)
+        self.free = np.arange(frame_capacity - 1, -1, -1, dtype=np.int32)  # a stack
+        self.num_free = frame_capacity
+        self.rows = np.zeros((spec.capacity, spec.window), np.int32)
+        self.head = 0  # transitions ever placed; the next goes to head % capacity
+        self.size = 0
+        self.writers: dict[int, _Writer] = {}
+        self.staged_frames: dict[int, np.ndarray] = {}
+        self.staged_rows: dict[int, tuple] = {}
+
+    # -- frame rows ----------------------------------------------------------------------
+    def _release(self, slots: np.ndarray) -> None:
+        np.subtract.at(self.refs, slots, 1)
+        freed = np.unique(slots[self.refs[slots] == 0])
+        self.free[self.num_free : self.num_free + len(freed)] = freed
+        self.num_free += len(freed)
+
+    def _evict_oldest(self) -> None:
+        position = (self.head - self.size) % self.spec.capacity
+        self._release(self.rows[position])
+        self.size -= 1
+
+    def _allocate(self, frame: np.ndarray) -> int:
+        while self.num_free == 0:
+            if self.size == 0:
+                raise RuntimeError(
+                    f"frame store: all {self.frame_capacity} frame rows are held by open "
+                    f"episodes of {len(self.writers)} writers; the store was sized for fewer "
+                    "writers per shard"
+                )
+            self._evict_oldest()  # frees rows only its window held; never a live one
+        self.num_free -= 1
+        slot = int(self.free[self.num_free])
+        self.staged_frames[slot] = frame
+        return slot
+
+    # -- steps ---------------------------------------------------------------------------
+    def _close(self, writer: int) -> None:
+        state = self.writers.pop(writer, None)
+        if state is not None:
+            self._release(np.asarray(state.window, np.int32))
+
+    def add_first(self, writer: int, frame: np.ndarray) -> None:
+        self._close(writer)  # an episode cut short without its last step
+        slot = self._allocate(frame)
+        self.refs[slot] += self.spec.frame_stack
+        self.writers[writer] = _Writer([slot] * self.spec.frame_stack)
+
+    def add(
+        self,
+        writer: int,
+        frame: np.ndarray,
+        action: Any,
+        reward: Any,
+        discount: Any,
+        extras: Any,
+        last: bool,
+    ) -> int:
+        """Records one step; returns the transitions it completed (0 or 1)."""
+        state = self.writers.get(writer)
+        if state is None:
+            raise ValueError(f"writer {writer}: add() before add_first()")
+        slot = self._allocate(frame)
+        self.refs[slot] += 1
+        state.window.append(slot)
+        state.steps.append((action, np.float32(reward), np.float32(discount), extras))
+        state.env_steps += 1
+        made = 0
+        n = self.spec.n_step
+        if state.env_steps >= n:
+            self._place(state.window[-self.spec.window :], state.steps[-n:])
+            made = 1
+            # The next transition's window starts one frame later.
+            drop = len(state.window) - (self.spec.window - 1)
+            if drop > 0:
+                self._release(np.asarray(state.window[:drop], np.int32))
+                del state.window[:drop]
+            del state.steps[: len(state.steps) - (n - 1)]
+        if last:
+            self._close(writer)
+        return made
+
+    def _place(self, window: list[int], steps: list[tuple]) -> None:
+        capacity = self.spec.capacity
+        position = self.head % capacity
+        if self.size == capacity:
+            self._evict_oldest()  # the oldest sits at this very position
+        row = np.asarray(window, np.int32)
+        self.rows[position] = row
+        np.add.at(self.refs, row, 1)
+        reward, discount = n_step_return(
+            np.array([s[1] for s in steps]), np.array([s[2] for s in steps]), self.spec.discount
+        )
+        action, extras = steps[0][0], steps[0][3]
+        self.staged_rows[position] = (row, action, reward, discount, extras)
+        self.head += 1
+        self.size += 1
+
+    @property
+    def staged_steps(self) -> int:
+        return len(self.staged_frames)
+
+    def take_staged(self) -> tuple[dict, dict]:
+        frames, rows = self.staged_frames, self.staged_rows
+        self.staged_frames, self.staged_rows = {}, {}
+        return frames, rows
+
+    # -- checkpoints ---------------------------------------------------------------------
+    def restore(self, rows: np.ndarray, head: int, size: int) -> None:
+        """Takes the saved ring; open episodes are gone (their writers restart theirs)."""
+        self.rows = np.asarray(rows, np.int32).copy()
+        self.head, self.size = int(head), int(size)
+        self.writers = {}
+        self.staged_frames, self.staged_rows = {}, {}
+        self.refs[:] = 0
+        positions = (self.head - self.size + np.arange(self.size)) % self.spec.capacity
+        np.add.at(self.refs, self.rows[positions].reshape(-1), 1)
+        free = np.flatnonzero(self.refs == 0).astype(np.int32)[::-1]
+        self.num_free = len(free)
+        self.free[: self.num_free] = free
+
+
+def _bucket(count: int) -> int:
+    """Rows per jitted insert: powers of two from 8, so few shapes compile."""
+    return max(8, 1 << max(0, count - 1).bit_length())
+
+
+class DeviceFrameStore:
+    """The device store: host bookkeeping (`_Shard` per device) + the arrays on the devices.
+
+    Thread-safe: writers (`add_first`/`add`, from a drain thread or the acting loop) and the
+    learner (`sample`) share one lock, held only while bookkeeping and dispatching (JAX runs
+    the scatter and the gather asynchronously, in order).
+    """
+
+    def __init__(
+        self,
+        spec: FrameReplaySpec,
+        *,
+        writers: int = 1,
+        devices: Sequence[jax.Device] | None = None,
+        on_visible: Callable[[int], None] | None = None,
+    ):
+        """Creates an empty store (allocated on the devices at once).
+
+        Args:
+          spec: what is stored.
+          writers: how many writers (adders) write at once; writer w goes to shard
+            w % len(devices), and each shard reserves frame rows for its writers' open
+            windows.
+          devices: one shard per device (default: this process's local devices, as a
+            data-parallel learner uses them); the batch size must divide by their count.
+          on_visible: called with the number of transitions each flush makes visible to
+            `sample` (the replay ratio's insert count).
+        """
+        devices = tuple(devices) if devices is not None else tuple(jax.local_devices())
+        shards = len(devices)
+        if spec.batch_size % shards:
+            raise ConfigError(
+                f"agent.batch_size={spec.batch_size} does not split over the learner's "
+                f"{shards} devices (one replay shard each); make it a multiple of {shards}"
+            )
+        if writers < shards:
+            raise ConfigError(
+                f"the learner's {shards} devices each keep a replay shard written by its own "
+                f"writers, but only {writers} writer(s) (num_actors x envs_per_actor) write; "
+                f"give it at least {shards}, or fewer learner devices"
+            )
+        self.spec = spec
+        self.devices = devices
+        self.num_shards = shards
+        self.writers = writers
+        self._on_visible = on_visible
+        self._lock = threading.Lock()
+        per_shard = -(-writers // shards)
+        frame_capacity = spec.frame_capacity(per_shard)
+        self._shards = [_Shard(spec, frame_capacity) for _ in range(shards)]
+        self._visible = np.zeros((2, shards), np.int32)  # tail, size as the device sees them
+        self.sampled_batches = 0
+        self.inserted = 0
+        """Transitions made visible to sampling since the store was made (or restored)."""
+        self.steps_added = 0
+        """Steps (frames) written, episode starts included."""
+
+        mesh = Mesh(np.array(devices), (SHARD_AXIS,))
+        self._sharded = NamedSharding(mesh, PartitionSpec(SHARD_AXIS))
+        self._replicated = NamedSharding(mesh, PartitionSpec())
+        self._frame_capacity = frame_capacity
+        self._state = self._allocate(mesh)
+        self._insert = jax.jit(self._make_insert(mesh), donate_argnums=0)
+        self._sample = jax.jit(self._make_sample(mesh))
+
+    # -- device arrays -------------------------------------------------------------------
+    def _leaf_specs(self) -> dict[str, Any]:
+        spec = self.spec
+        n, d = spec.capacity, self.num_shards
+        return {
+            "frames": jax.ShapeDtypeStruct((d, self._frame_capacity, spec.frame_nbytes), np.uint8),
+            "slots": jax.ShapeDtypeStruct((d, n, spec.window), np.int32),
+            "action": jax.ShapeDtypeStruct((d, n, *spec.action_shape), spec.action_dtype),
+            "reward": jax.ShapeDtypeStruct((d, n), np.float32),
+            "discount": jax.ShapeDtypeStruct((d, n), np.float32),
+            "extras": jax.tree_util.tree_map(
+                lambda s: jax.ShapeDtypeStruct((d, n, *s.shape), s.dtype), spec.extras
+            ),
+        }
+
+    def _allocate(self, mesh: Mesh) -> dict[str, Any]:
+        shapes = self._leaf_specs()
+        make = jax.jit(
+            lambda: jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes),
+            out_shardings=jax.tree_util.tree_map(lambda _: self._sharded, shapes),
+        )
+        return make()
+
+    def _make_insert(self, mesh: Mesh) -> Callable:
+        shard = PartitionSpec(SHARD_AXIS)
+
+        def insert_local(state, frame_slots, frames, positions, rows):
+            # One shard: leading axis 1. Padding carries out-of-range indices: dropped.
+            def put(array, index, values):
+                return array[0].at[index[0]].set(values[0], mode="drop")[None]
+
+            new = dict(state)
+            new["frames"] = put(state["frames"], frame_slots, frames)
+            for name in ("slots", "action", "reward", "discount"):
+                new[name] = put(state[name], positions, rows[name])
+            new["extras"] = jax.tree_util.tree_map(
+                lambda a, v: put(a, positions, v), state["extras"], rows["extras"]
+            )
+            return new
+
+        return _shard_map(
+            insert_local,
+            mesh=mesh,
+            in_specs=(shard, shard, shard, shard, shard),
+            out_specs=shard,
+        )
+
+    def _make_sample(self, mesh: Mesh) -> Callable:
+        spec = self.spec
+        per_shard = spec.batch_size // self.num_shards
+        shard = PartitionSpec(SHARD_AXIS)
+
+        def sample_local(state, visible, key):
+            tail, size = visible[0, 0], visible[1, 0]
+            key = jax.random.fold_in(key, jax.lax.axis_index(SHARD_AXIS))
+            offsets = jax.random.randint(key, (per_shard,), 0, jnp.maximum(size, 1))
+            positions = (tail + offsets) % spec.capacity
+            slots = state["slots"][0][positions]  # [b, S + n]
+            frames = state["frames"][0][slots]  # [b, S + n, H*W*C]: a gather of rows
+            return FrameTransition(
+                frames=frames.reshape(per_shard, spec.window, *spec.frame_shape),
+                action=state["action"][0][positions],
+                reward=state["reward"][0][positions],
+                discount=state["discount"][0][positions],
+                extras=jax.tree_util.tree_map(lambda a: a[0][positions], state["extras"]),
+            )
+
+        return _shard_map(
+            sample_local,
+            mesh=mesh,
+            in_specs=(shard, PartitionSpec(None, SHARD_AXIS), PartitionSpec()),
+            out_specs=shard,
+        )
+
+    # -- writing -------------------------------------------------------------------------
+    def shard_of(self, writer: int) -> int:
+        """The shard writer `writer`'s steps go to."""
+        return writer % self.num_shards
+
+    def add_first(self, writer: int, frame: np.ndarray) -> None:
+        """Starts writer `writer`'s episode with its first frame, [H, W, C] uint8."""
+        with self._lock:
+            shard = self._shards[self.shard_of(writer)]
+            shard.add_first(writer, self._frame_row(frame))
+            self._after_add(shard)
+
+    def add(
+        self,
+        writer: int,
+        frame: np.ndarray,
+        action: Any,
+        reward: Any,
+        discount: Any,
+        *,
+        last: bool = False,
+        extras: Any = (),
+    ) -> None:
+        """Records writer `writer`'s next step: a_t, then r_t, d_t and the frame it led to."""
+        with self._lock:
+            shard = self._shards[self.shard_of(writer)]
+            shard.add(
+                writer,
+                self._frame_row(frame),
+                np.asarray(action, self.spec.action_dtype),
+                reward,
+                discount,
+                extras,
+                bool(last),
+            )
+            self._after_add(shard)
+
+    def _frame_row(self, frame: np.ndarray) -> np.ndarray:
+        frame = np.asarray(frame)
+        if frame.shape != tuple(self.spec.frame_shape) or frame.dtype != np.uint8:
+            raise ValueError(
+                f"frame store: a frame must be uint8 {tuple(self.spec.frame_shape)}, "
+                f"got {frame.dtype} {frame.shape}"
+            )
+        return frame.reshape(-1)
+
+    def _after_add(self, shard: _Shard) -> None:
+        self.steps_added += 1
+        if shard.staged_steps >= MAX_STAGED_STEPS:
+            self._flush_locked()
+
+    def flush(self) -> int:
+        """Applies the staged writes on the devices; returns the transitions made visible."""
+        with self._lock:
+            return self._flush_locked()
+
+    def _flush_locked(self) -> int:
+        staged = [shard.take_staged() for shard in self._shards]
+        if not any(frames or rows for frames, rows in staged):
+            return 0
+        spec = self.spec
+        k_frames = _bucket(max(len(frames) for frames, _ in staged))
+        k_rows = _bucket(max(len(rows) for _, rows in staged))
+        d = self.num_shards
+        frame_slots = np.full((d, k_frames), self._frame_capacity, np.int32)  # dropped
+        frames = np.zeros((d, k_frames, spec.frame_nbytes), np.uint8)
+        positions = np.full((d, k_rows), spec.capacity, np.int32)  # dropped
+        rows = {
+            "slots": np.zeros((d, k_rows, spec.window), np.int32),
+            "action": np.zeros((d, k_rows, *spec.action_shape), spec.action_dtype),
+            "reward": np.zeros((d, k_rows), np.float32),
+            "discount": np.zeros((d, k_rows), np.float32),
+            "extras": jax.tree_util.tree_map(
+                lambda s: np.zeros((d, k_rows, *s.shape), s.dtype), spec.extras
+            ),
+        }
+        for i, (staged_frames, staged_rows) in enumerate(staged):
+            if staged_frames:
+                frame_slots[i, : len(staged_frames)] = list(staged_frames)
+                frames[i, : len(staged_frames)] = np.stack(list(staged_frames.values()))
+            for j, (position, (row, action, reward, discount, extras)) in enumerate(
+                staged_rows.items()
+            ):
+                positions[i, j] = position
+                rows["slots"][i, j] = row
+                rows["action"][i, j] = action
+                rows["reward"][i, j] = reward
+                rows["discount"][i, j] = discount
+                if spec.extras != ():
+                    jax.tree_util.tree_map(
+                        lambda out, value, j=j, i=i: out.__setitem__((i, j), value),
+                        rows["extras"],
+                        extras,
+                    )
+        put = lambda x: jax.device_put(x, self._sharded)  # noqa: E731
+        self._state = self._insert(
+            self._state,
+            put(frame_slots),
+            put(frames),
+            put(positions),
+            jax.tree_util.tree_map(put, rows),
+        )
+        for i, shard in enumerate(self._shards):
+            self._visible[0, i] = (shard.head - shard.size) % spec.capacity
+            self._visible[1, i] = shard.size
+        made = sum(len(rows) for _, rows in staged)
+        self.inserted += made
+        if self._on_visible is not None and made:
+            self._on_visible(made)
+        return made
+
+    # -- reading -------------------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        """Transitions sampling can return now (all shards)."""
+        with self._lock:
+            return int(self._visible[1].sum())
+
+    def shard_sizes(self) -> list[int]:
+        """Transitions each shard holds (written, flushed or not)."""
+        with self._lock:
+            return [shard.size for shard in self._shards]
+
+    def ready(self) -> bool:
+        """Whether every shard has a transition to sample (after a flush)."""
+        with self._lock:
+            return bool((self._visible[1] > 0).all())
+
+    def sample(self, key: jax.Array) -> FrameTransition:
+        """A uniform batch of `spec.batch_size` transitions, on the devices (split over the
+        shards along the batch axis, as a data-parallel update wants it). Flushes first."""
+        with self._lock:
+            self._flush_locked()
+            if not (self._visible[1] > 0).all():
+                raise RuntimeError("frame store: sample() before every shard has a transition")
+            visible = jax.device_put(self._visible, self._replicated)
+            batch = self._sample(self._state, visible, key)
+            self.sampled_batches += 1
+        return batch
+
+    def transitions_at(self, shard: int = 0) -> FrameTransition:
+        """Every live transition of one shard, oldest first, on the host (for tests and
+        checks; the store's whole index and the frames it points at)."""
+        with self._lock:
+            self._flush_locked()
+            tail, size = (int(v) for v in self._visible[:, shard])
+            positions = (tail + np.arange(size)) % self.spec.capacity
+            state = jax.tree_util.tree_map(lambda a: np.asarray(a[shard]), self._state)
+        slots = state["slots"][positions]
+        frames = state["frames"][slots]
+        return FrameTransition(
+            frames=frames.reshape(size, self.spec.window, *self.spec.frame_shape),
+            action=state["action"][positions],
+            reward=state["reward"][positions],
+            discount=state["discount"][positions],
+            extras=jax.tree_util.tree_map(lambda a: a[positions], state["extras"]),
+        )
+
+    # -- checkpoints ---------------------------------------------------------------------
+    def save(self) -> dict[str, Any]:
+        """The store as a pytree of arrays (device arrays and the host's ring)."""
+        with self._lock:
+            self._flush_locked()
+            return {
+                "device": self._state,
+                "rows": np.stack([shard.rows for shard in self._shards]),
+                "head": np.asarray([shard.head for shard in self._shards], np.int64),
+                "size": np.asarray([shard.size for shard in self._shards], np.int64),
+                "counts": np.asarray(
+                    [self.inserted, self.sampled_batches, self.steps_added], np.int64
+                ),
+            }
+
+    def restore(self, saved: dict[str, Any]) -> None:
+        """Takes what `save()` returned (same spec, writers and devices)."""
+        with self._lock:
+            state = jax.tree_util.tree_map(
+                lambda target, value: jax.device_put(np.asarray(value), target.sharding),
+                self._state,
+                saved["device"],
+            )
+            for i, shard in enumerate(self._shards):
+                shard.restore(saved["rows"][i], saved["head"][i], saved["size"][i])
+                self._visible[0, i] = (shard.head - shard.size) % self.spec.capacity
+                self._visible[1, i] = shard.size
+            self._state = state
+            self.inserted, self.sampled_batches, self.steps_added = (
+                int(v) for v in saved["counts"]
+            )
+
+
+class StoreAdder:
+    """An Acme-style adder writing one environment's steps straight into a `DeviceFrameStore`
+    (the single-process runner's: no Reverb, no TensorFlow).
+
+    Takes the stacked observations the environment gives and stores the newest frame of each
+    (`frame_window.NewestFrames` checks the stacking).
+    """
+
+    def __init__(self, store: DeviceFrameStore, writer: int, *, check_stacking: bool = True):
+        spec = store.spec
+        self._store = store
+        self._writer = writer
+        self._frames = NewestFrames(
+            frame_stack=spec.frame_stack, channels=spec.frame_shape[-1], check=check_stacking
+        )
+
+    def add_first(self, timestep: Any) -> None:
+        if not timestep.first():
+            raise ValueError("add_first needs the first timestep of an episode.")
+        self._store.add_first(self._writer, self._frames.first(timestep.observation))
+
+    def add(self, action: Any, next_timestep: Any, extras: Any = ()) -> None:
+        self._store.add(
+            self._writer,
+            self._frames.next(next_timestep.observation),
+            action,
+            next_timestep.reward,
+            next_timestep.discount,
+            last=next_timestep.last(),
+            extras=extras,
+        )
+
+    def reset(self) -> None:
+        self._frames.reset()
+
+    def close(self) -> None:
+        self._store.flush()

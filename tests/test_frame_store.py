@@ -1,0 +1,278 @@
+"""The device frame store: the same transitions as the Reverb frame replay, bit for bit;
+FIFO eviction that never overwrites a live frame; uniform sampling; checkpoints; shards."""
+
+from __future__ import annotations
+
+import dm_env
+import jax
+import numpy as np
+import pytest
+
+from magi_lp.agent.frame_store import DeviceFrameStore, FrameReplaySpec, StoreAdder
+from magi_lp.errors import ConfigError
+
+H, W, C = 6, 5, 3
+STACK, N_STEP, GAMMA = 3, 3, 0.99
+
+
+def make_spec(capacity: int = 1000, batch_size: int = 8, **overrides) -> FrameReplaySpec:
+    fields = dict(
+        frame_shape=(H, W, C),
+        frame_stack=STACK,
+        n_step=N_STEP,
+        discount=GAMMA,
+        capacity=capacity,
+        batch_size=batch_size,
+        action_shape=(2,),
+    )
+    fields.update(overrides)
+    return FrameReplaySpec(**fields)
+
+
+def episode(rng: np.random.Generator, length: int, terminal: bool = False) -> list:
+    """The timesteps and actions of one episode with stacked observations, as the wrapper
+    stacks them: the first observation repeats its frame; each later one shifts by one."""
+    frames = rng.integers(0, 256, size=(length + 1, H, W, C), dtype=np.uint8)
+    stack = [frames[0]] * STACK
+    steps = [(None, dm_env.restart(np.concatenate(stack, axis=-1)))]
+    for t in range(1, length + 1):
+        stack = [*stack[1:], frames[t]]
+        observation = np.concatenate(stack, axis=-1)
+        reward = np.float32(rng.normal())
+        action = rng.uniform(-1, 1, size=2).astype(np.float32)
+        if t < length:
+            timestep = dm_env.transition(reward, observation, discount=float(rng.uniform(0.5, 1)))
+        elif terminal:
+            timestep = dm_env.termination(reward, observation)
+        else:
+            timestep = dm_env.truncation(reward, observation)
+        steps.append((action, timestep))
+    return steps
+
+
+def episodes(seed: int, lengths: list[int]) -> list[list]:
+    rng = np.random.default_rng(seed)
+    return [episode(rng, length, terminal=i % 3 == 1) for i, length in enumerate(lengths)]
+
+
+def feed(adders: list, writer_episodes: list[list[list]]) -> None:
+    """Interleaves the writers' episodes step by step (writer 0, 1, 0, 1, ...)."""
+    cursors = [iter([s for ep in eps for s in ep]) for eps in writer_episodes]
+    live = list(range(len(adders)))
+    while live:
+        for w in list(live):
+            step = next(cursors[w], None)
+            if step is None:
+                live.remove(w)
+                continue
+            action, timestep = step
+            if timestep.first():
+                adders[w].add_first(timestep)
+            else:
+                adders[w].add(action, timestep)
+
+
+def reference(writer_episodes: list[list[list]]) -> list[tuple]:
+    """Every transition (frames window, action, reward, discount) the stores should hold,
+    in the order they complete, computed the naive way: from stacked observations."""
+    out = []
+    cursors = [iter(eps) for eps in writer_episodes]
+    per_writer = []
+    for eps in writer_episodes:
+        transitions = []
+        for ep in eps:
+            observations = [ts.observation for _, ts in ep]
+            frames = [obs[..., -C:] for obs in observations]
+            first = observations[0]
+            padded = [first[..., i * C : (i + 1) * C] for i in range(STACK - 1)] + frames
+            for t in range(len(ep) - N_STEP):
+                window = np.stack(padded[t : t + STACK + N_STEP])
+                action = ep[t + 1][0]
+                reward, weight = np.float32(0), np.float32(1)
+                for k in range(N_STEP):
+                    ts = ep[t + 1 + k][1]
+                    reward = np.float32(reward + weight * np.float32(ts.reward))
+                    weight = np.float32(weight * (np.float32(GAMMA) * np.float32(ts.discount)))
+                # completes when step t + n is added: order key = (global step index, writer)
+                transitions.append((window, action, reward, weight))
+        per_writer.append(transitions)
+    del cursors
+    # Writers are fed round-robin one step at a time: order transitions by completion step.
+    order = []
+    for w, eps in enumerate(writer_episodes):
+        step_index = 0
+        t_index = 0
+        for ep in eps:
+            for t in range(len(ep)):
+                if t >= N_STEP:
+                    order.append((step_index, w, per_writer[w][t_index]))
+                    t_index += 1
+                step_index += 1
+    order.sort(key=lambda item: (item[0], item[1]))
+    out = [item[2] for item in order]
+    return out
+
+
+def as_keys(frames, action, reward, discount) -> list[bytes]:
+    return [
+        b"".join(np.ascontiguousarray(x).tobytes() for x in (f, a, np.float32(r), np.float32(d)))
+        for f, a, r, d in zip(frames, action, reward, discount)
+    ]
+
+
+def test_holds_exactly_the_reference_transitions_in_fifo_order():
+    data = [episodes(1, [7, 2, 12, 3]), episodes(2, [9, 4, 11])]
+    store = DeviceFrameStore(make_spec(), writers=2)
+    feed([StoreAdder(store, 0), StoreAdder(store, 1)], data)
+    got = store.transitions_at(0)
+    want = reference(data)
+    assert len(got.reward) == len(want) == sum(max(n - N_STEP + 1, 0) for n in [7, 2, 12, 3, 9, 4, 11])
+    assert as_keys(got.frames, got.action, got.reward, got.discount) == as_keys(*zip(*want))
+
+
+def test_evicts_oldest_first_and_never_overwrites_a_live_frame():
+    # A capacity far below the data: rows and frame slots are reused many times over.
+    data = [episodes(3, [40, 5, 3, 17, 30, 8]), episodes(4, [25, 25, 6, 2, 33])]
+    spec = make_spec(capacity=16)
+    store = DeviceFrameStore(spec, writers=2)
+    adders = [StoreAdder(store, 0), StoreAdder(store, 1)]
+    feed(adders, data)
+    got = store.transitions_at(0)
+    want = reference(data)
+    size = len(got.reward)
+    assert spec.capacity - 2 <= size <= spec.capacity  # short episodes may evict early
+    assert as_keys(got.frames, got.action, got.reward, got.discount) == as_keys(
+        *zip(*want[-size:])
+    )
+
+
+def test_sampling_is_uniform_over_live_transitions_and_matches_them():
+    data = [episodes(5, [20, 20]), episodes(6, [20])]
+    store = DeviceFrameStore(make_spec(capacity=30, batch_size=64), writers=2)
+    feed([StoreAdder(store, 0), StoreAdder(store, 1)], data)
+    live = store.transitions_at(0)
+    live_keys = as_keys(live.frames, live.action, live.reward, live.discount)
+    counts = dict.fromkeys(live_keys, 0)
+    key = jax.random.PRNGKey(0)
+    for i in range(40):
+        batch = jax.device_get(store.sample(jax.random.fold_in(key, i)))
+        for k in as_keys(batch.frames, batch.action, batch.reward, batch.discount):
+            counts[k] += 1  # KeyError: sampled something that is not live
+    total = 40 * 64
+    assert len(counts) == 30
+    # Each of 30 items expects 85.3 draws; a chi-square test at a generous level.
+    expected = total / len(counts)
+    chi2 = sum((c - expected) ** 2 / expected for c in counts.values())
+    assert chi2 < 70, chi2  # 29 dof: p ~ 5e-5
+
+
+def test_checkpoint_round_trip_restores_transitions_and_keeps_writing():
+    data = [episodes(7, [15, 9]), episodes(8, [12])]
+    spec = make_spec(capacity=20)
+    store = DeviceFrameStore(spec, writers=2)
+    feed([StoreAdder(store, 0), StoreAdder(store, 1)], data)
+    saved = jax.device_get(store.save())
+    before = store.transitions_at(0)
+
+    restored = DeviceFrameStore(spec, writers=2)
+    restored.restore(saved)
+    after = restored.transitions_at(0)
+    assert as_keys(after.frames, after.action, after.reward, after.discount) == as_keys(
+        before.frames, before.action, before.reward, before.discount
+    )
+    assert restored.inserted == store.inserted
+    # Writing on: new episodes evict old transitions without touching live frames.
+    more = [episodes(9, [10, 10]), episodes(10, [10])]
+    feed([StoreAdder(restored, 0), StoreAdder(restored, 1)], more)
+    got = restored.transitions_at(0)
+    want = [
+        *[(f, a, r, d) for f, a, r, d in zip(*before[:4])],
+        *reference(more),
+    ]
+    size = len(got.reward)
+    assert as_keys(got.frames, got.action, got.reward, got.discount) == as_keys(
+        *zip(*want[-size:])
+    )
+
+
+def test_bad_inputs_say_what_to_change():
+    with pytest.raises(ConfigError, match="frame_stack must be an integer >= 1"):
+        make_spec(frame_stack=0)
+    store = DeviceFrameStore(make_spec(), writers=1)
+    with pytest.raises(ValueError, match="uint8"):
+        store.add_first(0, np.zeros((H, W, C), np.float32))
+    with pytest.raises(ValueError, match="add\\(\\) before add_first"):
+        store.add(0, np.zeros((H, W, C), np.uint8), np.zeros(2), 0.0, 1.0)
+
+
+def test_sizes_count_frames_and_index():
+    spec = make_spec(capacity=1_000_000, frame_shape=(84, 84, 3), action_shape=(6,))
+    frames = spec.frame_capacity(2) * 84 * 84 * 3
+    assert spec.nbytes(writers=2) == frames + 1_000_000 * (4 * 6 + 4 + 4 + 4 * 6)
+    assert 21.8e9 < spec.nbytes(writers=2) < 22.0e9
+
+
+@pytest.mark.integration
+def test_same_transitions_as_the_reverb_frame_replay_bit_for_bit():
+    """Both stores fed the same episodes (two writers, interleaved, with terminations,
+    episodes shorter than n) hold the same set of (window, action, reward, discount)."""
+    reverb = pytest.importorskip("reverb")
+    from magi_lp.agent.frame_replay import (
+        FrameStackAdder,
+        frame_replay_signature,
+        make_frame_replay_dataset,
+    )
+
+    data = [episodes(11, [7, 2, 12, 3, 30]), episodes(12, [9, 4, 11, 1, 25])]
+    spec = make_spec()
+    from acme import specs
+
+    action_spec = specs.BoundedArray((2,), np.float32, -1.0, 1.0)
+    table = reverb.Table(
+        name="frames",
+        sampler=reverb.selectors.Fifo(),
+        remover=reverb.selectors.Fifo(),
+        max_size=10_000,
+        max_times_sampled=1,
+        rate_limiter=reverb.rate_limiters.MinSize(1),
+        signature=frame_replay_signature(
+            (H, W, C), action_spec, frame_stack=STACK, n_step=N_STEP
+        ),
+    )
+    server = reverb.Server([table])
+    try:
+        client = reverb.Client(f"localhost:{server.port}")
+        adders = [
+            FrameStackAdder(client, "frames", frame_stack=STACK, n_step=N_STEP, channels=C)
+            for _ in range(2)
+        ]
+        feed(adders, data)
+        for adder in adders:
+            adder.close()
+        count = client.server_info()["frames"].current_size
+        dataset = make_frame_replay_dataset(
+            client.server_address,
+            "frames",
+            batch_size=count,
+            frame_stack=STACK,
+            n_step=N_STEP,
+            discount=GAMMA,
+            stack_on_host=False,
+            prefetch=0,
+            num_parallel_calls=1,
+            rate_limiter_timeout_ms=2000,
+        )
+        from_reverb = next(dataset)
+    finally:
+        server.stop()
+
+    store = DeviceFrameStore(spec, writers=2)
+    feed([StoreAdder(store, 0), StoreAdder(store, 1)], data)
+    on_device = store.transitions_at(0)
+
+    reverb_keys = as_keys(
+        from_reverb.frames, from_reverb.action, from_reverb.reward, from_reverb.discount
+    )
+    store_keys = as_keys(on_device.frames, on_device.action, on_device.reward, on_device.discount)
+    assert count == len(store_keys) == len(reference(data))
+    assert sorted(reverb_keys) == sorted(store_keys)
