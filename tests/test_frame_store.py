@@ -116,7 +116,7 @@ def reference(writer_episodes: list[list[list]]) -> list[tuple]:
 def as_keys(frames, action, reward, discount) -> list[bytes]:
     return [
         b"".join(np.ascontiguousarray(x).tobytes() for x in (f, a, np.float32(r), np.float32(d)))
-        for f, a, r, d in zip(frames, action, reward, discount)
+        for f, a, r, d in zip(frames, action, reward, discount, strict=True)
     ]
 
 
@@ -126,8 +126,12 @@ def test_holds_exactly_the_reference_transitions_in_fifo_order():
     feed([StoreAdder(store, 0), StoreAdder(store, 1)], data)
     got = store.transitions_at(0)
     want = reference(data)
-    assert len(got.reward) == len(want) == sum(max(n - N_STEP + 1, 0) for n in [7, 2, 12, 3, 9, 4, 11])
-    assert as_keys(got.frames, got.action, got.reward, got.discount) == as_keys(*zip(*want))
+    assert (
+        len(got.reward) == len(want) == sum(max(n - N_STEP + 1, 0) for n in [7, 2, 12, 3, 9, 4, 11])
+    )
+    assert as_keys(got.frames, got.action, got.reward, got.discount) == as_keys(
+        *zip(*want, strict=True)
+    )
 
 
 def test_evicts_oldest_first_and_never_overwrites_a_live_frame():
@@ -142,7 +146,7 @@ def test_evicts_oldest_first_and_never_overwrites_a_live_frame():
     size = len(got.reward)
     assert spec.capacity - 2 <= size <= spec.capacity  # short episodes may evict early
     assert as_keys(got.frames, got.action, got.reward, got.discount) == as_keys(
-        *zip(*want[-size:])
+        *zip(*want[-size:], strict=True)
     )
 
 
@@ -186,12 +190,12 @@ def test_checkpoint_round_trip_restores_transitions_and_keeps_writing():
     feed([StoreAdder(restored, 0), StoreAdder(restored, 1)], more)
     got = restored.transitions_at(0)
     want = [
-        *[(f, a, r, d) for f, a, r, d in zip(*before[:4])],
+        *[(f, a, r, d) for f, a, r, d in zip(*before[:4], strict=True)],
         *reference(more),
     ]
     size = len(got.reward)
     assert as_keys(got.frames, got.action, got.reward, got.discount) == as_keys(
-        *zip(*want[-size:])
+        *zip(*want[-size:], strict=True)
     )
 
 
@@ -235,9 +239,7 @@ def test_same_transitions_as_the_reverb_frame_replay_bit_for_bit():
         max_size=10_000,
         max_times_sampled=1,
         rate_limiter=reverb.rate_limiters.MinSize(1),
-        signature=frame_replay_signature(
-            (H, W, C), action_spec, frame_stack=STACK, n_step=N_STEP
-        ),
+        signature=frame_replay_signature((H, W, C), action_spec, frame_stack=STACK, n_step=N_STEP),
     )
     server = reverb.Server([table])
     try:

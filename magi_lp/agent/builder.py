@@ -23,6 +23,7 @@ from acme import adders, specs
 from acme.utils import counting, loggers
 
 from magi_lp.agent.actor_core import ActorCore
+from magi_lp.agent.frame_store import FrameReplaySpec
 from magi_lp.agent.learner import Learner
 from magi_lp.agent.replay_schedule import ReplaySchedule
 
@@ -67,24 +68,53 @@ class AgentBuilder(abc.ABC, Generic[Networks, Sample]):
     def replay_schedule(self) -> ReplaySchedule:
         """When learning starts and how often the learner steps per actor step."""
 
-    @abc.abstractmethod
+    def frame_replay(
+        self, environment_spec: specs.EnvironmentSpec | None
+    ) -> FrameReplaySpec | None:
+        """For a pixel agent: what it stores, so that the toolkit serves its replay.
+
+        Return a `FrameReplaySpec` (frame shape, frame stack, n-step, discount, capacity,
+        batch, action spec) and the toolkit makes the replay: the store `config.replay.store`
+        chooses (the device frame store, or the Reverb frame replay), the actors' adders and
+        the learner's iterator of `FrameTransition` batches; `make_replay_tables`,
+        `make_adder` and `make_dataset_iterator` are then not called. The agent never knows
+        which store serves it.
+
+        `environment_spec` is None when the toolkit plans (before any environment exists):
+        give what the config knows; the action shape may be left out then (its bytes are a
+        rounding error next to the frames'). The default (None) means the agent makes its own
+        Reverb tables with the three methods below.
+        """
+        del environment_spec
+        return None
+
     def make_replay_tables(self, environment_spec: specs.EnvironmentSpec) -> list[reverb.Table]:
         """Creates the Reverb tables the adder writes to and the dataset reads from.
 
         Give each table `self.replay_schedule().rate_limiter()` (or another limiter that
         enforces the schedule between independent processes). The single-process runner
         rebuilds the tables without blocking, since it interleaves acting and learning itself.
+        Not called for an agent that gives `frame_replay`.
         """
+        raise NotImplementedError(
+            f"{type(self).__name__} implements neither frame_replay nor make_replay_tables"
+        )
 
-    @abc.abstractmethod
     def make_adder(
         self, replay_client: reverb.Client, environment_spec: specs.EnvironmentSpec
     ) -> adders.Adder:
-        """Creates the adder an actor uses to write experience to replay."""
+        """Creates the adder an actor uses to write experience to replay (not called for an
+        agent that gives `frame_replay`)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} implements neither frame_replay nor make_adder"
+        )
 
-    @abc.abstractmethod
     def make_dataset_iterator(self, replay_client: reverb.Client) -> Iterator[Sample]:
-        """Creates the iterator of training batches the learner consumes."""
+        """Creates the iterator of training batches the learner consumes (not called for an
+        agent that gives `frame_replay`)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} implements neither frame_replay nor make_dataset_iterator"
+        )
 
     @abc.abstractmethod
     def make_learner(

@@ -176,7 +176,7 @@ def n_step_return(
     step_discounts = np.float32(gamma) * np.asarray(discounts, np.float32)
     weight = np.float32(1.0)
     total = np.float32(0.0)
-    for reward, step_discount in zip(np.asarray(rewards, np.float32), step_discounts):
+    for reward, step_discount in zip(np.asarray(rewards, np.float32), step_discounts, strict=True):
         total = np.float32(total + weight * reward)
         weight = np.float32(weight * step_discount)
     return total, weight
@@ -445,9 +445,9 @@ class DeviceFrameStore:
         per_shard = spec.batch_size // self.num_shards
         shard = PartitionSpec(SHARD_AXIS)
 
-        def sample_local(state, visible, key):
+        def sample_local(state, visible, key, step):
             tail, size = visible[0, 0], visible[1, 0]
-            key = jax.random.fold_in(key, jax.lax.axis_index(SHARD_AXIS))
+            key = jax.random.fold_in(jax.random.fold_in(key, step), jax.lax.axis_index(SHARD_AXIS))
             offsets = jax.random.randint(key, (per_shard,), 0, jnp.maximum(size, 1))
             positions = (tail + offsets) % spec.capacity
             slots = state["slots"][0][positions]  # [b, S + n]
@@ -463,7 +463,7 @@ class DeviceFrameStore:
         return _shard_map(
             sample_local,
             mesh=mesh,
-            in_specs=(shard, PartitionSpec(None, SHARD_AXIS), PartitionSpec()),
+            in_specs=(shard, PartitionSpec(None, SHARD_AXIS), PartitionSpec(), PartitionSpec()),
             out_specs=shard,
         )
 
@@ -489,11 +489,12 @@ class DeviceFrameStore:
         *,
         last: bool = False,
         extras: Any = (),
-    ) -> None:
-        """Records writer `writer`'s next step: a_t, then r_t, d_t and the frame it led to."""
+    ) -> int:
+        """Records writer `writer`'s next step: a_t, then r_t, d_t and the frame it led to.
+        Returns the transitions it completed (0 or 1)."""
         with self._lock:
             shard = self._shards[self.shard_of(writer)]
-            shard.add(
+            made = shard.add(
                 writer,
                 self._frame_row(frame),
                 np.asarray(action, self.spec.action_dtype),
@@ -503,6 +504,7 @@ class DeviceFrameStore:
                 bool(last),
             )
             self._after_add(shard)
+        return made
 
     def _frame_row(self, frame: np.ndarray) -> np.ndarray:
         frame = np.asarray(frame)
@@ -595,15 +597,19 @@ class DeviceFrameStore:
         with self._lock:
             return bool((self._visible[1] > 0).all())
 
-    def sample(self, key: jax.Array) -> FrameTransition:
+    def sample(self, key: jax.Array, step: int | None = None) -> FrameTransition:
         """A uniform batch of `spec.batch_size` transitions, on the devices (split over the
-        shards along the batch axis, as a data-parallel update wants it). Flushes first."""
+        shards along the batch axis, as a data-parallel update wants it). Flushes first.
+
+        The draw uses `key` folded with `step` (default: the batches sampled so far) and the
+        shard's index, inside the jitted gather: no key handling on the host."""
         with self._lock:
             self._flush_locked()
             if not (self._visible[1] > 0).all():
                 raise RuntimeError("frame store: sample() before every shard has a transition")
             visible = jax.device_put(self._visible, self._replicated)
-            batch = self._sample(self._state, visible, key)
+            step = self.sampled_batches if step is None else step
+            batch = self._sample(self._state, visible, key, np.int32(step))
             self.sampled_batches += 1
         return batch
 
@@ -695,3 +701,51 @@ class StoreAdder:
 
     def close(self) -> None:
         self._store.flush()
+
+
+class DeviceReplayIterator:
+    """The learner's batches from a `DeviceFrameStore`: each `next()` waits for the replay
+    ratio (`RatioGate`, when given) and returns a batch already on the learner's devices.
+
+    `on_device` tells `JaxLearner` that no prefetch thread or copy is needed: the gather is
+    dispatched asynchronously and runs just before the update that consumes it.
+    """
+
+    on_device = True
+
+    def __init__(
+        self,
+        store: DeviceFrameStore,
+        key: jax.Array,
+        *,
+        gate: Any = None,
+        failure: Callable[[], BaseException | None] = lambda: None,
+    ):
+        """Creates the iterator.
+
+        Args:
+          store: the store to sample.
+          key: the sampling key (folded with the batch index on the device).
+          gate: a `magi_lp.agent.replay_schedule.RatioGate`; None samples whenever the store
+            has data (the single-process runner interleaves by the schedule itself).
+          failure: the writer side's error, if it died (raised here instead of waiting).
+        """
+        self._store = store
+        self._key = key
+        self._gate = gate
+        self._failure = failure
+
+    def __iter__(self) -> DeviceReplayIterator:
+        return self
+
+    def _ready(self) -> bool:
+        error = self._failure()
+        if error is not None:
+            raise error
+        self._store.flush()
+        return self._store.ready()
+
+    def __next__(self) -> FrameTransition:
+        if self._gate is not None and not self._gate.wait_to_sample(self._ready):
+            raise StopIteration
+        return self._store.sample(self._key)

@@ -1,6 +1,7 @@
 """`ReplaySchedule`: the replay ratio, stated once for both runners and for the agent.
 
-The distributed program enforces it with the replay table's rate limiter; the single-process
+The distributed program enforces it with the replay table's rate limiter (with the device
+frame store, the learner's `RatioGate`); the single-process
 runner interleaves learner steps with acting by the same numbers; and an agent whose
 exploration depends on the global step (DrQ-v2) converts learner updates to actor steps with
 `actor_steps_after_updates`, on the learner and on the actors alike.
@@ -12,6 +13,8 @@ use the schedule on a machine without Reverb.
 from __future__ import annotations
 
 import dataclasses
+import threading
+from collections.abc import Callable
 from typing import Any
 
 
@@ -64,3 +67,90 @@ class ReplaySchedule:
         """
         started = updates >= 1
         return started * (self.min_replay_size + (updates - 1) * self.actor_steps_per_update)
+
+
+class RatioGate:
+    """The schedule enforced by a learner that owns its replay (the device frame store).
+
+    With Reverb, the table's `SampleToInsertRatio` limiter holds the learner or the actors
+    back. A store on the learner's device has no limiter between the two, so the learner
+    enforces the same numbers itself: it samples batch k only once `updates_due(inserted)`
+    exceeds k (never ahead of the inserted steps), and its drain thread takes a step from the
+    actors' queue only while `inserted` stays below what the samples so far allow plus
+    `error_buffer` transitions. Once the drain waits, the actors' queue fills and their
+    writes block: a slow learner slows the actors, and a slow actor pool stalls the learner.
+
+    Counts are transitions (items), as the Reverb limiter counts them. Thread-safe; every wait
+    ends at `close()`, so a stop never waits for data.
+    """
+
+    def __init__(self, schedule: ReplaySchedule, *, error_buffer: int | None = None):
+        """Creates the gate.
+
+        Args:
+          schedule: the replay ratio.
+          error_buffer: transitions the drain may run ahead of the exact ratio; default
+            `schedule.error_buffer_factor` updates' worth (100 x actor_steps_per_update), the
+            slack the Reverb limiter allows.
+        """
+        self.schedule = schedule
+        if error_buffer is None:
+            error_buffer = int(schedule.error_buffer_factor * schedule.actor_steps_per_update)
+        self.error_buffer = max(1, int(error_buffer))
+        self.inserted = 0
+        self.sampled = 0
+        self._condition = threading.Condition()
+        self._closed = False
+
+    def insert_limit(self) -> int:
+        """Transitions the samples so far allow in (the drain waits at this many)."""
+        schedule = self.schedule
+        allowed = schedule.min_replay_size + self.sampled * schedule.actor_steps_per_update
+        return int(allowed) + self.error_buffer
+
+    def may_sample(self) -> bool:
+        """Whether the next batch is due by the schedule."""
+        return self.sampled < self.schedule.updates_due(self.inserted)
+
+    def add_inserted(self, count: int) -> None:
+        """Counts transitions written into the store."""
+        if count:
+            with self._condition:
+                self.inserted += count
+                self._condition.notify_all()
+
+    def wait_to_insert(self, timeout: float | None = None) -> bool:
+        """Waits until one more transition may go in; False once closed (or on timeout)."""
+        with self._condition:
+            return (
+                self._condition.wait_for(
+                    lambda: self._closed or self.inserted < self.insert_limit(), timeout
+                )
+                and not self._closed
+            )
+
+    def wait_to_sample(
+        self, ready: Callable[[], bool] = lambda: True, poll_s: float = 0.05
+    ) -> bool:
+        """Waits until the next batch is due and `ready()` (the store has data to sample),
+        then counts it as sampled; False once closed."""
+        with self._condition:
+            while not self._closed:
+                if self.may_sample() and ready():
+                    self.sampled += 1
+                    self._condition.notify_all()
+                    return True
+                self._condition.wait(poll_s)
+            return False
+
+    def restore(self, inserted: int, sampled: int) -> None:
+        """Counts restored with a replay checkpoint."""
+        with self._condition:
+            self.inserted, self.sampled = int(inserted), int(sampled)
+            self._condition.notify_all()
+
+    def close(self) -> None:
+        """Ends every wait, now and later."""
+        with self._condition:
+            self._closed = True
+            self._condition.notify_all()

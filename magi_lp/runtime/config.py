@@ -72,10 +72,38 @@ class CheckpointSettings:
 
     enabled: bool = True  # learner checkpoints under <workdir>/checkpoints/learner
     every_minutes: float = 10.0  # time between periodic learner checkpoints
-    reverb: bool = False  # also checkpoint the replay at stop, and restore it on relaunch
+    reverb: bool = False  # Reverb store: checkpoint the replay server at stop, restore on relaunch
+    replay: bool = False  # device store: save it with each learner checkpoint, restore it too
 
     def __post_init__(self) -> None:
         _fail_unless(self.every_minutes > 0, "checkpoint.every_minutes", "> 0", self.every_minutes)
+
+
+REPLAY_STORES = ("auto", "device", "reverb")
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplaySettings:
+    """`config.replay`: where a pixel agent's frame replay lives (magi_lp.agent.frame_store).
+
+    Only agents whose builder gives a `frame_replay` spec use it (DrQ-v2); others (TD3)
+    keep their own Reverb tables.
+    """
+
+    # 'device': frames on the learner's device(s), sampled there; actors send each step once
+    # through a Reverb queue. 'reverb': the Reverb frame replay, sampled on the learner's
+    # CPU. 'auto': device where the learner's device has room for it, else reverb.
+    store: str = "auto"
+    queue_steps: int = 500  # device store: steps in flight from actors to the learner
+
+    def __post_init__(self) -> None:
+        _fail_unless(
+            self.store in REPLAY_STORES,
+            "replay.store",
+            " or ".join(repr(s) for s in REPLAY_STORES),
+            self.store,
+        )
+        _fail_unless(self.queue_steps >= 1, "replay.queue_steps", ">= 1", self.queue_steps)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -331,6 +359,7 @@ def experiment_defaults() -> ml_collections.ConfigDict:
     """
     config = ml_collections.ConfigDict(dataclasses.asdict(RunSettings()))
     config.checkpoint = ml_collections.ConfigDict(dataclasses.asdict(CheckpointSettings()))
+    config.replay = ml_collections.ConfigDict(dataclasses.asdict(ReplaySettings()))
     config.evaluation = ml_collections.ConfigDict(dataclasses.asdict(EvaluationSettings()))
     config.logging = ml_collections.ConfigDict(dataclasses.asdict(LoggingSettings()))
     config.debug = ml_collections.ConfigDict(dataclasses.asdict(DebugSettings()))
@@ -343,7 +372,7 @@ def experiment_defaults() -> ml_collections.ConfigDict:
     return config
 
 
-_SECTIONS = ("checkpoint", "evaluation", "logging", "debug", "resources", "env", "agent")
+_SECTIONS = ("checkpoint", "replay", "evaluation", "logging", "debug", "resources", "env", "agent")
 # Optional: configs written before it existed still validate; the cluster launchers require it.
 _OPTIONAL_SECTIONS = ("hosts",)
 
@@ -434,6 +463,7 @@ def validate_experiment_config(config: ml_collections.ConfigDict) -> RunSettings
     if "hosts" in config:
         validate_hosts_config(config)
     typed_section(CheckpointSettings, config.checkpoint, "checkpoint.")
+    typed_section(ReplaySettings, config.replay, "replay.")
     typed_section(EvaluationSettings, config.evaluation, "evaluation.")
     typed_section(LoggingSettings, config.logging, "logging.")
     typed_section(DebugSettings, config.debug, "debug.")

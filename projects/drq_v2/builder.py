@@ -26,6 +26,7 @@ from collections.abc import Iterator
 
 import jax
 import ml_collections
+import numpy as np
 import reverb
 from acme import adders, specs
 from acme.utils import counting, loggers
@@ -38,6 +39,7 @@ from magi_lp.agent.frame_replay import (
     make_frame_replay_dataset,
     make_frame_replay_table,
 )
+from magi_lp.agent.frame_store import FrameReplaySpec
 from magi_lp.agent.frame_window import FrameTransition
 from projects.drq_v2.acting import DrQActorState, make_actor_core
 from projects.drq_v2.config import replay_schedule, validate_config
@@ -62,6 +64,7 @@ class DrQBuilder(AgentBuilder[DrQNetworks, FrameTransition]):
         action_repeat: int,
         table_name: str = TABLE_NAME,
         replay_writers: int = 1,
+        image_size: int = 84,
     ):
         """Creates the builder.
 
@@ -75,6 +78,7 @@ class DrQBuilder(AgentBuilder[DrQNetworks, FrameTransition]):
             actor): each sends its share of `min_replay_size` items unchunked
             (`FrameStackAdder`'s `eager_items`), so the replay reaches the size learning
             starts at sooner, and no adder stays in that slower mode any longer.
+          image_size: rendered frames are image_size x image_size RGB (`env.image_size`).
         """
         for name, value in (
             ("env.frame_stack", frame_stack),
@@ -89,6 +93,26 @@ class DrQBuilder(AgentBuilder[DrQNetworks, FrameTransition]):
         if isinstance(replay_writers, bool) or not isinstance(replay_writers, int):
             raise ConfigError(f"replay_writers must be an integer >= 1, got {replay_writers!r}")
         self._replay_writers = max(replay_writers, 1)
+        self._image_size = int(image_size)
+
+    def frame_replay(self, environment_spec: specs.EnvironmentSpec | None) -> FrameReplaySpec:
+        """Frames of `image_size`^2 RGB, stacked `frame_stack`, n-step transitions."""
+        frame_shape = (self._image_size, self._image_size, 3)
+        actions = None if environment_spec is None else environment_spec.actions
+        if environment_spec is not None:
+            frame_shape = frame_shape_from_observation(
+                environment_spec.observations.shape, self._frame_stack
+            )
+        return FrameReplaySpec(
+            frame_shape=tuple(frame_shape),
+            frame_stack=self._frame_stack,
+            n_step=int(self._config.n_step),
+            discount=float(self._config.discount),
+            capacity=int(self._config.replay_buffer_size),
+            batch_size=int(self._config.batch_size),
+            action_shape=() if actions is None else tuple(actions.shape),
+            action_dtype="float32" if actions is None else str(np.dtype(actions.dtype)),
+        )
 
     def replay_schedule(self) -> ReplaySchedule:
         return replay_schedule(self._config, self._action_repeat)
