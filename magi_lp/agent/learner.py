@@ -90,7 +90,8 @@ class JaxLearner(Learner, Generic[State]):
           logger: gets one row of metrics and counts per step.
           prefetch: batches a background thread keeps ready on the learner's device
             (`magi_lp.agent.prefetch.DevicePrefetcher`), so sampling and the copy overlap
-            the update; 0 pulls each batch when the update needs it.
+            the update; 0 pulls each batch when the update needs it. Ignored for an
+            iterator whose batches are already on the device (`on_device = True`).
           example_batch: optional pytree of `jax.ShapeDtypeStruct` shaped exactly like the
             batches: the update is compiled ahead, on a background thread, while the
             replay is still filling (the first `step()` waits for it).
@@ -113,6 +114,10 @@ class JaxLearner(Learner, Generic[State]):
             state = self.data_parallel.put_state(state)
         self._state = state
         put = jax.device_put if self.data_parallel is None else self.data_parallel.put_batch
+        # A replay on the learner's own device (magi_lp.agent.frame_store) hands out batches
+        # already there, split as the update wants them: nothing to copy or prefetch.
+        if getattr(iterator, "on_device", False):
+            prefetch = 0
         self._iterator = (
             DevicePrefetcher(iterator, size=prefetch, put=put) if prefetch else iterator
         )
