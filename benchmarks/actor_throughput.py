@@ -104,6 +104,7 @@ def _runner(name: str, experiment: Any, spec: Any, replay_client: Any) -> tuple[
 
     from magi_lp.agent.actor import GenericActor
     from magi_lp.agent.variable_client import VariableClient
+    from magi_lp.runtime import replay as replay_lib
     from magi_lp.runtime.acting_loop import ActingLoop
 
     config = experiment.config
@@ -134,7 +135,11 @@ def _runner(name: str, experiment: Any, spec: Any, replay_client: Any) -> tuple[
         policy = _random_core(spec.actions.shape[0])
     else:
         policy = builder.make_policy(networks, spec, False)
-    adder = builder.make_adder(replay_client, spec) if name == "drq_replay" else None
+    adder = (
+        replay_lib.make_adder(experiment, spec, replay_client, writer=0)
+        if name == "drq_replay"
+        else None
+    )
     client = VariableClient(source, "policy", update_period=config.variable_update_period)
     actor = GenericActor(policy, jax.random.PRNGKey(1), client, adder)
     loop = ActingLoop(
@@ -156,6 +161,8 @@ def _runner(name: str, experiment: Any, spec: Any, replay_client: Any) -> tuple[
 
 
 def measure(quick: bool) -> dict:
+    from magi_lp.runtime import replay as replay_lib
+
     core = pin_to_one_core()
     import reverb
 
@@ -165,7 +172,7 @@ def measure(quick: bool) -> dict:
     repeat = int(config.env.action_repeat)
     from magi_lp.runtime.single_process import without_rate_limit
 
-    tables = experiment.builder.make_replay_tables(spec)
+    tables = replay_lib.make_replay_tables(experiment, spec)
     server = reverb.Server([without_rate_limit(table) for table in tables])
     client = reverb.Client(f"localhost:{server.port}")
 
@@ -201,9 +208,8 @@ def measure(quick: bool) -> dict:
                 }
             )
             progress(f"round {round_index + 1} {name}: {taken * repeat / wall:.1f} frames/s")
-    from projects.drq_v2.builder import TABLE_NAME
 
-    items = int(client.server_info()[TABLE_NAME].current_size)
+    items = int(client.server_info()[replay_lib.FRAME_TABLE].current_size)
     server.stop()
 
     variants = {}

@@ -79,6 +79,7 @@ def _runner(k: int, experiment: Any, spec: Any, replay_client: Any) -> tuple[Any
     from benchmarks.actor_throughput import _InProcessVariables
     from magi_lp.agent.actor import BatchedActor, GenericActor
     from magi_lp.agent.variable_client import VariableClient
+    from magi_lp.runtime import replay as replay_lib
     from magi_lp.runtime.acting_loop import ActingLoop, BatchedActingLoop
     from magi_lp.runtime.seeding import node_seed
 
@@ -118,7 +119,10 @@ def _runner(k: int, experiment: Any, spec: Any, replay_client: Any) -> tuple[Any
     repeat = int(config.env.action_repeat)
     if k == 1:
         actor = GenericActor(
-            policy, jax.random.PRNGKey(1), client, builder.make_adder(replay_client, spec)
+            policy,
+            jax.random.PRNGKey(1),
+            client,
+            replay_lib.make_adder(experiment, spec, replay_client, writer=0),
         )
         loop = ActingLoop(
             environments[0],
@@ -132,7 +136,7 @@ def _runner(k: int, experiment: Any, spec: Any, replay_client: Any) -> tuple[Any
             policy,
             list(jax.random.split(jax.random.PRNGKey(1), k)),
             client,
-            [builder.make_adder(replay_client, spec) for _ in range(k)],
+            [replay_lib.make_adder(experiment, spec, replay_client, writer=j) for j in range(k)],
         )
         loop = BatchedActingLoop(
             environments,
@@ -154,6 +158,8 @@ def _name(k: int) -> str:
 
 
 def measure(quick: bool) -> dict:
+    from magi_lp.runtime import replay as replay_lib
+
     core = pin_to_one_core()
     import reverb
 
@@ -163,7 +169,7 @@ def measure(quick: bool) -> dict:
     config = experiment.config
     spec = experiment.get_environment_spec()
     repeat = int(config.env.action_repeat)
-    tables = experiment.builder.make_replay_tables(spec)
+    tables = replay_lib.make_replay_tables(experiment, spec)
     server = reverb.Server([without_rate_limit(table) for table in tables])
     client = reverb.Client(f"localhost:{server.port}")
 

@@ -94,13 +94,15 @@ def _table(layout: str, max_size: int):
     from acme import types
     from acme.adders.reverb import NStepTransitionAdder
 
+    from magi_lp.runtime import replay as replay_lib
+
     spec = environment_spec()
     if layout == "frame_replay":
         # The builder's own table (FIFO, max_size = replay_buffer_size, not rate limited
         # as in one process; the limiter does not change what an item costs).
         from magi_lp.runtime.single_process import without_rate_limit
 
-        (table,) = _experiment().builder.make_replay_tables(spec)
+        (table,) = replay_lib.make_replay_tables(_experiment(), spec)
         return without_rate_limit(table)
     if layout == "acme_nstep":
         signature = NStepTransitionAdder.signature(spec)
@@ -158,12 +160,14 @@ def render_episodes(transitions: int, seed: int = 0) -> list[list]:
 
 
 def _insert(layout: str, client, episodes: list[list], chunk_length: int) -> None:
+    from magi_lp.runtime import replay as replay_lib
+
     if layout == "naive_copy":
         _insert_copies(client, episodes, chunk_length)
         return
     if layout == "frame_replay":
         # The builder's adder, as actors make it (chunks of DEFAULT_CHUNK_LENGTH frames).
-        adder = _experiment().builder.make_adder(client, environment_spec())
+        adder = replay_lib.make_adder(_experiment(), environment_spec(), client, writer=0)
     else:
         from acme.adders.reverb import NStepTransitionAdder
 
@@ -239,8 +243,12 @@ def sample_rate(layout: str, client, batches: int) -> tuple[float, float]:
     `make_reverb_dataset` (batch 256, 2 readers). CPU time counts every thread of this process
     (Reverb readers, tf.data), so it stays meaningful on a shared machine; the rate does not.
     """
+    from magi_lp.runtime import replay as replay_lib
+
     if layout == "frame_replay":
-        iterator = _experiment().builder.make_dataset_iterator(client)
+        iterator = replay_lib.make_learner_replay(
+            _experiment(), environment_spec(), replay_client=client
+        ).iterator
     else:
         from acme.datasets.reverb import make_reverb_dataset
 

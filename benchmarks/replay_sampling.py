@@ -59,11 +59,11 @@ def subprocess_env() -> dict[str, str]:
 def _dataset(config, client, pipeline: str, threads: int):
     """The DrQ builder's dataset (its table and settings) with `threads` sampling threads."""
     from magi_lp.agent.frame_replay import make_frame_replay_dataset
-    from projects.drq_v2.builder import TABLE_NAME
+    from magi_lp.runtime import replay as replay_lib
 
     return make_frame_replay_dataset(
         client.server_address,
-        TABLE_NAME,
+        replay_lib.FRAME_TABLE,
         batch_size=BATCH_SIZE,
         frame_stack=int(config.env.frame_stack),
         n_step=int(config.agent.n_step),

@@ -29,10 +29,12 @@ from magi_lp.agent.frame_replay import frame_transition_shape
 from magi_lp.agent.variable_client import VariableClient
 from magi_lp.errors import ConfigError
 from magi_lp.placement.resources import ResourceSpec, resource_spec
-from magi_lp.runtime.config import validate_experiment_config
+from magi_lp.runtime import replay as replay_lib
+from magi_lp.runtime.config import experiment_defaults, validate_experiment_config
+from magi_lp.runtime.experiment import Experiment
 from magi_lp.runtime.single_process import without_rate_limit
 from projects.drq_v2.acting import GLOBAL_AGENT_STEPS, make_actor_core
-from projects.drq_v2.builder import TABLE_NAME, DrQBuilder
+from projects.drq_v2.builder import DrQBuilder
 from projects.drq_v2.config import TASK_DIFFICULTY, get_agent_config
 from projects.drq_v2.experiment import environment_factory, make_experiment
 from projects.drq_v2.learning import batch_observations
@@ -47,6 +49,14 @@ N_STEP = 3
 STACK = 3
 ACTION_REPEAT = 2
 GAMMA = 0.99
+
+
+def _replay_experiment(builder, *, num_actors: int = 1, store: str = "reverb") -> Experiment:
+    """What the toolkit's replay functions need of an experiment: the builder and config."""
+    config = experiment_defaults()
+    config.num_actors = num_actors
+    config.replay.store = store
+    return Experiment(builder, environment_factory=None, network_factory=None, config=config)
 
 
 def _tiny_agent_config():
@@ -104,8 +114,8 @@ def test_replay_schedule_counts_agent_steps_from_frames(environment_spec):
     assert schedule.samples_per_insert == 128
 
     config = _tiny_agent_config()
-    builder = DrQBuilder(config, frame_stack=STACK, action_repeat=ACTION_REPEAT)
-    (table,) = builder.make_replay_tables(environment_spec)
+    builder = DrQBuilder(config, frame_stack=STACK, action_repeat=ACTION_REPEAT, image_size=IMAGE)
+    (table,) = replay_lib.make_replay_tables(_replay_experiment(builder), environment_spec)
     info = table.info
     assert info.max_size == 1_000
     assert info.rate_limiter_info.min_size_to_sample == 10
@@ -122,17 +132,17 @@ def test_replay_schedule_counts_agent_steps_from_frames(environment_spec):
 def test_each_replay_writer_sends_its_share_of_the_first_items_at_once(writers, eager):
     # 4,000 frames / action repeat 2 = 2,000 items before learning, shared by the adders.
     config = get_agent_config("reacher", "hard")
-    builder = DrQBuilder(config, frame_stack=3, action_repeat=2, replay_writers=writers)
+    builder = DrQBuilder(config, frame_stack=3, action_repeat=2, image_size=8)
     spec = specs.EnvironmentSpec(
         observations=specs.BoundedArray((8, 8, 9), np.uint8, 0, 255),
         actions=specs.BoundedArray((2,), np.float32, -1.0, 1.0),
         rewards=specs.Array((), np.float32),
         discounts=specs.BoundedArray((), np.float32, 0.0, 1.0),
     )
-    adder = builder.make_adder(reverb.Client("localhost:1"), spec)  # connects on first add
+    experiment = _replay_experiment(builder, num_actors=writers)
+    # Connects on its first add.
+    adder = replay_lib.make_adder(experiment, spec, reverb.Client("localhost:1"), writer=0)
     assert adder._eager_items == eager
-    with pytest.raises(ConfigError, match="replay_writers"):
-        DrQBuilder(config, frame_stack=3, action_repeat=2, replay_writers=1.5)
 
 
 def _key(observation) -> bytes:
@@ -141,12 +151,13 @@ def _key(observation) -> bytes:
 
 def test_table_adder_dataset_learner_and_actors_on_a_real_server(environment_spec):
     config = _tiny_agent_config()
-    builder = DrQBuilder(config, frame_stack=STACK, action_repeat=ACTION_REPEAT)
-    tables = builder.make_replay_tables(environment_spec)
+    builder = DrQBuilder(config, frame_stack=STACK, action_repeat=ACTION_REPEAT, image_size=IMAGE)
+    experiment = _replay_experiment(builder)
+    tables = replay_lib.make_replay_tables(experiment, environment_spec)
     server = reverb.Server([without_rate_limit(table) for table in tables])
     try:
         client = reverb.Client(f"localhost:{server.port}")
-        adder = builder.make_adder(client, environment_spec)
+        adder = replay_lib.make_adder(experiment, environment_spec, client, writer=0)
 
         # One real pixel episode of 30 agent steps, recorded for the reference.
         environment = _environment(seed=1, max_episode_frames=60)
@@ -166,10 +177,12 @@ def test_table_adder_dataset_learner_and_actors_on_a_real_server(environment_spe
         assert len(actions) == 30 and timestep.discount == 1.0  # a time limit, not a failure
         # Random actions tell the transitions apart.
         index = {_key(action): t for t, action in enumerate(actions)}
-        table = client.server_info()[TABLE_NAME]
+        table = client.server_info()[replay_lib.FRAME_TABLE]
         assert table.current_size == 30 - N_STEP + 1
 
-        dataset = builder.make_dataset_iterator(client)
+        dataset = replay_lib.make_learner_replay(
+            experiment, environment_spec, replay_client=client
+        ).iterator
         batch = next(dataset)
         # Only each transition's unique frames travel; the update stacks them on its device.
         assert batch.frames.shape == (BATCH, STACK + N_STEP, IMAGE, IMAGE, 3)

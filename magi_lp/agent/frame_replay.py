@@ -70,7 +70,11 @@ from absl import logging
 from acme import specs, types
 from acme.adders import base as adders_base
 
-from magi_lp.agent.frame_window import FrameTransition
+from magi_lp.agent.frame_window import (
+    FrameTransition,
+    NewestFrames,
+    frame_shape_from_observation,  # noqa: F401  (re-exported: tests, older callers)
+)
 from magi_lp.errors import ConfigError
 
 CHUNK_TARGET_BYTES = 2 * 65536
@@ -107,19 +111,6 @@ class FrameWindow(NamedTuple):
 def _check_positive(name: str, value: int) -> None:
     if not isinstance(value, (int, np.integer)) or value < 1:
         raise ConfigError(f"{name} must be a positive integer, got {value!r}.")
-
-
-def frame_shape_from_observation(observation_shape: Sequence[int], frame_stack: int) -> tuple:
-    """Returns the shape [H, W, C] of one frame of a stacked [H, W, C * frame_stack] one."""
-    _check_positive("frame_stack", frame_stack)
-    if len(observation_shape) != 3 or observation_shape[-1] % frame_stack:
-        raise ConfigError(
-            f"A stacked pixel observation must be [H, W, C * frame_stack]; got shape "
-            f"{tuple(observation_shape)} with frame_stack={frame_stack}. Check the "
-            f"environment's frame stacking against config frame_stack."
-        )
-    height, width, channels = observation_shape
-    return (int(height), int(width), int(channels) // frame_stack)
 
 
 def frame_replay_signature(
@@ -298,7 +289,9 @@ class FrameStackAdder(adders_base.Adder):
         self._items_created = 0
         self._writer: reverb.TrajectoryWriter | None = None
         self._configured_paths: set = set()
-        self._previous_observation: np.ndarray | None = None
+        self._frames = NewestFrames(
+            frame_stack=frame_stack, channels=channels, check=check_stacking
+        )
         self._env_steps = 0  # environment steps taken in the current episode
 
     @property
@@ -329,37 +322,16 @@ class FrameStackAdder(adders_base.Adder):
                 self._configured_paths.add(path)
         writer.append(step)
 
-    def _newest_frame(self, observation: Any) -> np.ndarray:
-        observation = np.asarray(observation)
-        expected_channels = self._channels * self._frame_stack
-        if observation.ndim != 3 or observation.shape[-1] != expected_channels:
-            raise ValueError(
-                f"FrameStackAdder expects stacked observations [H, W, {expected_channels}] "
-                f"(channels={self._channels} x frame_stack={self._frame_stack}), got shape "
-                f"{observation.shape}."
-            )
-        return np.ascontiguousarray(observation[..., -self._channels :])
-
     def add_first(self, timestep: dm_env.TimeStep) -> None:
         """Starts an episode with its first (padded) stacked observation."""
         if not timestep.first():
             raise ValueError("add_first needs the first timestep of an episode.")
-        if self._env_steps or self._previous_observation is not None:
+        if self._env_steps or self._frames.in_episode:
             # The previous episode was cut short without reset(); close it first.
             self.reset()
-        frame = self._newest_frame(timestep.observation)
-        observation = np.asarray(timestep.observation)
-        if self._check_stacking:
-            repeated = np.concatenate([frame] * self._frame_stack, axis=-1)
-            if not np.array_equal(observation, repeated):
-                raise ValueError(
-                    "The first observation of an episode must repeat its first frame "
-                    f"{self._frame_stack} times along the channel axis (the frame-stacking "
-                    "wrapper's padding); this one does not."
-                )
+        frame = self._frames.first(timestep.observation)
         for _ in range(self._frame_stack):
             self._append({"frame": frame})
-        self._previous_observation = observation.copy()
         self._env_steps = 0
 
     def add(
@@ -369,19 +341,7 @@ class FrameStackAdder(adders_base.Adder):
         extras: types.NestedArray = (),
     ) -> None:
         """Records a_t and the timestep it led to; writes the transition now complete."""
-        if self._previous_observation is None:
-            raise ValueError("add_first must be called before add.")
-        observation = np.asarray(next_timestep.observation)
-        frame = self._newest_frame(observation)
-        if self._check_stacking:
-            channels = self._channels
-            if not np.array_equal(
-                observation[..., :-channels], self._previous_observation[..., channels:]
-            ):
-                raise ValueError(
-                    "Each observation must be the previous one shifted by one frame "
-                    "(oldest frame first along the channel axis); this one is not."
-                )
+        frame = self._frames.next(next_timestep.observation)
         step = {
             "frame": frame,
             "action": action,
@@ -394,7 +354,6 @@ class FrameStackAdder(adders_base.Adder):
         if has_extras:
             step["extras"] = extras
         self._append(step)
-        self._previous_observation = observation.copy()
         self._env_steps += 1
 
         if self._env_steps >= self._n_step:
@@ -435,7 +394,7 @@ class FrameStackAdder(adders_base.Adder):
         """Ends the episode: sends its pending items and clears the writer's history."""
         if self._writer is not None:
             self._writer.end_episode(clear_buffers=True, timeout_ms=timeout_ms)
-        self._previous_observation = None
+        self._frames.reset()
         self._env_steps = 0
 
     def close(self) -> None:

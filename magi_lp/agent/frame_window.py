@@ -21,6 +21,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from magi_lp.errors import ConfigError
+
 
 class FrameTransition(NamedTuple):
     """A batch of n-step transitions whose observations are still a window of frames.
@@ -60,6 +62,22 @@ def window_observations(frames: Any, n_step: int) -> tuple[Any, Any]:
             f"a window of {window} frames cannot hold n_step={n_step} plus a frame stack >= 1"
         )
     return stack_frames(frames[:, :frame_stack]), stack_frames(frames[:, n_step:])
+
+
+def frame_shape_from_observation(observation_shape: Any, frame_stack: int) -> tuple:
+    """Returns the shape [H, W, C] of one frame of a stacked [H, W, C * frame_stack] one."""
+    if isinstance(frame_stack, bool) or not isinstance(frame_stack, (int, np.integer)):
+        raise ConfigError(f"frame_stack must be a positive integer, got {frame_stack!r}.")
+    if frame_stack < 1:
+        raise ConfigError(f"frame_stack must be a positive integer, got {frame_stack!r}.")
+    if len(observation_shape) != 3 or observation_shape[-1] % frame_stack:
+        raise ConfigError(
+            f"A stacked pixel observation must be [H, W, C * frame_stack]; got shape "
+            f"{tuple(observation_shape)} with frame_stack={frame_stack}. Check the "
+            f"environment's frame stacking against config frame_stack."
+        )
+    height, width, channels = observation_shape
+    return (int(height), int(width), int(channels) // frame_stack)
 
 
 class NewestFrames:

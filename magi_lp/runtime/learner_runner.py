@@ -8,6 +8,7 @@ and serves parameters through `get_variables` (a Courier method in the distribut
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -30,6 +31,16 @@ class CheckpointReadError(RuntimeError):
     """Checkpoints exist but none of them can be read; the message says what to do."""
 
 
+@dataclasses.dataclass(frozen=True)
+class ReplayCheckpoint:
+    """A replay saved beside the learner (`checkpoint.replay`): in its own folder, at the
+    learner's steps, so a learner checkpoint reads the same with or without it."""
+
+    checkpointer: Checkpointer
+    save: Callable[[], Any]
+    restore: Callable[[Any], None]
+
+
 class LearnerRunner:
     """Steps a learner and checkpoints it; restores from the workdir on start."""
 
@@ -43,6 +54,7 @@ class LearnerRunner:
         restore_counts: Callable[[dict[str, Any]], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         closeables: Sequence[Any] = (),
+        replay: ReplayCheckpoint | None = None,
     ):
         """Creates the runner and restores the latest checkpoint if there is one.
 
@@ -55,6 +67,7 @@ class LearnerRunner:
           restore_counts: puts restored counts back into the program's counter.
           clock: seconds, for the checkpoint period (tests pass a fake one).
           closeables: what `close()` closes with the runner (e.g. the learner's logger).
+          replay: the replay to save with every checkpoint and restore with it.
         """
         self._closeables = list(closeables)
         self._learner = learner
@@ -82,6 +95,17 @@ class LearnerRunner:
                 self.restored_step,
                 self.restored_counts,
             )
+        self._replay = replay
+        self.restored_replay_step: int | None = None
+        if replay is not None and replay.checkpointer.latest_step() is not None:
+            found = replay.checkpointer.restore_newest_readable(target_like=replay.save())
+            if found is not None:
+                self.restored_replay_step, saved, _ = found
+                replay.restore(saved)
+                console.say(
+                    f"replay restored from its checkpoint at learner step {found[0]}",
+                    source="checkpoint",
+                )
         self._steps = self.restored_step or 0
         self._periodic = (
             None
@@ -132,6 +156,9 @@ class LearnerRunner:
                 self._periodic.save_now()
 
     def _snapshot(self) -> Snapshot:
+        if self._replay is not None:
+            # Written first: a learner checkpoint then never names a replay that is missing.
+            self._replay.checkpointer.save(self._steps, self._replay.save())
         return Snapshot(self._steps, self._learner.save(), {"counts": self._counts_or_last()})
 
     def _counts_or_last(self, timeout_s: float = 5.0) -> dict[str, Any]:

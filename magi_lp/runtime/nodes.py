@@ -30,12 +30,14 @@ from magi_lp.agent.device_check import DeviceCheck
 from magi_lp.agent.learner import JaxLearner
 from magi_lp.agent.variable_client import VariableClient
 from magi_lp.console import say
+from magi_lp.runtime import replay as replay_lib
 from magi_lp.runtime import seeding
 from magi_lp.runtime.acting_loop import ActingLoop, BatchedActingLoop
 from magi_lp.runtime.checkpointing import Checkpointer, CheckpointWriteError
 from magi_lp.runtime.experiment import Experiment
-from magi_lp.runtime.learner_runner import LearnerRunner
+from magi_lp.runtime.learner_runner import LearnerRunner, ReplayCheckpoint
 from magi_lp.runtime.node_setup import prepare_node_process
+from magi_lp.runtime.replay import LearnerReplay
 
 StopFn = Callable[[], bool]
 
@@ -48,18 +50,26 @@ def checkpoint_dir(workdir: str | Path) -> Path:
     return Path(workdir) / "checkpoints" / "learner"
 
 
+def replay_checkpoint_dir(workdir: str | Path) -> Path:
+    """Where the device store's checkpoints live (`checkpoint.replay`)."""
+    return Path(workdir) / "checkpoints" / "replay_store"
+
+
 def make_learner_runner(
     experiment: Experiment,
     environment_spec: specs.EnvironmentSpec,
-    replay_client: Any,
+    replay: LearnerReplay,
     counter: Any,
     workdir: str,
     logger_factory: Callable[..., Any],
 ) -> LearnerRunner:
     """The agent's learner, restored from the workdir's latest checkpoint if there is one.
 
+    `replay` is the learner's side of the replay (`magi_lp.runtime.replay.make_learner_replay`).
     `counter` is the program's counter (a Courier handle, or the in-process counter): the
     learner counts under the prefix "learner", and checkpoints save and restore its counts.
+    With `checkpoint.replay` a device store is saved beside each learner checkpoint and
+    restored with it.
     """
     config = experiment.config
     builder = experiment.builder
@@ -67,21 +77,28 @@ def make_learner_runner(
     learner = builder.make_learner(
         random_key=seeding.node_key(config.seed, "learner"),
         networks=experiment.network_factory(environment_spec),
-        dataset=builder.make_dataset_iterator(replay_client),
+        dataset=replay.iterator,
         environment_spec=environment_spec,
         logger=logger,
         counter=counting.Counter(counter, prefix="learner", time_delta=0.0),
     )
     if config.debug.check_devices and isinstance(learner, JaxLearner):
         learner.check_devices("learner")
-    checkpointer = Checkpointer(checkpoint_dir(workdir)) if config.checkpoint.enabled else None
+    enabled = config.checkpoint.enabled
+    checkpointer = Checkpointer(checkpoint_dir(workdir)) if enabled else None
+    replay_checkpoint = None
+    if enabled and config.checkpoint.get("replay", False) and replay.store is not None:
+        replay_checkpoint = ReplayCheckpoint(
+            Checkpointer(replay_checkpoint_dir(workdir), max_to_keep=1), replay.save, replay.restore
+        )
     return LearnerRunner(
         learner,
         checkpointer,
         checkpoint_minutes=config.checkpoint.every_minutes,
         get_counts=counter.get_counts,
         restore_counts=lambda counts: counter.increment(**counts),
-        closeables=[logger],
+        closeables=[logger, replay],
+        replay=replay_checkpoint,
     )
 
 
@@ -136,7 +153,10 @@ def make_acting_loop(
             policy,
             list(jax.random.split(key, k)),
             variables,
-            [builder.make_adder(replay_client, environment_spec) for _ in range(k)],
+            [
+                replay_lib.make_adder(experiment, environment_spec, replay_client, index * k + j)
+                for j in range(k)
+            ],
             device_check=check,
         )
         return BatchedActingLoop(
@@ -151,7 +171,9 @@ def make_acting_loop(
         policy,
         key,
         variables,
-        None if evaluation else builder.make_adder(replay_client, environment_spec),
+        None
+        if evaluation
+        else replay_lib.make_adder(experiment, environment_spec, replay_client, index * k),
         device_check=check,
     )
     if evaluation:
@@ -190,6 +212,28 @@ def evaluate(loop: ActingLoop, episodes: int, should_stop: StopFn = lambda: Fals
     return loop.run(should_stop, num_episodes=episodes)
 
 
+def _make_learner_node_runner(
+    experiment: Experiment,
+    environment_spec: specs.EnvironmentSpec,
+    replay_client: Any,
+    counter: Any,
+    workdir: str,
+    logger_factory: Callable[..., Any],
+) -> tuple[LearnerRunner, LearnerReplay]:
+    """The learner node's replay side (a device store starts draining the queue at once)
+    and its runner."""
+    replay = replay_lib.make_learner_replay(
+        experiment,
+        environment_spec,
+        replay_client=replay_client,
+        key=seeding.node_key(experiment.config.seed, "replay"),
+    )
+    runner = make_learner_runner(
+        experiment, environment_spec, replay, counter, workdir, logger_factory
+    )
+    return runner, replay
+
+
 class LearnerNode:
     """The learner process: serves at once, then builds, restores, steps until the program
     stops, and checkpoints.
@@ -212,7 +256,7 @@ class LearnerNode:
     ):
         prepare_node_process()
         self._make_runner = functools.partial(
-            make_learner_runner,
+            _make_learner_node_runner,
             experiment,
             environment_spec,
             replay_client,
@@ -222,6 +266,7 @@ class LearnerNode:
         )
         self._built = threading.Event()
         self._runner: LearnerRunner | None = None
+        self._replay: LearnerReplay | None = None
 
     def _build(self) -> LearnerRunner:
         """Builds the learner (once); `run()` calls it after the server is up. Private, so
@@ -229,7 +274,7 @@ class LearnerNode:
         if self._runner is None:
             start = time.monotonic()
             try:
-                self._runner = self._make_runner()
+                self._runner, self._replay = self._make_runner()
             finally:
                 self._built.set()  # callers waiting for a failed build fail, not hang
             say(
@@ -247,6 +292,11 @@ class LearnerNode:
     def get_variables(self, names: Sequence[str]) -> list[Any]:
         """Parameters for actors and evaluators (waits for the build)."""
         return self._built_runner().get_variables(names)
+
+    def replay_info(self) -> dict[str, Any]:
+        """The device store's numbers for the status view ({} before the build, and for a
+        Reverb store, which the probe asks Reverb about)."""
+        return {} if self._replay is None else self._replay.info()
 
     def save(self) -> int:
         """Checkpoints now; returns the learner step saved (the coordinator calls it at stop)."""

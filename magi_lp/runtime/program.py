@@ -16,6 +16,7 @@ import reverb
 from acme import specs
 
 from magi_lp.placement.plan import PlacementPlan
+from magi_lp.runtime import replay as replay_lib
 from magi_lp.runtime.experiment import Experiment
 from magi_lp.runtime.node_setup import prepare_node_process
 from magi_lp.runtime.nodes import (
@@ -34,7 +35,8 @@ _RPC_TIMEOUT_S = 120.0
 
 def _replay_tables(experiment: Experiment, environment_spec: specs.EnvironmentSpec) -> list:
     prepare_node_process()
-    return experiment.builder.make_replay_tables(environment_spec)
+    # The frame replay, the device store's step queue, or the builder's own tables.
+    return replay_lib.make_replay_tables(experiment, environment_spec)
 
 
 def replay_checkpointer(workdir: str) -> reverb.checkpointers.DefaultCheckpointer:

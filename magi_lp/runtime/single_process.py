@@ -2,11 +2,13 @@
 
 The learner, actor and evaluator are built exactly as in the distributed program
 (`magi_lp.runtime.nodes.make_learner_runner` / `make_acting_loop`); only the transport
-differs. The Reverb server runs in this process, and this runner owns what changes with the
-mode: it rebuilds the builder's replay tables without their rate limiters (as Acme's
-`run_experiment` does), because one thread that must never block on a table interleaves
-acting and learning itself, one learner step every `ReplaySchedule.actor_steps_per_update`
-actor steps: the replay ratio the distributed program's rate limiter enforces. With
+differs. On the device frame store (`replay.store`='device') the actor writes into the
+learner's store directly: no Reverb server, no TensorFlow. Otherwise the Reverb server runs
+in this process, and this runner rebuilds the replay tables without their rate limiters (as
+Acme's `run_experiment` does). Either way one thread that must never block on a table
+interleaves acting and learning itself, one learner step every
+`ReplaySchedule.actor_steps_per_update` actor steps: the replay ratio the distributed
+program's rate limiter (or the learner's `RatioGate`) enforces. With
 `envs_per_actor` = k the one actor steps k environments (a `BatchedActingLoop`), and the
 schedule counts the steps of all of them.
 """
@@ -18,14 +20,14 @@ from collections.abc import Callable
 from typing import Any
 
 import dm_env
-import reverb
 
 from magi_lp.agent.replay_schedule import ReplaySchedule
+from magi_lp.runtime import replay as replay_lib
+from magi_lp.runtime import seeding
 from magi_lp.runtime.experiment import Experiment
 from magi_lp.runtime.learner_runner import LearnerRunner
 from magi_lp.runtime.loggers import ProgressBar
 from magi_lp.runtime.nodes import evaluate, make_acting_loop, make_learner_runner, new_counter
-from magi_lp.runtime.program import replay_checkpointer
 
 
 @dataclasses.dataclass
@@ -42,6 +44,8 @@ class SingleProcessResult:
 
 def _selector(options: Any) -> Any:
     """The Reverb item selector a table's `TableInfo` describes."""
+    import reverb  # a device-store run never imports Reverb
+
     kind = options.WhichOneof("distribution")
     if kind == "prioritized":
         return reverb.selectors.Prioritized(options.prioritized.priority_exponent)
@@ -57,12 +61,15 @@ def _selector(options: Any) -> Any:
     return simple[kind]()
 
 
-def without_rate_limit(table: reverb.Table) -> reverb.Table:
-    """The same table (name, selectors, size, signature) with a limiter that never blocks.
+def without_rate_limit(table: Any) -> Any:
+    """The same Reverb table (name, selectors, size, signature) with a limiter that never
+    blocks.
 
     Reverb 0.7.0 has no `Table.replace`, so the table is rebuilt from its `info`; sampling
     only waits for the first item (`MinSize(1)`).
     """
+    import reverb
+
     info = table.info
     return reverb.Table(
         name=info.name,
@@ -86,12 +93,12 @@ class InterleavedLearning:
         self,
         learner: LearnerRunner,
         schedule: ReplaySchedule,
-        replay_client: reverb.Client,
+        has_items: Callable[[], bool],
         on_step: Callable[[int], None] | None = None,
     ):
         self._learner = learner
         self._schedule = schedule
-        self._replay_client = replay_client
+        self._has_items = has_items
         self._replay_ready = False
         self._on_step = on_step
         # Counted from this process's start: replay starts empty on every (re)launch, so
@@ -101,8 +108,7 @@ class InterleavedLearning:
 
     def _replay_has_items(self) -> bool:
         if not self._replay_ready:
-            tables = self._replay_client.server_info().values()
-            self._replay_ready = all(table.current_size > 0 for table in tables)
+            self._replay_ready = self._has_items()
         return self._replay_ready
 
     def observe_first(self, timestep: dm_env.TimeStep) -> None:
@@ -143,12 +149,31 @@ def run_single_process(
     environment_spec = experiment.get_environment_spec()
     schedule = builder.replay_schedule()
 
-    tables = [without_rate_limit(t) for t in builder.make_replay_tables(environment_spec)]
-    server = reverb.Server(tables, checkpointer=replay_checkpointer(workdir))
-    replay_client = reverb.Client(f"localhost:{server.port}")
+    server = None
+    key = seeding.node_key(config.seed, "replay")
+    if replay_lib.uses_reverb(experiment, environment_spec):
+        import reverb
+
+        from magi_lp.runtime.program import replay_checkpointer
+
+        tables = replay_lib.make_replay_tables(experiment, environment_spec)
+        server = reverb.Server(
+            [without_rate_limit(t) for t in tables], checkpointer=replay_checkpointer(workdir)
+        )
+        replay = replay_lib.make_learner_replay(
+            experiment,
+            environment_spec,
+            replay_client=reverb.Client(f"localhost:{server.port}"),
+            single_process=True,
+            key=key,
+        )
+    else:  # the device store, written by the actor directly: no Reverb, no TensorFlow
+        replay = replay_lib.make_learner_replay(
+            experiment, environment_spec, single_process=True, key=key
+        )
     counter = new_counter()
     learner = make_learner_runner(
-        experiment, environment_spec, replay_client, counter, workdir, logger_factory
+        experiment, environment_spec, replay, counter, workdir, logger_factory
     )
     start_steps = int(counter.get_counts().get("actor_steps", 0))
     bar = ProgressBar(
@@ -159,13 +184,13 @@ def run_single_process(
     )
     # The counter only moves at episode ends; the bar follows every step.
     learning = InterleavedLearning(
-        learner, schedule, replay_client, on_step=lambda steps: bar.update(start_steps + steps)
+        learner, schedule, replay.has_items, on_step=lambda steps: bar.update(start_steps + steps)
     )
     actor = make_acting_loop(
         experiment,
         environment_spec,
         0,
-        replay_client,
+        replay,
         learner,
         counter,
         logger_factory,
@@ -202,13 +227,14 @@ def run_single_process(
     finally:
         bar.close()
         learner.save()
-        if config.checkpoint.reverb:
-            replay_client.checkpoint()
+        if config.checkpoint.reverb and server is not None:
+            replay.client.checkpoint()
         for loop in (actor, evaluator):
             if loop is not None:
                 loop.close()
         learner.close()
-        server.stop()
+        if server is not None:
+            server.stop()
 
     return SingleProcessResult(
         actor_steps=actor_steps(),

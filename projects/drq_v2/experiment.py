@@ -101,7 +101,6 @@ def make_experiment(config: ml_collections.ConfigDict, workdir: str | None = Non
         agent,
         frame_stack=env.frame_stack,
         action_repeat=env.action_repeat,
-        replay_writers=int(config.num_actors) * int(config.envs_per_actor),
         image_size=env.image_size,
     )
     observers = []
