@@ -199,7 +199,7 @@ class QueueDrainer:
                     if self._closed.is_set():
                         return  # cancelled by close()
                     raise
-                step = tree.unflatten_as(self._structure, [np.asarray(c)[0] for c in columns[4:]])
+                step = tree.unflatten_as(self._structure, [np.asarray(c) for c in columns[4:]])
                 self._gate.add_inserted(self._write(step))
                 self.steps += 1
                 staged += 1

@@ -53,7 +53,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from magi_lp.agent.frame_window import FrameTransition, NewestFrames
 from magi_lp.errors import ConfigError
@@ -391,7 +391,15 @@ class DeviceFrameStore:
         self._frame_capacity = frame_capacity
         self._state = self._allocate(mesh)
         self._insert = jax.jit(self._make_insert(mesh), donate_argnums=0)
-        self._sample = jax.jit(self._make_sample(mesh))
+        # One device: batches placed as `jax.device_put` places a host batch, so an update
+        # compiled ahead for host batches (`JaxLearner`'s example_batch) is the one called.
+        self.batch_sharding = (
+            NamedSharding(mesh, PartitionSpec(SHARD_AXIS))
+            if shards > 1
+            else SingleDeviceSharding(devices[0])
+        )
+        """Where `sample`'s batches live: split over the shards along the batch axis."""
+        self._sample = jax.jit(self._make_sample(mesh), out_shardings=self.batch_sharding)
 
     # -- device arrays -------------------------------------------------------------------
     def _leaf_specs(self) -> dict[str, Any]:
@@ -734,6 +742,11 @@ class DeviceReplayIterator:
         self._key = key
         self._gate = gate
         self._failure = failure
+
+    @property
+    def batch_sharding(self) -> jax.sharding.Sharding:
+        """Where the batches live (`JaxLearner` compiles its update ahead for them)."""
+        return self._store.batch_sharding
 
     def __iter__(self) -> DeviceReplayIterator:
         return self

@@ -41,6 +41,13 @@ def _compile(update: UpdateFn, state: Any, example_batch: Any) -> None:
     logging.info("JaxLearner: update compiled ahead in %.1f s", time.monotonic() - start)
 
 
+def _with_sharding(tree: Any, sharding: Any) -> Any:
+    """Shapes (arrays or ShapeDtypeStructs) as ShapeDtypeStructs placed by `sharding`."""
+    return jax.tree_util.tree_map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), tree
+    )
+
+
 class Learner(core.Learner):
     """A learner the runners can drive, checkpoint and serve parameters from."""
 
@@ -103,8 +110,16 @@ class JaxLearner(Learner, Generic[State]):
         self._compiling = None
         # Compiling ahead needs the batch's placement; a data-parallel update compiles at
         # its first call, with the split batch it is given.
+        # One device: the state lives committed on it from the start, as every update's
+        # output does, so the program compiled for the first update serves all the others
+        # (an uncommitted initial state made the second update compile again).
+        device = self._device = jax.local_devices()[0]
         if example_batch is not None and self.data_parallel is None:
+            batch_sharding = getattr(iterator, "batch_sharding", None)
+            if batch_sharding is not None:  # device batches: compiled for where they live
+                example_batch = _with_sharding(example_batch, batch_sharding)
             state_shape = jax.eval_shape(state) if callable(state) else state
+            state_shape = _with_sharding(state_shape, jax.sharding.SingleDeviceSharding(device))
             self._compiling = call_in_background(
                 functools.partial(_compile, update, state_shape, example_batch)
             )
@@ -112,6 +127,8 @@ class JaxLearner(Learner, Generic[State]):
         state = state() if callable(state) else state
         if self.data_parallel is not None:
             state = self.data_parallel.put_state(state)
+        else:
+            state = jax.device_put(state, device)
         self._state = state
         put = jax.device_put if self.data_parallel is None else self.data_parallel.put_batch
         # A replay on the learner's own device (magi_lp.agent.frame_store) hands out batches
@@ -186,6 +203,8 @@ class JaxLearner(Learner, Generic[State]):
         state = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(x) for x in leaves])
         if self.data_parallel is not None:
             state = self.data_parallel.put_state(state)
+        else:
+            state = jax.device_put(state, self._device)  # committed, as after an update
         self._state = state
 
     @property

@@ -136,7 +136,8 @@ class RatioGate:
         then counts it as sampled; False once closed."""
         with self._condition:
             while not self._closed:
-                if self.may_sample() and ready():
+                # ready() first: it also raises the writer side's failure while we wait.
+                if ready() and self.may_sample():
                     self.sampled += 1
                     self._condition.notify_all()
                     return True

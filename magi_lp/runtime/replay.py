@@ -158,9 +158,9 @@ class LearnerReplay:
             return {}
         return {
             "replay_size": self.store.size,
-            "replay_inserted": self.store.inserted,
-            "replay_sampled_batches": self.store.sampled_batches,
-            "replay_steps_added": self.store.steps_added,
+            "replay_inserted": self.store.inserted,  # transitions
+            "replay_sampled": self.store.sampled_batches * self.store.spec.batch_size,
+            "replay_steps_added": self.store.steps_added,  # frames, episode starts included
         }
 
     def has_items(self) -> bool:

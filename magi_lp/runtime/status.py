@@ -46,14 +46,18 @@ class ProgramProbe:
       counter: the counter node's Courier handle (`program.groups[...][0].create_handle()`).
       replay: the Reverb node's handle, or None (a replay colocated with the learner).
       workdir: the run folder (evaluation returns are read from its logs).
+      learner: the learner node's Courier handle: with the device frame store the replay's
+        numbers are the learner's (`LearnerNode.replay_info`), not the Reverb queue's.
     """
 
-    def __init__(self, counter: Any, replay: Any, workdir: str | os.PathLike):
+    def __init__(self, counter: Any, replay: Any, workdir: str | os.PathLike, learner: Any = None):
         self._counter_handle = counter
         self._replay_handle = replay
+        self._learner_handle = learner
         self._logs = Path(workdir) / "logs"
         self._counter: Any = None
         self._replay: Any = None
+        self._learner: Any = None
 
     def __call__(self) -> dict[str, Any]:
         numbers: dict[str, Any] = {}
@@ -73,13 +77,25 @@ class ProgramProbe:
 
     def _counts(self) -> dict[str, Any]:
         if self._counter is None:
-            import courier
-
-            address = self._counter_handle._address.resolve()
-            self._counter = courier.Client(address, call_timeout=_CALL_TIMEOUT_S)
+            self._counter = self._client(self._counter_handle)
         return dict(self._counter.get_counts())
 
+    def _client(self, handle: Any) -> Any:
+        import courier
+
+        return courier.Client(handle._address.resolve(), call_timeout=_CALL_TIMEOUT_S)
+
     def _replay_numbers(self) -> dict[str, Any]:
+        if self._learner_handle is not None:
+            if self._learner is None:
+                self._learner = self._client(self._learner_handle)
+            info = dict(self._learner.replay_info())
+            if info:  # the device store
+                return {
+                    "replay_size": info["replay_size"],
+                    "replay_inserts": info["replay_inserted"],
+                    "replay_samples": info["replay_sampled"],
+                }
         if self._replay_handle is None:
             return {}
         if self._replay is None:
@@ -102,15 +118,18 @@ def make_status_monitor(
     planned = {placement.group for placement in plan.groups.values()}
     counter = program.groups[plan.launch_group("counter", 0)][0].create_handle()
     replay = None
+    learner = None
     if "replay" in planned:
         replay = program.groups[plan.launch_group("replay", 0)][0].create_handle()
+        # Not colocated: the learner group's one node is the learner's Courier node.
+        learner = program.groups[plan.launch_group("learner", 0)][0].create_handle()
     gpu_memory = None
     if getattr(plan.inventory, "gpus", None):
         from magi_lp.placement.gpu_inventory import gpu_memory_by_pid
 
         gpu_memory = gpu_memory_by_pid
     return StatusMonitor(
-        ProgramProbe(counter, replay, workdir),
+        ProgramProbe(counter, replay, workdir, learner),
         max_actor_steps=int(experiment.config.max_actor_steps),
         frames_per_step=int(experiment.frames_per_step),
         csv_path=Path(workdir) / "status.csv",
