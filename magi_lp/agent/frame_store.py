@@ -53,6 +53,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from absl import logging
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from magi_lp.agent.frame_window import FrameTransition, NewestFrames
@@ -400,6 +401,11 @@ class DeviceFrameStore:
         )
         """Where `sample`'s batches live: split over the shards along the batch axis."""
         self._sample = jax.jit(self._make_sample(mesh), out_shardings=self.batch_sharding)
+        # Compiling the gather and the smallest insert takes seconds on a busy CPU: do it
+        # while the learner builds and the actors start, not at the first batch.
+        # Not a daemon: XLA aborts a process that exits while it compiles.
+        self._compiling = threading.Thread(target=self._compile_ahead, name="magi_lp-store-compile")
+        self._compiling.start()
 
     # -- device arrays -------------------------------------------------------------------
     def _leaf_specs(self) -> dict[str, Any]:
@@ -475,6 +481,16 @@ class DeviceFrameStore:
             out_specs=shard,
         )
 
+    def _compile_ahead(self) -> None:
+        try:
+            visible = jax.device_put(self._visible, self._replicated)
+            key = jax.random.PRNGKey(0)
+            self._sample.lower(self._state, visible, key, np.int32(0)).compile()
+            args = self._padded_arrays([({}, {}) for _ in self._shards])
+            self._insert.lower(self._state, *args).compile()
+        except Exception as error:  # the first real call compiles instead
+            logging.warning("frame store: compiling ahead failed: %s", error)
+
     # -- writing -------------------------------------------------------------------------
     def shard_of(self, writer: int) -> int:
         """The shard writer `writer`'s steps go to."""
@@ -533,10 +549,9 @@ class DeviceFrameStore:
         with self._lock:
             return self._flush_locked()
 
-    def _flush_locked(self) -> int:
-        staged = [shard.take_staged() for shard in self._shards]
-        if not any(frames or rows for frames, rows in staged):
-            return 0
+    def _padded_arrays(self, staged: list[tuple[dict, dict]]) -> tuple:
+        """The staged writes of every shard as fixed-size arrays on the devices (rows past
+        a shard's writes carry out-of-range indices, which the scatter drops)."""
         spec = self.spec
         k_frames = _bucket(max(len(frames) for frames, _ in staged))
         k_rows = _bucket(max(len(rows) for _, rows in staged))
@@ -572,15 +587,16 @@ class DeviceFrameStore:
                         extras,
                     )
         put = lambda x: jax.device_put(x, self._sharded)  # noqa: E731
-        self._state = self._insert(
-            self._state,
-            put(frame_slots),
-            put(frames),
-            put(positions),
-            jax.tree_util.tree_map(put, rows),
-        )
+        return put(frame_slots), put(frames), put(positions), jax.tree_util.tree_map(put, rows)
+
+    def _flush_locked(self) -> int:
+        self._compiling.join()  # its programs are the ones called now
+        staged = [shard.take_staged() for shard in self._shards]
+        if not any(frames or rows for frames, rows in staged):
+            return 0
+        self._state = self._insert(self._state, *self._padded_arrays(staged))
         for i, shard in enumerate(self._shards):
-            self._visible[0, i] = (shard.head - shard.size) % spec.capacity
+            self._visible[0, i] = (shard.head - shard.size) % self.spec.capacity
             self._visible[1, i] = shard.size
         made = sum(len(rows) for _, rows in staged)
         self.inserted += made
