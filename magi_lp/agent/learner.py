@@ -21,6 +21,7 @@ from typing import Any, Generic, TypeVar
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from absl import logging
 from acme import core
 from acme.utils import counting, loggers
@@ -41,11 +42,16 @@ def _compile(update: UpdateFn, state: Any, example_batch: Any) -> None:
     logging.info("JaxLearner: update compiled ahead in %.1f s", time.monotonic() - start)
 
 
-def _with_sharding(tree: Any, sharding: Any) -> Any:
-    """Shapes (arrays or ShapeDtypeStructs) as ShapeDtypeStructs placed by `sharding`."""
-    return jax.tree_util.tree_map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), tree
+def _warm_up(update: UpdateFn, state: Any, example_batch: Any, sharding: Any) -> None:
+    """Compiles `update` for a committed state and device batches by calling it once on a
+    copy of the state (an update may donate its input) and a batch of zeros."""
+    start = time.monotonic()
+    copy = jax.tree_util.tree_map(jnp.copy, state)
+    zeros = jax.tree_util.tree_map(
+        lambda s: jax.device_put(np.zeros(s.shape, s.dtype), sharding), example_batch
     )
+    jax.block_until_ready(update(copy, zeros))
+    logging.info("JaxLearner: update compiled ahead in %.1f s", time.monotonic() - start)
 
 
 class Learner(core.Learner):
@@ -110,25 +116,28 @@ class JaxLearner(Learner, Generic[State]):
         self._compiling = None
         # Compiling ahead needs the batch's placement; a data-parallel update compiles at
         # its first call, with the split batch it is given.
-        # One device: the state lives committed on it from the start, as every update's
-        # output does, so the program compiled for the first update serves all the others
-        # (an uncommitted initial state made the second update compile again).
-        device = self._device = jax.local_devices()[0]
-        if example_batch is not None and self.data_parallel is None:
-            batch_sharding = getattr(iterator, "batch_sharding", None)
-            if batch_sharding is not None:  # device batches: compiled for where they live
-                example_batch = _with_sharding(example_batch, batch_sharding)
+        # A replay on the learner's device hands out batches committed to it (jit outputs),
+        # unlike host batches; JAX 0.4.30 reuses a program compiled ahead with `lower()` only
+        # for uncommitted arguments, so such a learner warms its update up by calling it.
+        batch_sharding = getattr(iterator, "batch_sharding", None)
+        if example_batch is not None and self.data_parallel is None and batch_sharding is None:
             state_shape = jax.eval_shape(state) if callable(state) else state
-            state_shape = _with_sharding(state_shape, jax.sharding.SingleDeviceSharding(device))
             self._compiling = call_in_background(
                 functools.partial(_compile, update, state_shape, example_batch)
             )
         self._update = update
         state = state() if callable(state) else state
+        self._device = jax.local_devices()[0]
+        self._committed = batch_sharding is not None
         if self.data_parallel is not None:
             state = self.data_parallel.put_state(state)
-        else:
-            state = jax.device_put(state, device)
+        elif self._committed:
+            # Committed from the start, as every update's output is: one program serves all.
+            state = jax.device_put(state, self._device)
+            if example_batch is not None:
+                self._compiling = call_in_background(
+                    functools.partial(_warm_up, update, state, example_batch, batch_sharding)
+                )
         self._state = state
         put = jax.device_put if self.data_parallel is None else self.data_parallel.put_batch
         # A replay on the learner's own device (magi_lp.agent.frame_store) hands out batches
@@ -203,8 +212,8 @@ class JaxLearner(Learner, Generic[State]):
         state = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(x) for x in leaves])
         if self.data_parallel is not None:
             state = self.data_parallel.put_state(state)
-        else:
-            state = jax.device_put(state, self._device)  # committed, as after an update
+        elif self._committed:
+            state = jax.device_put(state, self._device)  # as __init__ placed it
         self._state = state
 
     @property
