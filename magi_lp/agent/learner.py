@@ -21,7 +21,6 @@ from typing import Any, Generic, TypeVar
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from absl import logging
 from acme import core
 from acme.utils import counting, loggers
@@ -36,22 +35,18 @@ State = TypeVar("State")
 UpdateFn = Callable[[Any, Any], tuple[Any, Mapping[str, Any]]]
 
 
-def _compile(update: UpdateFn, state: Any, example_batch: Any) -> None:
+def _compile(update: UpdateFn, state: Any, example_batch: Any) -> Any:
     start = time.monotonic()
-    update.lower(state, example_batch).compile()
+    compiled = update.lower(state, example_batch).compile()
     logging.info("JaxLearner: update compiled ahead in %.1f s", time.monotonic() - start)
+    return compiled
 
 
-def _warm_up(update: UpdateFn, state: Any, example_batch: Any, sharding: Any) -> None:
-    """Compiles `update` for a committed state and device batches by calling it once on a
-    copy of the state (an update may donate its input) and a batch of zeros."""
-    start = time.monotonic()
-    copy = jax.tree_util.tree_map(jnp.copy, state)
-    zeros = jax.tree_util.tree_map(
-        lambda s: jax.device_put(np.zeros(s.shape, s.dtype), sharding), example_batch
+def _with_sharding(tree: Any, sharding: Any) -> Any:
+    """Shapes (arrays or ShapeDtypeStructs) as ShapeDtypeStructs placed by `sharding`."""
+    return jax.tree_util.tree_map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), tree
     )
-    jax.block_until_ready(update(copy, zeros))
-    logging.info("JaxLearner: update compiled ahead in %.1f s", time.monotonic() - start)
 
 
 class Learner(core.Learner):
@@ -117,27 +112,30 @@ class JaxLearner(Learner, Generic[State]):
         # Compiling ahead needs the batch's placement; a data-parallel update compiles at
         # its first call, with the split batch it is given.
         # A replay on the learner's device hands out batches committed to it (jit outputs),
-        # unlike host batches; JAX 0.4.30 reuses a program compiled ahead with `lower()` only
-        # for uncommitted arguments, so such a learner warms its update up by calling it.
+        # unlike host batches. JAX 0.4.30 reuses a program compiled ahead with `lower()`
+        # for uncommitted arguments only, so such a learner compiles for the placement of
+        # its state and batches and calls that compiled program itself.
         batch_sharding = getattr(iterator, "batch_sharding", None)
-        if example_batch is not None and self.data_parallel is None and batch_sharding is None:
+        self._committed = batch_sharding is not None and self.data_parallel is None
+        self._device = jax.local_devices()[0]
+        self._compiled: Any = None
+        if example_batch is not None and self.data_parallel is None:
             state_shape = jax.eval_shape(state) if callable(state) else state
+            if self._committed:
+                state_shape = _with_sharding(
+                    state_shape, jax.sharding.SingleDeviceSharding(self._device)
+                )
+                example_batch = _with_sharding(example_batch, batch_sharding)
             self._compiling = call_in_background(
                 functools.partial(_compile, update, state_shape, example_batch)
             )
         self._update = update
         state = state() if callable(state) else state
-        self._device = jax.local_devices()[0]
-        self._committed = batch_sharding is not None
         if self.data_parallel is not None:
             state = self.data_parallel.put_state(state)
         elif self._committed:
             # Committed from the start, as every update's output is: one program serves all.
             state = jax.device_put(state, self._device)
-            if example_batch is not None:
-                self._compiling = call_in_background(
-                    functools.partial(_warm_up, update, state, example_batch, batch_sharding)
-                )
         self._state = state
         put = jax.device_put if self.data_parallel is None else self.data_parallel.put_batch
         # A replay on the learner's own device (magi_lp.agent.frame_store) hands out batches
@@ -171,11 +169,13 @@ class JaxLearner(Learner, Generic[State]):
             compiling, self._compiling = self._compiling, None
             if compiling.exception() is not None:  # then the call compiles
                 logging.warning("Compiling the update ahead failed: %s", compiling.exception())
+            elif self._committed:
+                self._compiled = compiling.result()
         check = self._device_check
         if check is not None:
             check.check("update input state", self._state)
             check.check("update input batch", batch, host_ok=True)
-        self._state, metrics = self._update(self._state, batch)
+        self._state, metrics = self._call_update(batch)
         if check is not None:
             check.check("update output state", self._state)
             check.check("update output metrics", metrics)
@@ -189,6 +189,15 @@ class JaxLearner(Learner, Generic[State]):
         self._step_end = end
         waiting = {"batch_wait_ms": 1e3 * waited, "batch_wait_fraction": waited / step_s}
         self._logger.write({**metrics, **counts, **waiting})
+
+    def _call_update(self, batch: Any) -> tuple[Any, Any]:
+        if self._compiled is not None:
+            try:
+                return self._compiled(self._state, batch)
+            except (TypeError, ValueError) as error:  # placed otherwise: let jit compile
+                logging.warning("Update compiled ahead does not fit this batch: %s", error)
+                self._compiled = None
+        return self._update(self._state, batch)
 
     def get_variables(self, names: Sequence[str]) -> list[Any]:
         variables = self.variables(self._state)
