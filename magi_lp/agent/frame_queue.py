@@ -167,6 +167,8 @@ class QueueDrainer:
         self.error: BaseException | None = None
         self.steps = 0
         """Steps taken from the queue."""
+        self.skipped_steps = 0
+        """Steps of episodes whose start this store never saw (dropped)."""
         self.started_at: float | None = None
 
     def start(self) -> None:
@@ -216,6 +218,11 @@ class QueueDrainer:
         writer = int(step["writer"])
         if step["first"]:
             self._store.add_first(writer, step["frame"])
+            return 0
+        if not self._store.in_episode(writer):
+            # The rest of an episode begun before this store existed (a relaunched or
+            # restored learner): its transitions would lack their first frames.
+            self.skipped_steps += 1
             return 0
         return self._store.add(
             writer,

@@ -530,6 +530,11 @@ class DeviceFrameStore:
             self._after_add(shard)
         return made
 
+    def in_episode(self, writer: int) -> bool:
+        """Whether writer `writer` has an episode open here (its first step was added)."""
+        with self._lock:
+            return writer in self._shards[self.shard_of(writer)].writers
+
     def _frame_row(self, frame: np.ndarray) -> np.ndarray:
         frame = np.asarray(frame)
         if frame.shape != tuple(self.spec.frame_shape) or frame.dtype != np.uint8:

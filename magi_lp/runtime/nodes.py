@@ -231,6 +231,7 @@ def _make_learner_node_runner(
     runner = make_learner_runner(
         experiment, environment_spec, replay, counter, workdir, logger_factory
     )
+    replay.start()  # after the restore; the store fills while the update compiles
     return runner, replay
 
 

@@ -181,6 +181,11 @@ class LearnerReplay:
         if self.gate is not None:
             self.gate.restore(self.store.inserted, self.store.sampled_batches)
 
+    def start(self) -> None:
+        """Starts taking actors' steps (after a restore: they go into the restored store)."""
+        if self.drainer is not None:
+            self.drainer.start()
+
     def close(self) -> None:
         """Stops the drain thread and ends the learner's waits (a prompt stop)."""
         if self.drainer is not None:
@@ -234,6 +239,5 @@ def make_learner_replay(
 
     gate = RatioGate(builder.replay_schedule())
     drainer = QueueDrainer(replay_client, STEP_QUEUE, store, gate)
-    drainer.start()  # the store fills while the update compiles
     iterator = DeviceReplayIterator(store, key, gate=gate, failure=failure_of(drainer))
     return LearnerReplay(iterator, client=replay_client, store=store, gate=gate, drainer=drainer)
