@@ -181,3 +181,55 @@ def test_lp_main_with_a_batched_actor_and_a_two_device_learner(tmp_path):
     assert learner_rows and int(float(learner_rows[-1]["learner_steps"])) >= 1
     assert_no_leftovers(marker)
     print(f"lp_main.py batched actor + 2-device learner e2e: {elapsed:.1f}s")
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(900)
+def test_lp_main_on_the_device_store_stops_and_resumes_with_its_replay(tmp_path):
+    """The device frame store end to end: actors send each step once through the Reverb
+    queue, the learner drains it into its store and learns; the run stops by itself at its
+    limit, saves the store with the learner (`checkpoint.replay`), and a relaunch restores
+    both and goes on counting where it stopped: no step is repeated."""
+    from magi_lp.runtime.checkpointing import Checkpointer
+
+    workdir = tmp_path / "run"
+    common = [
+        "--config.replay.store=device",
+        "--config.checkpoint.replay=True",
+        "--config.num_actors=2",
+        "--config.variable_update_period=10",
+        "--config.logging.time_delta=0.0",
+    ]
+    code, output, marker = _run(
+        "lp_main.py",
+        "reacher_hard_distributed.py",
+        workdir,
+        [*common, "--config.max_actor_steps=300"],
+        timeout_s=400,
+    )
+    assert code == 0, output[-6000:]
+    assert_no_leftovers(marker)
+    first = _rows(workdir / "logs" / "learner" / "logs.csv")
+    assert first, "the learner never updated on the device store"
+    first_updates = int(float(first[-1]["learner_steps"]))
+    saved, _ = Checkpointer(workdir / "checkpoints" / "replay_store").restore()
+    saved_size = int(sum(saved["size"]))
+    assert saved_size > 0
+
+    code, output, marker = _run(
+        "lp_main.py",
+        "reacher_hard_distributed.py",
+        workdir,
+        [*common, "--config.max_actor_steps=600"],
+        timeout_s=400,
+    )
+    assert code == 0, output[-6000:]
+    assert_no_leftovers(marker)
+    learner_log = (workdir / "nodes" / "learner" / "0").read_text()
+    assert f"replay restored: {saved_size} transitions" in learner_log, learner_log[-3000:]
+    rows = _rows(workdir / "logs" / "learner" / "logs.csv")[len(first) :]
+    assert rows, "the resumed learner never updated"
+    # Counting goes on from the checkpoint: no update and no actor step is counted twice.
+    assert int(float(rows[0]["learner_steps"])) > first_updates
+    assert int(float(rows[0]["actor_steps"])) >= 300
+    assert int(float(rows[-1]["actor_steps"])) >= 600

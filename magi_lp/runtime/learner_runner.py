@@ -102,10 +102,7 @@ class LearnerRunner:
             if found is not None:
                 self.restored_replay_step, saved, _ = found
                 replay.restore(saved)
-                console.say(
-                    f"replay restored from its checkpoint at learner step {found[0]}",
-                    source="checkpoint",
-                )
+                logging.info("Replay restored from its checkpoint at step %d", found[0])
         self._steps = self.restored_step or 0
         self._periodic = (
             None

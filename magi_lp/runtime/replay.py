@@ -25,6 +25,7 @@ from typing import Any
 
 import jax
 
+from magi_lp import console
 from magi_lp.agent.frame_store import (
     DeviceFrameStore,
     DeviceReplayIterator,
@@ -180,6 +181,11 @@ class LearnerReplay:
         self.store.restore(saved)
         if self.gate is not None:
             self.gate.restore(self.store.inserted, self.store.sampled_batches)
+        console.say(
+            f"replay restored: {self.store.size} transitions "
+            f"({self.store.inserted} inserted, {self.store.sampled_batches} batches sampled)",
+            source="checkpoint",
+        )
 
     def start(self) -> None:
         """Starts taking actors' steps (after a restore: they go into the restored store)."""
