@@ -278,3 +278,65 @@ def test_same_transitions_as_the_reverb_frame_replay_bit_for_bit():
     store_keys = as_keys(on_device.frames, on_device.action, on_device.reward, on_device.discount)
     assert count == len(store_keys) == len(reference(data))
     assert sorted(reverb_keys) == sorted(store_keys)
+
+
+_TWO_DEVICE_PROBE = r"""
+import json, jax, numpy as np, dm_env
+from magi_lp.agent.data_parallel import compiled_collectives
+from magi_lp.agent.frame_store import DeviceFrameStore, FrameReplaySpec, StoreAdder
+
+spec = FrameReplaySpec(frame_shape=(6, 5, 3), frame_stack=3, n_step=3, discount=0.99,
+                       capacity=50, batch_size=8, action_shape=(2,))
+store = DeviceFrameStore(spec, writers=2)
+for writer, value in ((0, 7), (1, 200)):  # each writer's frames carry its own value
+    adder = StoreAdder(store, writer)
+    frame = np.full((6, 5, 3), value, np.uint8)
+    observation = np.concatenate([frame] * 3, axis=-1)
+    adder.add_first(dm_env.restart(observation))
+    for _ in range(20):
+        adder.add(np.zeros(2, np.float32), dm_env.transition(1.0, observation))
+batch = store.sample(jax.random.PRNGKey(0))
+shards = {
+    str(s.device.id): sorted(set(np.asarray(s.data).reshape(-1).tolist()))
+    for s in batch.frames.addressable_shards
+}
+visible = jax.device_put(store._visible, store._replicated)
+collectives = compiled_collectives(store._sample, store._state, visible,
+                                   jax.random.PRNGKey(0), np.int32(0))
+print(json.dumps({"devices": len(jax.devices()), "shard_sizes": store.shard_sizes(),
+                  "frames_per_device": shards, "collectives": collectives,
+                  "store_devices": sorted(d.id for d in store._state["frames"].devices())}))
+"""
+
+
+def test_each_device_keeps_its_writers_shard_and_samples_it_without_collectives():
+    """A data-parallel learner's store: writer w's steps on device w % 2, each device draws
+    its half of the batch from its own shard, and the sampling program moves no frames
+    between devices (no collective of any kind)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    env = dict(
+        os.environ,
+        XLA_FLAGS="--xla_force_host_platform_device_count=2",
+        JAX_PLATFORMS="cpu",
+        PYTHONPATH=str(repo),
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", _TWO_DEVICE_PROBE],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    assert found["devices"] == 2 and found["store_devices"] == [0, 1]
+    assert found["shard_sizes"] == [18, 18]  # 20 steps, n = 3: 18 transitions each
+    assert found["frames_per_device"] == {"0": [7], "1": [200]}
+    assert all(count == 0 for count in found["collectives"].values()), found["collectives"]

@@ -1,0 +1,173 @@
+"""The device store's transport and replay ratio, with a real Reverb queue: steps go through
+the queue once and reach the store in order; the learner's `RatioGate` holds a fast writer
+back (the queue fills and the writer's inserts block) and a fast learner waits for steps,
+each exactly at the schedule's numbers; a stop ends every wait at once."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import dm_env
+import jax
+import numpy as np
+import pytest
+
+from magi_lp.agent.frame_store import DeviceFrameStore, DeviceReplayIterator, StoreAdder
+from magi_lp.agent.replay_schedule import RatioGate, ReplaySchedule
+from tests.test_frame_store import as_keys, episodes, feed, make_spec, reference
+
+reverb = pytest.importorskip("reverb")
+from magi_lp.agent.frame_queue import (  # noqa: E402  (after the Reverb check)
+    QueueDrainer,
+    QueueFrameAdder,
+    failure_of,
+    make_step_queue_table,
+)
+
+QUEUE = "steps"
+SCHEDULE = ReplaySchedule(min_replay_size=10, actor_steps_per_update=2, batch_size=4)
+ERROR_BUFFER = 6
+
+
+class Writer(threading.Thread):
+    """Writes `steps` steps of one long episode through a QueueFrameAdder, counting them."""
+
+    def __init__(self, client, spec, steps: int, writer: int = 0):
+        super().__init__(daemon=True)
+        self.adder = QueueFrameAdder(client, QUEUE, writer, spec)
+        self.steps = steps
+        self.written = 0
+        self.go = threading.Event()
+        self.go.set()
+        self.pause_at: int | None = None
+
+    def run(self) -> None:
+        frame = np.zeros((6, 5, 3), np.uint8)
+        observation = np.concatenate([frame] * 3, axis=-1)
+        try:
+            self.adder.add_first(dm_env.restart(observation))
+            for _ in range(self.steps):
+                if self.pause_at is not None and self.written >= self.pause_at:
+                    self.go.clear()
+                    self.go.wait()
+                self.adder.add(np.zeros(2, np.float32), dm_env.transition(1.0, observation))
+                self.written += 1
+        except Exception:  # the server stopped under a blocked insert: the test is over
+            pass
+
+
+def settle(read, seconds: float = 20.0, quiet: float = 1.0):
+    """Waits until `read()` stops changing for `quiet` seconds; returns its value."""
+    deadline = time.monotonic() + seconds
+    value, since = read(), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        now = read()
+        if now != value:
+            value, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            return value
+    return value
+
+
+@pytest.fixture
+def queue():
+    server = reverb.Server([make_step_queue_table(QUEUE, max_steps=20)])
+    yield reverb.Client(f"localhost:{server.port}")
+    server.stop()
+
+
+def learner_side(client, spec, writers: int = 1):
+    store = DeviceFrameStore(spec, writers=writers)
+    gate = RatioGate(SCHEDULE, error_buffer=ERROR_BUFFER)
+    drainer = QueueDrainer(client, QUEUE, store, gate)
+    drainer.start()
+    iterator = DeviceReplayIterator(
+        store, jax.random.PRNGKey(0), gate=gate, failure=failure_of(drainer)
+    )
+    return store, gate, drainer, iterator
+
+
+@pytest.mark.integration
+def test_the_queue_carries_each_step_once_in_order(queue):
+    """Two writers through the queue give the store the same transitions as direct writes."""
+    spec = make_spec(capacity=500)
+    data = [episodes(21, [12, 3, 20]), episodes(22, [15, 9])]
+    store = DeviceFrameStore(spec, writers=2)
+    gate = RatioGate(SCHEDULE, error_buffer=10_000)  # no hold-back here
+    drainer = QueueDrainer(queue, QUEUE, store, gate)
+    drainer.start()
+    adders = [QueueFrameAdder(queue, QUEUE, w, spec) for w in range(2)]
+    feed(adders, data)
+    for adder in adders:
+        adder.close()
+    steps = sum(len(ep) for eps in data for ep in eps)
+    assert settle(lambda: drainer.steps) == steps
+    drainer.close()
+    got = store.transitions_at(0)
+    want = reference(data)
+    assert sorted(as_keys(got.frames, got.action, got.reward, got.discount)) == sorted(
+        as_keys(*zip(*want, strict=True))
+    )
+
+
+@pytest.mark.integration
+def test_a_slow_learner_holds_the_writer_back_at_the_schedule(queue):
+    spec = make_spec(capacity=500)
+    _store, gate, drainer, iterator = learner_side(queue, spec)
+    writer = Writer(queue, spec, steps=400)
+    writer.start()
+    # No batch sampled: the drain stops at min_replay_size + error buffer transitions...
+    assert settle(lambda: gate.inserted) == SCHEDULE.min_replay_size + ERROR_BUFFER
+    # ...then the queue fills and the writer's inserts block.
+    written = settle(lambda: writer.written)
+    assert writer.is_alive() and written < 100
+    # Drained + the queue (20) + what the drain's reader fetched ahead (4) + the adder's
+    # unconfirmed inserts (8) + the one blocked: nothing more got past.
+    assert written <= drainer.steps + 20 + 4 + 8 + 1
+
+    for _ in range(5):  # each batch lets 2 more transitions in, no more
+        next(iterator)
+    assert settle(lambda: gate.inserted) == SCHEDULE.min_replay_size + 5 * 2 + ERROR_BUFFER
+    assert settle(lambda: writer.written) > written
+
+    start = time.monotonic()
+    drainer.close()  # a stop ends the drain and the gate's waits at once
+    assert time.monotonic() - start < 2.0
+    with pytest.raises(StopIteration):
+        next(iterator)
+
+
+@pytest.mark.integration
+def test_a_slow_writer_stalls_the_learner_at_the_schedule(queue):
+    spec = make_spec(capacity=500)
+    _store, gate, drainer, iterator = learner_side(queue, spec)
+    writer = Writer(queue, spec, steps=400)
+    writer.pause_at = 30  # 1 + 30 steps: 28 transitions (n = 3)
+    writer.start()
+    batches = []
+    learner = threading.Thread(target=lambda: [batches.append(1) for _ in iterator], daemon=True)
+    learner.start()
+    assert settle(lambda: gate.inserted) == 28
+    # Exactly the updates 28 inserted transitions allow: (28 - 10) // 2 + 1 = 10.
+    assert settle(lambda: len(batches)) == SCHEDULE.updates_due(28) == 10
+    assert learner.is_alive()  # waiting for steps, not sampling ahead
+
+    writer.pause_at = 50
+    writer.go.set()
+    assert settle(lambda: gate.inserted) == 48
+    assert settle(lambda: len(batches)) == SCHEDULE.updates_due(48) == 20
+
+    drainer.close()
+    learner.join(timeout=2.0)
+    assert not learner.is_alive()  # the stop ended the learner's wait
+
+
+def test_direct_writes_need_no_queue_and_sample_without_a_gate():
+    """The single-process path: the actor's adder writes into the store; no Reverb."""
+    spec = make_spec(capacity=100)
+    store = DeviceFrameStore(spec, writers=1)
+    feed([StoreAdder(store, 0)], [episodes(31, [12])])
+    batch = next(DeviceReplayIterator(store, jax.random.PRNGKey(1)))
+    assert batch.frames.shape == (spec.batch_size, spec.window, *spec.frame_shape)
