@@ -14,6 +14,7 @@ update runs data-parallel over all of them (`magi_lp.agent.data_parallel`), with
 from __future__ import annotations
 
 import abc
+import collections
 import functools
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -33,6 +34,10 @@ from magi_lp.agent.variable_client import call_in_background
 
 State = TypeVar("State")
 UpdateFn = Callable[[Any, Any], tuple[Any, Mapping[str, Any]]]
+
+
+MAX_UPDATES_IN_FLIGHT = 2
+"""Updates dispatched but not finished before `step()` waits for the oldest."""
 
 
 def _compile(update: UpdateFn, state: Any, example_batch: Any) -> Any:
@@ -65,10 +70,12 @@ class JaxLearner(Learner, Generic[State]):
     """A learner around one jitted `update(state, batch) -> (new state, metrics)`.
 
     Each `step()` takes the next batch (a `reverb.ReplaySample` is unwrapped to its data),
-    runs the update, counts one step (and the seconds since the previous one as `walltime`)
-    and logs the metrics together with the counts and how long the step waited for its
-    batch: `batch_wait_ms`, and `batch_wait_fraction` of the time since the previous step
-    (near 0: update-bound; near 1: data-bound).
+    dispatches the update, counts one step (and the seconds since the previous one as
+    `walltime`) and logs the metrics together with the counts and how long the step waited
+    for its batch: `batch_wait_ms`, and `batch_wait_fraction` of the time since the previous
+    step (near 0: update-bound; near 1: data-bound). `step()` returns once the update is
+    dispatched, with at most `MAX_UPDATES_IN_FLIGHT` unfinished: metrics stay on the device
+    until a log row that is kept reads them.
 
     Devices: with one device the update runs as given. A process that sees several devices
     of JAX's default backend (the plan's `gpus: n` or `cpu_devices: n`) runs it
@@ -146,6 +153,7 @@ class JaxLearner(Learner, Generic[State]):
             DevicePrefetcher(iterator, size=prefetch, put=put) if prefetch else iterator
         )
         self._step_end: float | None = None
+        self._in_flight: collections.deque = collections.deque()
         self._counter = counter or counting.Counter()
         self._logger = logger or loggers.NoOpLogger()
         self._timestamp: float | None = None
@@ -183,7 +191,12 @@ class JaxLearner(Learner, Generic[State]):
         elapsed = 0.0 if self._timestamp is None else now - self._timestamp
         self._timestamp = now
         counts = self._counter.increment(steps=1, walltime=elapsed)
-        metrics = jax.device_get(metrics)  # waits for the update
+        # The update runs asynchronously: the caller (in one process, the acting loop) goes
+        # on while the device works. At most `MAX_UPDATES_IN_FLIGHT` are queued, so batches
+        # never pile up on the device; metrics are read only by the log rows that are kept.
+        self._in_flight.append(metrics)
+        if len(self._in_flight) > MAX_UPDATES_IN_FLIGHT:
+            jax.block_until_ready(self._in_flight.popleft())
         end = time.perf_counter()
         step_s = end - (start if self._step_end is None else self._step_end)
         self._step_end = end
