@@ -56,7 +56,8 @@ def _run(store: str, seconds: float, capacity: int, workdir: Path) -> dict:
     os.killpg(process.pid, signal.SIGTERM)
     output, _ = process.communicate(timeout=120)
     stopped_s = time.monotonic() - stop
-    rows = list(csv.DictReader(open(workdir / "status.csv")))
+    with open(workdir / "status.csv") as file:
+        rows = list(csv.DictReader(file))
     learning = [r for r in rows if r.get("updates_per_s") not in ("", None)]
 
     def mean(key: str, source: list[dict]) -> float | None:
