@@ -13,8 +13,9 @@ PYTEST_ARGS ?=
 # (no Launchpad/Reverb/TF): `make gpu-check GPU_CHECK_PYTHON=python3` (benchmarks/README.md).
 GPU_CHECK_PYTHON ?= $(PY)
 GPU_CHECK_ARGS ?=
+GPU_LEARN_ARGS ?=
 
-.PHONY: setup run test lint format bench bench-quick gpu-check gpu-check-wheels golden clean
+.PHONY: setup run test lint format bench bench-quick gpu-check gpu-learn gpu-check-wheels golden clean
 
 setup:
 	@bash scripts/setup_venv.sh $(VENV) $(JAX)
@@ -48,6 +49,11 @@ golden: setup
 # Set up the venv only when the check runs with it.
 gpu-check: $(if $(filter $(PY),$(GPU_CHECK_PYTHON)),setup)
 	$(GPU_CHECK_PYTHON) -m benchmarks.gpu_check $(GPU_CHECK_ARGS)
+
+# DrQ-v2 learning from pixels in one process (device replay) beside the official agent's
+# published curves: cartpole_balance to 100k frames, then cartpole_swingup; tiny without a GPU.
+gpu-learn: $(if $(filter $(PY),$(GPU_CHECK_PYTHON)),setup)
+	$(GPU_CHECK_PYTHON) -m benchmarks.gpu_learn $(GPU_LEARN_ARGS)
 
 # The cp312 wheels the GPU check needs on a GPU machine without network, into .whl/.
 gpu-check-wheels:
