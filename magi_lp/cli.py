@@ -39,6 +39,7 @@ from magi_lp.runtime.config import (
     make_placement_plan,
     validate_experiment_config,
 )
+from magi_lp.runtime.replay_plan import plan_replay_store
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Experiment config file (ml_collections).", lock_config=True
@@ -189,8 +190,12 @@ def _run_distributed(
 
     logger_factory = LoggerFactory.from_config(str(workdir), config.logging)
     plan = make_placement_plan(config)
+    # Where a pixel agent's frames live, against the learner's memory (sets replay.store).
+    store = plan_replay_store(config, _make(make_experiment, config, workdir).builder, plan)
     notices = [f"notice: {n}" for n in (*plan.notices, *_resource_notices(config))]
     notices += [f"warning: {w}" for w in capacity_warnings(config)]
+    if store is not None:
+        notices.append(store.line)
     if _DRY_RUN.value:
         # The plan is this command's result: it goes to stdout.
         for notice in notices:
@@ -275,6 +280,11 @@ def _run_single_process(
     if ignored:
         console.say(f"notice: {ignored}")
     os.environ.setdefault("MUJOCO_GL", "egl")
+    store = plan_replay_store(
+        config, _make(make_experiment, config, workdir).builder, single_process=True
+    )
+    if store is not None:
+        console.say(store.line)
     from magi_lp.runtime import single_process
     from magi_lp.runtime.loggers import LoggerFactory
 

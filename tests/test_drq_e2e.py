@@ -120,6 +120,8 @@ def test_lp_main_stops_by_itself_at_its_frame_limit(tmp_path):
         "reacher_hard_distributed.py",
         workdir,
         [
+            # The Reverb frame replay (the tiny capacity would put 'auto' on the device store).
+            "--config.replay.store=reverb",
             "--config.num_actors=2",
             "--config.max_actor_steps=300",
             "--config.variable_update_period=10",

@@ -1,0 +1,185 @@
+"""Which store serves a pixel agent's replay (`replay.store`), decided before anything starts.
+
+A device store puts every frame on the learner's device: 1M transitions of 84x84 RGB frames
+are 21.9 GB. That fits an 80 GB GPU beside the learner, not a 24 GiB host beside eight other
+nodes. So the plan counts the store's bytes (`FrameReplaySpec.nbytes`: frames + index, one
+shard per learner device) against the learner's budget:
+
+- a GPU learner: its memory fraction (`resources.learner.gpu_memory`; JAX's default 0.75 when
+  unset; the free memory for 'grow') of its smallest GPU, per device;
+- a CPU learner: the host's RAM less the other nodes' resident memory
+  (`config.NODE_RSS_GIB`), all shards together;
+
+less `HEADROOM` of it for the learner's own networks, optimizer and activations. 'device'
+that does not fit is one line naming the key, the bytes, the budget and the fix; 'auto'
+picks the device store where it fits and Reverb's frame replay otherwise (or, where Reverb is
+not installed, refuses in one line). The resolved store is written back into
+`config.replay.store`, so every node reads 'device' or 'reverb'.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from typing import Any
+
+from magi_lp.errors import ConfigError
+from magi_lp.runtime.config import NODE_RSS_GIB, node_counts
+
+GIB = 1 << 30
+
+HEADROOM = 0.25
+"""Share of the learner's budget kept for its networks, optimizer state and activations:
+the DrQ-v2 learner at batch 256 held 3-5 GB on an H100 beside a 61 GB preallocation."""
+
+MIN_HEADROOM_BYTES = 2 * GIB
+"""At least this much is kept, however small the budget."""
+
+JAX_DEFAULT_FRACTION = 0.75
+"""What JAX takes of a GPU when `gpu_memory` is not set."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplayStorePlan:
+    """The store a run uses, and why.
+
+    Attributes:
+      store: 'device' or 'reverb'.
+      nbytes: what the device store takes (whether or not it is chosen).
+      budget: what the learner's device can give it (after the headroom).
+      where: the learner's device in words.
+      line: one line for the dry run and the launch.
+    """
+
+    store: str
+    nbytes: int
+    budget: int
+    where: str
+    line: str
+
+
+def _gb(nbytes: float) -> str:
+    return f"{nbytes / 1e9:.1f} GB"
+
+
+def _learner_budget(config: Any, plan: Any, single_process: bool) -> tuple[int, str, int]:
+    """(bytes the store may take, where, shards)."""
+    learner = next(p for p in plan.groups.values() if p.group == "learner")
+    if learner.device == "gpu" and not single_process:
+        gpus = [plan.inventory[i] for i in learner.gpu_ids]
+        smallest = min(g.memory_total_bytes for g in gpus)
+        fraction = learner.gpu_memory
+        if fraction == "grow":
+            free = min(g.memory_total_bytes - g.memory_used_bytes for g in gpus)
+            setting, budget = "grow (free memory)", free
+        else:
+            value = JAX_DEFAULT_FRACTION if fraction is None else float(fraction)
+            setting = f"resources.learner.gpu_memory={fraction}"
+            budget = int(value * smallest)
+        ids = ",".join(str(i) for i in learner.gpu_ids)
+        where = f"GPU {ids} at {setting} of {_gb(smallest)}"
+        shards = len(learner.gpu_ids)
+        return budget * shards, where, shards
+    import psutil
+
+    total = psutil.virtual_memory().total
+    if single_process:
+        others, count = NODE_RSS_GIB["learner"] * GIB, 0
+    else:
+        counts = node_counts(config)
+        others = sum(NODE_RSS_GIB[g] * n for g, n in counts.items()) * GIB
+        count = sum(counts.values()) - 1
+    beside = f" beside {count} other nodes" if count else ""
+    where = f"this host's {_gb(total)} RAM{beside} (the learner's cpu)"
+    shards = 1 if single_process else max(1, learner.num_devices)
+    return int(total - others), where, shards
+
+
+def plan_replay_store(
+    config: Any,
+    builder: Any,
+    plan: Any = None,
+    *,
+    single_process: bool = False,
+    reverb_available: bool | None = None,
+) -> ReplayStorePlan | None:
+    """Resolves `config.replay.store` for `builder`'s frame replay; None for other agents.
+
+    Args:
+      config: the validated experiment config (its `replay.store` is set to the result).
+      builder: the experiment's builder (`frame_replay(None)` says what it stores).
+      plan: the placement plan (distributed runs); None in one process.
+      single_process: a `main.py` run: the learner is this process, on its first device.
+      reverb_available: whether Reverb can be imported (default: looked up).
+
+    Raises:
+      ConfigError: the device store is asked for (or the only one installed) and does not fit.
+    """
+    spec = builder.frame_replay(None)
+    if spec is None:
+        return None
+    if reverb_available is None:
+        reverb_available = importlib.util.find_spec("reverb") is not None
+    writers = int(config.envs_per_actor) * (1 if single_process else int(config.num_actors))
+    if plan is None:
+        budget, where, shards = _single_process_budget()
+    else:
+        budget, where, shards = _learner_budget(config, plan, single_process)
+    budget = int(budget - max(HEADROOM * budget, MIN_HEADROOM_BYTES))
+    nbytes = spec.nbytes(writers, shards)
+    fits = nbytes <= budget
+    asked = config.replay.store
+    frames = "x".join(str(d) for d in spec.frame_shape)
+    size = f"{spec.capacity:,} transitions of {frames} frames"
+    if asked == "reverb" and reverb_available:
+        line = f"replay: reverb frame replay in the replay node ({size})"
+        return ReplayStorePlan("reverb", nbytes, budget, where, line)
+    if fits:
+        store = "device"
+        line = (
+            f"replay: device store on the learner's device, {_gb(nbytes)} ({size}); "
+            f"room: {_gb(budget)} on {where}"
+        )
+    elif asked == "auto" and reverb_available:
+        store = "reverb"
+        line = (
+            f"replay: reverb frame replay in the replay node ({size}; auto: the device store "
+            f"needs {_gb(nbytes)}, {where} has room for {_gb(budget)})"
+        )
+    else:
+        fitting = max(1, int(spec.capacity * budget / max(nbytes, 1) * 0.95))
+        other = (
+            "replay.store=reverb"
+            if reverb_available
+            else "more memory for the learner (Reverb, the other store, is not installed here)"
+        )
+        raise ConfigError(
+            f"replay.store={asked}: the device replay store needs {_gb(nbytes)} ({size}) "
+            f"but {where} has room for {_gb(budget)}; set agent.replay_buffer_size={fitting} "
+            f"or less, or use {other}"
+        )
+    config.replay.store = store
+    return ReplayStorePlan(store, nbytes, budget, where, line)
+
+
+def _single_process_budget() -> tuple[int, str, int]:
+    """The budget of `main.py`'s learner: JAX's first GPU when it serves CUDA here, else RAM."""
+    import os
+
+    import psutil
+
+    from magi_lp.placement.gpu_inventory import query_inventory
+    from magi_lp.placement.jax_build import detect_jax_build
+
+    inventory = query_inventory()
+    if len(inventory) and detect_jax_build().serves_cuda:
+        gpu = inventory[inventory.ids[0]]
+        fraction = float(os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION", JAX_DEFAULT_FRACTION))
+        where = f"GPU {gpu.index} at {fraction:g} of {_gb(gpu.memory_total_bytes)}"
+        return int(fraction * gpu.memory_total_bytes), where, 1
+    total = psutil.virtual_memory().total
+    return (
+        int(total - NODE_RSS_GIB["learner"] * GIB),
+        f"this host's {_gb(total)} RAM (the learner's cpu)",
+        1,
+    )

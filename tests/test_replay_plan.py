@@ -1,0 +1,145 @@
+"""`replay.store`: the device store is counted against the learner's memory before anything
+starts; 'auto' picks it where it fits and Reverb's frame replay elsewhere; a device store that
+does not fit is one line naming the key, the bytes and the fix."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from magi_lp.errors import ConfigError
+from magi_lp.placement.gpu_inventory import GpuInfo, GpuInventory
+from magi_lp.placement.jax_build import CudaPlugin, JaxBuild
+from magi_lp.placement.plan import make_plan
+from magi_lp.runtime.config import placement_requests
+from magi_lp.runtime.replay_plan import plan_replay_store
+from projects.drq_v2.experiment import make_experiment
+from projects.drq_v2.tasks import make_config
+from tests.e2e_utils import marked_processes, run_entry_point
+
+GIB = 1 << 30
+NO_GPU = GpuInventory((), "no NVML here (test)")
+CUDA12 = JaxBuild("0.4.30", (CudaPlugin("jax_plugins.xla_cuda12", 12, "0.4.30"),))
+H100 = GpuInventory((GpuInfo(0, "00000000:01:00.0", "NVIDIA H100 80GB HBM3", 80 * GIB, 0, 0.0),))
+TWO_H100 = GpuInventory(
+    tuple(
+        GpuInfo(i, f"00000000:0{i + 1}:00.0", "NVIDIA H100 80GB HBM3", 80 * GIB, 0, 0.0)
+        for i in range(2)
+    )
+)
+
+
+def distributed(**changes):
+    config = make_config("reacher_hard", distributed=True)
+    for key, value in changes.items():
+        node = config
+        *path, last = key.split(".")
+        for part in path:
+            node = node[part]
+        node[last] = value
+    return config
+
+
+def plan_for(config, inventory=NO_GPU, jax_build=None):
+    return make_plan(placement_requests(config), inventory, jax_build or JaxBuild("0.4.30"))
+
+
+def store_for(config, inventory=NO_GPU, jax_build=None, **options):
+    builder = make_experiment(config).builder
+    return plan_replay_store(config, builder, plan_for(config, inventory, jax_build), **options)
+
+
+def test_auto_keeps_reverb_for_make_runs_million_transitions_on_this_host():
+    config = distributed()  # what make run launches: 1M transitions of 84x84 frames
+    store = store_for(config, reverb_available=True)
+    assert store.store == "reverb" and config.replay.store == "reverb"
+    assert 21.8e9 < store.nbytes < 22.0e9
+    assert "auto: the device store needs 21.9 GB" in store.line
+
+
+def test_auto_picks_the_device_store_where_it_fits():
+    config = distributed(**{"agent.replay_buffer_size": 2000})
+    store = store_for(config, reverb_available=True)
+    assert store.store == "device" and config.replay.store == "device"
+    assert store.line.startswith("replay: device store on the learner's device, 0.0 GB")
+
+
+def test_a_gpu_learner_counts_the_store_against_its_memory_fraction():
+    config = distributed(**{"resources.learner.device": "gpu", "resources.learner.gpu_memory": 0.5})
+    store = store_for(config, H100, CUDA12, reverb_available=True)
+    assert store.store == "device"  # 21.9 GB of the 40 GB it may take
+    assert "GPU 0 at resources.learner.gpu_memory=0.5 of 85.9 GB" in store.line
+
+    config = distributed(
+        **{
+            "resources.learner.device": "gpu",
+            "resources.learner.gpu_memory": 0.2,
+            "replay.store": "device",
+        }
+    )
+    with pytest.raises(ConfigError) as refused:
+        store_for(config, H100, CUDA12, reverb_available=True)
+    message = str(refused.value)
+    assert message.startswith("replay.store=device: the device replay store needs 21.9 GB")
+    assert "gpu_memory=0.2" in message and "agent.replay_buffer_size=" in message
+
+
+def test_a_data_parallel_learner_keeps_one_shard_per_device():
+    one = distributed(**{"resources.learner.device": "gpu", "resources.learner.gpus": 1})
+    two = distributed(**{"resources.learner.device": "gpu", "resources.learner.gpus": 2})
+    single = store_for(one, TWO_H100, CUDA12, reverb_available=True)
+    double = store_for(two, TWO_H100, CUDA12, reverb_available=True)
+    assert double.nbytes > 1.99 * single.nbytes  # each device holds a full shard
+    assert double.budget > 1.99 * single.budget  # and each brings its own memory
+
+
+def test_without_reverb_auto_means_the_device_store_or_one_line():
+    config = distributed(**{"agent.replay_buffer_size": 2000})
+    assert store_for(config, reverb_available=False).store == "device"
+    with pytest.raises(ConfigError, match="Reverb, the other store, is not installed here"):
+        store_for(distributed(), reverb_available=False)
+
+
+def test_an_agent_with_its_own_tables_has_no_store_to_choose():
+    from projects.td3 import experiment as td3
+
+    spec = importlib.util.spec_from_file_location("td3_config", "configs/td3_cartpole.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = module.get_config()
+    assert plan_replay_store(config, td3.make_experiment(config).builder, plan_for(config)) is None
+
+
+@pytest.mark.integration
+def test_the_entry_point_refuses_a_store_that_does_not_fit_before_starting(tmp_path: Path):
+    mark = "replay-plan"
+    result = run_entry_point(
+        "projects/drq_v2/lp_main.py",
+        [
+            "--config",
+            "configs/reacher_hard_distributed.py",
+            "--config.replay.store=device",
+            "--workdir",
+            str(tmp_path / "run"),
+        ],
+        timeout=120,
+        mark=mark,
+    )
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1, result.stderr
+    assert "replay.store=device: the device replay store needs 21.9 GB" in lines[0]
+    assert "agent.replay_buffer_size=" in lines[0] and "replay.store=reverb" in lines[0]
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "run").exists()
+    assert not marked_processes(mark)
+
+    dry = run_entry_point(
+        "projects/drq_v2/lp_main.py",
+        ["--config", "configs/reacher_hard_distributed.py", "--dry_run"],
+        timeout=120,
+    )
+    assert dry.returncode == 0, dry.stderr
+    assert "replay: reverb frame replay in the replay node (1,000,000 transitions" in dry.stdout
