@@ -67,6 +67,7 @@ FIGURES = (
     Figure("batched_actor", "benchmarks.batched_actor", 420, 900),
     Figure("data_parallel_learner", "benchmarks.data_parallel_learner", 300, 900),
     Figure("replay_sampling", "benchmarks.replay_sampling", 300, 600),
+    Figure("device_store", "benchmarks.device_store", 300, 900),
 )
 BY_NAME = {figure.name: figure for figure in FIGURES}
 
