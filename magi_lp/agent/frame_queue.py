@@ -33,7 +33,7 @@ from magi_lp.agent.frame_store import DeviceFrameStore, FrameReplaySpec
 from magi_lp.agent.frame_window import NewestFrames
 from magi_lp.agent.replay_schedule import RatioGate
 
-DRAIN_FLUSH_STEPS = 16
+DRAIN_FLUSH_STEPS = 64
 """Steps the drain writes before it applies them on the device (the learner also flushes
 before each batch, so nothing waits on this)."""
 
@@ -160,6 +160,10 @@ class QueueDrainer:
         self._gate = gate
         self._in_flight = in_flight
         self._structure = step_example(store.spec)
+        # Without extras every column is a top-level key: the item maps onto them directly.
+        paths = [path for path, _ in tree.flatten_with_path(self._structure)]
+        flat = all(len(path) == 1 for path in paths)
+        self._paths = [path[0] for path in paths] if flat else None
         self._closed = threading.Event()
         self._sampler: Any = None
         self._sampler_lock = threading.Lock()
@@ -201,7 +205,7 @@ class QueueDrainer:
                     if self._closed.is_set():
                         return  # cancelled by close()
                     raise
-                step = tree.unflatten_as(self._structure, [np.asarray(c) for c in columns[4:]])
+                step = self._unflatten(columns[4:])
                 self._gate.add_inserted(self._write(step))
                 self.steps += 1
                 staged += 1
@@ -213,6 +217,12 @@ class QueueDrainer:
         except BaseException as error:  # raised by the learner's next batch
             self.error = error
             logging.error("QueueDrainer failed: %s", error)
+
+    def _unflatten(self, columns: list) -> dict[str, Any]:
+        """A queue item's columns as a step (the writer's flattening order: sorted keys)."""
+        if self._paths is None:
+            return tree.unflatten_as(self._structure, [np.asarray(c) for c in columns])
+        return {path: np.asarray(c) for path, c in zip(self._paths, columns, strict=True)}
 
     def _write(self, step: dict[str, Any]) -> int:
         writer = int(step["writer"])
@@ -231,7 +241,7 @@ class QueueDrainer:
             step["reward"],
             step["discount"],
             last=bool(step["last"]),
-            extras=step["extras"],
+            extras=step.get("extras", ()),
         )
 
     def close(self) -> None:

@@ -213,11 +213,14 @@ class _Shard:
         self.staged_rows: dict[int, tuple] = {}
 
     # -- frame rows ----------------------------------------------------------------------
-    def _release(self, slots: np.ndarray) -> None:
-        np.subtract.at(self.refs, slots, 1)
-        freed = np.unique(slots[self.refs[slots] == 0])
-        self.free[self.num_free : self.num_free + len(freed)] = freed
-        self.num_free += len(freed)
+    def _release(self, slots: Any) -> None:
+        # A handful of rows per call: plain indexing beats numpy's ufunc.at + unique here.
+        refs, free = self.refs, self.free
+        for slot in slots:
+            refs[slot] -= 1
+            if refs[slot] == 0:
+                free[self.num_free] = slot
+                self.num_free += 1
 
     def _evict_oldest(self) -> None:
         position = (self.head - self.size) % self.spec.capacity
@@ -242,7 +245,7 @@ class _Shard:
     def _close(self, writer: int) -> None:
         state = self.writers.pop(writer, None)
         if state is not None:
-            self._release(np.asarray(state.window, np.int32))
+            self._release(state.window)
 
     def add_first(self, writer: int, frame: np.ndarray) -> None:
         self._close(writer)  # an episode cut short without its last step
@@ -277,7 +280,7 @@ class _Shard:
             # The next transition's window starts one frame later.
             drop = len(state.window) - (self.spec.window - 1)
             if drop > 0:
-                self._release(np.asarray(state.window[:drop], np.int32))
+                self._release(state.window[:drop])
                 del state.window[:drop]
             del state.steps[: len(state.steps) - (n - 1)]
         if last:
@@ -291,7 +294,8 @@ class _Shard:
             self._evict_oldest()  # the oldest sits at this very position
         row = np.asarray(window, np.int32)
         self.rows[position] = row
-        np.add.at(self.refs, row, 1)
+        for slot in window:
+            self.refs[slot] += 1
         reward, discount = n_step_return(
             np.array([s[1] for s in steps]), np.array([s[2] for s in steps]), self.spec.discount
         )
@@ -401,8 +405,8 @@ class DeviceFrameStore:
         )
         """Where `sample`'s batches live: split over the shards along the batch axis."""
         self._sample = jax.jit(self._make_sample(mesh), out_shardings=self.batch_sharding)
-        # Compiling the gather and the smallest insert takes seconds on a busy CPU: do it
-        # while the learner builds and the actors start, not at the first batch.
+        # Compiling the gather and the inserts (one per bucket size) takes seconds on a busy
+        # CPU: do it while the learner builds and the actors start, not at the first batch.
         # Not a daemon: XLA aborts a process that exits while it compiles.
         self._compiling = threading.Thread(target=self._compile_ahead, name="magi_lp-store-compile")
         self._compiling.start()
@@ -486,8 +490,12 @@ class DeviceFrameStore:
             visible = jax.device_put(self._visible, self._replicated)
             key = jax.random.PRNGKey(0)
             self._sample.lower(self._state, visible, key, np.int32(0)).compile()
-            args = self._padded_arrays([({}, {}) for _ in self._shards])
-            self._insert.lower(self._state, *args).compile()
+            size = 8
+            while size <= _bucket(MAX_STAGED_STEPS):
+                rows = {i: np.zeros(self.spec.frame_nbytes, np.uint8) for i in range(size)}
+                args = self._padded_arrays([(rows, {}) for _ in self._shards])
+                self._insert.lower(self._state, *args).compile()
+                size *= 2
         except Exception as error:  # the first real call compiles instead
             logging.warning("frame store: compiling ahead failed: %s", error)
 
@@ -558,8 +566,8 @@ class DeviceFrameStore:
         """The staged writes of every shard as fixed-size arrays on the devices (rows past
         a shard's writes carry out-of-range indices, which the scatter drops)."""
         spec = self.spec
-        k_frames = _bucket(max(len(frames) for frames, _ in staged))
-        k_rows = _bucket(max(len(rows) for _, rows in staged))
+        # One size for frames and rows: the few programs `_compile_ahead` made serve all.
+        k_frames = k_rows = _bucket(max(max(len(f), len(r)) for f, r in staged))
         d = self.num_shards
         frame_slots = np.full((d, k_frames), self._frame_capacity, np.int32)  # dropped
         frames = np.zeros((d, k_frames, spec.frame_nbytes), np.uint8)
@@ -591,8 +599,8 @@ class DeviceFrameStore:
                         rows["extras"],
                         extras,
                     )
-        put = lambda x: jax.device_put(x, self._sharded)  # noqa: E731
-        return put(frame_slots), put(frames), put(positions), jax.tree_util.tree_map(put, rows)
+        # One transfer call for every array of the insert.
+        return jax.device_put((frame_slots, frames, positions, rows), self._sharded)
 
     def _flush_locked(self) -> int:
         self._compiling.join()  # its programs are the ones called now
