@@ -115,9 +115,10 @@ def test_the_queue_carries_each_step_once_in_order(queue):
 @pytest.mark.integration
 def test_a_slow_learner_holds_the_writer_back_at_the_schedule(queue):
     spec = make_spec(capacity=500)
-    _store, gate, drainer, iterator = learner_side(queue, spec)
+    store, gate, drainer, iterator = learner_side(queue, spec)
     writer = Writer(queue, spec, steps=400)
     writer.start()
+    store.flush()  # past the store's compile ahead: from here on, waits are the gate's
     # No batch sampled: the drain stops at min_replay_size + error buffer transitions...
     assert settle(lambda: gate.inserted) == SCHEDULE.min_replay_size + ERROR_BUFFER
     # ...then the queue fills and the writer's inserts block.
@@ -149,6 +150,7 @@ def test_a_slow_writer_stalls_the_learner_at_the_schedule(queue):
     batches = []
     learner = threading.Thread(target=lambda: [batches.append(1) for _ in iterator], daemon=True)
     learner.start()
+    assert settle(lambda: writer.written) == 30  # paused
     assert settle(lambda: gate.inserted) == 28
     # Exactly the updates 28 inserted transitions allow: (28 - 10) // 2 + 1 = 10.
     assert settle(lambda: len(batches)) == SCHEDULE.updates_due(28) == 10
@@ -156,6 +158,7 @@ def test_a_slow_writer_stalls_the_learner_at_the_schedule(queue):
 
     writer.pause_at = 50
     writer.go.set()
+    assert settle(lambda: writer.written) == 50
     assert settle(lambda: gate.inserted) == 48
     assert settle(lambda: len(batches)) == SCHEDULE.updates_due(48) == 20
 

@@ -554,11 +554,12 @@ class DeviceFrameStore:
 
     def _after_add(self, shard: _Shard) -> None:
         self.steps_added += 1
-        if shard.staged_steps >= MAX_STAGED_STEPS:
+        if shard.staged_steps >= MAX_STAGED_STEPS and not self._compiling.is_alive():
             self._flush_locked()
 
     def flush(self) -> int:
         """Applies the staged writes on the devices; returns the transitions made visible."""
+        self._compiling.join()  # its programs are the ones called now (writers go on meanwhile)
         with self._lock:
             return self._flush_locked()
 
@@ -603,7 +604,6 @@ class DeviceFrameStore:
         return jax.device_put((frame_slots, frames, positions, rows), self._sharded)
 
     def _flush_locked(self) -> int:
-        self._compiling.join()  # its programs are the ones called now
         staged = [shard.take_staged() for shard in self._shards]
         if not any(frames or rows for frames, rows in staged):
             return 0
@@ -640,6 +640,7 @@ class DeviceFrameStore:
 
         The draw uses `key` folded with `step` (default: the batches sampled so far) and the
         shard's index, inside the jitted gather: no key handling on the host."""
+        self._compiling.join()
         with self._lock:
             self._flush_locked()
             if not (self._visible[1] > 0).all():
