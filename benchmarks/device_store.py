@@ -22,7 +22,6 @@ import resource
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 

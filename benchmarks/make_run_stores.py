@@ -1,22 +1,20 @@
 """`make run`'s program on each replay store, for the same time: frames/s, learner updates/s
-and the CPU each node used (figure 11 of BENCHMARKS.md).
+and the CPU each node used (figure 12 of BENCHMARKS.md).
 
 Runs `projects/drq_v2/lp_main.py --config configs/reacher_hard_distributed.py` (what
 `make run` launches) once with `replay.store=reverb` (its 1M-transition Reverb frame replay)
 and once with `replay.store=device` at a capacity this machine holds beside the other nodes
-(`agent.replay_buffer_size`, default 100,000: 2.2 GB), each for `--seconds` of wall time
+(`agent.replay_buffer_size` = 100,000: 2.2 GB), each for the same wall time (240 s)
 after launch, then stops it with SIGTERM and reads the launcher's `status.csv`: rates are
 averaged over the samples after learning started, each node's CPU (percent of one core)
 over the same samples.
 
-    python -m benchmarks.make_run_stores [--seconds 300] [--device_capacity 100000]
+    python -m benchmarks.run --only make_run_stores
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
-import json
 import os
 import signal
 import subprocess
@@ -25,8 +23,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.common import figure_main, fmt, ratio
+
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results.json"
+TITLE = "make run's program on each replay store: frames/s, updates/s, CPU per node"
+DEVICE_CAPACITY = 100_000  # 2.2 GB at 84x84: fits this machine beside the other nodes
 
 
 def _run(store: str, seconds: float, capacity: int, workdir: Path) -> dict:
@@ -82,25 +83,59 @@ def _run(store: str, seconds: float, capacity: int, workdir: Path) -> dict:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=300.0)
-    parser.add_argument("--device_capacity", type=int, default=100_000)
-    args = parser.parse_args()
+def measure(quick: bool) -> dict:
+    seconds = 60.0 if quick else 240.0
+    capacity = 10_000 if quick else DEVICE_CAPACITY
     results = {}
     for store in ("reverb", "device"):
         with tempfile.TemporaryDirectory(prefix=f"make_run_{store}_") as folder:
-            results[store] = _run(store, args.seconds, args.device_capacity, Path(folder))
-        r = results[store]
-        cpu = ", ".join(f"{k} {v:.0f}%" for k, v in r["cpu_percent"].items() if v is not None)
-        print(
-            f"{store}: {r['frames_per_s']} frames/s, {r['updates_per_s']} updates/s, "
-            f"{r['samples_per_s']} samples/s over {r['learning_samples']} samples; CPU: {cpu}"
+            results[store] = _run(store, seconds, capacity, Path(folder))
+    return {"seconds": seconds, "cores": os.cpu_count(), "stores": results}
+
+
+def _cpu_line(result: dict) -> str:
+    return ", ".join(
+        f"{node} {value:.0f}%" for node, value in result["cpu_percent"].items() if value is not None
+    )
+
+
+def summary(result: dict) -> tuple[str, str, str]:
+    device, reverb = result["stores"]["device"], result["stores"]["reverb"]
+    return (
+        f"device store: {fmt(device['frames_per_s'])} frames/s, "
+        f"{fmt(device['updates_per_s'], 2)} updates/s; learner CPU "
+        f"{fmt(device['cpu_percent'].get('learner/0'), 0)}%",
+        f"Reverb store: {fmt(reverb['frames_per_s'])} frames/s, "
+        f"{fmt(reverb['updates_per_s'], 2)} updates/s; learner CPU "
+        f"{fmt(reverb['cpu_percent'].get('learner/0'), 0)}%",
+        f"{fmt(ratio(device['updates_per_s'], reverb['updates_per_s']), 2)} (updates/s)",
+    )
+
+
+def report(result: dict) -> str:
+    lines = [
+        f"`make run`'s program, {fmt(result['seconds'], 0)} s of wall time on each store, on "
+        f"this {result['cores']}-core machine (the learner on its CPU). Rates are the means "
+        "over the status samples once learning had started; CPU is percent of one core.",
+        "",
+        "| store | capacity | frames/s | updates/s | samples/s | stop (s) | CPU per node |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, r in result["stores"].items():
+        lines.append(
+            f"| {name} | {r['capacity']:,} | {fmt(r['frames_per_s'])} | "
+            f"{fmt(r['updates_per_s'], 2)} | {fmt(r['samples_per_s'], 0)} | {r['stop_s']} | "
+            f"{_cpu_line(r)} |"
         )
-    existing = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    existing["make_run_stores"] = results
-    RESULTS.write_text(json.dumps(existing, indent=1, sort_keys=True) + "\n")
+    lines += [
+        "",
+        "On this CPU the learner's update (about 1 CPU-s at batch 256, figure 1) is the "
+        "bottleneck with either store; what the device store changes here is the CPU the "
+        "learner's process spends on sampling, and the replay node's work (a queue instead of "
+        "the sampled table).",
+    ]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
-    main()
+    figure_main(measure)

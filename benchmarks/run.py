@@ -68,6 +68,7 @@ FIGURES = (
     Figure("data_parallel_learner", "benchmarks.data_parallel_learner", 300, 900),
     Figure("replay_sampling", "benchmarks.replay_sampling", 300, 600),
     Figure("device_store", "benchmarks.device_store", 300, 900),
+    Figure("make_run_stores", "benchmarks.make_run_stores", 400, 900),
 )
 BY_NAME = {figure.name: figure for figure in FIGURES}
 
