@@ -33,6 +33,7 @@ from ml_collections import config_flags
 from magi_lp import console
 from magi_lp.errors import ConfigError
 from magi_lp.launch.node_process import quiet_gym_notice
+from magi_lp.placement.xla_flags import check_xla_flags
 from magi_lp.runtime.config import (
     capacity_warnings,
     check_isolation_allows_logging,
@@ -190,6 +191,10 @@ def _run_distributed(
 
     logger_factory = LoggerFactory.from_config(str(workdir), config.logging)
     plan = make_placement_plan(config)
+    check_xla_flags(
+        {group: config.resources[group].get("xla_flags", "") for group in config.resources},
+        os.environ.get("XLA_FLAGS"),
+    )
     # Where a pixel agent's frames live, against the learner's memory (sets replay.store).
     store = plan_replay_store(config, _make(make_experiment, config, workdir).builder, plan)
     notices = [f"notice: {n}" for n in (*plan.notices, *_resource_notices(config))]
@@ -280,6 +285,7 @@ def _run_single_process(
     if ignored:
         console.say(f"notice: {ignored}")
     os.environ.setdefault("MUJOCO_GL", "egl")
+    check_xla_flags({}, os.environ.get("XLA_FLAGS"))
     store = plan_replay_store(
         config, _make(make_experiment, config, workdir).builder, single_process=True
     )

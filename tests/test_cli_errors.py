@@ -50,6 +50,12 @@ SCRIPT = "projects/td3/lp_main.py"
             ["--config", CONFIG, "--config.resources.learner.cpu_devices=3"],
             "agent.batch_size=256 does not split evenly over the 3 devices of learner",
         ),
+        # Checked by the installed jaxlib before anything starts (it aborted a node 25 s in).
+        (
+            ["--config", CONFIG, "--config.resources.actor.xla_flags=--xla_bogus_flag=1"],
+            "resources.actor.xla_flags: the installed jaxlib does not know the XLA flag "
+            "--xla_bogus_flag=1",
+        ),
     ],
 )
 def test_bad_input_gets_one_clear_line(args, expected, tmp_path):
@@ -174,3 +180,21 @@ def test_every_resource_key_is_overridable_in_every_project(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "OMP_NUM_THREADS=3" in result.stdout
     assert "--xla_dump_to=/tmp/x" in result.stdout
+
+
+@pytest.mark.parametrize("script", ["projects/td3/lp_main.py", "projects/td3/main.py"])
+def test_an_exported_unknown_xla_flag_is_refused_before_anything_starts(
+    tmp_path, monkeypatch, script
+):
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false --xla_no_such_flag=2")
+    result = run_entry_point(
+        script, ["--config", CONFIG, "--workdir", str(tmp_path / "run")], timeout=60
+    )
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert lines == [
+        "error: the exported XLA_FLAGS: the installed jaxlib does not know the XLA flag "
+        "--xla_no_such_flag=2 (XLA would abort every node given it at start-up); remove it "
+        "or correct its name"
+    ], result.stderr
+    assert not (tmp_path / "run").exists()
