@@ -99,6 +99,67 @@ def test_exit_report_names_node_status_and_log_tail(tmp_path):
     assert [f"    line {i}" for i in range(80, 100)] == report.splitlines()[-20:]
 
 
+def test_a_node_that_aborts_in_native_code_is_reported_by_its_reason(tmp_path):
+    """A real native abort (the installed jaxlib refusing an XLA flag, with Python's
+    faulthandler dumping its module list after it): the report leads with XLA's line."""
+    log = tmp_path / "actor" / "1"
+    log.parent.mkdir()
+    env = dict(os.environ, XLA_FLAGS="--xla_bogus_flag=1", JAX_PLATFORMS="cpu")
+    with open(log, "wb") as out:
+        returncode = subprocess.run(
+            [sys.executable, "-X", "faulthandler", "-c", "import jax; jax.devices()"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            timeout=120,
+        ).returncode
+    assert returncode == -signal.SIGABRT
+    node = launcher.NodeExit("actor", 1, 4242, returncode, log)
+    lines = launcher.format_exit_report(node).splitlines()
+    assert lines[0] == "node actor/1 (group 'actor', pid 4242) died: killed by signal SIGABRT (6)"
+    assert lines[1].startswith("cause: ") and "Unknown flags in XLA_FLAGS" in lines[1]
+    assert "--xla_bogus_flag=1" in lines[1]
+
+
+@pytest.mark.parametrize(
+    ("log_text", "returncode", "cause"),
+    [
+        (
+            'I1123 starting\nTraceback (most recent call last):\n  File "x.py", line 1\n'
+            "    boom()\nValueError: the replay table is missing\nshutting down\n",
+            1,
+            "ValueError: the replay table is missing",
+        ),
+        (
+            "W0000 something\nF1123 12:00:00.1 1 table.cc:42] Check failed: size > 0\n"
+            "Fatal Python error: Aborted\n\nExtension modules: numpy, jax (total: 84)\n",
+            -signal.SIGABRT,
+            "table.cc:42] Check failed: size > 0",  # the reason, not just "Aborted"
+        ),
+        (
+            "Fatal Python error: Segmentation fault\n\nCurrent thread 0x1 (most recent call):\n",
+            -signal.SIGSEGV,
+            "Fatal Python error: Segmentation fault",
+        ),
+        ("all fine\n", -signal.SIGKILL, "most often the kernel's out-of-memory killer"),
+        ("all fine\n", 3, None),
+    ],
+)
+def test_death_cause_reads_the_log(tmp_path, log_text, returncode, cause):
+    log = tmp_path / "log"
+    log.write_text(log_text)
+    found = launcher.death_cause(launcher.NodeExit("learner", 0, 1, returncode, log))
+    if cause is None:
+        assert found is None
+    else:
+        assert found is not None and cause in found, found
+    # At a stop, a SIGKILL is the launcher's own: no out-of-memory guess.
+    stopping = launcher.death_cause(
+        launcher.NodeExit("learner", 0, 1, returncode, log), stopping=True
+    )
+    assert (stopping is None) == (cause is None or "out-of-memory" in cause)
+
+
 def test_describe_returncode():
     assert launcher.describe_returncode(3) == "exit code 3"
     assert launcher.describe_returncode(-15) == "killed by signal SIGTERM (15)"
@@ -309,6 +370,8 @@ def test_sigkilled_node_is_reported_and_program_stopped(tmp_path):
     assert stop_secs < notice_secs, output  # the other nodes honour SIGTERM
     assert elapsed < notice_secs + 15, output  # plus the launcher's own exit, under load
     assert "actor 1 is up" in output  # the tail of its log
+    # Nothing in its log says why, and no stop was under way: the likely reason is named.
+    assert "cause: killed by SIGKILL while no stop was in progress" in output
     assert "exit code 1 (node actor/1 died)" in output
     run.assert_nothing_left(_all_pids(reports))
 

@@ -40,6 +40,7 @@ import functools
 import io
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -149,9 +150,62 @@ def read_tail(path: str | os.PathLike, lines: int = TAIL_LINES) -> list[str]:
     return data.decode("utf-8", errors="replace").splitlines()[-lines:]
 
 
-def format_exit_report(node: NodeExit, tail_lines: int = TAIL_LINES) -> str:
-    """A report on a node that died: which node, how, and the last lines of its log."""
+# Lines a process writes as it dies in native code: glog's fatal lines, XLA's flag check,
+# CPython's fatal error, a C++ exception nobody caught.
+# The specific ones (glog `F1123 ...` and TF/XLA's `<time>: F <file>:<line>] ...`) name the
+# reason; the generic ones only that it was fatal.
+_FATAL_NATIVE = re.compile(
+    r"^(F\d{4} .*|.*: F [\w/.-]+:\d+\] .*|.*Check failed.*|.*Unknown flags? in XLA_FLAGS.*)$"
+)
+_FATAL_GENERIC = re.compile(r"^(Fatal Python error.*|terminate called after throwing.*)$")
+_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning)\b.*$")
+CAUSE_SCAN_BYTES = 1 << 20
+
+
+def death_cause(node: NodeExit, *, stopping: bool = False) -> str | None:
+    """The line of a dead node's log that says why it died, or what its end suggests.
+
+    A native fatal line (glog `F`, `Check failed`, unknown XLA flags, `Fatal Python error`)
+    comes first for a node killed by a signal; otherwise the last Python exception (the
+    line after its traceback); a SIGKILL with no stop in progress is, when the log says
+    nothing, most often the kernel's out-of-memory killer.
+    """
+    try:
+        with open(node.log_path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - CAUSE_SCAN_BYTES))
+            lines = f.read().decode("utf-8", errors="replace").splitlines()
+    except OSError:
+        lines = []
+    native = [line.strip() for line in lines if _FATAL_NATIVE.match(line.strip())] or [
+        line.strip() for line in lines if _FATAL_GENERIC.match(line.strip())
+    ]
+    exception = None
+    for i, line in enumerate(lines):
+        if line.startswith("Traceback (most recent call last):"):
+            for later in lines[i + 1 :]:
+                if later and not later[0].isspace() and _EXCEPTION.match(later):
+                    exception = later.strip()
+                    break
+    if native and (node.returncode < 0 or exception is None):
+        return native[-1]
+    if exception is not None:
+        return exception
+    if node.returncode == -signal.SIGKILL and not stopping:
+        return (
+            "killed by SIGKILL while no stop was in progress, and its log names no error: "
+            "most often the kernel's out-of-memory killer (`dmesg | grep -i oom`)"
+        )
+    return None
+
+
+def format_exit_report(node: NodeExit, tail_lines: int = TAIL_LINES, stopping: bool = False) -> str:
+    """A report on a node that died: which node, how, why (the line of its log that says
+    so, when one does), and the last lines of its log."""
     header = f"node {node.name} (group {node.group!r}, pid {node.pid}) died: {node.status}"
+    cause = death_cause(node, stopping=stopping)
+    if cause is not None:
+        header += f"\ncause: {cause}"
     tail = read_tail(node.log_path, tail_lines)
     if not tail:
         return f"{header}\n(its log {node.log_path} is empty)"
@@ -622,7 +676,8 @@ class _Supervisor:
             if self._stop_started is not None:
                 if returncode > 0:
                     self._failed_while_stopping.append(ended)
-                    self._report(format_exit_report(ended).replace(" died:", " failed at stop:"))
+                    report = format_exit_report(ended, stopping=True)
+                    self._report(report.replace(" died:", " failed at stop:", 1))
                 elif returncode < 0 and node.group in self._saves_at_stop:
                     self._unsaved.append(ended)
                 continue
