@@ -29,6 +29,7 @@ import tree
 from absl import logging
 from acme.adders import base as adders_base
 
+from magi_lp.agent.frame_replay import flush_or_stop
 from magi_lp.agent.frame_store import DeviceFrameStore, FrameReplaySpec
 from magi_lp.agent.frame_window import NewestFrames
 from magi_lp.agent.replay_schedule import RatioGate
@@ -70,6 +71,7 @@ class QueueFrameAdder(adders_base.Adder):
         *,
         max_in_flight_items: int = 8,
         check_stacking: bool = True,
+        should_stop: Callable[[], bool] = lambda: False,
     ):
         """Creates the adder; the Reverb writer opens on the first step.
 
@@ -82,6 +84,8 @@ class QueueFrameAdder(adders_base.Adder):
           max_in_flight_items: steps sent but not yet in the queue before `add` blocks (a
             full queue holds the actor back here).
           check_stacking: see `frame_window.NewestFrames`.
+          should_stop: whether the program is stopping: a write blocked by a full queue
+            then raises `frame_replay.WriteAbandonedError` instead of blocking on.
         """
         self._client = client
         self._table = table
@@ -93,6 +97,7 @@ class QueueFrameAdder(adders_base.Adder):
         )
         self._example = step_example(spec)
         self._writer: reverb.TrajectoryWriter | None = None
+        self._should_stop = should_stop
 
     def _write(self, **step: Any) -> None:
         if self._writer is None:
@@ -102,7 +107,11 @@ class QueueFrameAdder(adders_base.Adder):
         self._writer.create_item(
             self._table, 1.0, tree.map_structure(lambda column: column[-1], self._writer.history)
         )
-        self._writer.flush(self._max_in_flight_items)
+        flush_or_stop(
+            self._writer.flush,
+            self._should_stop,
+            block_until_num_items=self._max_in_flight_items,
+        )
 
     def add_first(self, timestep: dm_env.TimeStep) -> None:
         if not timestep.first():

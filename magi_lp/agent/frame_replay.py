@@ -73,6 +73,7 @@ from acme.adders import base as adders_base
 from magi_lp.agent.frame_window import (
     FrameTransition,
     NewestFrames,
+    WriteAbandonedError,
     frame_shape_from_observation,  # noqa: F401  (re-exported: tests, older callers)
 )
 from magi_lp.errors import ConfigError
@@ -82,6 +83,25 @@ CHUNK_TARGET_BYTES = 2 * 65536
 
 MAX_DEFAULT_CHUNK_LENGTH = 32
 """Cap for tiny frames, so an item never waits long for its chunk to fill."""
+
+
+FLUSH_POLL_MS = 200
+"""How long a blocked write waits before it checks whether the program is stopping."""
+
+
+def flush_or_stop(
+    flush: Callable[..., Any], should_stop: Callable[[], bool], **flush_args: Any
+) -> None:
+    """Calls a Reverb writer's `flush`/`end_episode` until it returns, checking
+    `should_stop()` every `FLUSH_POLL_MS`: a write blocked in C++ otherwise holds the node
+    until the launcher's SIGKILL (Python runs no signal handler there)."""
+    while True:
+        try:
+            flush(**flush_args, timeout_ms=FLUSH_POLL_MS)
+            return
+        except reverb.errors.DeadlineExceededError:
+            if should_stop():
+                raise WriteAbandonedError("the program is stopping") from None
 
 
 def default_chunk_length(frame_nbytes: int) -> int:
@@ -239,6 +259,7 @@ class FrameStackAdder(adders_base.Adder):
         check_stacking: bool = True,
         get_signature_timeout_ms: int = 300_000,
         eager_items: int = 0,
+        should_stop: Callable[[], bool] = lambda: False,
     ):
         """Creates the adder; the Reverb writer is opened on the first `add_first`.
 
@@ -266,6 +287,8 @@ class FrameStackAdder(adders_base.Adder):
             the replay schedule's `min_replay_size`: divided by the adders writing at once).
             Their chunks are cut short: less compression for those items only, and one
             server round trip per step until then.
+          should_stop: whether the program is stopping; a write the replay holds back
+            then raises `WriteAbandonedError` instead of blocking on.
         """
         _check_positive("frame_stack", frame_stack)
         _check_positive("n_step", n_step)
@@ -286,6 +309,7 @@ class FrameStackAdder(adders_base.Adder):
         if eager_items < 0:
             raise ConfigError(f"eager_items must be >= 0, got {eager_items!r}.")
         self._eager_items = eager_items
+        self._should_stop = should_stop
         self._items_created = 0
         self._writer: reverb.TrajectoryWriter | None = None
         self._configured_paths: set = set()
@@ -381,19 +405,26 @@ class FrameStackAdder(adders_base.Adder):
         self._writer.create_item(self._table, self._priority, trajectory)
         self._items_created += 1
         if self._items_created <= self._eager_items:
-            self._writer.flush()
+            flush_or_stop(self._writer.flush, self._should_stop)
             if self._items_created == 1:
                 logging.info("FrameStackAdder: first item sent to table %r", self._table)
             return
         # The last chunk_length items wait for the open chunk to fill; flushing them
         # would cut chunks short (and undo the compression), so only the items beyond
         # them are held to max_in_flight_items.
-        self._writer.flush(self._max_in_flight_items + self._chunk_length)
+        flush_or_stop(
+            self._writer.flush,
+            self._should_stop,
+            block_until_num_items=self._max_in_flight_items + self._chunk_length,
+        )
 
     def reset(self, timeout_ms: int | None = None) -> None:
         """Ends the episode: sends its pending items and clears the writer's history."""
         if self._writer is not None:
-            self._writer.end_episode(clear_buffers=True, timeout_ms=timeout_ms)
+            if timeout_ms is None:
+                flush_or_stop(self._writer.end_episode, self._should_stop, clear_buffers=True)
+            else:
+                self._writer.end_episode(clear_buffers=True, timeout_ms=timeout_ms)
         self._frames.reset()
         self._env_steps = 0
 

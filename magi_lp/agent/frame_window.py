@@ -80,6 +80,11 @@ def frame_shape_from_observation(observation_shape: Any, frame_stack: int) -> tu
     return (int(height), int(width), int(channels) // frame_stack)
 
 
+class WriteAbandonedError(Exception):
+    """A replay write held back (a rate limiter, a full queue) was given up because the
+    program is stopping: the acting loop ends and the node exits without being killed."""
+
+
 class NewestFrames:
     """The newest frame of each stacked observation of one environment, checked.
 

@@ -10,6 +10,7 @@ apply before any framework allocates, and `run()` until the program stops.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -27,6 +28,7 @@ from acme.utils import counting
 from magi_lp.agent.actor import BatchedActor, GenericActor
 from magi_lp.agent.builder import POLICY_VARIABLES
 from magi_lp.agent.device_check import DeviceCheck
+from magi_lp.agent.frame_window import WriteAbandonedError
 from magi_lp.agent.learner import JaxLearner
 from magi_lp.agent.variable_client import VariableClient
 from magi_lp.console import say
@@ -113,6 +115,7 @@ def make_acting_loop(
     *,
     evaluation: bool = False,
     observers: Sequence[Any] = (),
+    should_stop: StopFn = lambda: False,
 ) -> ActingLoop | BatchedActingLoop:
     """Actor (or evaluator) `index`: its seeded environment(s), policy, adder(s) and loop.
 
@@ -122,7 +125,8 @@ def make_acting_loop(
     state and adder) and chooses their actions in one call (`BatchedActingLoop`).
     Evaluators step one environment, write nothing to replay, make the experiment's
     evaluation observers, and count as "evaluator". With `config.debug.check_devices` every
-    policy call checks its arrays' devices.
+    policy call checks its arrays' devices. `should_stop` lets the adders give up a write
+    the replay holds back once the program stops (`frame_replay.WriteAbandonedError`).
     """
     config = experiment.config
     builder = experiment.builder
@@ -154,7 +158,9 @@ def make_acting_loop(
             list(jax.random.split(key, k)),
             variables,
             [
-                replay_lib.make_adder(experiment, environment_spec, replay_client, index * k + j)
+                replay_lib.make_adder(
+                    experiment, environment_spec, replay_client, index * k + j, should_stop
+                )
                 for j in range(k)
             ],
             device_check=check,
@@ -173,7 +179,9 @@ def make_acting_loop(
         variables,
         None
         if evaluation
-        else replay_lib.make_adder(experiment, environment_spec, replay_client, index * k),
+        else replay_lib.make_adder(
+            experiment, environment_spec, replay_client, index * k, should_stop
+        ),
         device_check=check,
     )
     if evaluation:
@@ -321,8 +329,8 @@ class LearnerNode:
             runner.run(lambda: lp.wait_for_stop(0))
         except CheckpointWriteError as error:
             say(f"final {error}", source="learner")
-            _leave_node_process(FINAL_SAVE_FAILED)
-        _leave_node_process()
+            leave_node_process(FINAL_SAVE_FAILED)
+        leave_node_process()
 
 
 class ActorNode:
@@ -347,14 +355,16 @@ class ActorNode:
             variable_source,
             counter,
             logger_factory,
+            should_stop=_stop_requested,
         )
         warm_up(self._loop, environment_spec, f"actor_{index}")
 
     def run(self) -> None:
-        import launchpad as lp
-
-        self._loop.run(lambda: lp.wait_for_stop(0))
-        _leave_node_process()
+        # A write the replay holds back (its rate limiter, a full queue) is given up at a
+        # stop, so the node ends by itself instead of by the launcher's SIGKILL.
+        with contextlib.suppress(WriteAbandonedError):
+            self._loop.run(_stop_requested)
+        leave_node_process()
 
 
 class EvaluatorNode:
@@ -399,10 +409,17 @@ class EvaluatorNode:
         import launchpad as lp
 
         self.run_evaluations(lambda: lp.wait_for_stop(0), lambda seconds: lp.wait_for_stop(seconds))
-        _leave_node_process()
+        leave_node_process()
 
 
-def _leave_node_process(code: int = 0) -> None:
+def _stop_requested() -> bool:
+    """Whether this Launchpad node was told to stop (does not wait)."""
+    import launchpad as lp
+
+    return lp.wait_for_stop(0)
+
+
+def leave_node_process(code: int = 0) -> None:
     """Ends a node's process once its work is done and saved (multi-processing launches).
 
     A learner blocked in Reverb's sampler, or an adder flushing to a replay server that is

@@ -39,6 +39,29 @@ def _replay_tables(experiment: Experiment, environment_spec: specs.EnvironmentSp
     return replay_lib.make_replay_tables(experiment, environment_spec)
 
 
+class ReplayNode(lp.ReverbNode):
+    """Launchpad's Reverb node, ending its own process once the program stops.
+
+    `lp.ReverbNode.run` returns at the stop, and then its process waits on Reverb's and
+    TensorFlow's threads until the launcher's SIGKILL (10 s; on a busy machine a SIGTERM'd
+    replay was killed so in the test suite). The stop order puts the replay last, after the
+    learner's final save and the coordinator's replay checkpoint, so nothing is left to
+    wait for: the node leaves at once. A replay colocated with the learner shares the
+    learner's process and leaves it to the learner.
+    """
+
+    def __init__(self, *args: Any, own_process: bool = True, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._own_process = own_process
+
+    def run(self) -> None:
+        super().run()
+        if self._own_process:
+            from magi_lp.runtime.nodes import leave_node_process
+
+            leave_node_process()
+
+
 def replay_checkpointer(workdir: str) -> reverb.checkpointers.DefaultCheckpointer:
     """Reverb's checkpointer for the replay, in `<workdir>/checkpoints/replay`."""
     return reverb.checkpointers.DefaultCheckpointer(path=str(Path(workdir) / "checkpoints/replay"))
@@ -68,9 +91,10 @@ def build_program(
     # Always give Reverb a checkpoint folder in the workdir: without one it makes a temp
     # folder of its own that outlives the run. It is written only when `checkpoint.reverb`
     # is on (the coordinator asks at stop), and read back on relaunch.
-    replay_node = lp.ReverbNode(
+    replay_node = ReplayNode(
         functools.partial(_replay_tables, experiment, environment_spec),
         checkpoint_ctor=functools.partial(replay_checkpointer, workdir),
+        own_process=not config.colocate_learner_and_replay,
     )
 
     with program.group(plan.launch_group("counter", 0)):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -101,12 +101,15 @@ def make_adder(
     environment_spec: Any,
     replay: Any,
     writer: int,
+    should_stop: Callable[[], bool] = lambda: False,
 ) -> Any:
     """Writer `writer`'s adder (actor index x envs_per_actor + environment index).
 
     Args:
       replay: a Reverb client (distributed; both stores), or a `LearnerReplay` whose device
         store the actor writes into directly (one process).
+      should_stop: whether the program is stopping: a frame-replay adder then gives up a
+        write the replay holds back (`frame_replay.WriteAbandonedError`) instead of blocking.
     """
     spec = frame_spec(experiment, environment_spec)
     if isinstance(replay, LearnerReplay):
@@ -118,7 +121,7 @@ def make_adder(
     if store_kind(experiment.config) == "device":
         from magi_lp.agent.frame_queue import QueueFrameAdder
 
-        return QueueFrameAdder(replay, STEP_QUEUE, writer, spec)
+        return QueueFrameAdder(replay, STEP_QUEUE, writer, spec, should_stop=should_stop)
     from magi_lp.agent.frame_replay import FrameStackAdder
 
     writers = num_writers(experiment.config)
@@ -131,6 +134,7 @@ def make_adder(
         channels=spec.frame_shape[-1],
         # Sent at once until this adder's share of what learning starts with is in.
         eager_items=-(-min_size // writers),
+        should_stop=should_stop,
     )
 
 
