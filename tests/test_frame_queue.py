@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from magi_lp.agent.frame_store import DeviceFrameStore, DeviceReplayIterator, StoreAdder
+from magi_lp.agent.frame_window import WriteAbandonedError
 from magi_lp.agent.replay_schedule import RatioGate, ReplaySchedule
 from tests.test_frame_store import as_keys, episodes, feed, make_spec, reference
 
@@ -31,16 +32,21 @@ ERROR_BUFFER = 6
 
 
 class Writer(threading.Thread):
-    """Writes `steps` steps of one long episode through a QueueFrameAdder, counting them."""
+    """Writes `steps` steps of one long episode through an adder, counting them, until
+    `finish()`: a write the replay holds back is then given up (`WriteAbandonedError`)."""
 
-    def __init__(self, client, spec, steps: int, writer: int = 0):
+    def __init__(self, client, spec, steps: int, writer: int = 0, adder=None):
         super().__init__(daemon=True)
-        self.adder = QueueFrameAdder(client, QUEUE, writer, spec)
+        self.stop = threading.Event()
+        self.adder = adder or QueueFrameAdder(
+            client, QUEUE, writer, spec, should_stop=self.stop.is_set
+        )
         self.steps = steps
         self.written = 0
         self.go = threading.Event()
         self.go.set()
         self.pause_at: int | None = None
+        self.abandoned = False
 
     def run(self) -> None:
         frame = np.zeros((6, 5, 3), np.uint8)
@@ -51,10 +57,17 @@ class Writer(threading.Thread):
                 if self.pause_at is not None and self.written >= self.pause_at:
                     self.go.clear()
                     self.go.wait()
+                if self.stop.is_set():
+                    return
                 self.adder.add(np.zeros(2, np.float32), dm_env.transition(1.0, observation))
                 self.written += 1
-        except Exception:  # the server stopped under a blocked insert: the test is over
-            pass
+        except WriteAbandonedError:
+            self.abandoned = True
+
+    def finish(self, timeout: float = 5.0) -> None:
+        self.stop.set()
+        self.go.set()
+        self.join(timeout)
 
 
 def settle(read, seconds: float = 20.0, quiet: float = 1.0):
@@ -78,10 +91,31 @@ def queue():
     server.stop()
 
 
-def learner_side(client, spec, writers: int = 1):
+@pytest.fixture
+def writers():
+    """Finishes every writer a test started, before its queue and drains go."""
+    started = []
+    yield started
+    for writer in started:
+        writer.finish()
+
+
+@pytest.fixture
+def drainers():
+    """Closes every drain a test started, failed or not (a reader left blocked in C++ at
+    the process's exit aborts it)."""
+    started = []
+    yield started
+    for drainer in started:
+        drainer.close()
+
+
+def learner_side(client, spec, drainers, writers: int = 1):
     store = DeviceFrameStore(spec, writers=writers)
     gate = RatioGate(SCHEDULE, error_buffer=ERROR_BUFFER)
     drainer = QueueDrainer(client, QUEUE, store, gate)
+    drainers.append(drainer)
+    store.flush()  # past the store's compile ahead: from here on, every wait is the gate's
     drainer.start()
     iterator = DeviceReplayIterator(
         store, jax.random.PRNGKey(0), gate=gate, failure=failure_of(drainer)
@@ -90,13 +124,14 @@ def learner_side(client, spec, writers: int = 1):
 
 
 @pytest.mark.integration
-def test_the_queue_carries_each_step_once_in_order(queue):
+def test_the_queue_carries_each_step_once_in_order(queue, drainers):
     """Two writers through the queue give the store the same transitions as direct writes."""
     spec = make_spec(capacity=500)
     data = [episodes(21, [12, 3, 20]), episodes(22, [15, 9])]
     store = DeviceFrameStore(spec, writers=2)
     gate = RatioGate(SCHEDULE, error_buffer=10_000)  # no hold-back here
     drainer = QueueDrainer(queue, QUEUE, store, gate)
+    drainers.append(drainer)
     drainer.start()
     adders = [QueueFrameAdder(queue, QUEUE, w, spec) for w in range(2)]
     feed(adders, data)
@@ -113,12 +148,12 @@ def test_the_queue_carries_each_step_once_in_order(queue):
 
 
 @pytest.mark.integration
-def test_a_slow_learner_holds_the_writer_back_at_the_schedule(queue):
+def test_a_slow_learner_holds_the_writer_back_at_the_schedule(queue, drainers, writers):
     spec = make_spec(capacity=500)
-    store, gate, drainer, iterator = learner_side(queue, spec)
+    _, gate, drainer, iterator = learner_side(queue, spec, drainers)
     writer = Writer(queue, spec, steps=400)
+    writers.append(writer)
     writer.start()
-    store.flush()  # past the store's compile ahead: from here on, waits are the gate's
     # No batch sampled: the drain stops at min_replay_size + error buffer transitions...
     assert settle(lambda: gate.inserted) == SCHEDULE.min_replay_size + ERROR_BUFFER
     # ...then the queue fills and the writer's inserts block.
@@ -133,18 +168,26 @@ def test_a_slow_learner_holds_the_writer_back_at_the_schedule(queue):
     assert settle(lambda: gate.inserted) == SCHEDULE.min_replay_size + 5 * 2 + ERROR_BUFFER
     assert settle(lambda: writer.written) > written
 
+    # A stop: the writer blocked on the full queue gives its write up within its poll...
+    written = settle(lambda: writer.written)
     start = time.monotonic()
-    drainer.close()  # a stop ends the drain and the gate's waits at once
+    writer.finish()
+    assert not writer.is_alive() and writer.abandoned
+    assert time.monotonic() - start < 2.0
+    # ...and the drain and the learner's wait end at once.
+    start = time.monotonic()
+    drainer.close()
     assert time.monotonic() - start < 2.0
     with pytest.raises(StopIteration):
         next(iterator)
 
 
 @pytest.mark.integration
-def test_a_slow_writer_stalls_the_learner_at_the_schedule(queue):
+def test_a_slow_writer_stalls_the_learner_at_the_schedule(queue, drainers, writers):
     spec = make_spec(capacity=500)
-    _store, gate, drainer, iterator = learner_side(queue, spec)
+    _store, gate, drainer, iterator = learner_side(queue, spec, drainers)
     writer = Writer(queue, spec, steps=400)
+    writers.append(writer)
     writer.pause_at = 30  # 1 + 30 steps: 28 transitions (n = 3)
     writer.start()
     batches = []
@@ -174,3 +217,40 @@ def test_direct_writes_need_no_queue_and_sample_without_a_gate():
     feed([StoreAdder(store, 0)], [episodes(31, [12])])
     batch = next(DeviceReplayIterator(store, jax.random.PRNGKey(1)))
     assert batch.frames.shape == (spec.batch_size, spec.window, *spec.frame_shape)
+
+
+@pytest.mark.integration
+def test_a_writer_held_back_by_the_reverb_rate_limiter_gives_up_at_a_stop(writers):
+    """The Reverb store's adder, blocked by its table's rate limiter (nobody samples), ends
+    within its poll once told to stop: no node needs SIGKILL for it."""
+    from magi_lp.agent.frame_replay import FrameStackAdder, make_frame_replay_table
+
+    spec = make_spec(capacity=500)
+    from acme import specs
+
+    table = make_frame_replay_table(
+        "frames",
+        500,
+        frame_shape=spec.frame_shape,
+        action_spec=specs.BoundedArray((2,), np.float32, -1.0, 1.0),
+        frame_stack=3,
+        n_step=3,
+        rate_limiter=SCHEDULE.rate_limiter(),
+    )
+    server = reverb.Server([table])
+    try:
+        client = reverb.Client(f"localhost:{server.port}")
+        stop = threading.Event()
+        adder = FrameStackAdder(client, "frames", frame_stack=3, n_step=3, should_stop=stop.is_set)
+        writer = Writer(client, spec, steps=10_000, adder=adder)
+        writer.stop = stop
+        writers.append(writer)
+        writer.start()
+        written = settle(lambda: writer.written)
+        assert writer.is_alive() and written < 2_000  # held back by the limiter
+        start = time.monotonic()
+        writer.finish()
+        assert not writer.is_alive() and writer.abandoned
+        assert time.monotonic() - start < 2.0
+    finally:
+        server.stop()

@@ -207,6 +207,9 @@ class QueueDrainer:
             staged = 0
             while sampler is not None and not self._closed.is_set():
                 if not self._gate.wait_to_insert(timeout=0.1):
+                    if staged:  # held back by the ratio: apply what waits meanwhile
+                        self._store.flush()
+                        staged = 0
                     continue  # not allowed yet (or closed: the loop ends)
                 try:
                     columns = sampler.GetNextTrajectory()

@@ -634,15 +634,19 @@ class DeviceFrameStore:
         with self._lock:
             return bool((self._visible[1] > 0).all())
 
-    def sample(self, key: jax.Array, step: int | None = None) -> FrameTransition:
+    def sample(
+        self, key: jax.Array, step: int | None = None, *, flush: bool = True
+    ) -> FrameTransition:
         """A uniform batch of `spec.batch_size` transitions, on the devices (split over the
         shards along the batch axis, as a data-parallel update wants it). Flushes first.
 
         The draw uses `key` folded with `step` (default: the batches sampled so far) and the
-        shard's index, inside the jitted gather: no key handling on the host."""
+        shard's index, inside the jitted gather: no key handling on the host. `flush=False`
+        samples what earlier flushes made visible (a writer that flushes by itself)."""
         self._compiling.join()
         with self._lock:
-            self._flush_locked()
+            if flush:
+                self._flush_locked()
             if not (self._visible[1] > 0).all():
                 raise RuntimeError("frame store: sample() before every shard has a transition")
             visible = jax.device_put(self._visible, self._replicated)
@@ -785,10 +789,15 @@ class DeviceReplayIterator:
         error = self._failure()
         if error is not None:
             raise error
-        self._store.flush()
+        if not self._store.ready():
+            self._store.flush()
         return self._store.ready()
 
     def __next__(self) -> FrameTransition:
-        if self._gate is not None and not self._gate.wait_to_sample(self._ready):
+        if self._gate is None:  # one process: the actor's writes of this very step count
+            return self._store.sample(self._key)
+        if not self._gate.wait_to_sample(self._ready):
             raise StopIteration
-        return self._store.sample(self._key)
+        # The drain applies its writes every DRAIN_FLUSH_STEPS (64) steps: an insert per
+        # batch cost the learner's host more than the rest of sampling together.
+        return self._store.sample(self._key, flush=False)

@@ -134,15 +134,18 @@ class RatioGate:
     ) -> bool:
         """Waits until the next batch is due and `ready()` (the store has data to sample),
         then counts it as sampled; False once closed."""
-        with self._condition:
-            while not self._closed:
-                # ready() first: it also raises the writer side's failure while we wait.
-                if ready() and self.may_sample():
+        while True:
+            # ready() outside the lock: it may flush the store or raise the writer side's
+            # failure, and inserts must go on counting meanwhile.
+            is_ready = ready()
+            with self._condition:
+                if self._closed:
+                    return False
+                if is_ready and self.may_sample():
                     self.sampled += 1
                     self._condition.notify_all()
                     return True
                 self._condition.wait(poll_s)
-            return False
 
     def restore(self, inserted: int, sampled: int) -> None:
         """Counts restored with a replay checkpoint."""
