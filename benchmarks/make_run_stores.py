@@ -69,7 +69,7 @@ def _run(store: str, seconds: float, capacity: int, workdir: Path) -> dict:
     return {
         "store": store,
         "capacity": capacity if store == "device" else 1_000_000,
-        "seconds": seconds,
+        "run_seconds": seconds,
         "frames": float(rows[-1]["frames"] or 0),
         "frames_per_s": mean("frames_per_s", learning),
         "updates_per_s": mean("updates_per_s", learning),
@@ -90,7 +90,7 @@ def measure(quick: bool) -> dict:
     for store in ("reverb", "device"):
         with tempfile.TemporaryDirectory(prefix=f"make_run_{store}_") as folder:
             results[store] = _run(store, seconds, capacity, Path(folder))
-    return {"seconds": seconds, "cores": os.cpu_count(), "stores": results}
+    return {"run_seconds": seconds, "cores": os.cpu_count(), "stores": results}
 
 
 def _cpu_line(result: dict) -> str:
@@ -114,7 +114,7 @@ def summary(result: dict) -> tuple[str, str, str]:
 
 def report(result: dict) -> str:
     lines = [
-        f"`make run`'s program, {fmt(result['seconds'], 0)} s of wall time on each store, on "
+        f"`make run`'s program, {fmt(result['run_seconds'], 0)} s of wall time on each store, on "
         f"this {result['cores']}-core machine (the learner on its CPU). Rates are the means "
         "over the status samples once learning had started; CPU is percent of one core.",
         "",
