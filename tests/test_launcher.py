@@ -295,7 +295,9 @@ def _all_pids(reports: dict[str, dict]) -> list[int]:
 @pytest.mark.integration
 @pytest.mark.timeout(240)
 def test_lp_stop_ends_program_with_group_envs_and_nothing_left(tmp_path):
-    # Actor 1 ends up blocked in a Courier RPC it cannot leave: the notice bounds the stop.
+    # Actor 1 ends up blocked in a Courier RPC, in C++, where Launchpad's SIGTERM handler
+    # never runs: the node's stop watcher leaves its process after its own budget (half the
+    # notice here), so no node is SIGKILLed.
     notice_secs = 3
     run = _LauncherRun("stop", tmp_path, notice_secs)
 
@@ -314,7 +316,10 @@ def test_lp_stop_ends_program_with_group_envs_and_nothing_left(tmp_path):
         f"(notice {notice_secs} s), launcher exited {exited_wall - stop_wall:.1f} s after lp.stop()"
     )
     assert noticed_after < 2, output
-    assert notice_secs <= stop_secs < notice_secs + 6, output
+    # What the stop takes: the blocked actor's budget, plus the other stages' exits. The
+    # budget says what is measured: the node must leave before the launcher's notice.
+    budget = launcher.node_stop_secs(notice_secs)
+    assert budget <= stop_secs < notice_secs, output
     assert reports["stop_requested"]["table_size"] >= launcher_nodes.NUM_ACTORS
     for name, expected in [
         ("actor_0", launcher_nodes.ACTOR_ENV),
@@ -336,7 +341,8 @@ def test_lp_stop_ends_program_with_group_envs_and_nothing_left(tmp_path):
     assert reports["replay_0"]["env"]["LAUNCHER_TEST_GROUP"] is None
     assert reports["replay_0"]["env"]["JAX_PLATFORMS"] is None
     assert "received SIGTERM" in output
-    assert "actor/1; killing them" in output
+    assert "killing them" not in output
+    assert "leaving the process" in (run.out_dir / "logs" / "actor" / "1").read_text()
     for group, index in [("replay", 0), ("learner", 0), ("actor", 0), ("actor", 1)]:
         assert (run.out_dir / "logs" / group / str(index)).is_file()
     run.assert_nothing_left(_all_pids(reports))

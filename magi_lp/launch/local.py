@@ -278,6 +278,7 @@ def launch(
     node_envs = {
         group: {
             **_NODE_ENV_DEFAULTS,
+            node_process.STOP_SECS_VAR: f"{node_stop_secs(notice_secs):g}",
             "TMPDIR": run_tmp,
             **env,
             LAUNCH_ID_VAR: launch_id,
@@ -321,6 +322,13 @@ def launch(
             report(f"killed {len(strays)} leftover processes: {', '.join(strays)}")
         shutil.rmtree(run_tmp, ignore_errors=True)
         signals.restore()
+
+
+def node_stop_secs(notice_secs: float) -> float:
+    """Each node's own stop budget (MAGI_LP_NODE_STOP_SECS, `node_process.watch_for_stop`):
+    3 s, or half the launcher's notice when that is shorter, so that a node blocked in C++
+    leaves by itself well before the launcher's SIGKILL."""
+    return min(node_process.DEFAULT_STOP_SECS, notice_secs / 2)
 
 
 def _stage_of(stop_stages: Sequence[Collection[str]]) -> Callable[[str], int]:
@@ -608,6 +616,7 @@ class _Supervisor:
         self._failure: NodeExit | None = None
         self._failed_while_stopping: list[NodeExit] = []
         self._unsaved: list[NodeExit] = []
+        self._killed_at_notice: list[str] = []
         self._stop_started: float | None = None
         self._signals_handled = 0
         self._stage: int | None = None
@@ -728,8 +737,10 @@ class _Supervisor:
         ):
             self._report(
                 f"nodes still running after {self._notice_secs:g} s: "
-                f"{', '.join(n.name for n in in_stage)}; killing them"
+                f"{', '.join(n.name for n in in_stage)}; killing them (a fault: a node "
+                "should end by itself within its stop budget; see the end of its log)"
             )
+            self._killed_at_notice += [n.name for n in in_stage]
             self._kill(in_stage, everything=False)
 
     def _kill(self, nodes: list[_Node], *, everything: bool) -> None:
@@ -767,12 +778,15 @@ class _Supervisor:
                 f"node {node.name} was {node.status} before it finished its final save: "
                 "what it had not saved is lost; a relaunch resumes from its last checkpoint"
             )
-        code = 0 if self._failure is None and not self._failed_while_stopping else 1
+        killed = self._killed_at_notice
+        code = 0 if self._failure is None and not self._failed_while_stopping and not killed else 1
         if self._failure is not None:
             cause = f" (node {self._failure.name} died)"
         elif self._failed_while_stopping:
             names = ", ".join(n.name for n in self._failed_while_stopping)
             cause = f" ({names} failed while stopping; see above)"
+        elif killed:
+            cause = f" ({', '.join(killed)} SIGKILLed after the {self._notice_secs:g} s notice)"
         else:
             cause = ""
         self._report(f"all {self._total} nodes ended{elapsed}; exit code {code}{cause}")

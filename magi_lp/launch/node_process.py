@@ -17,22 +17,45 @@ the node functions, i.e. before TensorFlow, JAX or Reverb are imported). It:
   autograph files, which TF deletes only at a normal interpreter exit that `os._exit`
   skips) goes when the launcher removes the run's temp folder.
 
+- makes the node end by itself at a stop, whatever its main thread is blocked in
+  (`watch_for_stop`). Python runs a signal handler only between bytecodes of the main thread,
+  so a node blocked in C++ (a Reverb insert held back by the rate limiter, a sample, a
+  Courier call) never sees Launchpad's SIGTERM handler, and Launchpad's own escalation
+  (SIGKILL of itself 10 s later) needs that handler too. The interpreter's C-level handler
+  still writes the signal's number to the wakeup fd (`signal.set_wakeup_fd`), which a
+  watcher thread reads: on SIGTERM it sets Launchpad's stop event itself (so
+  `lp.wait_for_stop()` returns in every thread at once) and, if the process is still there
+  `MAGI_LP_NODE_STOP_SECS` (default 3) seconds later, flushes its output and leaves it
+  (`os._exit`), unless the node holds its exit for a final save (`hold_exit`). Launchpad's
+  node-side SIGKILL is switched off: the launcher's SIGKILL after its notice stays the last
+  resort, and it reports one as a fault.
+
 It imports no ML framework and never fails the node: a platform without prctl only loses
 the parent-death signal.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
+import sys
 import tempfile
+import threading
+import time
+from collections.abc import Iterator
 
 LAUNCHER_PID_VAR = "MAGI_LP_LAUNCHER_PID"
 """The pid of the launcher process; a node whose parent is another process has lost it."""
 
 RUN_TMP_VAR = "MAGI_LP_RUN_TMP"
 """The run's private temporary folder; each node makes its own folder inside it."""
+
+STOP_SECS_VAR = "MAGI_LP_NODE_STOP_SECS"
+"""Seconds a node may take to end by itself after SIGTERM before it leaves its process."""
+
+DEFAULT_STOP_SECS = 3.0
 
 _PR_SET_PDEATHSIG = 1
 
@@ -71,6 +94,158 @@ def enter_node() -> None:
     if run_tmp:
         private_tmpdir(run_tmp)
     quiet_gym_notice()
+    watch_for_stop(stop_secs_from_env())
+
+
+def stop_secs_from_env(environ: dict[str, str] | None = None) -> float:
+    """The node's stop budget from MAGI_LP_NODE_STOP_SECS (default 3 s; bad values too)."""
+    raw = (os.environ if environ is None else environ).get(STOP_SECS_VAR, "")
+    try:
+        value = float(raw)
+    except ValueError:
+        return DEFAULT_STOP_SECS
+    return value if value >= 0 else DEFAULT_STOP_SECS
+
+
+class _StopWatch:
+    """What the watcher thread knows: when SIGTERM came, who holds the exit, the managers."""
+
+    def __init__(self, stop_secs: float):
+        self.stop_secs = stop_secs
+        self.stop_at: float | None = None
+        self.holds: list[str] = []
+        self.managers: list = []
+        self.uncaught = False
+        self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)
+
+
+_WATCH: _StopWatch | None = None
+
+
+def stop_requested() -> bool:
+    """Whether this node process got its SIGTERM (False where no watcher runs)."""
+    return _WATCH is not None and _WATCH.stop_at is not None
+
+
+@contextlib.contextmanager
+def hold_exit(why: str) -> Iterator[None]:
+    """Keeps the stop watcher from leaving the process while the block runs (a final save).
+
+    The launcher's notice still bounds the wait: its SIGKILL is the last resort.
+    """
+    watch = _WATCH
+    if watch is None:
+        yield
+        return
+    with watch.lock:
+        watch.holds.append(why)
+    try:
+        yield
+    finally:
+        with watch.changed:
+            watch.holds.remove(why)
+            watch.changed.notify_all()
+
+
+def watch_for_stop(stop_secs: float) -> bool:
+    """Starts the node's stop watcher (main thread only; once); returns whether it runs."""
+    global _WATCH
+    if _WATCH is not None:
+        return True
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    try:
+        signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    except (ValueError, OSError):
+        os.close(read_fd)
+        os.close(write_fd)
+        return False
+    watch = _StopWatch(stop_secs)
+    _WATCH = watch
+    _record_worker_managers(watch)
+    previous_hook = sys.excepthook
+
+    def note_uncaught(*args):
+        watch.uncaught = True
+        previous_hook(*args)
+
+    sys.excepthook = note_uncaught
+    threading.Thread(
+        target=_watch, args=(watch, read_fd), name="magi_lp-stop-watch", daemon=True
+    ).start()
+    return True
+
+
+def _record_worker_managers(watch: _StopWatch) -> None:
+    """Remembers the node's Launchpad WorkerManagers (to set their stop event) and switches
+    off their self-SIGKILL 10 s after SIGTERM (`--lp_termination_notice_secs`)."""
+    worker_manager = sys.modules.get("launchpad.launch.worker_manager")
+    if worker_manager is None:  # not started by Launchpad's process_entry
+        return
+    with contextlib.suppress(Exception):
+        from absl import flags
+
+        flags.FLAGS.lp_termination_notice_secs = -1
+    manager_class = worker_manager.WorkerManager
+    original_init = manager_class.__init__
+
+    def recording_init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        watch.managers.append(self)
+
+    manager_class.__init__ = recording_init
+
+
+def _watch(watch: _StopWatch, read_fd: int) -> None:
+    while True:
+        try:
+            data = os.read(read_fd, 64)
+        except InterruptedError:
+            continue
+        except OSError:
+            return
+        if not data:
+            return
+        if signal.SIGTERM in data:
+            break
+    watch.stop_at = time.monotonic()
+    for manager in list(watch.managers):
+        with contextlib.suppress(Exception):
+            manager.stop_event().set()
+    deadline = watch.stop_at + watch.stop_secs
+    with watch.changed:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 and not watch.holds:
+                break
+            watch.changed.wait(timeout=max(left, 0.2))
+    where = _main_thread_position()
+    _say(
+        f"still running {time.monotonic() - watch.stop_at:.1f} s after SIGTERM "
+        f"(main thread in {where}); leaving the process"
+    )
+    code = 1 if watch.uncaught else 0
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(code)
+
+
+def _main_thread_position() -> str:
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    if frame is None:
+        return "its exit"
+    return f"{frame.f_code.co_name} ({frame.f_code.co_filename}:{frame.f_lineno})"
+
+
+def _say(text: str) -> None:
+    from magi_lp.console import say
+
+    with contextlib.suppress(Exception):
+        say(f"stop: {text}", source="node")
 
 
 def quiet_gym_notice() -> None:

@@ -32,6 +32,7 @@ from magi_lp.agent.frame_window import WriteAbandonedError
 from magi_lp.agent.learner import JaxLearner
 from magi_lp.agent.variable_client import VariableClient
 from magi_lp.console import say
+from magi_lp.launch.node_process import hold_exit
 from magi_lp.runtime import replay as replay_lib
 from magi_lp.runtime import seeding
 from magi_lp.runtime.acting_loop import ActingLoop, BatchedActingLoop
@@ -326,7 +327,9 @@ class LearnerNode:
         say("serving; building the learner", source="learner")
         runner = self._build()
         try:
-            runner.run(lambda: lp.wait_for_stop(0))
+            # The stop watcher must not leave the process during the final save.
+            with hold_exit("the learner's final checkpoint"):
+                runner.run(lambda: lp.wait_for_stop(0))
         except CheckpointWriteError as error:
             say(f"final {error}", source="learner")
             leave_node_process(FINAL_SAVE_FAILED)

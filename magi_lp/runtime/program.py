@@ -8,6 +8,8 @@ so every node runs with its own resource spec's environment.
 from __future__ import annotations
 
 import functools
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ import launchpad as lp
 import reverb
 from acme import specs
 
+from magi_lp.console import say
 from magi_lp.placement.plan import PlacementPlan
 from magi_lp.runtime import replay as replay_lib
 from magi_lp.runtime.experiment import Experiment
@@ -40,26 +43,50 @@ def _replay_tables(experiment: Experiment, environment_spec: specs.EnvironmentSp
 
 
 class ReplayNode(lp.ReverbNode):
-    """Launchpad's Reverb node, ending its own process once the program stops.
+    """Launchpad's Reverb node, checkpointing at the stop and ending its own process.
 
     `lp.ReverbNode.run` returns at the stop, and then its process waits on Reverb's and
     TensorFlow's threads until the launcher's SIGKILL (10 s; on a busy machine a SIGTERM'd
     replay was killed so in the test suite). The stop order puts the replay last, after the
-    learner's final save and the coordinator's replay checkpoint, so nothing is left to
-    wait for: the node leaves at once. A replay colocated with the learner shares the
-    learner's process and leaves it to the learner.
+    actors and the learner's final save, so what it holds then is final: with
+    `checkpoint_at_stop` (`checkpoint.reverb`) it writes its checkpoint (every kind of stop:
+    Ctrl-C, SIGTERM, `max_actor_steps`, a node's death), which the next launch's server loads,
+    then stops its server and leaves at once. A replay colocated with the learner shares the
+    learner's process and leaves it to the learner (the coordinator checkpoints it then).
     """
 
-    def __init__(self, *args: Any, own_process: bool = True, **kwargs: Any):
+    def __init__(
+        self, *args: Any, own_process: bool = True, checkpoint_at_stop: bool = False, **kwargs
+    ):
         super().__init__(*args, **kwargs)
         self._own_process = own_process
+        self._checkpoint_at_stop = checkpoint_at_stop
 
     def run(self) -> None:
-        super().run()
-        if self._own_process:
-            from magi_lp.runtime.nodes import leave_node_process
+        from magi_lp.launch.node_process import hold_exit
+        from magi_lp.runtime.nodes import leave_node_process
 
-            leave_node_process()
+        super().run()
+        server = getattr(self, "_server", None)
+        if self._checkpoint_at_stop and server is not None:
+            with hold_exit("the replay checkpoint"):
+                start = time.monotonic()
+                try:
+                    path = reverb.Client(f"localhost:{server.port}").checkpoint()
+                    say(
+                        f"replay checkpoint written to {path} in {time.monotonic() - start:.1f} s",
+                        source="replay",
+                    )
+                except Exception as error:  # the run is over; say so and leave
+                    say(f"replay checkpoint failed: {error}", source="replay")
+        if not self._own_process:
+            return
+        if server is not None:
+            # Clients of a stopped server get CANCELLED at once instead of a reset later.
+            stopper = threading.Thread(target=server.stop, daemon=True)
+            stopper.start()
+            stopper.join(timeout=1.0)
+        leave_node_process()
 
 
 def replay_checkpointer(workdir: str) -> reverb.checkpointers.DefaultCheckpointer:
@@ -90,11 +117,14 @@ def build_program(
 
     # Always give Reverb a checkpoint folder in the workdir: without one it makes a temp
     # folder of its own that outlives the run. It is written only when `checkpoint.reverb`
-    # is on (the coordinator asks at stop), and read back on relaunch.
+    # is on (by the replay itself at its stop, or, sharing the learner's process, at the
+    # coordinator's request), and read back on relaunch.
+    colocated = bool(config.colocate_learner_and_replay)
     replay_node = ReplayNode(
         functools.partial(_replay_tables, experiment, environment_spec),
         checkpoint_ctor=functools.partial(replay_checkpointer, workdir),
-        own_process=not config.colocate_learner_and_replay,
+        own_process=not colocated,
+        checkpoint_at_stop=bool(config.checkpoint.reverb) and not colocated,
     )
 
     with program.group(plan.launch_group("counter", 0)):
@@ -160,7 +190,7 @@ def build_program(
                 learner,
                 replay,
                 config.max_actor_steps,
-                checkpoint_replay=config.checkpoint.reverb,
+                checkpoint_replay=bool(config.checkpoint.reverb) and colocated,
             )
         )
     return program

@@ -1,0 +1,116 @@
+"""A node ends by itself at a stop, whatever its main thread is blocked in.
+
+Each case runs a small node-like process: Launchpad's WorkerManager (as process_entry makes
+it) with the stop watcher of `magi_lp.launch.node_process`, and a main thread blocked in C
+(libc `sleep` through ctypes, which releases the GIL, as a Reverb insert or a Courier call
+does) so that no Python signal handler runs until the block returns.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+# What a stopped node may take to leave here: its budget plus a Python start-up and exit
+# on a machine whose cores are busy (the budget itself is what is asserted apart).
+_SLACK_S = 10.0
+
+NODE = textwrap.dedent(
+    """
+    import ctypes, os, sys, threading, time
+    from launchpad.launch import worker_manager
+    from absl import flags
+    flags.FLAGS(["node"], known_only=True)
+    from magi_lp.launch import node_process
+
+    node_process.watch_for_stop(float(sys.argv[1]))
+    manager = worker_manager.WorkerManager(register_in_thread=True)
+    hold_s = float(sys.argv[2])
+
+    def report_event():
+        manager.stop_event().wait()
+        print("stop event set", flush=True)
+
+    threading.Thread(target=report_event, daemon=True).start()
+    libc = ctypes.CDLL(None)
+    print("ready", flush=True)
+
+    def block_in_c():
+        while True:  # a signal ends one sleep; the loop blocks again at once
+            libc.sleep(60)
+
+    if hold_s:
+        with node_process.hold_exit("a test save"):
+            end = None
+            while True:
+                libc.usleep(100_000)
+                if node_process.stop_requested():
+                    end = end or time.monotonic() + hold_s
+                    if time.monotonic() >= end:
+                        break
+        print("save done", flush=True)
+        libc.sleep(60)
+    else:
+        block_in_c()
+    """
+)
+
+
+def _start(budget_s: float, hold_s: float = 0.0) -> subprocess.Popen:
+    process = subprocess.Popen(
+        [sys.executable, "-c", NODE, str(budget_s), str(hold_s)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert process.stdout.readline().strip() == "ready"
+    return process
+
+
+def _stop(process: subprocess.Popen) -> tuple[int, float, str]:
+    start = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    try:
+        out, _ = process.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, _ = process.communicate()
+        pytest.fail(f"the node ignored SIGTERM for 30 s:\n{out}")
+    return process.returncode, time.monotonic() - start, out
+
+
+def test_node_blocked_in_c_leaves_after_its_budget_with_exit_0():
+    process = _start(budget_s=0.5)
+    code, took, out = _stop(process)
+    assert code == 0, out
+    # The stop event is set from the watcher thread while the main thread is still blocked.
+    assert "stop event set" in out, out
+    assert "leaving the process" in out and "main thread in" in out, out
+    assert 0.5 <= took < 0.5 + _SLACK_S, out
+
+
+def test_hold_exit_keeps_the_process_until_the_save_is_done():
+    process = _start(budget_s=0.2, hold_s=1.5)
+    code, took, out = _stop(process)
+    assert code == 0, out
+    # Not left during the save (1.5 s, longer than the budget); left right after it.
+    assert out.index("save done") < out.index("leaving the process"), out
+    assert 1.5 <= took < 1.5 + _SLACK_S, out
+
+
+def test_stop_budget_from_env():
+    from magi_lp.launch import local, node_process
+
+    assert node_process.stop_secs_from_env({}) == node_process.DEFAULT_STOP_SECS
+    assert node_process.stop_secs_from_env({node_process.STOP_SECS_VAR: "1.5"}) == 1.5
+    for bad in ("x", "-1"):
+        env = {node_process.STOP_SECS_VAR: bad}
+        assert node_process.stop_secs_from_env(env) == node_process.DEFAULT_STOP_SECS
+    # A node's budget always ends before the launcher's SIGKILL.
+    assert local.node_stop_secs(10) == 3.0
+    assert local.node_stop_secs(3) == 1.5
