@@ -13,6 +13,7 @@ Tiny: projects/drq_v2/tiny.py (32x32 pixels, small networks, 50-step episodes, l
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -235,3 +236,47 @@ def test_lp_main_on_the_device_store_stops_and_resumes_with_its_replay(tmp_path)
     assert int(float(rows[0]["learner_steps"])) > first_updates
     assert int(float(rows[0]["actor_steps"])) >= 300
     assert int(float(rows[-1]["actor_steps"])) >= 600
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(900)
+def test_lp_main_checkpoints_the_reverb_replay_at_its_stop_and_a_relaunch_restores_it(tmp_path):
+    """`checkpoint.reverb=True`: the replay node writes its checkpoint at the stop (it stops
+    last, after the actors and the learner's final save), and the next launch's server
+    loads it: the relaunched replay starts with the items the first run left."""
+    workdir = tmp_path / "run"
+    common = [
+        "--config.replay.store=reverb",
+        "--config.checkpoint.reverb=True",
+        "--config.num_actors=1",
+        "--config.num_evaluators=0",
+        "--config.variable_update_period=10",
+    ]
+    code, output, marker = _run(
+        "lp_main.py",
+        "reacher_hard_distributed.py",
+        workdir,
+        [*common, "--config.max_actor_steps=200"],
+        timeout_s=400,
+    )
+    assert code == 0, output[-6000:]
+    assert_no_leftovers(marker)
+    replay_log = (workdir / "nodes" / "replay" / "0").read_text()
+    written = re.search(r"replay checkpoint written to \S+ in [\d.]+ s: (.+)", replay_log)
+    assert written, replay_log[-3000:]
+    saved = written.group(1)
+    assert re.search(r"[1-9]\d* items", saved), saved  # something worth restoring
+    assert "killing them" not in output, output[-6000:]
+
+    code, output, marker = _run(
+        "lp_main.py",
+        "reacher_hard_distributed.py",
+        workdir,
+        [*common, "--config.max_actor_steps=300"],
+        timeout_s=400,
+    )
+    assert code == 0, output[-6000:]
+    assert_no_leftovers(marker)
+    replay_log = (workdir / "nodes" / "replay" / "0").read_text()
+    # Item counts as the first run's replay saw them at its stop, table by table.
+    assert f"replay restored: {saved}" in replay_log, replay_log[-3000:]

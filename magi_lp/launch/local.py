@@ -617,6 +617,7 @@ class _Supervisor:
         self._failed_while_stopping: list[NodeExit] = []
         self._unsaved: list[NodeExit] = []
         self._killed_at_notice: list[str] = []
+        self._stage_killed: int | None = None
         self._stop_started: float | None = None
         self._signals_handled = 0
         self._stage: int | None = None
@@ -732,9 +733,13 @@ class _Supervisor:
         if not in_stage:
             self._next_stage()
             return
-        if self._kill_sent is None and time.monotonic() - self._stage_started >= (
-            self._notice_secs
+        if (
+            self._kill_sent is None
+            and self._stage_killed != self._stage
+            and time.monotonic() - self._stage_started >= self._notice_secs
         ):
+            # Once per stage: a killed node can take a moment to be reaped.
+            self._stage_killed = self._stage
             self._report(
                 f"nodes still running after {self._notice_secs:g} s: "
                 f"{', '.join(n.name for n in in_stage)}; killing them (a fault: a node "

@@ -63,30 +63,56 @@ class ReplayNode(lp.ReverbNode):
         self._checkpoint_at_stop = checkpoint_at_stop
 
     def run(self) -> None:
+        """`lp.ReverbNode.run`, saying what a checkpoint restored, then the stop."""
+        import launchpad as lp
+        from launchpad import address as lp_address
+
         from magi_lp.launch.node_process import hold_exit
         from magi_lp.runtime.nodes import leave_node_process
 
-        super().run()
-        server = getattr(self, "_server", None)
-        if self._checkpoint_at_stop and server is not None:
+        checkpointer = None if self._checkpoint_ctor is None else self._checkpoint_ctor()
+        server = reverb.Server(
+            tables=self._priority_tables_fn(),
+            port=lp_address.get_port_from_address(self._address.resolve()),
+            checkpointer=checkpointer,
+        )
+        self._server = server
+        restored = _table_sizes(server)
+        if sum(restored.values()):
+            say(f"replay restored: {_describe_sizes(restored)}", source="replay")
+        lp.wait_for_stop()
+        if self._checkpoint_at_stop:
             with hold_exit("the replay checkpoint"):
                 start = time.monotonic()
                 try:
-                    path = reverb.Client(f"localhost:{server.port}").checkpoint()
+                    path = server.localhost_client().checkpoint()
                     say(
-                        f"replay checkpoint written to {path} in {time.monotonic() - start:.1f} s",
+                        f"replay checkpoint written to {path} in "
+                        f"{time.monotonic() - start:.1f} s: "
+                        f"{_describe_sizes(_table_sizes(server))}",
                         source="replay",
                     )
                 except Exception as error:  # the run is over; say so and leave
                     say(f"replay checkpoint failed: {error}", source="replay")
         if not self._own_process:
             return
-        if server is not None:
-            # Clients of a stopped server get CANCELLED at once instead of a reset later.
-            stopper = threading.Thread(target=server.stop, daemon=True)
-            stopper.start()
-            stopper.join(timeout=1.0)
+        # Clients of a stopped server get CANCELLED at once instead of a reset later.
+        stopper = threading.Thread(target=server.stop, daemon=True)
+        stopper.start()
+        stopper.join(timeout=1.0)
         leave_node_process()
+
+
+def _table_sizes(server: reverb.Server) -> dict[str, int]:
+    try:
+        info = server.localhost_client().server_info(timeout=5)
+    except Exception:  # only for the log
+        return {}
+    return {name: int(table.current_size) for name, table in info.items()}
+
+
+def _describe_sizes(sizes: dict[str, int]) -> str:
+    return ", ".join(f"{size} items in table {name!r}" for name, size in sorted(sizes.items()))
 
 
 def replay_checkpointer(workdir: str) -> reverb.checkpointers.DefaultCheckpointer:
