@@ -439,3 +439,37 @@ def test_run_folders_of_dead_launchers_are_swept_and_others_left(tmp_path):
         "magi_lp_launch_foreign",
         "magi_lp_launch_live",
     ]
+
+
+def test_a_node_killed_at_the_notice_is_a_fault_reported_once(tmp_path):
+    """SIGKILL after the notice is the last resort: one line per stage, exit code 1."""
+    log = tmp_path / "stubborn.log"
+    with open(log, "w") as out:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                "print('up', flush=True); time.sleep(60)",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    deadline = time.monotonic() + 30
+    while "up" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    lines = []
+    signals = launcher._StopSignals()
+    signals.received.append(signal.SIGTERM)
+    supervisor = launcher._Supervisor(
+        [launcher._Node("actor", 0, process, log)],
+        signals,
+        0.5,
+        uuid.uuid4().hex,
+        lines.append,
+    )
+    assert supervisor.run() == 1
+    assert process.returncode == -signal.SIGKILL
+    kills = [line for line in lines if "killing them" in line]
+    assert len(kills) == 1 and "a fault" in kills[0], lines
+    assert "actor/0 SIGKILLed after the 0.5 s notice" in lines[-1], lines
