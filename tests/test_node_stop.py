@@ -112,5 +112,5 @@ def test_stop_budget_from_env():
         env = {node_process.STOP_SECS_VAR: bad}
         assert node_process.stop_secs_from_env(env) == node_process.DEFAULT_STOP_SECS
     # A node's budget always ends before the launcher's SIGKILL.
-    assert local.node_stop_secs(10) == 3.0
-    assert local.node_stop_secs(3) == 1.5
+    assert local.node_stop_secs(10) == node_process.DEFAULT_STOP_SECS == 1.0
+    assert local.node_stop_secs(1) == 0.5

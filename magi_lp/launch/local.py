@@ -326,7 +326,7 @@ def launch(
 
 def node_stop_secs(notice_secs: float) -> float:
     """Each node's own stop budget (MAGI_LP_NODE_STOP_SECS, `node_process.watch_for_stop`):
-    3 s, or half the launcher's notice when that is shorter, so that a node blocked in C++
+    1 s, or half the launcher's notice when that is shorter, so that a node blocked in C++
     leaves by itself well before the launcher's SIGKILL."""
     return min(node_process.DEFAULT_STOP_SECS, notice_secs / 2)
 

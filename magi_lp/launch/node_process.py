@@ -25,7 +25,7 @@ the node functions, i.e. before TensorFlow, JAX or Reverb are imported). It:
   still writes the signal's number to the wakeup fd (`signal.set_wakeup_fd`), which a
   watcher thread reads: on SIGTERM it sets Launchpad's stop event itself (so
   `lp.wait_for_stop()` returns in every thread at once) and, if the process is still there
-  `MAGI_LP_NODE_STOP_SECS` (default 3) seconds later, flushes its output and leaves it
+  `MAGI_LP_NODE_STOP_SECS` (default 1) seconds later, flushes its output and leaves it
   (`os._exit`), unless the node holds its exit for a final save (`hold_exit`). Launchpad's
   node-side SIGKILL is switched off: the launcher's SIGKILL after its notice stays the last
   resort, and it reports one as a fault.
@@ -55,7 +55,9 @@ RUN_TMP_VAR = "MAGI_LP_RUN_TMP"
 STOP_SECS_VAR = "MAGI_LP_NODE_STOP_SECS"
 """Seconds a node may take to end by itself after SIGTERM before it leaves its process."""
 
-DEFAULT_STOP_SECS = 3.0
+# Nothing but a final save (held with `hold_exit`) needs longer: node logs are flushed per
+# row, and an actor, evaluator or counter has nothing else to finish.
+DEFAULT_STOP_SECS = 1.0
 
 _PR_SET_PDEATHSIG = 1
 
@@ -98,7 +100,7 @@ def enter_node() -> None:
 
 
 def stop_secs_from_env(environ: dict[str, str] | None = None) -> float:
-    """The node's stop budget from MAGI_LP_NODE_STOP_SECS (default 3 s; bad values too)."""
+    """The node's stop budget from MAGI_LP_NODE_STOP_SECS (default 1 s; bad values too)."""
     raw = (os.environ if environ is None else environ).get(STOP_SECS_VAR, "")
     try:
         value = float(raw)
