@@ -145,7 +145,8 @@ def test_a_node_that_aborts_in_native_code_is_reported_by_its_reason(tmp_path):
         ("all fine\n", 3, None),
     ],
 )
-def test_death_cause_reads_the_log(tmp_path, log_text, returncode, cause):
+def test_death_cause_reads_the_log(tmp_path, monkeypatch, log_text, returncode, cause):
+    monkeypatch.setattr(launcher, "_read_kernel_log", lambda: None)  # as without permission
     log = tmp_path / "log"
     log.write_text(log_text)
     found = launcher.death_cause(launcher.NodeExit("learner", 0, 1, returncode, log))
@@ -158,6 +159,35 @@ def test_death_cause_reads_the_log(tmp_path, log_text, returncode, cause):
         launcher.NodeExit("learner", 0, 1, returncode, log), stopping=True
     )
     assert (stopping is None) == (cause is None or "out-of-memory" in cause)
+
+
+@pytest.mark.parametrize(
+    ("kernel_log", "cause"),
+    [
+        (
+            [
+                "[ 9.1] python invoked oom-killer: gfp_mask=0x140cca, order=0",
+                "[ 9.2] oom-kill:constraint=CONSTRAINT_NONE,task=python,pid=4242,uid=0",
+                "[ 9.3] Out of memory: Killed process 4242 (python) total-vm:9000000kB",
+            ],
+            "killed by the kernel's out-of-memory killer (kernel log: [ 9.3] Out of memory: "
+            "Killed process 4242",
+        ),
+        (
+            ["[ 9.3] Out of memory: Killed process 42420 (python) total-vm:9000000kB"],
+            "the kernel log names no out-of-memory kill of pid 4242: another process killed it",
+        ),
+    ],
+)
+def test_a_sigkill_outside_a_stop_is_named_from_the_kernel_log(
+    tmp_path, monkeypatch, kernel_log, cause
+):
+    monkeypatch.setattr(launcher, "_read_kernel_log", lambda: kernel_log)
+    log = tmp_path / "log"
+    log.write_text("all fine\n")
+    node = launcher.NodeExit("actor", 1, 4242, -signal.SIGKILL, log)
+    assert cause in launcher.format_exit_report(node).splitlines()[1]
+    assert launcher.death_cause(node, stopping=True) is None  # the launcher's own kill
 
 
 def test_describe_returncode():
@@ -373,8 +403,12 @@ def test_sigkilled_node_is_reported_and_program_stopped(tmp_path):
     )
     assert code == 1, output
     assert noticed_after < 2, output
-    assert stop_secs < notice_secs, output  # the other nodes honour SIGTERM
-    assert elapsed < notice_secs + 15, output  # plus the launcher's own exit, under load
+    # What is measured: every other node ends by itself (its own stop budget, 1 s, or its
+    # SIGTERM handler), so none needs the notice's SIGKILL, however loaded the machine.
+    assert "killing them" not in output, output
+    assert stop_secs < notice_secs, output
+    # The launcher leaves once every node has ended (15 s: a process exit on a loaded machine).
+    assert elapsed - stop_secs < 15, output
     assert "actor 1 is up" in output  # the tail of its log
     # Nothing in its log says why, and no stop was under way: the likely reason is named.
     assert "cause: killed by SIGKILL while no stop was in progress" in output
@@ -401,10 +435,10 @@ def test_sigint_to_launcher_stops_program_cleanly(tmp_path):
     print(f"SIGINT to launcher: nodes stopped in {stop_secs:.1f} s, exit after {elapsed:.1f} s")
     assert code == 0, output
     assert "received SIGINT" in output
-    # Every node honours SIGTERM here, so nothing waits for the SIGKILL.
+    # Every node ends by itself here, so nothing waits for the SIGKILL.
     assert "killing" not in output
     assert stop_secs < notice_secs, output
-    assert elapsed < notice_secs + 15, output
+    assert elapsed - stop_secs < 15, output  # the launcher's own exit, on a loaded machine
     run.assert_nothing_left(_all_pids(reports))
 
 

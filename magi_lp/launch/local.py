@@ -192,11 +192,41 @@ def death_cause(node: NodeExit, *, stopping: bool = False) -> str | None:
     if exception is not None:
         return exception
     if node.returncode == -signal.SIGKILL and not stopping:
+        return _sigkill_cause(node.pid)
+    return None
+
+
+def _sigkill_cause(pid: int) -> str:
+    """Why a node was SIGKILLed with no stop in progress: the kernel's out-of-memory killer
+    when the kernel log says so (read only where it is readable), else who else might."""
+    kernel_log = _read_kernel_log()
+    if kernel_log is None:
         return (
             "killed by SIGKILL while no stop was in progress, and its log names no error: "
-            "most often the kernel's out-of-memory killer (`dmesg | grep -i oom`)"
+            "most often the kernel's out-of-memory killer (`dmesg | grep -i oom`; the kernel "
+            "log is not readable here)"
         )
-    return None
+    killed = re.compile(rf"(Killed process {pid}\b|\bpid={pid}\b)")
+    for line in reversed(kernel_log):
+        if killed.search(line) and ("oom" in line.lower() or "out of memory" in line.lower()):
+            return f"killed by the kernel's out-of-memory killer (kernel log: {line.strip()})"
+    return (
+        "killed by SIGKILL while no stop was in progress, and its log names no error; the "
+        f"kernel log names no out-of-memory kill of pid {pid}: another process killed it"
+    )
+
+
+def _read_kernel_log() -> list[str] | None:
+    """The kernel's log lines (`dmesg`), or None where it cannot be read (dmesg_restrict)."""
+    try:
+        result = subprocess.run(
+            ["dmesg"], capture_output=True, text=True, errors="replace", timeout=5
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if result.returncode != 0:
+        return None
+    return result.stdout.splitlines()
 
 
 def format_exit_report(node: NodeExit, tail_lines: int = TAIL_LINES, stopping: bool = False) -> str:
