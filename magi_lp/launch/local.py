@@ -648,6 +648,7 @@ class _Supervisor:
         self._unsaved: list[NodeExit] = []
         self._killed_at_notice: list[str] = []
         self._stage_killed: int | None = None
+        self._stage_starts: list[float] = []
         self._stop_started: float | None = None
         self._signals_handled = 0
         self._stage: int | None = None
@@ -753,6 +754,7 @@ class _Supervisor:
             return
         self._stage = min(stages)
         self._stage_started = time.monotonic()
+        self._stage_starts.append(self._stage_started)
         for node in self._running:
             if self._stage_of(node.group) == self._stage:
                 with contextlib.suppress(ProcessLookupError):
@@ -797,11 +799,19 @@ class _Supervisor:
             self._report(f"also killed processes that nodes had left running: {', '.join(killed)}")
 
     def _finish(self) -> int:
+        now = time.monotonic()
         elapsed = (
             ""
             if self._stop_started is None
-            else (f" {time.monotonic() - self._stop_started:.1f} s after the stop began")
+            else (f" {now - self._stop_started:.1f} s after the stop began")
         )
+        if len(self._stage_starts) > 1:
+            # Where a stop's time goes: each stage from its SIGTERM to its last node's end.
+            ends = [*self._stage_starts[1:], now]
+            spans = " + ".join(
+                f"{e - s:.1f}" for s, e in zip(self._stage_starts, ends, strict=True)
+            )
+            elapsed += f" (stages: {spans} s)"
         strays = processes.kill_marked(LAUNCH_ID_VAR, self._launch_id, wait_s=_KILL_WAIT_SECS)
         if strays:
             self._report(
