@@ -22,8 +22,8 @@ import dm_env
 import jax
 import jax.numpy as jnp
 import numpy as np
-from acme import adders, core
 
+from magi_lp.acme_api import adders, core
 from magi_lp.agent.actor_core import ActorCore, State
 from magi_lp.agent.device_check import DeviceCheck
 from magi_lp.agent.variable_client import VariableClient

@@ -27,8 +27,8 @@ import numpy as np
 import reverb
 import tree
 from absl import logging
-from acme.adders import base as adders_base
 
+from magi_lp.acme_api import adders
 from magi_lp.agent.frame_replay import flush_or_stop
 from magi_lp.agent.frame_store import DeviceFrameStore, FrameReplaySpec
 from magi_lp.agent.frame_window import NewestFrames
@@ -59,7 +59,7 @@ def make_step_queue_table(name: str, max_steps: int) -> reverb.Table:
     return reverb.Table.queue(name, max_size=int(max_steps))
 
 
-class QueueFrameAdder(adders_base.Adder):
+class QueueFrameAdder(adders.Adder):
     """Writes one environment's steps to the step queue, each step once, as its own item."""
 
     def __init__(

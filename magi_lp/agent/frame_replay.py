@@ -67,9 +67,8 @@ import reverb
 import tensorflow as tf
 import tree
 from absl import logging
-from acme import specs, types
-from acme.adders import base as adders_base
 
+from magi_lp.acme_api import adders, specs, types
 from magi_lp.agent.frame_window import (
     FrameTransition,
     NewestFrames,
@@ -236,7 +235,7 @@ def make_frame_replay_table(
     )
 
 
-class FrameStackAdder(adders_base.Adder):
+class FrameStackAdder(adders.Adder):
     """Writes n-step transitions of stacked pixel observations, each frame once.
 
     Takes the stacked observations [H, W, C * frame_stack] the environment gives (oldest

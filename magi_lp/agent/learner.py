@@ -23,10 +23,9 @@ from typing import Any, Generic, TypeVar
 import jax
 import jax.numpy as jnp
 from absl import logging
-from acme import core
-from acme.utils import counting, loggers
 
 from magi_lp import console
+from magi_lp.acme_api import core, counting, loggers
 from magi_lp.agent import data_parallel
 from magi_lp.agent.device_check import DeviceCheck
 from magi_lp.agent.prefetch import DevicePrefetcher, replay_data

@@ -18,9 +18,8 @@ from typing import Any
 
 import dm_env
 import numpy as np
-from acme import core
-from acme.utils import counting, loggers
 
+from magi_lp.acme_api import core, counting, loggers
 from magi_lp.agent.actor import BatchedActor
 
 

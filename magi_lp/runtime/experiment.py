@@ -12,8 +12,8 @@ from typing import Any
 
 import dm_env
 import ml_collections
-from acme import specs
 
+from magi_lp.acme_api import specs
 from magi_lp.agent.builder import AgentBuilder
 
 EnvironmentFactory = Callable[[int, bool], dm_env.Environment]

@@ -15,8 +15,8 @@ from typing import Any
 
 import launchpad as lp
 import reverb
-from acme import specs
 
+from magi_lp.acme_api import specs
 from magi_lp.console import say
 from magi_lp.placement.plan import PlacementPlan
 from magi_lp.runtime import replay as replay_lib

@@ -29,10 +29,9 @@ from collections.abc import Iterator
 import jax
 import ml_collections
 import numpy as np
-from acme import specs
-from acme.utils import counting, loggers
 
 from magi_lp import ActorCore, AgentBuilder, ConfigError, ReplaySchedule
+from magi_lp.acme_api import counting, loggers, specs
 from magi_lp.agent.frame_store import FrameReplaySpec
 from magi_lp.agent.frame_window import FrameTransition, frame_shape_from_observation
 from projects.drq_v2.acting import DrQActorState, make_actor_core

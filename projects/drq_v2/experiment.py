@@ -14,10 +14,9 @@ from pathlib import Path
 
 import dm_env
 import ml_collections
-from acme import specs
-from acme.wrappers import StepLimitWrapper
 
 from magi_lp import ConfigError, Experiment
+from magi_lp.acme_api import specs, wrappers
 from projects.drq_v2.builder import DrQBuilder
 from projects.drq_v2.environment import make_environment
 from projects.drq_v2.networks import DrQNetworks, make_networks
@@ -60,7 +59,7 @@ def environment_factory(
         camera_id=camera_id,
     )
     if max_episode_frames:
-        environment = StepLimitWrapper(
+        environment = wrappers.StepLimitWrapper(
             environment, step_limit=math.ceil(max_episode_frames / action_repeat)
         )
     return environment

@@ -9,9 +9,9 @@ float32. No rendering: MuJoCo needs no GL backend here.
 from __future__ import annotations
 
 import dm_env
-from acme import wrappers
 
 from magi_lp import ConfigError
+from magi_lp.acme_api import wrappers
 
 
 def make_environment(

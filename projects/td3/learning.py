@@ -28,9 +28,9 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import optax
-from acme.utils import counting, loggers
 
 from magi_lp import JaxLearner
+from magi_lp.acme_api import counting, loggers
 from projects.td3.networks import Params, TD3Networks
 
 

@@ -17,7 +17,8 @@ import haiku as hk
 import jax
 import jax.numpy as jnp
 import numpy as np
-from acme import specs
+
+from magi_lp.acme_api import specs
 
 Params = Any  # a Haiku params mapping
 PRNGKey = jax.Array
