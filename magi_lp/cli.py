@@ -175,6 +175,20 @@ def _use_cpu_only_here() -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
+def _require_launchpad_stack() -> None:
+    """One line where Launchpad is not installed (the current stack): the program cannot be
+    launched here, the plan (`--dry_run`) and the one-process runner can."""
+    missing = [m for m in ("launchpad", "reverb") if importlib.util.find_spec(m) is None]
+    if missing:
+        version = ".".join(str(v) for v in sys.version_info[:2])
+        raise ConfigError(
+            "lp_main.py needs Launchpad and Reverb, which are not installed here "
+            f"({', '.join(missing)} missing; Python {version}): they install only on Python "
+            "3.10 (`make setup`, .venv). On this stack run the same config in one process "
+            "with main.py, or plan it with --dry_run"
+        )
+
+
 def _run_distributed(
     make_experiment: MakeExperiment, validate_config: ValidateConfig | None = None
 ) -> int:
@@ -208,6 +222,7 @@ def _run_distributed(
         print(plan.format_table())
         print(f"network isolation: {isolation.describe(config.isolation)}")
         return 0
+    _require_launchpad_stack()
 
     code = isolation.run_isolated_if_needed(config.isolation, sys.argv)
     if code is not None:

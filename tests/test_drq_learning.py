@@ -241,4 +241,5 @@ def test_eval_policy_is_the_deterministic_mean(setup):
     mean = networks.actor_apply(
         params["actor"], networks.encoder_apply(params["encoder"], obs[None])
     )
-    np.testing.assert_allclose(first, mean[0], rtol=1e-6)
+    # Jitted vs eager: XLA may fuse differently (1.7e-6 apart on jax 0.11.2).
+    np.testing.assert_allclose(first, mean[0], rtol=1e-5)

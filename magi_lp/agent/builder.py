@@ -15,17 +15,19 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterator, Sequence
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import jax
-import reverb
-from acme import adders, specs
-from acme.utils import counting, loggers
 
+from magi_lp.acme_api import adders, counting, loggers, specs
 from magi_lp.agent.actor_core import ActorCore
 from magi_lp.agent.frame_store import FrameReplaySpec
 from magi_lp.agent.learner import Learner
 from magi_lp.agent.replay_schedule import ReplaySchedule
+from magi_lp.agent.transition_replay import TransitionReplaySpec
+
+if TYPE_CHECKING:  # Reverb is not installed on the current stack (one process only)
+    import reverb
 
 Networks = TypeVar("Networks")
 Sample = TypeVar("Sample")
@@ -84,6 +86,22 @@ class AgentBuilder(abc.ABC, Generic[Networks, Sample]):
         give what the config knows; the action shape may be left out then (its bytes are a
         rounding error next to the frames'). The default (None) means the agent makes its own
         Reverb tables with the three methods below.
+        """
+        del environment_spec
+        return None
+
+    def transition_replay(
+        self, environment_spec: specs.EnvironmentSpec | None
+    ) -> TransitionReplaySpec | None:
+        """For a state-based agent that also runs where Reverb is not installed: what it
+        stores (capacity, batch, n-step, discount).
+
+        Where Reverb is missing (the current stack: Python 3.12, no Launchpad) the
+        single-process runner then serves the agent from a host-memory replay of n-step
+        `acme.types.Transition`s (`magi_lp.agent.transition_replay`), the batches Acme's
+        `NStepTransitionAdder` and `make_reverb_dataset` give; with Reverb it uses the agent's
+        own tables (the three methods below). `environment_spec` is None when the toolkit
+        plans, before any environment exists. The default (None): the agent needs Reverb.
         """
         del environment_spec
         return None

@@ -8,7 +8,7 @@ Python scalars (params, optax state, step counters), and `metadata`, a small JSO
     <directory>/<step>/metadata/metadata    the JSON dict
     <directory>/<step>/_CHECKPOINT_METADATA
 
-Atomicity: orbax writes a step into `<step>.orbax-checkpoint-tmp-<n>` and renames it to
+Atomicity: orbax writes a step into `<step>.orbax-checkpoint-tmp[-<n>]` and renames it to
 `<step>` only once every item is written; step listing ignores the tmp names, so a process
 killed mid-save leaves a folder that is never restored. The writer removes such leftovers
 before its first save (readers never do: they might be looking at a live writer's save).
@@ -174,7 +174,7 @@ class Checkpointer:
         metadata = _json_metadata(metadata)
         if not self._cleaned:
             # Leftovers of a save that was killed before its rename.
-            ocp.utils.cleanup_tmp_directories(self._directory)
+            self._remove_unfinished()
             self._cleaned = True
         self._manager.reload()
         latest = self._manager.latest_step()
@@ -229,11 +229,18 @@ class Checkpointer:
         logging.info("Checkpoint at step %d: metadata updated in %s", step, path)
         return True
 
+    def _remove_unfinished(self, step: int | None = None) -> None:
+        """Removes the temporary folders of saves that never reached their rename (all, or
+        `step`'s). By name, as orbax writes them: its own clean-up moved between versions
+        (`ocp.utils.cleanup_tmp_directories` in 0.6, gone by 0.12)."""
+        prefix = "" if step is None else f"{step}."
+        for name in os.listdir(self._directory) if os.path.isdir(self._directory) else ():
+            if name.startswith(prefix) and ".orbax-checkpoint-tmp" in name:
+                shutil.rmtree(os.path.join(self._directory, name), ignore_errors=True)
+
     def _write_error(self, step: int, latest: int | None, error: BaseException) -> Exception:
         """One line for a failed save; removes what the failed save left half-written."""
-        for name in os.listdir(self._directory) if os.path.isdir(self._directory) else ():
-            if name.startswith(f"{step}.orbax-checkpoint-tmp-"):
-                shutil.rmtree(os.path.join(self._directory, name), ignore_errors=True)
+        self._remove_unfinished(step)
         resume = (
             f"a relaunch resumes from checkpoint {latest}"
             if latest is not None

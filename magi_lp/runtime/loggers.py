@@ -40,15 +40,14 @@ from typing import Any, TextIO
 
 import numpy as np
 from absl import logging
-from acme.utils.loggers import aggregators, filters
-from acme.utils.loggers import base as acme_base
-from acme.utils.loggers import terminal as acme_terminal
 
+from magi_lp import console
+from magi_lp.acme_api import loggers as acme_loggers
 from magi_lp.errors import ConfigError
 from magi_lp.runtime.config import LoggingSettings, typed_section
 
-Logger = acme_base.Logger
-LoggingData = acme_base.LoggingData
+Logger = acme_loggers.Logger
+LoggingData = acme_loggers.LoggingData
 
 # Short names for the terminal line, in the order they are printed first.
 _TERMINAL_ALIASES = {"fps": "fps", "episode_return": "return", "eta_s": "eta"}
@@ -180,21 +179,40 @@ class CsvLogger(Logger):
             self._file.close()
 
 
-class TensorBoardLogger(Logger):
-    """Writes every numeric value as a `tf.summary.scalar` under `<logdir>`.
+def tensorboard_backend() -> str | None:
+    """What writes TensorBoard event files here: 'tensorflow' (the Launchpad stack),
+    'tensorboardX' (the current stack's lock), or None (logging.tensorboard is then off)."""
+    for name in ("tensorflow", "tensorboardX"):
+        if importlib.util.find_spec(name) is not None:
+            return name
+    return None
 
-    The x axis is `values[steps_key]` when the key is present, else the number of writes
-    so far. Tags are the keys as given. Non-numeric values are skipped. The event file is
-    flushed after every write (about 0.2 ms per scalar on one core).
+
+class TensorBoardLogger(Logger):
+    """Writes every numeric value as a TensorBoard scalar under `<logdir>`.
+
+    Through `tf.summary` where TensorFlow is installed, else through tensorboardX (the same
+    event files, without TensorFlow). The x axis is `values[steps_key]` when the key is
+    present, else the number of writes so far. Tags are the keys as given. Non-numeric values
+    are skipped. The event file is flushed after every write (about 0.2 ms per scalar on one
+    core).
     """
 
     def __init__(self, logdir: str | os.PathLike, steps_key: str | None = None):
-        """Creates the event file writer (imports TensorFlow, about 2 s the first time)."""
-        import tensorflow as tf  # Imported here: only nodes that log to TensorBoard pay.
-
-        self._tf = tf
+        """Creates the event file writer (TensorFlow's import takes about 2 s)."""
         os.makedirs(logdir, exist_ok=True)
-        self._writer = tf.summary.create_file_writer(os.fspath(logdir))
+        self._backend = tensorboard_backend()
+        if self._backend == "tensorflow":
+            import tensorflow as tf  # Imported here: only nodes that log to TensorBoard pay.
+
+            self._tf = tf
+            self._writer = tf.summary.create_file_writer(os.fspath(logdir))
+        elif self._backend == "tensorboardX":
+            import tensorboardX
+
+            self._writer = tensorboardX.SummaryWriter(os.fspath(logdir))
+        else:
+            raise ImportError("TensorBoard logging needs tensorflow or tensorboardX")
         self._steps_key = steps_key
         self._writes = 0
         self._warned_missing_step = False
@@ -212,16 +230,38 @@ class TensorBoardLogger(Logger):
                     self._steps_key,
                 )
                 self._warned_missing_step = True
-        with self._writer.as_default():
-            for key, value in values.items():
-                if key != self._steps_key and _is_number(value):
+        scalars = {k: v for k, v in values.items() if k != self._steps_key and _is_number(v)}
+        if self._backend == "tensorflow":
+            with self._writer.as_default():
+                for key, value in scalars.items():
                     self._tf.summary.scalar(key, value, step=step)
+        else:
+            for key, value in scalars.items():
+                self._writer.add_scalar(key, value, global_step=step)
         self._writer.flush()
         self._writes += 1
 
     def close(self) -> None:
         """Flushes and closes the event file."""
         self._writer.close()
+
+
+_TENSORBOARD_NOTICE_SHOWN = False
+
+
+def _tensorboard_available() -> bool:
+    """Whether TensorBoard files can be written; says once per process when not."""
+    global _TENSORBOARD_NOTICE_SHOWN
+    if tensorboard_backend() is not None:
+        return True
+    if not _TENSORBOARD_NOTICE_SHOWN:
+        _TENSORBOARD_NOTICE_SHOWN = True
+        console.say(
+            "logging.tensorboard is on but neither tensorflow nor tensorboardX is installed: "
+            "TensorBoard files are off (CSV logs go on); install tensorboardX, or set "
+            "--config.logging.tensorboard=False to silence this"
+        )
+    return False
 
 
 class WandbLogger(Logger):
@@ -498,21 +538,21 @@ def make_logger(
     sinks: list[Logger] = []
     if csv:
         sinks.append(CsvLogger(os.path.join(workdir, "logs", label)))
-    if tensorboard:
+    if tensorboard and _tensorboard_available():
         sinks.append(TensorBoardLogger(os.path.join(workdir, "tensorboard", label), steps_key))
     if wandb:
         sinks.append(WandbLogger(label, workdir, wandb_project, steps_key))
     if terminal:
         sinks.append(
-            acme_terminal.TerminalLogger(
+            acme_loggers.TerminalLogger(
                 label="",
                 print_fn=_print_and_flush,
                 serialize_fn=functools.partial(format_terminal_line, label, steps_key=steps_key),
             )
         )
-    logger: Logger = filters.NoneFilter(aggregators.Dispatcher(sinks))
+    logger: Logger = acme_loggers.NoneFilter(acme_loggers.Dispatcher(sinks))
     if time_delta > 0:
-        logger = filters.TimeFilter(logger, time_delta)
+        logger = acme_loggers.TimeFilter(logger, time_delta)
     return logger
 
 

@@ -22,9 +22,8 @@ from typing import Any
 
 import jax
 from absl import logging
-from acme import specs
-from acme.utils import counting
 
+from magi_lp.acme_api import counting, specs
 from magi_lp.agent.actor import BatchedActor, GenericActor
 from magi_lp.agent.builder import POLICY_VARIABLES
 from magi_lp.agent.device_check import DeviceCheck
@@ -90,7 +89,7 @@ def make_learner_runner(
     enabled = config.checkpoint.enabled
     checkpointer = Checkpointer(checkpoint_dir(workdir)) if enabled else None
     replay_checkpoint = None
-    if enabled and config.checkpoint.get("replay", False) and replay.store is not None:
+    if enabled and config.checkpoint.get("replay", False) and replay.saves:
         replay_checkpoint = ReplayCheckpoint(
             Checkpointer(replay_checkpoint_dir(workdir), max_to_keep=1), replay.save, replay.restore
         )

@@ -13,7 +13,9 @@ config does (`replay.store`, resolved before anything starts by
   CPU, rate-limited by the table.
 
 Any other agent (TD3) makes its own Reverb tables, adders and dataset through its builder,
-and every function here hands those through.
+and every function here hands those through; in one process where Reverb is not installed
+(or `replay.store`='device'), an agent whose builder gives `transition_replay` learns from
+the toolkit's host-memory n-step replay instead (`magi_lp.agent.transition_replay`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from magi_lp.agent.frame_store import (
     StoreAdder,
 )
 from magi_lp.agent.replay_schedule import RatioGate
+from magi_lp.agent.transition_replay import TransitionAdder, TransitionReplay
 from magi_lp.runtime.experiment import Experiment
 
 FRAME_TABLE = "frames"
@@ -59,10 +62,24 @@ def store_kind(config: Any) -> str:
     return store
 
 
-def uses_reverb(experiment: Experiment, environment_spec: Any) -> bool:
-    """Whether the replay needs a Reverb server: every store but the device store."""
+def host_replay_spec(experiment: Experiment, environment_spec: Any) -> Any:
+    """The host replay a state agent learns from in one process without Reverb, or None."""
+    if frame_spec(experiment, environment_spec) is not None:
+        return None
+    if store_kind(experiment.config) != "device":
+        return None
+    return experiment.builder.transition_replay(environment_spec)
+
+
+def uses_reverb(
+    experiment: Experiment, environment_spec: Any, single_process: bool = False
+) -> bool:
+    """Whether the replay needs a Reverb server: every store but the device store (and, in
+    one process, a state agent's host replay)."""
     spec = frame_spec(experiment, environment_spec)
-    return spec is None or store_kind(experiment.config) == "reverb"
+    if spec is None:
+        return not (single_process and host_replay_spec(experiment, environment_spec))
+    return store_kind(experiment.config) == "reverb"
 
 
 def num_writers(config: Any, single_process: bool = False) -> int:
@@ -115,6 +132,8 @@ def make_adder(
     if isinstance(replay, LearnerReplay):
         if replay.store is not None:
             return StoreAdder(replay.store, writer)
+        if replay.host is not None:
+            return TransitionAdder(replay.host, replay.host.spec.n_step, replay.host.spec.discount)
         replay = replay.client
     if spec is None:
         return experiment.builder.make_adder(replay, environment_spec)
@@ -144,8 +163,9 @@ class LearnerReplay:
 
     Attributes:
       iterator: the learner's batches.
-      client: the Reverb client (None in one process on the device store).
+      client: the Reverb client (None in one process on the device store or host replay).
       store: the device store (None for Reverb stores).
+      host: a state agent's host replay (one process without Reverb), else None.
       gate: the replay ratio the learner enforces (device store, distributed only).
       drainer: the thread moving steps from the queue into the store (distributed only).
     """
@@ -155,10 +175,22 @@ class LearnerReplay:
     store: DeviceFrameStore | None = None
     gate: RatioGate | None = None
     drainer: Any = None
+    host: TransitionReplay | None = None
+
+    @property
+    def saves(self) -> bool:
+        """Whether `checkpoint.replay` has something to save (a toolkit store)."""
+        return self.store is not None or self.host is not None
 
     def info(self) -> dict[str, Any]:
         """The store's numbers for the status view (empty for Reverb stores, which the
         probe asks Reverb about)."""
+        if self.host is not None:
+            return {
+                "replay_size": self.host.size,
+                "replay_inserted": self.host.inserted,
+                "replay_sampled": self.host.sampled_batches * self.host.spec.batch_size,
+            }
         if self.store is None:
             return {}
         return {
@@ -173,15 +205,27 @@ class LearnerReplay:
         if self.store is not None:
             self.store.flush()
             return self.store.ready()
+        if self.host is not None:
+            return self.host.ready(self.host.spec.batch_size)
         tables = self.client.server_info().values()
         return all(table.current_size > 0 for table in tables)
 
     def save(self) -> Any:
-        """The device store's checkpoint state (`checkpoint.replay`)."""
+        """The store's checkpoint state (`checkpoint.replay`)."""
+        if self.host is not None:
+            return self.host.save()
         return self.store.save()
 
     def restore(self, saved: Any) -> None:
         """Takes a saved store back, with the replay ratio's counts."""
+        if self.host is not None:
+            self.host.restore(saved)
+            console.say(
+                f"replay restored: {self.host.size} transitions "
+                f"({self.host.inserted} inserted, {self.host.sampled_batches} batches sampled)",
+                source="checkpoint",
+            )
+            return
         self.store.restore(saved)
         if self.gate is not None:
             self.gate.restore(self.store.inserted, self.store.sampled_batches)
@@ -225,6 +269,11 @@ def make_learner_replay(
     config = experiment.config
     builder = experiment.builder
     spec = frame_spec(experiment, environment_spec)
+    host_spec = host_replay_spec(experiment, environment_spec) if single_process else None
+    if host_spec is not None:
+        seed = 0 if key is None else int(jax.random.randint(key, (), 0, 2**31 - 1))
+        host = TransitionReplay(host_spec, environment_spec, seed=seed)
+        return LearnerReplay(_host_batches(host), host=host)
     if spec is None:
         return LearnerReplay(builder.make_dataset_iterator(replay_client), client=replay_client)
     if store_kind(config) == "reverb":
@@ -251,3 +300,9 @@ def make_learner_replay(
     drainer = QueueDrainer(replay_client, STEP_QUEUE, store, gate)
     iterator = DeviceReplayIterator(store, key, gate=gate, failure=failure_of(drainer))
     return LearnerReplay(iterator, client=replay_client, store=store, gate=gate, drainer=drainer)
+
+
+def _host_batches(host: TransitionReplay) -> Iterator[Any]:
+    """Batches of the host replay, forever (the runner samples only once it holds data)."""
+    while True:
+        yield host.sample()

@@ -115,11 +115,23 @@ def plan_replay_store(
     Raises:
       ConfigError: the device store is asked for (or the only one installed) and does not fit.
     """
-    spec = builder.frame_replay(None)
-    if spec is None:
-        return None
     if reverb_available is None:
         reverb_available = importlib.util.find_spec("reverb") is not None
+    asked = config.replay.store
+    if asked == "reverb" and not reverb_available:
+        raise ConfigError(
+            "replay.store=reverb: Reverb is not installed here (it installs only on Python "
+            "3.10: `make setup`); use replay.store=auto or device"
+        )
+    spec = builder.frame_replay(None)
+    if spec is None:
+        if single_process and not reverb_available and builder.transition_replay(None) is None:
+            raise ConfigError(
+                f"{type(builder).__name__} keeps its replay in Reverb, which is not installed "
+                "here: run it on the Python 3.10 stack (`make setup`), or give its builder a "
+                "`transition_replay` (magi_lp.agent.builder)"
+            )
+        return None
     writers = int(config.envs_per_actor) * (1 if single_process else int(config.num_actors))
     if plan is None:
         budget, where, shards = _single_process_budget()
@@ -128,7 +140,6 @@ def plan_replay_store(
     budget = int(budget - max(HEADROOM * budget, MIN_HEADROOM_BYTES))
     nbytes = spec.nbytes(writers, shards)
     fits = nbytes <= budget
-    asked = config.replay.store
     frames = "x".join(str(d) for d in spec.frame_shape)
     size = f"{spec.capacity:,} transitions of {frames} frames"
     if asked == "reverb" and reverb_available:

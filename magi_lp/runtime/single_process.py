@@ -151,7 +151,7 @@ def run_single_process(
 
     server = None
     key = seeding.node_key(config.seed, "replay")
-    if replay_lib.uses_reverb(experiment, environment_spec):
+    if replay_lib.uses_reverb(experiment, environment_spec, single_process=True):
         import reverb
 
         from magi_lp.runtime.program import replay_checkpointer
@@ -167,7 +167,7 @@ def run_single_process(
             single_process=True,
             key=key,
         )
-    else:  # the device store, written by the actor directly: no Reverb, no TensorFlow
+    else:  # a toolkit store the actor writes directly (device frames, host transitions)
         replay = replay_lib.make_learner_replay(
             experiment, environment_spec, single_process=True, key=key
         )

@@ -3,27 +3,34 @@ policy). The runners call each method in the process that owns the piece.
 
 Replay holds one-step (or n-step) transitions written by Acme's `NStepTransitionAdder` into
 one uniform FIFO table; the learner reads batches through `acme.datasets.make_reverb_dataset`.
+Where Reverb is not installed (the current stack, one process), the toolkit serves the same
+transitions from host memory (`transition_replay`); Reverb is imported only where it is used.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import jax
 import ml_collections
-import reverb
-from acme import adders, specs
-from acme.adders import reverb as adders_reverb
-from acme.utils import counting, loggers
 
 from magi_lp import ActorCore, AgentBuilder, ReplaySchedule
+from magi_lp.acme_api import adders, counting, loggers, specs
+from magi_lp.agent.transition_replay import TransitionReplaySpec
 from projects.td3.acting import TD3ActorState, make_actor_core
 from projects.td3.config import validate_config
 from projects.td3.learning import TD3Learner
 from projects.td3.networks import TD3Networks
 
+if TYPE_CHECKING:
+    import reverb
 
-class TD3Builder(AgentBuilder[TD3Networks, reverb.ReplaySample]):
+TABLE = "priority_table"
+"""The Reverb table (Acme's `adders.reverb.DEFAULT_PRIORITY_TABLE`)."""
+
+
+class TD3Builder(AgentBuilder[TD3Networks, Any]):
     """Builds TD3's pieces from the agent config; holds nothing heavier than the config."""
 
     # Both entry points call this before any process starts.
@@ -33,7 +40,7 @@ class TD3Builder(AgentBuilder[TD3Networks, reverb.ReplaySample]):
         self,
         config: ml_collections.ConfigDict,
         *,
-        table_name: str = adders_reverb.DEFAULT_PRIORITY_TABLE,
+        table_name: str = TABLE,
     ):
         """Creates the builder.
 
@@ -51,7 +58,21 @@ class TD3Builder(AgentBuilder[TD3Networks, reverb.ReplaySample]):
             batch_size=int(self._config.batch_size),
         )
 
+    def transition_replay(
+        self, environment_spec: specs.EnvironmentSpec | None
+    ) -> TransitionReplaySpec:
+        del environment_spec
+        return TransitionReplaySpec(
+            capacity=int(self._config.replay_size),
+            batch_size=int(self._config.batch_size),
+            n_step=int(self._config.n_step),
+            discount=float(self._config.discount),
+        )
+
     def make_replay_tables(self, environment_spec: specs.EnvironmentSpec) -> list[reverb.Table]:
+        import reverb
+        from acme.adders import reverb as adders_reverb
+
         return [
             reverb.Table(
                 name=self._table_name,
@@ -67,6 +88,8 @@ class TD3Builder(AgentBuilder[TD3Networks, reverb.ReplaySample]):
         self, replay_client: reverb.Client, environment_spec: specs.EnvironmentSpec
     ) -> adders.Adder:
         del environment_spec
+        from acme.adders import reverb as adders_reverb
+
         return adders_reverb.NStepTransitionAdder(
             client=replay_client,
             n_step=int(self._config.n_step),
@@ -90,7 +113,7 @@ class TD3Builder(AgentBuilder[TD3Networks, reverb.ReplaySample]):
         self,
         random_key: jax.Array,
         networks: TD3Networks,
-        dataset: Iterator[reverb.ReplaySample],
+        dataset: Iterator[Any],
         environment_spec: specs.EnvironmentSpec,
         logger: loggers.Logger,
         counter: counting.Counter,
