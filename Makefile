@@ -5,6 +5,14 @@
 #   make setup JAX=cpu|cuda12|auto   force a JAX build (kept until JAX=auto)
 VENV      ?= .venv
 PY        := $(VENV)/bin/python
+# The current stack (Python 3.12, jax 0.11; no Launchpad/Reverb/TF): README "Two stacks".
+VENV312   ?= .venv312
+PY312     := $(VENV312)/bin/python
+# What the current-stack leg of `make test` runs: the placement layer, checkpoints on its
+# orbax, the replays and the agents' single-process runs (tests/test_current_stack.py).
+PY312_TESTS ?= tests/test_placement.py tests/test_resources.py tests/test_gpu_inventory.py \
+	tests/test_checkpointing.py tests/test_replay_plan.py tests/test_transition_replay.py \
+	tests/test_drq_learning.py tests/test_current_stack.py
 JAX       ?=
 WORKDIR   ?= runs/reacher_hard_distributed
 CONFIG    ?= configs/reacher_hard_distributed.py
@@ -15,16 +23,25 @@ GPU_CHECK_PYTHON ?= $(PY)
 GPU_CHECK_ARGS ?=
 GPU_LEARN_ARGS ?=
 
-.PHONY: setup run test lint format bench bench-quick gpu-check gpu-learn gpu-check-wheels golden clean
+.PHONY: setup setup312 run test test-launchpad test-current lint format bench bench-quick gpu-check gpu-learn gpu-check-wheels golden clean
 
 setup:
 	@bash scripts/setup_venv.sh $(VENV) $(JAX)
 
+setup312:
+	@bash scripts/setup_venv312.sh $(VENV312)
+
 run: setup
 	$(PY) projects/drq_v2/lp_main.py --config $(CONFIG) --workdir $(WORKDIR)
 
-test: setup
+# Both stacks: the whole suite on the Launchpad stack, then the current-stack leg.
+test: test-launchpad test-current
+
+test-launchpad: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-current: setup312
+	$(PY312) -m pytest $(PY312_TESTS) $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .
@@ -60,4 +77,4 @@ gpu-check-wheels:
 	bash scripts/gpu_check_wheels.sh .whl
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VENV312) .pytest_cache .ruff_cache

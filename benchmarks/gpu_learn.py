@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import importlib.util
 import os
 import signal
 import subprocess
@@ -137,7 +138,10 @@ def _curves(results: list[dict], out: Path) -> Path:
     return path
 
 
-def _plot(results: list[dict], out: Path) -> Path:
+def _plot(results: list[dict], out: Path) -> Path | str:
+    """The curve as a PNG, or a note where matplotlib is not installed (the CSV has it all)."""
+    if importlib.util.find_spec("matplotlib") is None:
+        return "no PNG (matplotlib is not installed here)"
     import matplotlib
 
     matplotlib.use("Agg")

@@ -26,7 +26,7 @@ run() {
 # 1. A Python 3.10 virtualenv (dm-launchpad has wheels only up to 3.10).
 python="$venv/bin/python"
 if [ ! -x "$python" ] || ! "$python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 10))' 2>/dev/null; then
-    py=$("$here/find_python310.sh")
+    py=$("$here/find_python.sh" 3.10)
     echo "magi_lp setup: creating $venv with $py"
     run rm -rf "$venv"
     run "$py" -m venv "$venv"
@@ -47,7 +47,7 @@ choice=$("$python" "$here/choose_jax_build.py" "$request")
 
 # 3. Install only when the choice or an input of the set-up changed.
 inputs=$(cd "$root" && cat requirements.txt requirements-cuda12.txt setup.py \
-    scripts/setup_venv.sh scripts/choose_jax_build.py scripts/find_python310.sh |
+    scripts/setup_venv.sh scripts/choose_jax_build.py scripts/find_python.sh |
     sha256sum | cut -d' ' -f1)
 wanted=$(printf 'choice=%s\ninputs=%s' "$choice" "$inputs")
 if [ -f "$stamp" ] && [ "$(grep -v '^request=' "$stamp")" = "$wanted" ]; then

@@ -1,0 +1,122 @@
+"""The single-process path on the current stack (Python 3.12, current JAX; no Launchpad,
+Reverb or TensorFlow): DrQ-v2 on the device frame store and TD3 on the host transition
+replay, each through its real `main.py` to its step limit, then resumed once from its
+workdir. Real dm_control, real pixels; tiny sizes.
+
+`make test` runs this file in `.venv312` (requirements-py312.txt); in the Launchpad stack's
+venv it is skipped, since there `tests/test_drq_e2e.py` and `tests/test_td3_e2e.py` run the
+same entry points with Reverb beside them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import uuid
+
+import pytest
+
+from projects.drq_v2 import tiny
+from tests.e2e_utils import column, marked_processes, read_csv, run_entry_point
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(
+        importlib.util.find_spec("launchpad") is not None,
+        reason="the current-stack leg (make test runs it in .venv312, without Launchpad)",
+    ),
+]
+
+
+def test_this_stack_has_no_launchpad_reverb_or_tensorflow():
+    for name in ("launchpad", "reverb", "tensorflow"):
+        assert importlib.util.find_spec(name) is None, f"{name} is installed in this venv"
+
+
+def _run(script: str, config: str, workdir, extra: list[str], timeout: float):
+    mark = uuid.uuid4().hex
+    result = run_entry_point(
+        script, ["--config", config, "--workdir", str(workdir), *extra], timeout=timeout, mark=mark
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    assert "Traceback" not in output, output[-4000:]
+    assert not marked_processes(mark)
+    return output
+
+
+@pytest.mark.timeout(600)
+def test_drq_v2_runs_on_the_device_store_and_resumes(tmp_path):
+    workdir = tmp_path / "drq"
+    flags = tiny.flags({"logging.tensorboard": True})
+    first = _run(
+        "projects/drq_v2/main.py",
+        "configs/reacher_hard.py",
+        workdir,
+        [*flags, "--config.max_actor_steps=100"],
+        timeout=280,
+    )
+    assert "replay: device store" in first
+    assert "done: 100 actor steps" in first
+    learner = read_csv(workdir / "logs/learner/logs.csv")
+    losses = column(learner, "critic_loss")
+    assert losses and all(math.isfinite(x) for x in losses)
+    assert column(learner, "learner_steps")[-1] >= 1
+    first_updates = max(int(p.name) for p in (workdir / "checkpoints/learner").iterdir())
+    assert list((workdir / "tensorboard/learner").glob("events.out.tfevents.*"))
+    assert list((workdir / "videos").glob("*.gif")), "no evaluation video"
+
+    second = _run(
+        "projects/drq_v2/main.py",
+        "configs/reacher_hard.py",
+        workdir,
+        [*flags, "--config.max_actor_steps=200"],
+        timeout=280,
+    )
+    assert f"resumed from learner step {first_updates}" in second, second[-3000:]
+    actor = read_csv(workdir / "logs/actor_0/logs.csv")
+    steps = column(actor, "actor_steps")
+    # The relaunch goes on from 100: no actor step is taken twice.
+    assert steps == sorted(steps) and steps[-1] == 200, steps
+    assert int(column(read_csv(workdir / "logs/learner/logs.csv"), "learner_steps")[-1]) > (
+        first_updates
+    )
+
+
+@pytest.mark.timeout(600)
+def test_td3_runs_on_the_host_replay_and_resumes(tmp_path):
+    workdir = tmp_path / "td3"
+    flags = [
+        "--config.agent.min_replay_size=100",
+        "--config.agent.batch_size=32",
+        "--config.agent.hidden_sizes=(32,32)",
+        "--config.evaluation.episodes=1",
+        "--config.evaluation.every_actor_steps=100000",
+        "--config.logging.time_delta=0.0",
+        "--config.logging.tensorboard=False",
+        "--config.env.action_repeat=4",  # 250-step episodes: the runs stop at an episode's end
+    ]
+    first = _run(
+        "projects/td3/main.py",
+        "configs/td3_cartpole.py",
+        workdir,
+        [*flags, "--config.max_actor_steps=250"],
+        timeout=280,
+    )
+    assert "done: 250 actor steps" in first
+    learner = read_csv(workdir / "logs/learner/logs.csv")
+    assert all(math.isfinite(x) for x in column(learner, "critic_loss"))
+    first_updates = max(int(p.name) for p in (workdir / "checkpoints/learner").iterdir())
+    assert first_updates >= 140  # (250 - 100) updates, give or take the schedule's rounding
+
+    second = _run(
+        "projects/td3/main.py",
+        "configs/td3_cartpole.py",
+        workdir,
+        [*flags, "--config.max_actor_steps=500"],
+        timeout=280,
+    )
+    assert f"resumed from learner step {first_updates}" in second, second[-3000:]
+    # The counts go on from the first run's: 250 more actor steps, not 500.
+    assert "done: 500 actor steps" in second, second[-3000:]
+    assert column(read_csv(workdir / "logs/actor_0/logs.csv"), "actor_steps") == [250, 500]
