@@ -120,3 +120,67 @@ def test_td3_runs_on_the_host_replay_and_resumes(tmp_path):
     # The counts go on from the first run's: 250 more actor steps, not 500.
     assert "done: 500 actor steps" in second, second[-3000:]
     assert column(read_csv(workdir / "logs/actor_0/logs.csv"), "actor_steps") == [250, 500]
+
+
+@pytest.mark.parametrize(
+    ("script", "config", "extra", "expected"),
+    [
+        (
+            "projects/drq_v2/lp_main.py",
+            "configs/reacher_hard_distributed.py",
+            ["--config.agent.replay_buffer_size=1000"],  # a store that fits: past the plan
+            "lp_main.py needs Launchpad and Reverb, which are not installed here",
+        ),
+        (
+            "projects/td3/main.py",
+            "configs/td3_cartpole.py",
+            ["--config.replay.store=reverb"],
+            "replay.store=reverb: Reverb is not installed here",
+        ),
+    ],
+)
+def test_what_needs_launchpad_or_reverb_is_refused_in_one_line(
+    tmp_path, script, config, extra, expected
+):
+    mark = uuid.uuid4().hex
+    workdir = tmp_path / "run"
+    result = run_entry_point(
+        script, ["--config", config, "--workdir", str(workdir), *extra], timeout=120, mark=mark
+    )
+    assert result.returncode == 2, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and expected in errors[0], result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    assert not (workdir / "nodes").exists() and not marked_processes(mark)
+
+
+def _event_scalars(folder) -> dict[str, list[tuple[int, float]]]:
+    """tag -> [(step, value)] from the TFRecord event files under `folder` (read with
+    tensorboardX's own protos: no TensorFlow here)."""
+    import struct
+
+    from tensorboardX.proto import event_pb2
+
+    scalars: dict[str, list[tuple[int, float]]] = {}
+    for path in sorted(folder.glob("events.out.tfevents.*")):
+        data = path.read_bytes()
+        offset = 0
+        while offset < len(data):
+            (length,) = struct.unpack("<Q", data[offset : offset + 8])
+            record = data[offset + 12 : offset + 12 + length]
+            offset += 12 + length + 4
+            event = event_pb2.Event.FromString(record)
+            for value in event.summary.value:
+                scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
+    return scalars
+
+
+def test_tensorboard_logs_through_tensorboardx(tmp_path):
+    from magi_lp.runtime import loggers
+
+    assert loggers.tensorboard_backend() == "tensorboardX"
+    logger = loggers.TensorBoardLogger(tmp_path, steps_key="steps")
+    logger.write({"steps": 7, "loss": 0.25, "name": "x"})
+    logger.write({"steps": 9, "loss": 0.5})
+    logger.close()
+    assert _event_scalars(tmp_path) == {"loss": [(7, 0.25), (9, 0.5)]}

@@ -16,7 +16,6 @@ from pathlib import Path
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-import cloudpickle
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -277,6 +276,7 @@ def test_progress_bar_shows_steps_return_and_rate():
 
 
 def test_factory_survives_pickling_and_makes_loggers(tmp_path):
+    cloudpickle = pytest.importorskip("cloudpickle")  # Launchpad's pickler (not on 3.12)
     factory = LoggerFactory(workdir=str(tmp_path), tensorboard=False, terminal=False, time_delta=0)
     for copy in (
         pickle.loads(pickle.dumps(factory)),
@@ -349,3 +349,19 @@ def test_real_wandb_offline_writes_in_the_workdir_and_a_relaunch_resumes_the_run
         data = (run / f"run-{run_id}.wandb").read_bytes()
         assert b"learner/critic_loss" in data and b"evaluator/episode_return" in data
     assert not list(Path(tmp_path).glob("*.wandb")), "wandb wrote outside <workdir>/wandb"
+
+
+def test_tensorboard_without_a_writer_is_off_with_one_notice(tmp_path, monkeypatch, capsys):
+    """The current stack without tensorboardX: CSV goes on, one notice per process."""
+    monkeypatch.setattr(loggers, "tensorboard_backend", lambda: None)
+    monkeypatch.setattr(loggers, "_TENSORBOARD_NOTICE_SHOWN", False)
+    for label in ("learner", "actor"):
+        logger = loggers.make_logger(label, tmp_path, tensorboard=True, terminal=False)
+        logger.write({"steps": 1, "loss": 0.5})
+        logger.close()
+    notices = [
+        line for line in capsys.readouterr().err.splitlines() if "logging.tensorboard" in line
+    ]
+    assert len(notices) == 1 and "neither tensorflow nor tensorboardX" in notices[0], notices
+    assert not (tmp_path / "tensorboard").exists()
+    assert (tmp_path / "logs" / "learner" / "logs.csv").is_file()

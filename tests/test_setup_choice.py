@@ -6,6 +6,7 @@ venv folder: it prints its pip commands instead of installing, and keeps its sta
 from __future__ import annotations
 
 import glob
+import os
 import shutil
 import subprocess
 import sys
@@ -303,3 +304,20 @@ def test_make_setup_passes_jax_through(tmp_path, sandbox):
     assert result.returncode == 0, result.stderr
     assert "JAX build cpu (forced by JAX=cpu; NVIDIA driver 560.35.03" in result.stderr
     assert "request=cpu\nchoice=cpu" in stamp(venv)
+
+
+@pytest.mark.parametrize("version", ["3.10", "3.12"])
+def test_find_python_names_the_override_it_refuses(version):
+    variable = {"3.10": "PYTHON", "3.12": "PYTHON312"}[version]
+    env = {"PATH": os.environ["PATH"], variable: "/bin/false"}
+    result = subprocess.run(
+        ["bash", str(REPO / "scripts" / "find_python.sh"), version],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1 and result.stdout == ""
+    assert f"error: {variable}=/bin/false is not a working Python {version} interpreter" in (
+        result.stderr
+    )
