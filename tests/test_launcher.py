@@ -439,6 +439,9 @@ def test_sigint_to_launcher_stops_program_cleanly(tmp_path):
     assert "killing" not in output
     assert stop_secs < notice_secs, output
     assert elapsed - stop_secs < 15, output  # the launcher's own exit, on a loaded machine
+    # What the launcher said stays beside the node logs, dated.
+    kept = (run.out_dir / "logs" / launcher.LAUNCHER_LOG).read_text()
+    assert "received SIGINT" in kept and "nodes ended" in kept, kept
     run.assert_nothing_left(_all_pids(reports))
 
 

@@ -36,7 +36,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
-import functools
 import io
 import math
 import os
@@ -296,7 +295,7 @@ def launch(
             "magi_lp.launch.local.launch() must run in the main thread: it handles SIGINT and "
             "SIGTERM for the program (and lp.launch installs signal handlers)."
         )
-    report = functools.partial(console.say, source="launcher", stream=report_stream)
+    report = _reporter(report_stream, log_path / LAUNCHER_LOG)
     _sweep_stale_run_folders(tempfile.gettempdir())
     kept = _keep_earlier_logs(log_path)
     if kept:
@@ -368,6 +367,23 @@ def _stage_of(stop_stages: Sequence[Collection[str]]) -> Callable[[str], int]:
         for group in groups:
             where.setdefault(group, number)
     return lambda group: where.get(group, 0)
+
+
+LAUNCHER_LOG = "launcher.log"
+"""The launcher's own lines, appended beside the node logs (`<log_dir>/launcher.log`)."""
+
+
+def _reporter(stream: TextIO | None, path: Path) -> Callable[[str], None]:
+    """The launcher's lines: on its terminal, and appended to `path` with the date, so that
+    what a run's launcher said (a dead node's cause, a stop's stages, a SIGKILL) stays in the
+    workdir after the terminal is gone. A line that cannot be written there is only shown."""
+
+    def report(text: str) -> None:
+        console.say(text, source="launcher", stream=stream)
+        with contextlib.suppress(OSError), open(path, "a") as log:
+            log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n")
+
+    return report
 
 
 def _keep_earlier_logs(log_dir: Path) -> int | None:
