@@ -35,9 +35,11 @@ from magi_lp.errors import ConfigError
 from magi_lp.launch.node_process import quiet_gym_notice
 from magi_lp.placement.xla_flags import check_xla_flags
 from magi_lp.runtime.config import (
+    STOP_TIERS,
     capacity_warnings,
     check_isolation_allows_logging,
     make_placement_plan,
+    stop_stages,
     validate_experiment_config,
 )
 from magi_lp.runtime.replay_plan import plan_replay_store
@@ -244,9 +246,8 @@ def _run_distributed(
         program,
         plan.envs(),
         log_dir=workdir / "nodes",
-        # The learner stops after the nodes that feed the counter and before the counter,
-        # so its final checkpoint holds the final counts.
-        stop_stages=[_launch_groups(plan, "learner"), _launch_groups(plan, "counter", "replay")],
+        # One order for one host and several (magi_lp.runtime.config.STOP_TIERS says why).
+        stop_stages=stop_stages({group: _launch_groups(plan, group) for group in STOP_TIERS}),
         saves_at_stop=_launch_groups(plan, "learner"),
         status=make_status_monitor(
             program, plan, experiment, workdir, plain_every_s=_STATUS_EVERY.value

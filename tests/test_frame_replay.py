@@ -10,9 +10,11 @@ action, n-step discounted reward and gamma^n * prod(discounts).
 from __future__ import annotations
 
 import collections
+import time
 
 import dm_env
 import numpy as np
+import portpicker
 import pytest
 import reverb
 from acme import specs
@@ -312,11 +314,32 @@ def test_dataset_checks_arguments_at_once_but_connects_on_the_first_batch():
         make_frame_replay_dataset(
             "localhost:1", "q", batch_size=4, frame_stack=3, n_step=3, discount=1.5
         )
-    # No server listens there: building the iterator must not connect (nor wait).
+    # No server listens there yet: building the iterator must not connect (nor wait) ...
+    port = portpicker.pick_unused_port()
+    start = time.monotonic()
     dataset = make_frame_replay_dataset(
-        "localhost:1", "q", batch_size=4, frame_stack=3, n_step=3, discount=0.9
+        f"localhost:{port}",
+        "q",
+        batch_size=2,
+        frame_stack=3,
+        n_step=1,
+        discount=GAMMA,
+        num_parallel_calls=1,
     )
-    assert dataset is not None
+    assert time.monotonic() - start < 30
+    # ... and the first batch comes from the server that starts there afterwards.
+    signature = frame_replay_signature((H, W, C), ACTION_SPEC, frame_stack=3, n_step=1)
+    server = reverb.Server([reverb.Table.queue("q", 100, signature=signature)], port=port)
+    try:
+        client = reverb.Client(f"localhost:{port}")
+        adder = FrameStackAdder(client, "q", frame_stack=3, n_step=1, chunk_length=4)
+        feed(adder, make_episodes(3, 1)[0])
+        adder.close()
+        batch = next(iter(dataset))
+        assert batch.reward.shape == batch.discount.shape == (2,)
+        assert batch.action.shape == (2, *ACTION_SPEC.shape)
+    finally:
+        server.stop()
 
 
 @pytest.mark.parametrize("eager_items", [0, 4])

@@ -21,12 +21,12 @@ import numpy as np
 import pytest
 
 from magi_lp.errors import ConfigError
+from magi_lp.formatting import format_duration, format_ranges
 from magi_lp.runtime import loggers
 from magi_lp.runtime.loggers import (
     LoggerFactory,
     ProgressBar,
     ThroughputTracker,
-    format_duration,
     format_terminal_line,
     make_logger,
 )
@@ -224,6 +224,8 @@ def test_format_helpers():
     assert format_duration(125) == "2m05s"
     assert format_duration(3725) == "1h02m"
     assert format_duration(float("inf")) == "?"
+    assert format_ranges([5, 0, 1, 2, 3, 3]) == "0-3,5"
+    assert format_ranges([]) == ""
     line = format_terminal_line("learner", {"loss": 0.000123456, "learner_steps": 7.0})
     assert line == "[learner] learner_steps=7 loss=0.0001235"
 

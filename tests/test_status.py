@@ -7,7 +7,8 @@ import io
 import subprocess
 import sys
 
-from magi_lp.launch.status import StatusMonitor, format_duration
+from magi_lp.formatting import format_duration
+from magi_lp.launch.status import StatusMonitor
 from magi_lp.runtime.status import last_csv_value
 
 

@@ -21,7 +21,6 @@ supervisor does) and costs the nodes nothing but a few /proc reads.
 from __future__ import annotations
 
 import csv
-import math
 import os
 import sys
 import threading
@@ -34,6 +33,7 @@ from typing import Any, TextIO
 import psutil
 
 from magi_lp import console
+from magi_lp.formatting import format_duration
 
 ProgramProbe = Callable[[], Mapping[str, Any]]
 """Returns cumulative program numbers; keys it may give: `actor_steps`, `learner_steps`,
@@ -43,20 +43,6 @@ GpuMemory = Callable[[], Mapping[int, float]]
 """Returns GPU memory in MiB by pid (all GPUs summed)."""
 
 _RATE_WINDOW_S = 60.0
-
-
-def format_duration(seconds: float) -> str:
-    """'45s', '12m', '3h05m', '27d04h': short, for an ETA."""
-    if not math.isfinite(seconds) or seconds < 0:
-        return "?"
-    seconds = int(seconds)
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    if seconds < 86400:
-        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-    return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"
 
 
 def _number(value: float | None, digits: int = 1) -> str:

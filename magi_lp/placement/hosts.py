@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 import tabulate
 
 from magi_lp.errors import ConfigError
+from magi_lp.formatting import format_ranges
 from magi_lp.placement.gpu_inventory import GpuInfo, GpuInventory
 from magi_lp.placement.jax_build import JaxBuild, detect_jax_build
 from magi_lp.placement.plan import GroupPlacement, GroupRequest, PlacementPlan, make_plan
@@ -182,8 +183,8 @@ class HostPlan:
                         host.name,
                         host.address or "(from the engine)",
                         placement.launch_group,
-                        f"{len(nodes)} ({placement.group} {_ranges([n.index for n in nodes])})",
-                        _ranges(ports),
+                        f"{len(nodes)} ({placement.group} {format_ranges(n.index for n in nodes)})",
+                        format_ranges(ports),
                         placement.device,
                         ",".join(map(str, placement.gpu_ids)) or "-",
                         "\n".join(env),
@@ -210,20 +211,6 @@ def _assumed_inventory(count: int, model: str) -> GpuInventory:
             for i in range(count)
         )
     )
-
-
-def _ranges(values: Sequence[int]) -> str:
-    """[0, 1, 2, 5] -> "0-2,5"."""
-    parts: list[str] = []
-    ordered = sorted(set(values))
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ",".join(parts)
 
 
 def parse_place(

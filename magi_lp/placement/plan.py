@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 import tabulate
 
 from magi_lp.errors import ConfigError
+from magi_lp.formatting import format_ranges
 from magi_lp.placement.gpu_inventory import GpuInventory, pick_identical, rank_by_load
 from magi_lp.placement.jax_build import (
     JaxBuild,
@@ -192,7 +193,7 @@ class PlacementPlan:
                 (
                     p.group,
                     p.launch_group,
-                    f"{len(p.node_indices)} ({_ranges(p.node_indices)})",
+                    f"{len(p.node_indices)} ({format_ranges(p.node_indices)})",
                     p.device if p.cpu_devices == 1 else f"{p.device} x{p.cpu_devices}",
                     p.jax_backend,
                     gpus,
@@ -216,21 +217,6 @@ class PlacementPlan:
 
 # An empty CUDA_VISIBLE_DEVICES is the point of a CPU node (it sees no GPU): always show it.
 _ALWAYS_SHOWN = frozenset({"CUDA_VISIBLE_DEVICES"})
-
-
-def _ranges(indices: Sequence[int]) -> str:
-    """0,1,2,3,5 -> "0-3,5"."""
-    parts: list[str] = []
-    ordered = sorted(indices)
-    start = prev = None
-    for i in [*ordered, None]:
-        if start is not None and (i is None or i != prev + 1):
-            parts.append(str(start) if start == prev else f"{start}-{prev}")
-            start = None
-        if i is not None and start is None:
-            start = i
-        prev = i
-    return ",".join(parts)
 
 
 def _describe_memory(p: GroupPlacement) -> str:
@@ -515,7 +501,7 @@ def _summarise(nodes: Sequence[tuple[str, int, ResourceSpec]]) -> list[str]:
     for group, indices in by_group.items():
         spec = specs[group]
         each = spec.gpu_memory if spec.gpu_memory is not None else "None (JAX default)"
-        which = f"node {indices[0]}" if len(indices) == 1 else f"nodes {_ranges(indices)}"
+        which = f"node {indices[0]}" if len(indices) == 1 else f"nodes {format_ranges(indices)}"
         amount = f"{each}" if len(indices) == 1 else f"{len(indices)} x {each}"
         out.append(f"{group} {which}: {amount}")
     return out

@@ -308,25 +308,47 @@ def node_ports(config: ml_collections.ConfigDict) -> dict[str, int]:
     return ports
 
 
-def stop_tiers(config: ml_collections.ConfigDict) -> dict[str, int]:
-    """The order nodes are told to stop on several hosts (lower first).
+STOP_TIERS: dict[str, int] = {
+    "actor": 0,
+    "evaluator": 0,
+    "learner": 1,
+    "replay": 2,
+    "counter": 2,
+    "coordinator": 3,
+}
+"""The order the nodes of every program are told to stop (lower first), on one host
+(`magi_lp.launch.local`'s stop stages) and on several (the stop board's tiers):
 
-    Actors and evaluators first: an actor blocks inside a replay insert once the rate
-    limiter wants samples, so it must stop while the learner still samples and the learner
-    still serves parameters. Then the learner, which steps on a thread of its own (a step
-    blocked in the sampler never delays it) and saves a final checkpoint with the counts
-    while the counter still answers. Replay and counter last. A learner that hosts the
-    replay stops with the servers.
-    """
-    learner = 2 if config.colocate_learner_and_replay else 1
-    return {
-        "actor": 0,
-        "evaluator": 0,
-        "learner": learner,
-        "replay": 2,
-        "counter": 2,
-        "coordinator": 3,
-    }
+- actors and evaluators first: an actor blocks inside a replay insert once the rate
+  limiter wants samples, so it stops while the learner still samples and serves parameters;
+- then the learner, which saves its final checkpoint with the counts while the counter
+  still answers (a replay in the learner's process stops with it: its only writers, the
+  actors, are gone);
+- then replay and counter;
+- the coordinator last: on several hosts it serves the stop board every other node polls,
+  and it is the node that asked for the stop at the step limit; on one host it is an idle
+  process that ends at once.
+"""
+
+
+def stop_tiers(config: ml_collections.ConfigDict) -> dict[str, int]:
+    """`STOP_TIERS` (the same for every config; the argument keeps callers' shape)."""
+    del config
+    return dict(STOP_TIERS)
+
+
+def stop_stages(groups: Mapping[str, Any]) -> list[set[str]]:
+    """`STOP_TIERS` as the local launcher's stop stages: for each tier after the first, the
+    launch groups of `groups` (group -> launch groups of that group) in it. Tier 0 is
+    implied: a launch group named in no stage stops first."""
+    stages = []
+    for tier in sorted(set(STOP_TIERS.values()) - {0}):
+        stage = {
+            g for group, tier_ in STOP_TIERS.items() if tier_ == tier for g in groups.get(group, ())
+        }
+        if stage:
+            stages.append(stage)
+    return stages
 
 
 @dataclasses.dataclass(frozen=True)

@@ -31,7 +31,6 @@ import fcntl
 import functools
 import importlib.util
 import json
-import math
 import os
 import time
 import uuid
@@ -44,6 +43,7 @@ from absl import logging
 from magi_lp import console
 from magi_lp.acme_api import loggers as acme_loggers
 from magi_lp.errors import ConfigError
+from magi_lp.formatting import format_duration
 from magi_lp.runtime.config import LoggingSettings, typed_section
 
 Logger = acme_loggers.Logger
@@ -325,20 +325,6 @@ class WandbLogger(Logger):
 
 # ---------------------------------------------------------------------------------------
 # Terminal lines.
-
-
-def format_duration(seconds: float) -> str:
-    """`3725` -> `1h02m`, `125` -> `2m05s`, `42` -> `42s`."""
-    if not math.isfinite(seconds):
-        return "?"
-    seconds = max(0, round(seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    if minutes:
-        return f"{minutes}m{secs:02d}s"
-    return f"{secs}s"
 
 
 def _format_value(value: Any) -> str:
