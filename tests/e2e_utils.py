@@ -1,4 +1,5 @@
-"""Helpers for end-to-end tests that run the real entry points as subprocesses."""
+"""Helpers for tests that run code in fresh processes: Python snippets (`run_python`) and the
+real entry points (`run_entry_point`), with the leftovers they may leave found by a marker."""
 
 from __future__ import annotations
 
@@ -6,9 +7,10 @@ import csv
 import os
 import subprocess
 import sys
+import textwrap
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import psutil
@@ -17,6 +19,37 @@ from magi_lp.launch import processes
 
 REPO = Path(__file__).resolve().parent.parent
 MARK_VAR = "MAGI_LP_TEST_MARK"
+
+
+def run_python(
+    code: str,
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 120,
+    check: bool = False,
+) -> subprocess.CompletedProcess:
+    """`python -c <code> <args>` in a fresh process (this interpreter), from the repo root,
+    with the repo last on PYTHONPATH and the output captured as text.
+
+    Args:
+      code: the snippet; dedented, so a test may indent it.
+      env: the child's whole environment (default: this process's).
+      timeout: seconds before `subprocess.TimeoutExpired`.
+      check: raise `subprocess.CalledProcessError` on a non-zero exit.
+    """
+    child_env = dict(os.environ if env is None else env)
+    child_env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (child_env.get("PYTHONPATH", ""), str(REPO)) if p
+    )
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        cwd=REPO,
+        env=child_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=check,
+    )
 
 
 def run_entry_point(

@@ -14,7 +14,32 @@ import stat
 from collections.abc import Sequence
 from pathlib import Path
 
+from magi_lp.placement.gpu_inventory import GpuInfo, GpuInventory
+from magi_lp.placement.jax_build import CudaPlugin, JaxBuild
+
 GiB = 1024**3
+RTX3060 = "NVIDIA GeForce RTX 3060"
+RTX3080 = "NVIDIA GeForce RTX 3080"
+H100 = "NVIDIA H100 80GB HBM3"
+NO_GPU = GpuInventory((), "NVML is unavailable: NVML Shared Library Not Found")
+CUDA12 = JaxBuild("0.4.30", (CudaPlugin("jax_plugins.xla_cuda12", 12, "0.4.30"),))
+"""What `make setup` installs on a CUDA 12 machine (JAX with its CUDA 12 plugin)."""
+CPU_ONLY = JaxBuild("0.4.30")
+
+
+def gpu(
+    index: int, name: str = RTX3080, used_gib: float = 0.0, util: float = 0.0, total_gib: float = 12
+) -> GpuInfo:
+    """One GPU of an injected inventory (the placement logic's view of an NVML device)."""
+    return GpuInfo(
+        index=index,
+        pci_bus_id=f"00000000:{index + 1:02X}:00.0",
+        name=name,
+        memory_total_bytes=int(total_gib * GiB),
+        memory_used_bytes=int(used_gib * GiB),
+        utilization_percent=util,
+    )
+
 
 _FAKE_PYNVML = '''"""Fake pynvml (nvidia-ml-py) for tests: the machine is in fake_nvml.json."""
 import json as _json

@@ -21,6 +21,7 @@ import pytest
 
 from magi_lp.errors import ConfigError
 from magi_lp.runtime.checkpointing import Checkpointer, PeriodicCheckpointer, Snapshot
+from tests import e2e_utils
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -54,15 +55,7 @@ def assert_trees_equal(a, b):
 
 
 def run_python(code: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO)
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=REPO,
-    )
+    return e2e_utils.run_python(code, env=dict(os.environ, JAX_PLATFORMS="cpu"), timeout=timeout)
 
 
 def test_save_restore_round_trip_keeps_types_and_values(tmp_path):

@@ -19,6 +19,7 @@ from magi_lp.placement import jax_build as jax_build_module
 from magi_lp.placement import plan as plan_module
 from magi_lp.placement.gpu_inventory import GpuInfo, GpuInventory
 from magi_lp.placement.jax_build import CudaPlugin, JaxBuild
+from tests.e2e_utils import run_python
 from tests.fake_nvidia import env_with, write_fake_pynvml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -56,11 +57,7 @@ print(json.dumps({{"groups": list(plan.groups), "learner": learner, "actor": act
                   "loaded": loaded}}))
 """
     )
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(REPO)}
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
-        timeout=300,
-    )  # fmt: skip
+    out = run_python(code, env={**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["loaded"] == []

@@ -6,28 +6,12 @@ import pytest
 
 from magi_lp.errors import ConfigError
 from magi_lp.placement.gpu_inventory import (
-    GpuInfo,
     GpuInventory,
     pick_identical,
     query_inventory,
     rank_by_load,
 )
-
-GiB = 1024**3
-RTX3060 = "NVIDIA GeForce RTX 3060"
-RTX3080 = "NVIDIA GeForce RTX 3080"
-
-
-def gpu(index, name, used_gib=0.0, util=0.0, total_gib=12):
-    return GpuInfo(
-        index=index,
-        pci_bus_id=f"00000000:{index + 1:02X}:00.0",
-        name=name,
-        memory_total_bytes=int(total_gib * GiB),
-        memory_used_bytes=int(used_gib * GiB),
-        utilization_percent=util,
-    )
-
+from tests.fake_nvidia import RTX3060, RTX3080, GiB, gpu
 
 # --- query_inventory --------------------------------------------------------------------
 

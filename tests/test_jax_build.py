@@ -1,25 +1,22 @@
 """The JAX build, read without importing JAX, and why a node's CUDA start failed."""
 
-import subprocess
-import sys
 from pathlib import Path
 
-from magi_lp.placement.gpu_inventory import GpuInfo, GpuInventory
+from magi_lp.placement.gpu_inventory import GpuInventory
 from magi_lp.placement.jax_build import (
     MIN_DRIVER_CUDA12,
-    CudaPlugin,
     JaxBuild,
     cuda_data_dir_flag,
     detect_jax_build,
     explain_cuda_failure,
     jax_backend,
 )
-from tests.fake_nvidia import env_with, write_fake_cuda_plugin
+from tests.e2e_utils import run_python
+from tests.fake_nvidia import CPU_ONLY, CUDA12, env_with, gpu, write_fake_cuda_plugin
+from tests.fake_nvidia import H100 as H100_NAME
 
 REPO = Path(__file__).resolve().parents[1]
-CUDA12 = JaxBuild("0.4.30", (CudaPlugin("jax_plugins.xla_cuda12", 12, "0.4.30"),))
-CPU_ONLY = JaxBuild("0.4.30")
-H100 = GpuInfo(0, "00000000:01:00.0", "NVIDIA H100 80GB HBM3", 80 * 1024**3, 0, 0.0)
+H100 = gpu(0, H100_NAME, total_gib=80)
 
 
 def test_this_python_is_read_from_metadata_without_importing_jax():
@@ -28,9 +25,7 @@ def test_this_python_is_read_from_metadata_without_importing_jax():
         "b = detect_jax_build(); "
         "print(b.jaxlib_version, b.serves_cuda, 'jax' in sys.modules, 'jaxlib' in sys.modules)"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
-    ).stdout.split()
+    out = run_python(code, check=True).stdout.split()
     import jaxlib
 
     assert out[0] == jaxlib.__version__
@@ -61,14 +56,7 @@ def test_the_pinned_nvcc_folder_is_found_next_to_a_cuda12_plugin(tmp_path):
 def test_a_plugin_on_pythonpath_is_seen_by_a_fresh_process(tmp_path):
     write_fake_cuda_plugin(tmp_path)
     code = "from magi_lp.placement.jax_build import detect_jax_build as d; print(d().describe())"
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=REPO,
-        env=env_with(pythonpath=[tmp_path, REPO]),
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    out = run_python(code, env=env_with(pythonpath=[tmp_path]), check=True).stdout.strip()
     assert "jax-cuda12-plugin" in out
 
 
@@ -127,7 +115,5 @@ def test_placement_imports_no_framework():
         "heavy = ('jax', 'jaxlib', 'tensorflow', 'reverb', 'launchpad', 'acme'); "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
-    )
+    out = run_python(code, check=True)
     assert out.stdout.strip() == "[]"

@@ -11,7 +11,6 @@ import pickle
 import signal
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -30,6 +29,7 @@ from magi_lp.runtime.loggers import (
     format_terminal_line,
     make_logger,
 )
+from tests.e2e_utils import run_python
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -179,13 +179,7 @@ def test_killed_process_keeps_every_written_row(tmp_path):
             logger.write({{"learner_steps": step, "loss": step / 2}})
         os.kill(os.getpid(), signal.SIGKILL)
         """
-    proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        env=dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS="cpu"),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = run_python(code, env=dict(os.environ, JAX_PLATFORMS="cpu"))
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
 
     _, rows = read_csv(tmp_path, "learner")

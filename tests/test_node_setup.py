@@ -2,7 +2,6 @@
 
 import logging
 import os
-import subprocess
 import sys
 import types
 from pathlib import Path
@@ -12,6 +11,7 @@ import pytest
 from magi_lp.placement.jax_build import detect_jax_build
 from magi_lp.placement.resources import ResourceSpec, spec_to_env
 from magi_lp.runtime import node_setup
+from tests.e2e_utils import run_python
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -84,14 +84,7 @@ def test_prepare_node_process_with_real_tf_in_node_envs():
     gpu_env["JAX_PLATFORMS"] = "cpu"
     results = []
     for env in (cpu_env, gpu_env):
-        out = subprocess.run(
-            [sys.executable, "-c", code],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=REPO_ROOT,
-        )
+        out = run_python(code, env=env)
         assert out.returncode == 0, out.stderr[-2000:]
         results.append(out.stdout.strip().splitlines()[-1])
     assert results == ["False False None", "True True []"]
@@ -103,14 +96,7 @@ def test_gpu_node_without_cuda_jax_fails_at_once_saying_why():
     gpu_env = {**os.environ, **spec_to_env(ResourceSpec(device="gpu"), (0,))}
     gpu_env["MAGI_LP_TF_GPU"] = "1"  # keep TF out of it: the check is about JAX
     code = "from magi_lp.runtime.node_setup import prepare_node_process; prepare_node_process()"
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        env=gpu_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO_ROOT,
-    )
+    out = run_python(code, env=gpu_env)
     assert out.returncode == 1
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("magi_lp.runtime.node_setup.CudaBackendError: this node cannot start")

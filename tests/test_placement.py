@@ -9,36 +9,26 @@ import pytest
 
 from magi_lp.errors import ConfigError
 from magi_lp.placement import plan as plan_module
-from magi_lp.placement.gpu_inventory import GpuInfo, GpuInventory
-from magi_lp.placement.jax_build import CudaPlugin, JaxBuild, detect_jax_build
+from magi_lp.placement.gpu_inventory import GpuInventory
+from magi_lp.placement.jax_build import JaxBuild, detect_jax_build
 from magi_lp.placement.plan import GroupRequest
 from magi_lp.placement.resources import MANAGED_VARIABLES, ResourceSpec
-from tests.fake_nvidia import env_with, write_fake_cuda_plugin, write_fake_pynvml
+from tests.fake_nvidia import (
+    CPU_ONLY,
+    CUDA12,
+    NO_GPU,
+    RTX3060,
+    RTX3080,
+    env_with,
+    gpu,
+    write_fake_cuda_plugin,
+    write_fake_pynvml,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
-GiB = 1024**3
-RTX3060 = "NVIDIA GeForce RTX 3060"
-RTX3080 = "NVIDIA GeForce RTX 3080"
-NO_GPU = GpuInventory((), "NVML is unavailable: NVML Shared Library Not Found")
-
-
-def gpu(index, name=RTX3080, used_gib=0.0, util=0.0, total_gib=12):
-    return GpuInfo(
-        index=index,
-        pci_bus_id=f"00000000:{index + 1:02X}:00.0",
-        name=name,
-        memory_total_bytes=int(total_gib * GiB),
-        memory_used_bytes=int(used_gib * GiB),
-        utilization_percent=util,
-    )
-
-
 TWO_3080 = GpuInventory((gpu(0), gpu(1)))
 MIXED = GpuInventory((gpu(0, RTX3060), gpu(1, RTX3080)))
-# What `make setup` installs on a CUDA 12 machine, and what it installs elsewhere.
-CUDA12 = JaxBuild("0.4.30", (CudaPlugin("jax_plugins.xla_cuda12", 12, "0.4.30"),))
-CPU_ONLY = JaxBuild("0.4.30")
 
 
 def make_plan(requests, inventory, jax_build=CUDA12):

@@ -10,25 +10,20 @@ from pathlib import Path
 import pytest
 
 from magi_lp.errors import ConfigError
-from magi_lp.placement.gpu_inventory import GpuInfo, GpuInventory
-from magi_lp.placement.jax_build import CudaPlugin, JaxBuild
+from magi_lp.placement.gpu_inventory import GpuInventory
+from magi_lp.placement.jax_build import JaxBuild
 from magi_lp.placement.plan import make_plan
 from magi_lp.runtime.config import placement_requests
 from magi_lp.runtime.replay_plan import plan_replay_store
 from projects.drq_v2.experiment import make_experiment
 from projects.drq_v2.tasks import make_config
 from tests.e2e_utils import marked_processes, run_entry_point
+from tests.fake_nvidia import CUDA12, NO_GPU, gpu
+from tests.fake_nvidia import H100 as H100_NAME
 
 GIB = 1 << 30
-NO_GPU = GpuInventory((), "no NVML here (test)")
-CUDA12 = JaxBuild("0.4.30", (CudaPlugin("jax_plugins.xla_cuda12", 12, "0.4.30"),))
-H100 = GpuInventory((GpuInfo(0, "00000000:01:00.0", "NVIDIA H100 80GB HBM3", 80 * GIB, 0, 0.0),))
-TWO_H100 = GpuInventory(
-    tuple(
-        GpuInfo(i, f"00000000:0{i + 1}:00.0", "NVIDIA H100 80GB HBM3", 80 * GIB, 0, 0.0)
-        for i in range(2)
-    )
-)
+H100 = GpuInventory((gpu(0, H100_NAME, total_gib=80),))
+TWO_H100 = GpuInventory((gpu(0, H100_NAME, total_gib=80), gpu(1, H100_NAME, total_gib=80)))
 
 
 def distributed(**changes):

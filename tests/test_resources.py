@@ -1,8 +1,6 @@
 """ResourceSpec parsing and spec_to_env."""
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import ml_collections
@@ -10,6 +8,7 @@ import pytest
 
 from magi_lp.errors import ConfigError
 from magi_lp.placement.resources import MANAGED_VARIABLES, ResourceSpec, spec_to_env
+from tests.e2e_utils import run_python
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -222,14 +221,7 @@ def test_cpu_env_really_gives_jax_only_the_cpu(tmp_path):
         "print(sorted({d.platform for d in jax.devices()}), "
         "repr(os.environ['CUDA_VISIBLE_DEVICES']), float(jax.numpy.ones(3).sum()))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO_ROOT,
-    )
+    out = run_python(code, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["['cpu']", "''", "3.0"]
 
@@ -246,11 +238,5 @@ def test_user_xla_flags_after_the_thread_flags_reach_xla(tmp_path):
     dump = tmp_path / "xla_dump"
     spec = ResourceSpec.from_config("g", {"cpu_threads": 1, "xla_flags": f"--xla_dump_to={dump}"})
     env = {**os.environ, **spec_to_env(spec, ())}
-    subprocess.run(
-        [sys.executable, "-c", "import jax; jax.jit(lambda x: x + 1)(1.0).block_until_ready()"],
-        env=env,
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
+    run_python("import jax; jax.jit(lambda x: x + 1)(1.0).block_until_ready()", env=env, check=True)
     assert dump.is_dir() and any(dump.iterdir()), env["XLA_FLAGS"]
