@@ -23,7 +23,7 @@ GPU_CHECK_PYTHON ?= $(PY)
 GPU_CHECK_ARGS ?=
 GPU_LEARN_ARGS ?=
 
-.PHONY: setup setup312 run test test-launchpad test-current lint format bench bench-quick gpu-check gpu-learn gpu-check-wheels golden clean
+.PHONY: setup setup312 run test test-launchpad test-current test-fast lint format bench bench-quick gpu-check gpu-learn gpu-check-wheels golden clean
 
 setup:
 	@bash scripts/setup_venv.sh $(VENV) $(JAX)
@@ -42,6 +42,11 @@ test-launchpad: setup
 
 test-current: setup312
 	$(PY312) -m pytest $(PY312_TESTS) $(PYTEST_ARGS)
+
+# The unit tests only (no test marked `integration`: nothing that starts Launchpad, Reverb
+# servers or the entry points), for the edit-test loop; `make test` still runs everything.
+test-fast: setup
+	$(PY) -m pytest -m "not integration" $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .

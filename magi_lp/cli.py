@@ -35,7 +35,6 @@ from magi_lp.errors import ConfigError
 from magi_lp.launch.node_process import quiet_gym_notice
 from magi_lp.placement.xla_flags import check_xla_flags
 from magi_lp.runtime.config import (
-    STOP_TIERS,
     capacity_warnings,
     check_isolation_allows_logging,
     make_placement_plan,
@@ -246,8 +245,10 @@ def _run_distributed(
         program,
         plan.envs(),
         log_dir=workdir / "nodes",
-        # One order for one host and several (magi_lp.runtime.config.STOP_TIERS says why).
-        stop_stages=stop_stages({group: _launch_groups(plan, group) for group in STOP_TIERS}),
+        # The order of every program (magi_lp.runtime.config.STOP_TIERS says why).
+        stop_stages=stop_stages(
+            {g: _launch_groups(plan, g) for g in ("learner", "replay", "counter")}
+        ),
         saves_at_stop=_launch_groups(plan, "learner"),
         status=make_status_monitor(
             program, plan, experiment, workdir, plain_every_s=_STATUS_EVERY.value

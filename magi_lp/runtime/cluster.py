@@ -135,7 +135,7 @@ def make_cluster_job(
         job_dir=str(Path(workdir) / CLUSTER_DIR / "job"),
         log_dir=str(Path(workdir) / "nodes"),
     )
-    tiers = stop_tiers(config)
+    tiers = stop_tiers(several_hosts=True)
     machines = settings.machines
     groups = []
     for launch_group, placement in plan.placement.groups.items():
