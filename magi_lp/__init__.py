@@ -43,10 +43,25 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
+_ENTRY_POINTS = ("distributed_main", "single_process_main")
+
+
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'magi_lp' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    try:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    except KeyboardInterrupt:
+        if name not in _ENTRY_POINTS:
+            raise
+        # An entry script's first import (about a second: absl, ml_collections, the CLI),
+        # before the CLI handles Ctrl-C itself: the same one line, not a traceback.
+        import sys
+
+        from magi_lp import console
+
+        console.say("interrupted before the run started; nothing was launched or written")
+        sys.exit(130)
     globals()[name] = value  # later lookups skip this function
     return value
 

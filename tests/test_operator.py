@@ -18,6 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from magi_lp.launch import processes
 from magi_lp.runtime.checkpointing import Checkpointer
 from tests.e2e_utils import MARK_VAR, REPO, column, marked_processes, read_csv
 
@@ -60,6 +61,15 @@ def _actor_steps(workdir: Path) -> list[float]:
     return steps
 
 
+@pytest.fixture
+def mark():
+    """The marker of a test's processes; whatever of them is still running at its end (a
+    failed assertion before the stop) is killed, so a failure never leaves a program."""
+    mark = uuid.uuid4().hex
+    yield mark
+    processes.kill_processes(marked_processes(mark))
+
+
 def _wait_for(condition, process, log: Path, timeout: float = 240) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -74,10 +84,9 @@ def _saved_counts(workdir: Path) -> dict:
 
 
 @pytest.mark.timeout(600)
-def test_ctrl_c_saves_the_final_counts_and_a_relaunch_repeats_no_step(tmp_path):
+def test_ctrl_c_saves_the_final_counts_and_a_relaunch_repeats_no_step(tmp_path, mark):
     workdir, tmp = tmp_path / "run", tmp_path / "tmp"
     tmp.mkdir()
-    mark = uuid.uuid4().hex
     log = tmp_path / "launch1.log"
     process = _start(workdir, ["--config.max_actor_steps=1000000"], mark=mark, log=log, tmp=tmp)
     _wait_for(lambda: len(_actor_steps(workdir)) >= 3, process, log)
@@ -122,10 +131,9 @@ def _launcher_pid(mark: str) -> int:
 
 
 @pytest.mark.timeout(400)
-def test_inherited_ignored_sigint_is_respected_and_nodes_die_with_a_killed_launcher(tmp_path):
+def test_inherited_ignored_sigint_is_respected_and_nodes_die_with_a_killed_launcher(tmp_path, mark):
     workdir, tmp = tmp_path / "run", tmp_path / "tmp"
     tmp.mkdir()
-    mark = uuid.uuid4().hex
     log = tmp_path / "launch.log"
     # `cmd &` from a script: the shell starts it with SIGINT ignored.
     process = _start(
@@ -155,10 +163,9 @@ def test_inherited_ignored_sigint_is_respected_and_nodes_die_with_a_killed_launc
 
 
 @pytest.mark.timeout(200)
-def test_ctrl_c_while_importing_is_one_line(tmp_path):
+def test_ctrl_c_while_importing_is_one_line(tmp_path, mark):
     workdir, tmp = tmp_path / "run", tmp_path / "tmp"
     tmp.mkdir()
-    mark = uuid.uuid4().hex
     log = tmp_path / "launch.log"
     process = _start(workdir, ["--config.max_actor_steps=1000000"], mark=mark, log=log, tmp=tmp)
     # The entry point imports TensorFlow, Reverb and JAX for several seconds before launching.

@@ -1,0 +1,26 @@
+"""The suite's shared set-up.
+
+Lanes: `make test-fast` runs the tests not marked `integration` (no Launchpad program, Reverb
+server or entry point is started); `make test` runs everything, on both stacks. Shared
+helpers: `tests/e2e_utils.py` (fresh processes: Python snippets, entry points, leftovers),
+`tests/fake_nvidia.py` (the GPUs, driver and CUDA JAX this machine lacks).
+"""
+
+from __future__ import annotations
+
+import signal
+
+
+def pytest_configure(config) -> None:
+    """Children start with the terminal's SIGINT, however the suite was started.
+
+    A suite started from a script in the background (`cmd &`, nohup, some CI runners)
+    inherits SIGINT ignored, and every process it starts would inherit that too: the tests
+    that press Ctrl-C on a launcher (and the launcher rightly keeps an inherited ignore)
+    would see nothing happen. A handled SIGINT is reset to the default at exec, so the
+    children start as a terminal's job would; the test that checks the inherited ignore sets
+    it on its own child.
+    """
+    del config
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
