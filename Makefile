@@ -66,7 +66,7 @@ bench-quick: setup
 # Regenerates tests/golden/cluster (the SLURM script, Kubernetes manifests and per-host
 # scripts that --render writes for configs/cluster_example.py); review the diff, commit it.
 golden: setup
-	$(PY) -m magi_lp.runtime.cluster --golden
+	$(PY) -m magi_lp.cluster --golden
 
 # Set up the venv only when the check runs with it.
 gpu-check: $(if $(filter $(PY),$(GPU_CHECK_PYTHON)),setup)

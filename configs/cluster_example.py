@@ -11,10 +11,10 @@ python projects/drq_v2/lp_main.py --config configs/cluster_example.py:slurm \\
     --workdir /shared/runs/cluster_example --launcher slurm --dry_run
 
 tests/golden/cluster/ holds what `--render` writes for each launcher
-(`python -m magi_lp.runtime.cluster --golden` rewrites it).
+(`python -m magi_lp.cluster --golden` rewrites it).
 """
 
-from magi_lp.runtime.config import machine
+from magi_lp.cluster.config import hosts_defaults, machine
 from projects.drq_v2.tasks import make_config
 
 ADDRESSES = {"main": "10.0.0.2", "cpu1": "10.0.0.3", "cpu2": "10.0.0.4"}
@@ -23,6 +23,7 @@ ADDRESSES = {"main": "10.0.0.2", "cpu1": "10.0.0.3", "cpu2": "10.0.0.4"}
 def get_config(launcher: str = ""):
     config = make_config("reacher_hard", distributed=True)
     config.num_actors = 16
+    config.hosts = hosts_defaults()
     hosts = config.hosts
     hosts.name = "drq-reacher"
     hosts.machines.main = machine(

@@ -7,7 +7,7 @@ and calls `distributed_main` / `single_process_main`. Flags:
   --workdir DIR                 (logs, checkpoints, node outputs; reused to resume)
   --dry_run                     (lp_main only: print the placement plan and exit)
   --launcher local|hosts|slurm|kubernetes, --render DIR   (lp_main only: several hosts,
-                                magi_lp.runtime.cluster and docs/cluster.md)
+                                magi_lp.cluster and docs/cluster.md)
 
 Heavy libraries (TensorFlow, JAX, Launchpad, Reverb) are imported only after the config has
 been read, checked and planned, so bad input fails in well under a second, and so that the
@@ -81,6 +81,16 @@ def _make(make_experiment: MakeExperiment, config: Any, workdir: Path) -> Any:
     return make_experiment(config)
 
 
+def _cluster() -> Any:
+    """The multi-host package: the one place the toolkit imports it (the core never does, by
+    the layers contract in pyproject.toml), and only for a config with a `hosts` section or a
+    `--launcher` other than local."""
+    from magi_lp import cluster
+    from magi_lp.cluster import config, main  # noqa: F401  (loads cluster.config, cluster.main)
+
+    return cluster
+
+
 def _fail(message: str) -> NoReturn:
     console.error(message)
     sys.exit(2)
@@ -101,6 +111,8 @@ def _checked_inputs(
     try:
         config = _CONFIG.value
         validate_experiment_config(config)
+        if "hosts" in config:
+            _cluster().config.validate_hosts_config(config)
     except OSError as error:
         cause = error.__cause__ or " ".join(str(error).split())
         raise ConfigError(f"--config {path}: cannot load the config file: {cause}") from None
@@ -257,9 +269,10 @@ def _run_distributed(
 
 
 def _run_on_hosts(make_experiment: MakeExperiment, config: Any, workdir: Path, name: str) -> int:
-    """`--launcher hosts|slurm|kubernetes` (magi_lp.runtime.cluster)."""
-    from magi_lp.runtime import cluster
+    """`--launcher hosts|slurm|kubernetes` (magi_lp.cluster.main)."""
     from magi_lp.runtime.loggers import LoggerFactory
+
+    cluster = _cluster().main
 
     def build_program(plan: Any) -> Any:
         _use_cpu_only_here()

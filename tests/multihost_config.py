@@ -6,7 +6,7 @@ each gets its own port range. Pass --config.<key> overrides as for any config fi
 projects/drq_v2/tiny.py's flags for tiny sizes.
 """
 
-from magi_lp.runtime.config import machine
+from magi_lp.cluster.config import hosts_defaults, machine
 from projects.drq_v2.tasks import make_config
 
 BASE_PORT = 23400
@@ -16,6 +16,7 @@ HOSTS = {"main": "127.0.0.2", "a1": "127.0.0.3", "a2": "127.0.0.4"}
 def get_config():
     config = make_config("reacher_hard", distributed=True)
     config.num_actors = 2
+    config.hosts = hosts_defaults()
     config.hosts.name = "tiny-drq"
     for offset, (name, address) in enumerate(HOSTS.items()):
         config.hosts.machines[name] = machine(address=address, base_port=BASE_PORT + 20 * offset)

@@ -81,7 +81,7 @@ def make_program(scenario: str) -> lp.Program:
 
 
 def make_job(out_dir: Path):
-    from magi_lp.launch.cluster import (
+    from magi_lp.cluster.job import (
         ClusterGroup,
         ClusterHost,
         ClusterJob,
@@ -124,8 +124,8 @@ def make_job(out_dir: Path):
 
 
 def main(argv: list[str]) -> int:
-    from magi_lp.launch.host_scripts import render_host_scripts
-    from magi_lp.launch.multihost import prepare_job
+    from magi_lp.cluster.host_scripts import render_host_scripts
+    from magi_lp.cluster.prepare import prepare_job
 
     scenario, out_dir = argv[1], Path(argv[2])
     job = make_job(out_dir)

@@ -19,16 +19,17 @@ import pytest
 import yaml
 from ml_collections import ConfigDict
 
+from magi_lp.cluster import job as cluster_module
+from magi_lp.cluster import main as cluster
+from magi_lp.cluster.config import hosts_defaults, machine, validate_hosts_config
+from magi_lp.cluster.host_plan import HostSpec, make_host_plan, parse_place
+from magi_lp.cluster.job import AddressRef, StopSettings
+from magi_lp.cluster.stop_board import StopBoard
 from magi_lp.errors import ConfigError
-from magi_lp.launch import cluster as cluster_module
-from magi_lp.launch.cluster import AddressRef, StopSettings
-from magi_lp.launch.stop_board import StopBoard
-from magi_lp.placement.hosts import HostSpec, make_host_plan, parse_place
 from magi_lp.placement.jax_build import JaxBuild
 from magi_lp.placement.plan import GroupRequest
 from magi_lp.placement.resources import ResourceSpec
-from magi_lp.runtime import cluster
-from magi_lp.runtime.config import experiment_defaults, machine, validate_experiment_config
+from magi_lp.runtime.config import experiment_defaults
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / cluster.GOLDEN_DIR
@@ -210,6 +211,7 @@ def test_gpu_groups_are_checked_against_the_gpus_of_their_host():
 
 def _config(**machines: dict):
     config = experiment_defaults()
+    config.hosts = hosts_defaults()
     config.num_actors = 2
     for name, settings in machines.items():
         config.hosts.machines[name] = machine(**settings)
@@ -253,7 +255,7 @@ def test_bad_hosts_keys_are_refused_by_name(change, message):
     config = _config(main={"address": "10.0.0.2"})
     change(config)
     with pytest.raises(ConfigError) as error:
-        validate_experiment_config(config)
+        validate_hosts_config(config)
     assert message in str(error.value)
 
 
@@ -309,9 +311,9 @@ def test_kubernetes_refuses_gpus_shared_between_pods_and_renumbers_them():
 def test_golden_files_are_what_the_generator_writes():
     generated = cluster.golden_files(ROOT)
     on_disk = {str(p.relative_to(GOLDEN)): p.read_text() for p in GOLDEN.rglob("*") if p.is_file()}
-    assert sorted(on_disk) == sorted(generated), "run: python -m magi_lp.runtime.cluster --golden"
+    assert sorted(on_disk) == sorted(generated), "run: python -m magi_lp.cluster --golden"
     for name, text in generated.items():
-        assert on_disk[name] == text, f"{name} differs; python -m magi_lp.runtime.cluster --golden"
+        assert on_disk[name] == text, f"{name} differs; python -m magi_lp.cluster --golden"
 
 
 def _golden_job(launcher: str):
@@ -407,7 +409,7 @@ def test_slurm_script_runs_each_step_with_its_env_and_reports_failures(tmp_path)
     (bin_dir / "srun").write_text(
         "#!/bin/bash\n"
         "while [[ $1 == --* ]]; do shift; done\n"
-        # After srun's options: env VAR=... python -m magi_lp.launch.host_node ...
+        # After srun's options: env VAR=... python -m magi_lp.cluster.host_node ...
         'echo "$@" >> "$RECORD"\n'
         'for v in "$@"; do\n'
         "  [[ $v == --group ]] && grab=1 && continue; [[ $grab ]] && g=$v && break\n"
@@ -512,7 +514,7 @@ def test_stop_board_reports_a_node_that_never_came():
 
 
 def test_lp_stop_in_the_coordinator_runs_the_tiered_stop(monkeypatch):
-    from magi_lp.launch import stop_board
+    from magi_lp.cluster import stop_board
 
     board, lines = _board(_Clock())
     monkeypatch.setattr(stop_board, "_BOARD", board)
@@ -526,13 +528,13 @@ def test_lp_stop_in_the_coordinator_runs_the_tiered_stop(monkeypatch):
 def test_node_runner_refuses_a_missing_job_in_one_line(tmp_path):
     arguments = ["--job", str(tmp_path), "--group", "x", "--task", "0"]
     result = subprocess.run(
-        [sys.executable, "-m", "magi_lp.launch.host_node", *arguments],
+        [sys.executable, "-m", "magi_lp.cluster.host_node", *arguments],
         capture_output=True,
         text=True,
         env=dict(os.environ, PYTHONPATH=str(ROOT)),
     )
     assert result.returncode == 2
-    assert result.stderr.startswith("error: magi_lp.launch.host_node: cannot read")
+    assert result.stderr.startswith("error: magi_lp.cluster.host_node: cannot read")
     assert result.stderr.strip().endswith("prepare the job first")
 
 

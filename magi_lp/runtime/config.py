@@ -134,180 +134,6 @@ class LoggingSettings:
         _fail_unless(self.time_delta >= 0, "logging.time_delta", ">= 0 seconds", self.time_delta)
 
 
-@dataclasses.dataclass(frozen=True)
-class HostsSettings:
-    """`config.hosts`: running the program on several hosts (docs/cluster.md).
-
-    Used by `--launcher hosts|slurm|kubernetes`; a local launch ignores it. The hosts are
-    `hosts.machines.<name>` (see `machine`), the groups' hosts `hosts.place.<group>`, and
-    the engines' own settings `hosts.slurm` / `hosts.kubernetes`.
-    """
-
-    name: str = ""  # the job's name in generated files ("": the config file's name)
-    base_port: int = 27000  # a host's nodes serve on base_port, base_port + 1, ... (fixed)
-    python: str = ""  # the Python every host runs, a shared venv ("": this one)
-    project_dir: str = ""  # the code, at the same path on every host ("": the current folder)
-    poll_seconds: float = 0.5  # how often each node asks the coordinator whether to stop
-    stop_notice_seconds: float = 10.0  # a node told to stop exits at the latest this much later
-    heartbeat_timeout_seconds: float = 60.0  # a node silent this long is reported dead
-    start_timeout_seconds: float = 900.0  # a node must reach the coordinator this soon
-
-    def __post_init__(self) -> None:
-        for key in (
-            "poll_seconds",
-            "stop_notice_seconds",
-            "heartbeat_timeout_seconds",
-            "start_timeout_seconds",
-        ):
-            value = getattr(self, key)
-            _fail_unless(value > 0, f"hosts.{key}", "> 0 seconds", value)
-        _fail_unless(
-            1024 <= self.base_port <= 65535,
-            "hosts.base_port",
-            "a port in 1024-65535",
-            self.base_port,
-        )
-        _fail_unless(
-            self.heartbeat_timeout_seconds > 4 * self.poll_seconds,
-            "hosts.heartbeat_timeout_seconds",
-            f"more than 4 x hosts.poll_seconds ({4 * self.poll_seconds:g})",
-            self.heartbeat_timeout_seconds,
-        )
-
-
-@dataclasses.dataclass(frozen=True)
-class MachineSettings:
-    """`config.hosts.machines.<name>`: one host (write it with `machine(...)`)."""
-
-    address: str = ""  # private-network IP or name the other hosts reach it at ("": engine's)
-    gpus: int = -1  # how many GPUs it has (-1: unknown, GPU groups are then not checked)
-    gpu_model: str = ""  # their model, for messages
-    cpus: int = 0  # its CPU cores (0: unknown); shared among nodes without cpu_threads
-    base_port: int = 0  # first port of its nodes (0: hosts.base_port)
-    node_selector: str = ""  # Kubernetes: node labels its pods need ("k=v,k2=v2")
-
-    def __post_init__(self) -> None:
-        _fail_unless(self.gpus >= -1, "gpus", "an integer >= 0, or -1 (unknown)", self.gpus)
-        _fail_unless(self.cpus >= 0, "cpus", "an integer >= 0 (0: unknown)", self.cpus)
-        _fail_unless(
-            self.base_port == 0 or 1024 <= self.base_port <= 65535,
-            "base_port",
-            "0 or a port in 1024-65535",
-            self.base_port,
-        )
-
-
-@dataclasses.dataclass(frozen=True)
-class SlurmSettings:
-    """`config.hosts.slurm`: the sbatch script's own settings."""
-
-    partition: str = ""  # #SBATCH --partition ("": the cluster's default)
-    account: str = ""  # #SBATCH --account
-    qos: str = ""  # #SBATCH --qos
-    time: str = ""  # #SBATCH --time, e.g. "24:00:00"
-    extra_sbatch: str = ""  # more #SBATCH options, ';'-separated ("--mem=0;--mail-type=END")
-    setup: str = ""  # shell lines run before the nodes start, ';'-separated ("module load cuda")
-    address_suffix: str = ""  # appended to SLURM node names to reach the private network ("-ib")
-
-
-@dataclasses.dataclass(frozen=True)
-class KubernetesSettings:
-    """`config.hosts.kubernetes`: the manifests' own settings."""
-
-    image: str = ""  # container image with the code at hosts.project_dir and the venv
-    namespace: str = "default"  # where the Jobs, Service and NetworkPolicy go
-    volume_claim: str = ""  # PersistentVolumeClaim of the shared filesystem (ReadWriteMany)
-    volume_mount: str = "/shared"  # where it is mounted; the workdir must be inside it
-    service_account: str = ""  # pods' service account ("": the namespace's default)
-    image_pull_policy: str = "IfNotPresent"  # Always, IfNotPresent or Never
-    network_policy: bool = True  # only pods of this program may reach its pods' ports
-
-    def __post_init__(self) -> None:
-        policies = ("Always", "IfNotPresent", "Never")
-        _fail_unless(
-            self.image_pull_policy in policies,
-            "hosts.kubernetes.image_pull_policy",
-            " or ".join(policies),
-            self.image_pull_policy,
-        )
-
-
-def machine(**settings: Any) -> ml_collections.ConfigDict:
-    """A `config.hosts.machines.<name>` entry listing every `MachineSettings` field.
-
-    E.g. `config.hosts.machines.main = machine(address="10.0.0.2", gpus=2, cpus=32)`.
-    Listing every field lets `--config.hosts.machines.main.gpus=4` override any of them.
-    """
-    names = [f.name for f in dataclasses.fields(MachineSettings)]
-    unknown = sorted(set(settings) - set(names))
-    if unknown:
-        raise ConfigError(f"machine setting {unknown[0]!r} is unknown; valid: {', '.join(names)}")
-    return ml_collections.ConfigDict({**dataclasses.asdict(MachineSettings()), **settings})
-
-
-def hosts_defaults() -> ml_collections.ConfigDict:
-    """`config.hosts` with every key: no machines; `place` empty (fine with one machine)."""
-    hosts = ml_collections.ConfigDict(dataclasses.asdict(HostsSettings()))
-    hosts.machines = ml_collections.ConfigDict()
-    hosts.place = ml_collections.ConfigDict({group: "" for group in NODE_GROUPS})
-    hosts.slurm = ml_collections.ConfigDict(dataclasses.asdict(SlurmSettings()))
-    hosts.kubernetes = ml_collections.ConfigDict(dataclasses.asdict(KubernetesSettings()))
-    return hosts
-
-
-_HOSTS_SECTIONS = ("machines", "place", "slurm", "kubernetes")
-
-
-def validate_hosts_config(config: ml_collections.ConfigDict) -> HostsSettings:
-    """Checks `config.hosts`; returns its top-level settings, typed (ConfigError if bad)."""
-    if "hosts" not in config:
-        raise ConfigError(
-            "hosts is missing; start from magi_lp.runtime.config.experiment_defaults() and "
-            "add config.hosts.machines (docs/cluster.md)."
-        )
-    hosts = config.hosts
-    known = {f.name for f in dataclasses.fields(HostsSettings)} | set(_HOSTS_SECTIONS)
-    for key in hosts:
-        if key not in known:
-            raise _unknown("hosts.", key, known)
-    for section in _HOSTS_SECTIONS:
-        if section not in hosts:
-            raise ConfigError(f"hosts.{section} is missing; start from hosts_defaults().")
-    top = {key: hosts[key] for key in hosts if key not in _HOSTS_SECTIONS}
-    settings = typed_section(HostsSettings, top, "hosts.")
-    for name in hosts.machines:
-        prefix = f"hosts.machines.{name}."
-        try:
-            typed_section(MachineSettings, hosts.machines[name], prefix)
-        except ConfigError as error:
-            message = str(error)
-            raise ConfigError(message if message.startswith(prefix) else prefix + message) from None
-    for group in hosts.place:
-        if group not in NODE_GROUPS:
-            raise _unknown("hosts.place.", group, NODE_GROUPS)
-        if not isinstance(hosts.place[group], str):
-            raise ConfigError(
-                f"hosts.place.{group} must be a string such as 'main' or 'a1,a2', "
-                f"got {hosts.place[group]!r}."
-            )
-    typed_section(SlurmSettings, hosts.slurm, "hosts.slurm.")
-    typed_section(KubernetesSettings, hosts.kubernetes, "hosts.kubernetes.")
-    return settings
-
-
-def node_ports(config: ml_collections.ConfigDict) -> dict[str, int]:
-    """How many servers (fixed ports) one node of each group runs on several hosts.
-
-    Every node is a Courier or Reverb server; a learner colocated with the replay serves
-    both; the coordinator also serves the stop board (magi_lp.launch.stop_board).
-    """
-    ports = {group: 1 for group in NODE_GROUPS}
-    ports["coordinator"] = 2
-    if config.colocate_learner_and_replay:
-        ports["learner"] = 2
-    return ports
-
-
 STOP_TIERS: dict[str, int] = {
     "actor": 0,
     "evaluator": 0,
@@ -391,14 +217,14 @@ def experiment_defaults() -> ml_collections.ConfigDict:
     config.resources = ml_collections.ConfigDict(
         {group: resource_spec(**DEFAULT_RESOURCES[group]) for group in NODE_GROUPS}
     )
-    config.hosts = hosts_defaults()
     config.env = ml_collections.ConfigDict()
     config.agent = ml_collections.ConfigDict()
     return config
 
 
 _SECTIONS = ("checkpoint", "replay", "evaluation", "logging", "debug", "resources", "env", "agent")
-# Optional: configs written before it existed still validate; the cluster launchers require it.
+# Optional: only a config for several hosts has it (magi_lp.cluster.config.hosts_defaults); the
+# entry point checks it with the cluster's schema (magi_lp.cli), the core never reads it.
 _OPTIONAL_SECTIONS = ("hosts",)
 
 
@@ -485,8 +311,6 @@ def validate_experiment_config(config: ml_collections.ConfigDict) -> RunSettings
             )
     top = {key: config[key] for key in config if key not in (*_SECTIONS, *_OPTIONAL_SECTIONS)}
     settings = typed_section(RunSettings, top, "")
-    if "hosts" in config:
-        validate_hosts_config(config)
     typed_section(CheckpointSettings, config.checkpoint, "checkpoint.")
     typed_section(ReplaySettings, config.replay, "replay.")
     typed_section(EvaluationSettings, config.evaluation, "evaluation.")

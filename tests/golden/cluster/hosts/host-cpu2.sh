@@ -92,14 +92,14 @@ start() {  # start NAME VAR=VALUE... COMMAND...: one node in the background
 }
 trap 'kill -TERM "${pids[@]}" 2>/dev/null' TERM INT HUP
 
-start actor@cpu2/0 "${actor_cpu2_env[@]}" "$PYTHON" -m magi_lp.launch.host_node --job "$JOB" --group actor@cpu2 --task 0 --log_dir "$LOGS"
-start actor@cpu2/1 "${actor_cpu2_env[@]}" "$PYTHON" -m magi_lp.launch.host_node --job "$JOB" --group actor@cpu2 --task 1 --log_dir "$LOGS"
-start actor@cpu2/2 "${actor_cpu2_env[@]}" "$PYTHON" -m magi_lp.launch.host_node --job "$JOB" --group actor@cpu2 --task 2 --log_dir "$LOGS"
-start actor@cpu2/3 "${actor_cpu2_env[@]}" "$PYTHON" -m magi_lp.launch.host_node --job "$JOB" --group actor@cpu2 --task 3 --log_dir "$LOGS"
-start actor@cpu2/4 "${actor_cpu2_env[@]}" "$PYTHON" -m magi_lp.launch.host_node --job "$JOB" --group actor@cpu2 --task 4 --log_dir "$LOGS"
-start actor@cpu2/5 "${actor_cpu2_env[@]}" "$PYTHON" -m magi_lp.launch.host_node --job "$JOB" --group actor@cpu2 --task 5 --log_dir "$LOGS"
-start actor@cpu2/6 "${actor_cpu2_env[@]}" "$PYTHON" -m magi_lp.launch.host_node --job "$JOB" --group actor@cpu2 --task 6 --log_dir "$LOGS"
-start actor@cpu2/7 "${actor_cpu2_env[@]}" "$PYTHON" -m magi_lp.launch.host_node --job "$JOB" --group actor@cpu2 --task 7 --log_dir "$LOGS"
+start actor@cpu2/0 "${actor_cpu2_env[@]}" "$PYTHON" -m magi_lp.cluster.host_node --job "$JOB" --group actor@cpu2 --task 0 --log_dir "$LOGS"
+start actor@cpu2/1 "${actor_cpu2_env[@]}" "$PYTHON" -m magi_lp.cluster.host_node --job "$JOB" --group actor@cpu2 --task 1 --log_dir "$LOGS"
+start actor@cpu2/2 "${actor_cpu2_env[@]}" "$PYTHON" -m magi_lp.cluster.host_node --job "$JOB" --group actor@cpu2 --task 2 --log_dir "$LOGS"
+start actor@cpu2/3 "${actor_cpu2_env[@]}" "$PYTHON" -m magi_lp.cluster.host_node --job "$JOB" --group actor@cpu2 --task 3 --log_dir "$LOGS"
+start actor@cpu2/4 "${actor_cpu2_env[@]}" "$PYTHON" -m magi_lp.cluster.host_node --job "$JOB" --group actor@cpu2 --task 4 --log_dir "$LOGS"
+start actor@cpu2/5 "${actor_cpu2_env[@]}" "$PYTHON" -m magi_lp.cluster.host_node --job "$JOB" --group actor@cpu2 --task 5 --log_dir "$LOGS"
+start actor@cpu2/6 "${actor_cpu2_env[@]}" "$PYTHON" -m magi_lp.cluster.host_node --job "$JOB" --group actor@cpu2 --task 6 --log_dir "$LOGS"
+start actor@cpu2/7 "${actor_cpu2_env[@]}" "$PYTHON" -m magi_lp.cluster.host_node --job "$JOB" --group actor@cpu2 --task 7 --log_dir "$LOGS"
 echo "magi_lp host cpu2: started ${#pids[@]} nodes; their logs: $LOGS/<group>/<task>" >&2
 
 status=0

@@ -172,11 +172,11 @@ start() {  # start NAME VAR=VALUE... COMMAND...: one node in the background
 }
 trap 'kill -TERM "${pids[@]}" 2>/dev/null' TERM INT HUP
 
-start replay/0 "${replay_env[@]}" "$PYTHON" -m magi_lp.launch.host_node --job "$JOB" --group replay --task 0 --log_dir "$LOGS"
-start counter/0 "${counter_env[@]}" "$PYTHON" -m magi_lp.launch.host_node --job "$JOB" --group counter --task 0 --log_dir "$LOGS"
-start learner/0 "${learner_env[@]}" "$PYTHON" -m magi_lp.launch.host_node --job "$JOB" --group learner --task 0 --log_dir "$LOGS"
-start evaluator/0 "${evaluator_env[@]}" "$PYTHON" -m magi_lp.launch.host_node --job "$JOB" --group evaluator --task 0 --log_dir "$LOGS"
-start coordinator/0 "${coordinator_env[@]}" "$PYTHON" -m magi_lp.launch.host_node --job "$JOB" --group coordinator --task 0 --log_dir "$LOGS"
+start replay/0 "${replay_env[@]}" "$PYTHON" -m magi_lp.cluster.host_node --job "$JOB" --group replay --task 0 --log_dir "$LOGS"
+start counter/0 "${counter_env[@]}" "$PYTHON" -m magi_lp.cluster.host_node --job "$JOB" --group counter --task 0 --log_dir "$LOGS"
+start learner/0 "${learner_env[@]}" "$PYTHON" -m magi_lp.cluster.host_node --job "$JOB" --group learner --task 0 --log_dir "$LOGS"
+start evaluator/0 "${evaluator_env[@]}" "$PYTHON" -m magi_lp.cluster.host_node --job "$JOB" --group evaluator --task 0 --log_dir "$LOGS"
+start coordinator/0 "${coordinator_env[@]}" "$PYTHON" -m magi_lp.cluster.host_node --job "$JOB" --group coordinator --task 0 --log_dir "$LOGS"
 echo "magi_lp host main: started ${#pids[@]} nodes; their logs: $LOGS/<group>/<task>" >&2
 
 status=0

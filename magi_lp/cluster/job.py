@@ -3,7 +3,7 @@
 `ClusterJob` is the host plan as the launch layer sees it: hosts, launch groups with their
 env and nodes, each node's host, ports and stop tier, where the shared code, Python and
 workdir are, and the engine's own settings. The runtime builds it from the config and the
-host plan (`magi_lp.runtime.cluster`); the renderers (`slurm`, `kubernetes`, `host_scripts`)
+host plan (`magi_lp.cluster.main`); the renderers (`slurm`, `kubernetes`, `host_scripts`)
 turn it into text and `multihost.prepare_job` into the pickled program every node loads.
 
 How a node finds another one depends on the engine, and is decided here once:
@@ -160,7 +160,7 @@ class JobPaths:
 
 @dataclasses.dataclass(frozen=True)
 class StopSettings:
-    """How nodes follow the coordinator (see `magi_lp.launch.stop_board`).
+    """How nodes follow the coordinator (see `magi_lp.cluster.stop_board`).
 
     Attributes:
       poll_seconds: how often each node asks the coordinator whether to stop.
@@ -283,7 +283,7 @@ def node_command(job: ClusterJob, launch_group: str, task_selector: list[str]) -
     return [
         job.paths.python,
         "-m",
-        "magi_lp.launch.host_node",
+        "magi_lp.cluster.host_node",
         "--job",
         job.paths.job_dir,
         "--group",

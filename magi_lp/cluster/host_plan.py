@@ -344,7 +344,7 @@ def make_host_plan(
     if not hosts:
         raise ConfigError(
             "hosts.machines is empty; name at least one host, e.g. "
-            "config.hosts.machines.main = magi_lp.placement.hosts.machine(address='10.0.0.2')"
+            "config.hosts.machines.main = magi_lp.cluster.host_plan.machine(address='10.0.0.2')"
         )
     names = [h.name for h in hosts]
     duplicates = sorted({n for n in names if names.count(n) > 1})

@@ -10,7 +10,7 @@ host plan's decisions instead of local ones:
 - each launch group's node functions are cloudpickled to `<job_dir>/<group>.pkl`, the same
   serialization Launchpad's `process_entry` reads, and `manifest.json` records which node is
   which, the stop board's address, tiers and timings.
-Nodes are then started by `python -m magi_lp.launch.host_node --job <job_dir> --group G
+Nodes are then started by `python -m magi_lp.cluster.host_node --job <job_dir> --group G
 --task N` on their host (the generated scripts and manifests do that), with the job folder
 on a filesystem every host shares.
 """
@@ -29,8 +29,8 @@ from launchpad import address as lp_address
 from launchpad import context as lp_context
 from launchpad.launch import serialization
 
-from magi_lp.launch.cluster import AddressRef, ClusterJob
-from magi_lp.launch.stop_board import ProgramStopper
+from magi_lp.cluster.job import AddressRef, ClusterJob
+from magi_lp.cluster.stop_board import ProgramStopper
 
 MANIFEST = "manifest.json"
 FORMAT = 1

@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from magi_lp.launch.cluster import AddressRef, StopSettings
+from magi_lp.cluster.job import AddressRef, StopSettings
 
 Clock = Callable[[], float]
 Report = Callable[[str], None]

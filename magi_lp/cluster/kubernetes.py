@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from magi_lp.launch.cluster import ClusterGroup, ClusterJob, common_env, header_lines, node_command
+from magi_lp.cluster.job import ClusterGroup, ClusterJob, common_env, header_lines, node_command
 
 APP_LABEL = "app.kubernetes.io/name"
 INSTANCE_LABEL = "app.kubernetes.io/instance"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from magi_lp.launch.cluster import ClusterGroup, ClusterJob, common_env, header_lines
+from magi_lp.cluster.job import ClusterGroup, ClusterJob, common_env, header_lines
 
 
 def script_name(host: str) -> str:
@@ -74,7 +74,7 @@ def shell_node_command(launch_group: str, task_selector: list[str]) -> str:
     """The node command as a shell line using $PYTHON and $JOB (see `node_command`)."""
     selector = " ".join(shlex.quote(a) for a in task_selector)
     return (
-        f'"$PYTHON" -m magi_lp.launch.host_node --job "$JOB" '
+        f'"$PYTHON" -m magi_lp.cluster.host_node --job "$JOB" '
         f"--group {shlex.quote(launch_group)} {selector}"
     )
 

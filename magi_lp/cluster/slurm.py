@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import shlex
 
-from magi_lp.launch.cluster import ClusterJob, header_lines
-from magi_lp.launch.host_scripts import (
+from magi_lp.cluster.host_scripts import (
     WAIT_FUNCTION,
     env_array,
     preamble,
     shell_name,
     shell_node_command,
 )
+from magi_lp.cluster.job import ClusterJob, header_lines
 
 
 def _split(text: str) -> list[str]:

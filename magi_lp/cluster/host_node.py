@@ -1,12 +1,12 @@
 """One node of a multi-host program, started on its host by the engine.
 
-    python -m magi_lp.launch.host_node --job <job_dir> --group <launch group> --task N
-    python -m magi_lp.launch.host_node --job <job_dir> --group <launch group> \\
+    python -m magi_lp.cluster.host_node --job <job_dir> --group <launch group> --task N
+    python -m magi_lp.cluster.host_node --job <job_dir> --group <launch group> \\
         --task_var SLURM_PROCID [--task_offset K]     # the engine numbers the tasks
 
 This is Launchpad's `process_entry` (load the launch group's pickled node functions, make
 the process's WorkerManager, run function N) plus what a node needs without a local
-launcher (see `magi_lp.launch.stop_board`):
+launcher (see `magi_lp.cluster.stop_board`):
 - the coordinator's process serves the stop board; every other node polls it from a
   thread and stops when told, or when the coordinator is gone;
 - with `--log_dir`, stdout and stderr go to `<log_dir>/<group>/<task>`, as on one machine;
@@ -37,7 +37,7 @@ _PR_SET_PDEATHSIG = 1
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="magi_lp.launch.host_node", description=__doc__)
+    parser = argparse.ArgumentParser(prog="magi_lp.cluster.host_node", description=__doc__)
     parser.add_argument("--job", required=True, help="the job folder (holds manifest.json)")
     parser.add_argument("--group", required=True, help="the node's launch group")
     which = parser.add_mutually_exclusive_group(required=True)
@@ -51,7 +51,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 def _fail(message: str) -> NoReturn:
     from magi_lp import console
 
-    console.error(f"magi_lp.launch.host_node: {message}")
+    console.error(f"magi_lp.cluster.host_node: {message}")
     sys.exit(2)
 
 
@@ -117,8 +117,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _run_node(manifest: dict[str, Any], job_dir: Path, group: str, task: int, name: str) -> int:
-    from magi_lp.launch.cluster import AddressRef, StopSettings
-    from magi_lp.launch.stop_board import StopBoard, StopWatcher, install, serve
+    from magi_lp.cluster.job import AddressRef, StopSettings
+    from magi_lp.cluster.stop_board import StopBoard, StopWatcher, install, serve
 
     settings = StopSettings(**manifest["stop"])
     control = manifest["control"]
@@ -134,7 +134,7 @@ def _run_node(manifest: dict[str, Any], job_dir: Path, group: str, task: int, na
     from absl import flags
     from launchpad.launch import worker_manager
 
-    flags.FLAGS(["magi_lp.launch.host_node"], known_only=True)
+    flags.FLAGS(["magi_lp.cluster.host_node"], known_only=True)
     flags.FLAGS.lp_termination_notice_secs = max(1, int(settings.notice_seconds))
     sys.path.append(os.getcwd())  # as process_entry: the project is importable from here
     manager = worker_manager.WorkerManager(register_in_thread=True)

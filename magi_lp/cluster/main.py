@@ -1,6 +1,6 @@
 """`lp_main.py --launcher hosts|slurm|kubernetes`: the same program on several hosts.
 
-From the config's `hosts` section this module makes the host plan (`magi_lp.placement.hosts`,
+From the config's `hosts` section this module makes the host plan (`magi_lp.cluster.host_plan`,
 validated before anything starts), the `ClusterJob` the launch layer renders, and then does
 one of three things:
 - `--dry_run`: prints the host plan, the security warning and every generated file;
@@ -12,7 +12,7 @@ one of three things:
 The workdir, the code and the Python (a virtualenv) must be at the same paths on every host:
 a shared filesystem (docs/cluster.md).
 
-`python -m magi_lp.runtime.cluster --golden` regenerates the golden files in
+`python -m magi_lp.cluster --golden` regenerates the golden files in
 tests/golden/cluster from configs/cluster_example.py.
 """
 
@@ -32,9 +32,15 @@ from typing import Any
 import ml_collections
 
 from magi_lp import console
-from magi_lp.errors import ConfigError
-from magi_lp.launch import host_scripts, kubernetes, slurm
-from magi_lp.launch.cluster import (
+from magi_lp.cluster import host_scripts, kubernetes, slurm
+from magi_lp.cluster.config import (
+    KubernetesSettings,
+    SlurmSettings,
+    node_ports,
+    validate_hosts_config,
+)
+from magi_lp.cluster.host_plan import HostPlan, HostSpec, make_host_plan
+from magi_lp.cluster.job import (
     ENGINES,
     SECURITY_WARNING,
     ClusterGroup,
@@ -44,16 +50,9 @@ from magi_lp.launch.cluster import (
     JobPaths,
     StopSettings,
 )
-from magi_lp.placement.hosts import HostPlan, HostSpec, make_host_plan
+from magi_lp.errors import ConfigError
 from magi_lp.placement.jax_build import JaxBuild
-from magi_lp.runtime.config import (
-    KubernetesSettings,
-    SlurmSettings,
-    node_ports,
-    placement_requests,
-    stop_tiers,
-    validate_hosts_config,
-)
+from magi_lp.runtime.config import placement_requests, stop_tiers
 
 LAUNCHERS = ("local", *ENGINES)
 """The `--launcher` choices."""
@@ -367,7 +366,7 @@ def run(
             console.say(f"wrote {path}")
         return 0
 
-    from magi_lp.launch.multihost import prepare_job
+    from magi_lp.cluster.prepare import prepare_job
 
     program = build_program(plan.placement)
     job_dir = prepare_job(program, job)
@@ -437,8 +436,8 @@ def golden_files(root: Path) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m magi_lp.runtime.cluster --golden`: rewrites the golden files."""
-    parser = argparse.ArgumentParser(prog="python -m magi_lp.runtime.cluster")
+    """`python -m magi_lp.cluster --golden` (`make golden`): rewrites the golden files."""
+    parser = argparse.ArgumentParser(prog="python -m magi_lp.cluster")
     parser.add_argument("--golden", action="store_true", help=f"rewrite {GOLDEN_DIR}/")
     parser.add_argument("--root", default=".", help="the project folder")
     args = parser.parse_args(argv)
@@ -451,7 +450,3 @@ def main(argv: list[str] | None = None) -> int:
         path.write_text(text)
         console.say(f"wrote {path}", source="golden")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,16 @@
+"""Running one program on several hosts: `lp_main.py --launcher hosts|slurm|kubernetes`.
+
+Everything multi-host lives here, on top of the single-host core (`magi_lp.placement`,
+`magi_lp.launch`, `magi_lp.runtime`), which never imports it; the one way in is
+`magi_lp.cli` (`--launcher`, and the `hosts` config check). By job:
+- `config`: the `config.hosts` schema (machines, placement, engine settings);
+- `host_plan`: which node runs on which host, GPU and port, checked before anything starts;
+- `job`: the `ClusterJob` every renderer reads (nodes, addresses, env, stop settings);
+- `host_scripts`, `slurm`, `kubernetes`: the generated per-host scripts, sbatch script and
+  manifests;
+- `prepare`: the Launchpad program pickled into a job folder the hosts share;
+- `host_node`: what each generated command runs (`python -m magi_lp.cluster.host_node`);
+- `stop_board`: the coordinator's stop board, which every node polls;
+- `main`: the launcher (`--dry_run`, `--render`, or prepare and print the start command),
+  and `python -m magi_lp.cluster --golden` for the tests' golden files.
+"""
