@@ -32,7 +32,7 @@ from ml_collections import config_flags
 
 from magi_lp import console
 from magi_lp.errors import ConfigError
-from magi_lp.launch.node_process import quiet_gym_notice
+from magi_lp.launch.node_lifetime import quiet_gym_notice
 from magi_lp.placement.xla_flags import check_xla_flags
 from magi_lp.runtime.config import (
     capacity_warnings,
@@ -250,7 +250,7 @@ def _run_distributed(
     experiment = _checked_experiment(make_experiment, config, workdir)
     _make_workdir(workdir)
     program = build_program(experiment, plan, workdir=str(workdir), logger_factory=logger_factory)
-    from magi_lp.runtime.status import make_status_monitor
+    from magi_lp.runtime.probe import make_status_monitor
 
     console.say(f"workdir: {workdir}")
     return launch(

@@ -28,8 +28,8 @@ import psutil
 import pytest
 
 from magi_lp.errors import ConfigError
+from magi_lp.launch import exit_report, processes, run_folders, supervisor
 from magi_lp.launch import local as launcher
-from magi_lp.launch import processes
 
 _TESTS = Path(__file__).resolve().parent
 _LAUNCH_SCRIPT = _TESTS / "launch_programs.py"
@@ -88,9 +88,9 @@ def test_exit_report_names_node_status_and_log_tail(tmp_path):
     log = tmp_path / "actor" / "1"
     log.parent.mkdir()
     log.write_text("".join(f"line {i}\n" for i in range(100)))
-    node = launcher.NodeExit("actor", 1, 4242, -signal.SIGKILL, log)
+    node = exit_report.NodeExit("actor", 1, 4242, -signal.SIGKILL, log)
 
-    report = launcher.format_exit_report(node)
+    report = exit_report.format_exit_report(node)
 
     assert report.splitlines()[0] == (
         "node actor/1 (group 'actor', pid 4242) died: killed by signal SIGKILL (9)"
@@ -114,8 +114,8 @@ def test_a_node_that_aborts_in_native_code_is_reported_by_its_reason(tmp_path):
             timeout=120,
         ).returncode
     assert returncode == -signal.SIGABRT
-    node = launcher.NodeExit("actor", 1, 4242, returncode, log)
-    lines = launcher.format_exit_report(node).splitlines()
+    node = exit_report.NodeExit("actor", 1, 4242, returncode, log)
+    lines = exit_report.format_exit_report(node).splitlines()
     assert lines[0] == "node actor/1 (group 'actor', pid 4242) died: killed by signal SIGABRT (6)"
     assert lines[1].startswith("cause: ") and "Unknown flags in XLA_FLAGS" in lines[1]
     assert "--xla_bogus_flag=1" in lines[1]
@@ -146,17 +146,17 @@ def test_a_node_that_aborts_in_native_code_is_reported_by_its_reason(tmp_path):
     ],
 )
 def test_death_cause_reads_the_log(tmp_path, monkeypatch, log_text, returncode, cause):
-    monkeypatch.setattr(launcher, "_read_kernel_log", lambda: None)  # as without permission
+    monkeypatch.setattr(exit_report, "_read_kernel_log", lambda: None)  # as without permission
     log = tmp_path / "log"
     log.write_text(log_text)
-    found = launcher.death_cause(launcher.NodeExit("learner", 0, 1, returncode, log))
+    found = exit_report.death_cause(exit_report.NodeExit("learner", 0, 1, returncode, log))
     if cause is None:
         assert found is None
     else:
         assert found is not None and cause in found, found
     # At a stop, a SIGKILL is the launcher's own: no out-of-memory guess.
-    stopping = launcher.death_cause(
-        launcher.NodeExit("learner", 0, 1, returncode, log), stopping=True
+    stopping = exit_report.death_cause(
+        exit_report.NodeExit("learner", 0, 1, returncode, log), stopping=True
     )
     assert (stopping is None) == (cause is None or "out-of-memory" in cause)
 
@@ -182,23 +182,23 @@ def test_death_cause_reads_the_log(tmp_path, monkeypatch, log_text, returncode, 
 def test_a_sigkill_outside_a_stop_is_named_from_the_kernel_log(
     tmp_path, monkeypatch, kernel_log, cause
 ):
-    monkeypatch.setattr(launcher, "_read_kernel_log", lambda: kernel_log)
+    monkeypatch.setattr(exit_report, "_read_kernel_log", lambda: kernel_log)
     log = tmp_path / "log"
     log.write_text("all fine\n")
-    node = launcher.NodeExit("actor", 1, 4242, -signal.SIGKILL, log)
-    assert cause in launcher.format_exit_report(node).splitlines()[1]
-    assert launcher.death_cause(node, stopping=True) is None  # the launcher's own kill
+    node = exit_report.NodeExit("actor", 1, 4242, -signal.SIGKILL, log)
+    assert cause in exit_report.format_exit_report(node).splitlines()[1]
+    assert exit_report.death_cause(node, stopping=True) is None  # the launcher's own kill
 
 
 def test_describe_returncode():
-    assert launcher.describe_returncode(3) == "exit code 3"
-    assert launcher.describe_returncode(-15) == "killed by signal SIGTERM (15)"
+    assert exit_report.describe_returncode(3) == "exit code 3"
+    assert exit_report.describe_returncode(-15) == "killed by signal SIGTERM (15)"
 
 
 def test_exit_report_without_log(tmp_path):
-    node = launcher.NodeExit("learner", 0, 1, 2, tmp_path / "missing")
-    assert "exit code 2" in launcher.format_exit_report(node)
-    assert "is empty" in launcher.format_exit_report(node)
+    node = exit_report.NodeExit("learner", 0, 1, 2, tmp_path / "missing")
+    assert "exit code 2" in exit_report.format_exit_report(node)
+    assert "is empty" in exit_report.format_exit_report(node)
 
 
 # ---------------------------------------------------------------- real programs
@@ -348,7 +348,7 @@ def test_lp_stop_ends_program_with_group_envs_and_nothing_left(tmp_path):
     assert noticed_after < 2, output
     # What the stop takes: the blocked actor's budget, plus the other stages' exits. The
     # budget says what is measured: the node must leave before the launcher's notice.
-    budget = launcher.node_stop_secs(notice_secs)
+    budget = supervisor.node_stop_secs(notice_secs)
     assert budget <= stop_secs < notice_secs, output
     assert reports["stop_requested"]["table_size"] >= launcher_nodes.NUM_ACTORS
     for name, expected in [
@@ -440,20 +440,19 @@ def test_sigint_to_launcher_stops_program_cleanly(tmp_path):
     assert stop_secs < notice_secs, output
     assert elapsed - stop_secs < 15, output  # the launcher's own exit, on a loaded machine
     # What the launcher said stays beside the node logs, dated.
-    kept = (run.out_dir / "logs" / launcher.LAUNCHER_LOG).read_text()
+    kept = (run.out_dir / "logs" / run_folders.LAUNCHER_LOG).read_text()
     assert "received SIGINT" in kept and "nodes ended" in kept, kept
     run.assert_nothing_left(_all_pids(reports))
 
 
 def test_earlier_node_logs_are_kept_with_a_launch_number(tmp_path):
-    from magi_lp.launch.local import _keep_earlier_logs
 
-    assert _keep_earlier_logs(tmp_path) is None
+    assert run_folders.keep_earlier_logs(tmp_path) is None
     (tmp_path / "learner").mkdir()
     (tmp_path / "learner" / "0").write_text("first launch")
-    assert _keep_earlier_logs(tmp_path) == 1
+    assert run_folders.keep_earlier_logs(tmp_path) == 1
     (tmp_path / "learner" / "0").write_text("second launch")
-    assert _keep_earlier_logs(tmp_path) == 2
+    assert run_folders.keep_earlier_logs(tmp_path) == 2
     assert (tmp_path / "learner" / "0.1").read_text() == "first launch"
     assert (tmp_path / "learner" / "0.2").read_text() == "second launch"
     assert not (tmp_path / "learner" / "0").exists()
@@ -463,15 +462,13 @@ def test_run_folders_of_dead_launchers_are_swept_and_others_left(tmp_path):
     import subprocess
     import sys
 
-    from magi_lp.launch.local import _sweep_stale_run_folders
-
     dead = subprocess.Popen([sys.executable, "-c", ""])
     dead.wait()
     for name, owner in (("magi_lp_launch_dead", dead.pid), ("magi_lp_launch_live", os.getppid())):
         (tmp_path / name).mkdir()
         (tmp_path / name / "launcher.pid").write_text(str(owner))
     (tmp_path / "magi_lp_launch_foreign").mkdir()  # no owner file: not one of ours
-    _sweep_stale_run_folders(str(tmp_path))
+    run_folders.sweep_stale_run_folders(str(tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "magi_lp_launch_foreign",
         "magi_lp_launch_live",
@@ -496,16 +493,16 @@ def test_a_node_killed_at_the_notice_is_a_fault_reported_once(tmp_path):
     while "up" not in log.read_text() and time.monotonic() < deadline:
         time.sleep(0.05)
     lines = []
-    signals = launcher._StopSignals()
+    signals = supervisor.StopSignals()
     signals.received.append(signal.SIGTERM)
-    supervisor = launcher._Supervisor(
-        [launcher._Node("actor", 0, process, log)],
+    watcher = supervisor.Supervisor(
+        [supervisor.NodeProcess("actor", 0, process, log)],
         signals,
         0.5,
         uuid.uuid4().hex,
         lines.append,
     )
-    assert supervisor.run() == 1
+    assert watcher.run() == 1
     assert process.returncode == -signal.SIGKILL
     kills = [line for line in lines if "killing them" in line]
     assert len(kills) == 1 and "a fault" in kills[0], lines

@@ -1,7 +1,7 @@
 """A node ends by itself at a stop, whatever its main thread is blocked in.
 
 Each case runs a small node-like process: Launchpad's WorkerManager (as process_entry makes
-it) with the stop watcher of `magi_lp.launch.node_process`, and a main thread blocked in C
+it) with the stop watcher of `magi_lp.launch.node_lifetime`, and a main thread blocked in C
 (libc `sleep` through ctypes, which releases the GIL, as a Reverb insert or a Courier call
 does) so that no Python signal handler runs until the block returns.
 """
@@ -26,9 +26,9 @@ NODE = textwrap.dedent(
     from launchpad.launch import worker_manager
     from absl import flags
     flags.FLAGS(["node"], known_only=True)
-    from magi_lp.launch import node_process
+    from magi_lp.launch import node_lifetime
 
-    node_process.watch_for_stop(float(sys.argv[1]))
+    node_lifetime.watch_for_stop(float(sys.argv[1]))
     manager = worker_manager.WorkerManager(register_in_thread=True)
     hold_s = float(sys.argv[2])
 
@@ -45,11 +45,11 @@ NODE = textwrap.dedent(
             libc.sleep(60)
 
     if hold_s:
-        with node_process.hold_exit("a test save"):
+        with node_lifetime.hold_exit("a test save"):
             end = None
             while True:
                 libc.usleep(100_000)
-                if node_process.stop_requested():
+                if node_lifetime.stop_requested():
                     end = end or time.monotonic() + hold_s
                     if time.monotonic() >= end:
                         break
@@ -104,13 +104,13 @@ def test_hold_exit_keeps_the_process_until_the_save_is_done():
 
 
 def test_stop_budget_from_env():
-    from magi_lp.launch import local, node_process
+    from magi_lp.launch import node_lifetime, supervisor
 
-    assert node_process.stop_secs_from_env({}) == node_process.DEFAULT_STOP_SECS
-    assert node_process.stop_secs_from_env({node_process.STOP_SECS_VAR: "1.5"}) == 1.5
+    assert node_lifetime.stop_secs_from_env({}) == node_lifetime.DEFAULT_STOP_SECS
+    assert node_lifetime.stop_secs_from_env({node_lifetime.STOP_SECS_VAR: "1.5"}) == 1.5
     for bad in ("x", "-1"):
-        env = {node_process.STOP_SECS_VAR: bad}
-        assert node_process.stop_secs_from_env(env) == node_process.DEFAULT_STOP_SECS
+        env = {node_lifetime.STOP_SECS_VAR: bad}
+        assert node_lifetime.stop_secs_from_env(env) == node_lifetime.DEFAULT_STOP_SECS
     # A node's budget always ends before the launcher's SIGKILL.
-    assert local.node_stop_secs(10) == node_process.DEFAULT_STOP_SECS == 1.0
-    assert local.node_stop_secs(1) == 0.5
+    assert supervisor.node_stop_secs(10) == node_lifetime.DEFAULT_STOP_SECS == 1.0
+    assert supervisor.node_stop_secs(1) == 0.5

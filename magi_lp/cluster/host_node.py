@@ -131,13 +131,10 @@ def _run_node(manifest: dict[str, Any], job_dir: Path, group: str, task: int, na
 
     # Launchpad's flags (termination notice, signal handling) must be parsed before its
     # WorkerManager reads them; the node's own arguments are not absl flags.
-    from absl import flags
-    from launchpad.launch import worker_manager
+    from magi_lp.launch.launchpad_seam import node_worker_manager
 
-    flags.FLAGS(["magi_lp.cluster.host_node"], known_only=True)
-    flags.FLAGS.lp_termination_notice_secs = max(1, int(settings.notice_seconds))
+    manager = node_worker_manager("magi_lp.cluster.host_node", settings.notice_seconds)
     sys.path.append(os.getcwd())  # as process_entry: the project is importable from here
-    manager = worker_manager.WorkerManager(register_in_thread=True)
     stop_event = manager.stop_event()
 
     board = server = None

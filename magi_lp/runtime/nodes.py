@@ -31,14 +31,14 @@ from magi_lp.agent.frame_window import WriteAbandonedError
 from magi_lp.agent.learner import JaxLearner
 from magi_lp.agent.variable_client import VariableClient
 from magi_lp.console import say
-from magi_lp.launch.node_process import hold_exit
+from magi_lp.launch.node_lifetime import hold_exit
 from magi_lp.runtime import replay as replay_lib
 from magi_lp.runtime import seeding
 from magi_lp.runtime.acting_loop import ActingLoop, BatchedActingLoop
 from magi_lp.runtime.checkpointing import Checkpointer, CheckpointWriteError
 from magi_lp.runtime.experiment import Experiment
 from magi_lp.runtime.learner_runner import LearnerRunner, ReplayCheckpoint
-from magi_lp.runtime.node_setup import prepare_node_process
+from magi_lp.runtime.node_devices import prepare_node_process
 from magi_lp.runtime.replay import LearnerReplay
 
 StopFn = Callable[[], bool]

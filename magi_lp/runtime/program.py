@@ -21,7 +21,7 @@ from magi_lp.console import say
 from magi_lp.placement.plan import PlacementPlan
 from magi_lp.runtime import replay as replay_lib
 from magi_lp.runtime.experiment import Experiment
-from magi_lp.runtime.node_setup import prepare_node_process
+from magi_lp.runtime.node_devices import prepare_node_process
 from magi_lp.runtime.nodes import (
     ActorNode,
     CoordinatorNode,
@@ -67,7 +67,7 @@ class ReplayNode(lp.ReverbNode):
         import launchpad as lp
         from launchpad import address as lp_address
 
-        from magi_lp.launch.node_process import hold_exit
+        from magi_lp.launch.node_lifetime import hold_exit
         from magi_lp.runtime.nodes import leave_node_process
 
         checkpointer = None if self._checkpoint_ctor is None else self._checkpoint_ctor()

@@ -16,8 +16,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from magi_lp.launch.local import read_tail
-from magi_lp.launch.status import StatusMonitor
+from magi_lp.launch.exit_report import read_tail
+from magi_lp.launch.monitor import StatusMonitor
 
 _CALL_TIMEOUT_S = 2.0
 

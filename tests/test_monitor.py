@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 from magi_lp.formatting import format_duration
-from magi_lp.launch.status import StatusMonitor
-from magi_lp.runtime.status import last_csv_value
+from magi_lp.launch.monitor import StatusMonitor
+from magi_lp.runtime.probe import last_csv_value
 
 
 class _Clock:

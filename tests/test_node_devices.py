@@ -10,7 +10,7 @@ import pytest
 
 from magi_lp.placement.jax_build import detect_jax_build
 from magi_lp.placement.resources import ResourceSpec, spec_to_env
-from magi_lp.runtime import node_setup
+from magi_lp.runtime import node_devices
 from tests.e2e_utils import run_python
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -38,7 +38,7 @@ def test_prepare_node_process_hides_gpus_from_tf_when_told(monkeypatch):
     config = _fake_tf(monkeypatch)
     monkeypatch.setenv("MAGI_LP_TF_GPU", "0")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
-    assert node_setup.prepare_node_process() is True
+    assert node_devices.prepare_node_process() is True
     assert config.calls == [([], "GPU")]
 
 
@@ -52,7 +52,7 @@ def test_prepare_node_process_leaves_tf_alone_otherwise(monkeypatch, tf_gpu, vis
     else:
         monkeypatch.setenv("MAGI_LP_TF_GPU", tf_gpu)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
-    assert node_setup.prepare_node_process() is False
+    assert node_devices.prepare_node_process() is False
     assert config.calls == []
 
 
@@ -62,8 +62,8 @@ def test_prepare_node_process_tolerates_initialised_tf(monkeypatch, caplog):
     )
     monkeypatch.setenv("MAGI_LP_TF_GPU", "0")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
-    with caplog.at_level(logging.WARNING, logger="magi_lp.runtime.node_setup"):
-        assert node_setup.prepare_node_process() is False
+    with caplog.at_level(logging.WARNING, logger="magi_lp.runtime.node_devices"):
+        assert node_devices.prepare_node_process() is False
     assert "already initialised" in caplog.text
 
 
@@ -74,7 +74,7 @@ def test_prepare_node_process_with_real_tf_in_node_envs():
     with JAX_PLATFORMS=cuda is the next test's subject.
     """
     code = (
-        "import sys; from magi_lp.runtime.node_setup import prepare_node_process; "
+        "import sys; from magi_lp.runtime.node_devices import prepare_node_process; "
         "hid = prepare_node_process(); imported = 'tensorflow' in sys.modules; "
         "gpus = __import__('tensorflow').config.get_visible_devices('GPU') if hid else None; "
         "print(hid, imported, gpus)"
@@ -95,11 +95,11 @@ def test_gpu_node_without_cuda_jax_fails_at_once_saying_why():
     """The plan's GPU env on this machine (no CUDA plugin): the real node set-up, real JAX."""
     gpu_env = {**os.environ, **spec_to_env(ResourceSpec(device="gpu"), (0,))}
     gpu_env["MAGI_LP_TF_GPU"] = "1"  # keep TF out of it: the check is about JAX
-    code = "from magi_lp.runtime.node_setup import prepare_node_process; prepare_node_process()"
+    code = "from magi_lp.runtime.node_devices import prepare_node_process; prepare_node_process()"
     out = run_python(code, env=gpu_env)
     assert out.returncode == 1
     last = out.stderr.strip().splitlines()[-1]
-    assert last.startswith("magi_lp.runtime.node_setup.CudaBackendError: this node cannot start")
+    assert last.startswith("magi_lp.runtime.node_devices.CudaBackendError: this node cannot start")
     assert "JAX's CUDA plugin is not installed in this Python" in last
     assert "make setup JAX=cuda12" in last
     assert "JAX said: Unable to initialize backend 'cuda'" in last
@@ -123,12 +123,12 @@ def test_check_jax_backend_is_a_no_op_without_cuda(monkeypatch):
     monkeypatch.setitem(sys.modules, "jax", _FakeJax(RuntimeError("must not be called")))
     for platforms in ("cpu", "", None):
         env = {} if platforms is None else {"JAX_PLATFORMS": platforms}
-        assert node_setup.check_jax_backend(env) is None
+        assert node_devices.check_jax_backend(env) is None
 
 
 def test_check_jax_backend_passes_when_cuda_starts(monkeypatch):
     monkeypatch.setitem(sys.modules, "jax", _FakeJax())
-    assert node_setup.check_jax_backend({"JAX_PLATFORMS": "cuda,cpu"}) == "gpu"
+    assert node_devices.check_jax_backend({"JAX_PLATFORMS": "cuda,cpu"}) == "gpu"
 
 
 def test_check_jax_backend_names_an_old_driver(monkeypatch):
@@ -144,8 +144,8 @@ def test_check_jax_backend_names_an_old_driver(monkeypatch):
     monkeypatch.setattr(gpu_inventory, "query_inventory", lambda: old)
     empty = RuntimeError("Unable to initialize backend 'cuda': ")
     monkeypatch.setitem(sys.modules, "jax", _FakeJax(empty))
-    with pytest.raises(node_setup.CudaBackendError) as err:
-        node_setup.check_jax_backend({"JAX_PLATFORMS": "cuda,cpu", "CUDA_VISIBLE_DEVICES": "0"})
+    with pytest.raises(node_devices.CudaBackendError) as err:
+        node_devices.check_jax_backend({"JAX_PLATFORMS": "cuda,cpu", "CUDA_VISIBLE_DEVICES": "0"})
     msg = str(err.value)
     assert "driver 470.82.01 supports CUDA 11.4, older than the CUDA 12" in msg
     assert msg.endswith("JAX said: Unable to initialize backend 'cuda':")

@@ -1,7 +1,7 @@
 """The launcher's live view of a running program: progress, rates, and each node's health.
 
 A `StatusMonitor` runs on a daemon thread of the launcher. Every `period_s` it asks a
-program probe (a callable given by the runtime layer, e.g. `magi_lp.runtime.status`, which
+program probe (a callable given by the runtime layer, e.g. `magi_lp.runtime.probe`, which
 reads the counter, the replay and the evaluation logs) for cumulative numbers, turns
 consecutive samples into rates, and reads each node process with psutil (state, RSS, CPU%)
 and, when a GPU is there, NVML (GPU memory by pid). It shows them

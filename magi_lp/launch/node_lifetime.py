@@ -46,6 +46,8 @@ import threading
 import time
 from collections.abc import Iterator
 
+from magi_lp.launch import launchpad_seam
+
 LAUNCHER_PID_VAR = "MAGI_LP_LAUNCHER_PID"
 """The pid of the launcher process; a node whose parent is another process has lost it."""
 
@@ -167,7 +169,7 @@ def watch_for_stop(stop_secs: float) -> bool:
         return False
     watch = _StopWatch(stop_secs)
     _WATCH = watch
-    _record_worker_managers(watch)
+    launchpad_seam.record_worker_managers(watch.managers)
     previous_hook = sys.excepthook
 
     def note_uncaught(*args):
@@ -179,26 +181,6 @@ def watch_for_stop(stop_secs: float) -> bool:
         target=_watch, args=(watch, read_fd), name="magi_lp-stop-watch", daemon=True
     ).start()
     return True
-
-
-def _record_worker_managers(watch: _StopWatch) -> None:
-    """Remembers the node's Launchpad WorkerManagers (to set their stop event) and switches
-    off their self-SIGKILL 10 s after SIGTERM (`--lp_termination_notice_secs`)."""
-    worker_manager = sys.modules.get("launchpad.launch.worker_manager")
-    if worker_manager is None:  # not started by Launchpad's process_entry
-        return
-    with contextlib.suppress(Exception):
-        from absl import flags
-
-        flags.FLAGS.lp_termination_notice_secs = -1
-    manager_class = worker_manager.WorkerManager
-    original_init = manager_class.__init__
-
-    def recording_init(self, *args, **kwargs):
-        original_init(self, *args, **kwargs)
-        watch.managers.append(self)
-
-    manager_class.__init__ = recording_init
 
 
 def _watch(watch: _StopWatch, read_fd: int) -> None:

@@ -1,0 +1,88 @@
+"""The folders of one local launch: the node logs in the workdir, the private temp folder.
+
+- `<log_dir>/<group>/<index>`: each node's output; an earlier launch's logs are kept as
+  `<index>.<n>` (`keep_earlier_logs`), so a resumed run does not overwrite them;
+- `<log_dir>/launcher.log`: the launcher's own lines, dated (`reporter`);
+- a private temp folder per launch (`make_run_temp`): Launchpad's job files and every
+  node's TMPDIR, removed at the end; one whose launcher was SIGKILLed is removed by the
+  next launch (`sweep_stale_run_folders`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+import psutil
+
+from magi_lp import console
+from magi_lp.errors import ConfigError
+
+RUN_TMP_PREFIX = "magi_lp_launch_"
+OWNER_FILE = "launcher.pid"
+
+
+def make_run_temp() -> str:
+    """A new private temp folder for one launch, marked with this launcher's pid."""
+    run_tmp = tempfile.mkdtemp(prefix=RUN_TMP_PREFIX)
+    Path(run_tmp, OWNER_FILE).write_text(str(os.getpid()))
+    return run_tmp
+
+
+LAUNCHER_LOG = "launcher.log"
+"""The launcher's own lines, appended beside the node logs (`<log_dir>/launcher.log`)."""
+
+
+def reporter(stream: TextIO | None, path: Path) -> Callable[[str], None]:
+    """The launcher's lines: on its terminal, and appended to `path` with the date, so that
+    what a run's launcher said (a dead node's cause, a stop's stages, a SIGKILL) stays in the
+    workdir after the terminal is gone. A line that cannot be written there is only shown."""
+
+    def report(text: str) -> None:
+        console.say(text, source="launcher", stream=stream)
+        with contextlib.suppress(OSError), open(path, "a") as log:
+            log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n")
+
+    return report
+
+
+def keep_earlier_logs(log_dir: Path) -> int | None:
+    """Renames the node logs of an earlier launch `<index>` -> `<index>.<n>`; returns n."""
+    current = [p for p in log_dir.glob("*/*") if p.is_file() and p.name.isdigit()]
+    if not current:
+        return None
+    numbers = [
+        int(suffix)
+        for p in log_dir.glob("*/*.*")
+        if (suffix := p.name.rpartition(".")[2]).isdigit()
+    ]
+    launch_number = max(numbers, default=0) + 1
+    for path in current:
+        path.rename(path.with_name(f"{path.name}.{launch_number}"))
+    return launch_number
+
+
+def sweep_stale_run_folders(temp_dir: str) -> None:
+    """Removes run temp folders whose launcher is gone (one that was SIGKILLed)."""
+    for folder in Path(temp_dir).glob(f"{RUN_TMP_PREFIX}*"):
+        try:
+            owner = int(Path(folder, OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue  # not ours, or still being set up
+        if not psutil.pid_exists(owner) or owner == os.getpid():
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def prepared_log_dir(log_dir: str | os.PathLike) -> Path:
+    path = Path(log_dir).expanduser().absolute()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"log_dir={str(log_dir)!r} cannot be created: {e}.") from e
+    return path
