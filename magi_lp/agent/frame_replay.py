@@ -495,56 +495,6 @@ def _check_dataset_arguments(
         raise ConfigError(f"discount must be in (0, 1], got {discount!r}.")
 
 
-def make_frame_replay_tf_dataset(
-    server_address: str,
-    table: str,
-    *,
-    batch_size: int,
-    frame_stack: int,
-    n_step: int,
-    discount: float,
-    stack_on_host: bool = True,
-    prefetch: int = 4,
-    num_parallel_calls: int = 2,
-    max_in_flight_samples_per_worker: int | None = None,
-    rate_limiter_timeout_ms: int = -1,
-) -> tf.data.Dataset:
-    """The tf.data pipeline behind `make_frame_replay_dataset` (same arguments)."""
-    _check_dataset_arguments(batch_size, num_parallel_calls, frame_stack, n_step, discount)
-    if max_in_flight_samples_per_worker is None:
-        max_in_flight_samples_per_worker = 2 * batch_size
-
-    # No autograph: these functions have no tensor-dependent Python control flow, and
-    # converting them took seconds of the learner's start (2.2 s on a loaded 2-core box).
-    @tf.autograph.experimental.do_not_convert
-    def read(_: tf.Tensor) -> tf.data.Dataset:
-        dataset = reverb.TrajectoryDataset.from_table_signature(
-            server_address=server_address,
-            table=table,
-            max_in_flight_samples_per_worker=max_in_flight_samples_per_worker,
-            rate_limiter_timeout_ms=rate_limiter_timeout_ms,
-        )
-        return dataset.batch(batch_size, drop_remainder=True)
-
-    dataset = tf.data.Dataset.range(num_parallel_calls).interleave(
-        read,
-        cycle_length=num_parallel_calls,
-        num_parallel_calls=num_parallel_calls,
-        deterministic=False,
-    )
-    if stack_on_host:
-        transform = functools.partial(
-            window_to_transition, frame_stack=frame_stack, n_step=n_step, discount=discount
-        )
-    else:
-        transform = functools.partial(window_to_frame_transition, n_step=n_step, discount=discount)
-    dataset = dataset.map(
-        tf.autograph.experimental.do_not_convert(lambda sample: transform(sample.data)),
-        num_parallel_calls=num_parallel_calls,
-    )
-    return dataset.prefetch(prefetch) if prefetch else dataset
-
-
 def make_frame_replay_dataset(
     server_address: str,
     table: str,
@@ -583,22 +533,44 @@ def make_frame_replay_dataset(
       rate_limiter_timeout_ms: how long a reader waits for the table's rate limiter
         before the iterator ends; -1 (default) waits forever.
     """
-    make_dataset = functools.partial(
-        make_frame_replay_tf_dataset,
-        server_address,
-        table,
-        batch_size=batch_size,
-        frame_stack=frame_stack,
-        n_step=n_step,
-        discount=discount,
-        stack_on_host=stack_on_host,
-        prefetch=prefetch,
-        num_parallel_calls=num_parallel_calls,
-        max_in_flight_samples_per_worker=max_in_flight_samples_per_worker,
-        rate_limiter_timeout_ms=rate_limiter_timeout_ms,
-    )
     # Argument mistakes surface here, not at the first batch.
     _check_dataset_arguments(batch_size, num_parallel_calls, frame_stack, n_step, discount)
+    if max_in_flight_samples_per_worker is None:
+        max_in_flight_samples_per_worker = 2 * batch_size
+
+    def make_dataset() -> tf.data.Dataset:
+        # No autograph: these functions have no tensor-dependent Python control flow, and
+        # converting them took seconds of the learner's start (2.2 s on a loaded 2-core box).
+        @tf.autograph.experimental.do_not_convert
+        def read(_: tf.Tensor) -> tf.data.Dataset:
+            dataset = reverb.TrajectoryDataset.from_table_signature(
+                server_address=server_address,
+                table=table,
+                max_in_flight_samples_per_worker=max_in_flight_samples_per_worker,
+                rate_limiter_timeout_ms=rate_limiter_timeout_ms,
+            )
+            return dataset.batch(batch_size, drop_remainder=True)
+
+        dataset = tf.data.Dataset.range(num_parallel_calls).interleave(
+            read,
+            cycle_length=num_parallel_calls,
+            num_parallel_calls=num_parallel_calls,
+            deterministic=False,
+        )
+        if stack_on_host:
+            transform = functools.partial(
+                window_to_transition, frame_stack=frame_stack, n_step=n_step, discount=discount
+            )
+        else:
+            transform = functools.partial(
+                window_to_frame_transition, n_step=n_step, discount=discount
+            )
+        dataset = dataset.map(
+            tf.autograph.experimental.do_not_convert(lambda sample: transform(sample.data)),
+            num_parallel_calls=num_parallel_calls,
+        )
+        return dataset.prefetch(prefetch) if prefetch else dataset
+
     return LazyIterator(lambda: make_dataset().as_numpy_iterator(), name="frame replay dataset")
 
 

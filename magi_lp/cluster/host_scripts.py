@@ -83,6 +83,23 @@ def _command(group: ClusterGroup, task: int) -> str:
     return shell_node_command(group.launch_group, ["--task", str(task)]) + ' --log_dir "$LOGS"'
 
 
+def starter(function: str, usage: str, command: str) -> list[str]:
+    """The wait function and a bash function `function` that runs `command "$@"` in the
+    background, recording its pid and name (the per-host scripts' `start`, SLURM's `step`)."""
+    return [
+        *WAIT_FUNCTION,
+        "",
+        "pids=()",
+        "names=()",
+        f"{function}() {{  # {function} {usage}",
+        "  local name=$1; shift",
+        f'  {command} "$@" &',
+        "  pids+=($!)",
+        '  names+=("$name")',
+        "}",
+    ]
+
+
 def render_host_script(job: ClusterJob, host: str) -> str:
     """The script of one host."""
     address = job.host(host).address
@@ -102,16 +119,7 @@ def render_host_script(job: ClusterJob, host: str) -> str:
         lines += env_array(group)
     lines += [
         "",
-        *WAIT_FUNCTION,
-        "",
-        "pids=()",
-        "names=()",
-        "start() {  # start NAME VAR=VALUE... COMMAND...: one node in the background",
-        "  local name=$1; shift",
-        '  env "$@" &',
-        "  pids+=($!)",
-        '  names+=("$name")',
-        "}",
+        *starter("start", "NAME VAR=VALUE... COMMAND...: one node in the background", "env"),
         "trap 'kill -TERM \"${pids[@]}\" 2>/dev/null' TERM INT HUP",
         "",
     ]

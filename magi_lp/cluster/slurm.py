@@ -23,11 +23,11 @@ from __future__ import annotations
 import shlex
 
 from magi_lp.cluster.host_scripts import (
-    WAIT_FUNCTION,
     env_array,
     preamble,
     shell_name,
     shell_node_command,
+    starter,
 )
 from magi_lp.cluster.job import ClusterJob, header_lines
 
@@ -90,16 +90,7 @@ def render_sbatch(job: ClusterJob) -> str:
             lines += env_array(group)
     lines += [
         "",
-        *WAIT_FUNCTION,
-        "",
-        "pids=()",
-        "names=()",
-        "step() {  # step NAME SRUN-ARGUMENTS...: one srun step in the background",
-        "  local name=$1; shift",
-        '  srun "$@" &',
-        "  pids+=($!)",
-        '  names+=("$name")',
-        "}",
+        *starter("step", "NAME SRUN-ARGUMENTS...: one srun step in the background", "srun"),
         "",
     ]
     for position, host in enumerate(hosts):
