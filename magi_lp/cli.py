@@ -244,7 +244,7 @@ def _run_distributed(
         console.say(notice)
 
     _use_cpu_only_here()
-    from magi_lp.launch.local import launch
+    from magi_lp.launch.launcher import launch
     from magi_lp.runtime.program import build_program
 
     experiment = _checked_experiment(make_experiment, config, workdir)

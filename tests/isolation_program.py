@@ -5,7 +5,7 @@ CourierNode that calls `echo` and does a Reverb insert + sample, all over loopba
 worked, `prober` writes <workdir>/ready.json; it then waits, and stops the program through
 `lp.stop()` when <workdir>/stop appears. SIGTERM / SIGINT to the launching process stop it too.
 It calls `run_isolated_if_needed` first, as an entry point does, and runs the program with
-magi_lp.launch.local (node logs in <workdir>/logs).
+magi_lp.launch.launcher (node logs in <workdir>/logs).
 
     python tests/isolation_program.py --isolation auto|required|off --workdir DIR
 """
@@ -86,7 +86,7 @@ def main() -> int:
     # Heavy imports only in the process that runs the program.
     import launchpad as lp
 
-    from magi_lp.launch import local as launcher
+    from magi_lp.launch import launcher
 
     program = lp.Program("isolation_test")
     with program.group("replay"):

@@ -25,7 +25,7 @@ def main(argv: list[str]) -> int:
     )
     import launcher_nodes
 
-    from magi_lp.launch import local as launcher
+    from magi_lp.launch import launcher
 
     program = launcher_nodes.build_program(scenario, out_dir)
     return launcher.launch(

@@ -1,4 +1,4 @@
-"""Tests for magi_lp.launch.local.
+"""Tests for magi_lp.launch.launcher.
 
 The integration tests start real Launchpad local multi-processing programs with a real
 Reverb server (tests/launcher_nodes.py), each through `tests/launch_programs.py` in its own
@@ -28,8 +28,7 @@ import psutil
 import pytest
 
 from magi_lp.errors import ConfigError
-from magi_lp.launch import exit_report, processes, run_folders, supervisor
-from magi_lp.launch import local as launcher
+from magi_lp.launch import exit_report, launcher, processes, run_folders, supervisor
 
 _TESTS = Path(__file__).resolve().parent
 _LAUNCH_SCRIPT = _TESTS / "launch_programs.py"

@@ -127,7 +127,7 @@ def launch(
     log_path = run_folders.prepared_log_dir(log_dir)
     if threading.current_thread() is not threading.main_thread():
         raise RuntimeError(
-            "magi_lp.launch.local.launch() must run in the main thread: it handles SIGINT and "
+            "magi_lp.launch.launcher.launch() must run in the main thread: it handles SIGINT and "
             "SIGTERM for the program (and lp.launch installs signal handlers)."
         )
     report = run_folders.reporter(report_stream, log_path / run_folders.LAUNCHER_LOG)
