@@ -165,6 +165,7 @@ def test_learner_runner_checkpoints_every_period_and_restores_counts(tmp_path):
 # --- single-process runner -------------------------------------------------------------------
 
 
+@pytest.mark.integration  # a real Reverb server and environment, ~15 s
 def test_single_process_run_learns_on_schedule_and_resumes(tmp_path):
     config = toy_config(max_actor_steps=100)
     experiment = toy_experiment(config)
@@ -196,6 +197,7 @@ def test_single_process_run_learns_on_schedule_and_resumes(tmp_path):
 # --- the distributed program graph -----------------------------------------------------------
 
 
+@pytest.mark.integration  # builds the Launchpad program with real nodes, ~9 s
 class ProgramWiringTest(absltest.TestCase):
     """build_program under Launchpad's threaded test launch, driven through node handles."""
 

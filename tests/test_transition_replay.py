@@ -150,6 +150,7 @@ def test_adder_refuses_steps_outside_an_episode():
         adder.add_first(step)
 
 
+@pytest.mark.integration  # a real Reverb server
 @pytest.mark.skipif(importlib.util.find_spec("reverb") is None, reason="Reverb not installed")
 def test_same_transitions_as_acme_n_step_adder_on_reverb():
     """Acme's adder writes the same transitions, plus its extra (s_0 -> s_k), k < n."""
