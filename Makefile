@@ -11,7 +11,7 @@ PY312     := $(VENV312)/bin/python
 # What the current-stack leg of `make test` runs: the placement layer, checkpoints on its
 # orbax, the replays, the learner's asynchronous dispatch (skipped on jax 0.4.30's synchronous
 # CPU) and the agents' single-process runs (tests/test_current_stack.py).
-PY312_TESTS ?= tests/test_placement.py tests/test_resources.py tests/test_gpu_inventory.py \
+PY312_TESTS ?= tests/test_plan.py tests/test_resources.py tests/test_gpu_inventory.py \
 	tests/test_checkpointing.py tests/test_replay_plan.py tests/test_transition_replay.py \
 	tests/test_learner.py tests/test_drq_learning.py tests/test_current_stack.py
 JAX       ?=

@@ -1,7 +1,10 @@
 """The suite's shared set-up.
 
 Lanes: `make test-fast` runs the tests not marked `integration` (no Launchpad program, Reverb
-server or entry point is started); `make test` runs everything, on both stacks. Shared
+server or entry point is started); `make test` runs everything, on both stacks.
+Names: `tests/test_<module>.py` holds the tests of `<module>` (e.g. test_launcher.py for
+magi_lp/launch/launcher.py, test_cluster.py for magi_lp/cluster/, test_drq_<module>.py for
+projects/drq_v2/<module>.py); `*_e2e.py` runs a whole program through its entry point. Shared
 helpers: `tests/e2e_utils.py` (fresh processes: Python snippets, entry points, leftovers),
 `tests/fake_nvidia.py` (the GPUs, driver and CUDA JAX this machine lacks).
 """

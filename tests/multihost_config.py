@@ -1,4 +1,4 @@
-"""The tiny DrQ-v2 program on three loopback "hosts", for tests/test_multihost_e2e.py.
+"""The tiny DrQ-v2 program on three loopback "hosts", for tests/test_cluster_e2e.py.
 
 `main` (127.0.0.2) runs replay, counter, learner, evaluator and coordinator; `a1`
 (127.0.0.3) and `a2` (127.0.0.4) one actor each. The hosts share this machine's loopback, so

@@ -29,8 +29,8 @@ semi-public `launch.serialization.serialize_functions`, `address.AbstractAddress
 
 Every function checks what it needs and raises one RuntimeError naming the attribute and the
 pinned version (requirements.txt) instead of failing somewhere inside Launchpad. The whole
-seam is exercised by the launcher's tests (tests/test_launcher.py, tests/test_node_stop.py,
-tests/test_multihost.py). More on why: docs/launchpad-notes.md.
+seam is exercised by the launcher's tests (tests/test_launcher.py, tests/test_node_lifetime.py,
+tests/test_cluster.py). More on why: docs/launchpad-notes.md.
 """
 
 from __future__ import annotations

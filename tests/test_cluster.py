@@ -3,7 +3,7 @@ the coordinator's stop board, the entry point's flags, and a small real program 
 two loopback "hosts" from its generated scripts (it stops by the coordinator; a crashed node
 is reported by name and stops the rest).
 
-The DrQ-v2 end to end run on three loopback hosts is tests/test_multihost_e2e.py.
+The DrQ-v2 end to end run on three loopback hosts is tests/test_cluster_e2e.py.
 """
 
 from __future__ import annotations
