@@ -13,7 +13,7 @@ from __future__ import annotations
 import ml_collections
 
 from magi_lp import experiment_defaults, resource_spec
-from projects.td3.config import get_agent_config
+from projects.td3.config import get_agent_config, get_env_config
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -31,10 +31,7 @@ def get_config() -> ml_collections.ConfigDict:
         config.resources[group] = resource_spec(device="cpu", cpu_threads=1, render="none")
     config.resources.learner = resource_spec(device="cpu", cpu_threads=2, render="none")
 
-    config.env = ml_collections.ConfigDict()
-    config.env.domain = "cartpole"  # dm_control suite domain
-    config.env.task = "balance"  # task of that domain
-    config.env.action_repeat = 1  # physics control steps per agent step
+    config.env = get_env_config()  # cartpole/balance, action repeat 1
 
     config.agent = get_agent_config()
     return config

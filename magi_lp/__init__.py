@@ -3,7 +3,6 @@
 The public API, for agent projects and configs (`from magi_lp import AgentBuilder, ...`):
 
     ConfigError                      a user mistake: one line naming the key and the fix
-    ConfigChecker                    range checks for an agent's own config keys
     ResourceSpec, resource_spec      what one node group needs; its config-file form
     experiment_defaults              every toolkit config key with its default
     Experiment                       builder + environment/network factories + config
@@ -26,7 +25,6 @@ from typing import Any
 
 _EXPORTS = {
     "ConfigError": "magi_lp.errors",
-    "ConfigChecker": "magi_lp.agent.config_checks",
     "ResourceSpec": "magi_lp.placement.resources",
     "resource_spec": "magi_lp.placement.resources",
     "experiment_defaults": "magi_lp.runtime.config",

@@ -10,6 +10,8 @@ import os
 # Rendering backend must be chosen before dm_control is imported; EGL works without a GPU.
 os.environ.setdefault("MUJOCO_GL", "egl")
 
+import dataclasses
+import functools
 import importlib.util
 import pickle
 import re
@@ -21,12 +23,9 @@ import pytest
 import reverb
 from absl import flags
 from acme import specs
-from acme.utils import counting
 from ml_collections import config_flags
 
-from magi_lp.agent.actor import GenericActor
 from magi_lp.agent.frame_replay import frame_transition_shape
-from magi_lp.agent.variable_client import VariableClient
 from magi_lp.errors import ConfigError
 from magi_lp.placement.resources import ResourceSpec, resource_spec
 from magi_lp.runtime import replay as replay_lib
@@ -35,12 +34,13 @@ from magi_lp.runtime.experiment import Experiment
 from magi_lp.runtime.single_process import without_rate_limit
 from projects.drq_v2.acting import GLOBAL_AGENT_STEPS, make_actor_core
 from projects.drq_v2.builder import DrQBuilder
-from projects.drq_v2.config import TASK_DIFFICULTY, get_agent_config
-from projects.drq_v2.experiment import environment_factory, make_experiment
+from projects.drq_v2.config import TASK_DIFFICULTY, get_agent_config, validate_config
+from projects.drq_v2.experiment import environment_factory, make_experiment, network_factory
 from projects.drq_v2.learning import batch_observations
 from projects.drq_v2.networks import make_networks
 from projects.drq_v2.tasks import PAPER_TASKS, make_config, paper_task_names
 from projects.drq_v2.video import EvaluationVideo
+from tests.agent_harness import actor_and_evaluator, learner_of
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGE = 24
@@ -73,18 +73,20 @@ def _tiny_agent_config():
     return config
 
 
+# The experiment's environment factory for the tiny reacher/easy task.
+_ENVIRONMENT_FACTORY = functools.partial(
+    environment_factory,
+    domain="reacher",
+    task="easy",
+    image_size=IMAGE,
+    action_repeat=ACTION_REPEAT,
+    frame_stack=STACK,
+    camera_id=0,
+)
+
+
 def _environment(seed=0, max_episode_frames=0):
-    return environment_factory(
-        seed,
-        False,
-        domain="reacher",
-        task="easy",
-        image_size=IMAGE,
-        action_repeat=ACTION_REPEAT,
-        frame_stack=STACK,
-        camera_id=0,
-        max_episode_frames=max_episode_frames,
-    )
+    return _ENVIRONMENT_FACTORY(seed, False, max_episode_frames=max_episode_frames)
 
 
 @pytest.fixture(scope="module")
@@ -121,8 +123,6 @@ def test_replay_schedule_counts_agent_steps_from_frames(environment_spec):
     assert info.rate_limiter_info.min_size_to_sample == 10
     assert info.rate_limiter_info.samples_per_insert == pytest.approx(BATCH / 2)
 
-    with pytest.raises(ConfigError, match=r"env\.action_repeat"):
-        DrQBuilder(config, frame_stack=STACK, action_repeat=0)
     # Never before the first n-step transition exists.
     config.min_replay_frames = 0
     assert DrQBuilder(config, frame_stack=3, action_repeat=2).replay_schedule().min_replay_size == 3
@@ -214,15 +214,14 @@ def test_table_adder_dataset_learner_and_actors_on_a_real_server(environment_spe
             assert batch.discount[i] == pytest.approx(GAMMA**N_STEP)
 
         # The learner consumes the dataset and serves the global step with the policy.
-        networks = make_networks(environment_spec.actions, config)
-        learner = builder.make_learner(
-            jax.random.PRNGKey(0),
-            networks,
-            dataset,
-            environment_spec,
-            logger=None,
-            counter=counting.Counter(),
+        experiment = dataclasses.replace(
+            experiment,
+            environment_factory=functools.partial(_ENVIRONMENT_FACTORY, max_episode_frames=60),
+            network_factory=functools.partial(network_factory, agent_config=config),
+            environment_spec=environment_spec,
         )
+        networks = experiment.network_factory(environment_spec)
+        learner = learner_of(experiment, networks, dataset)
         learner.step()
         learner.step()
         assert learner.num_updates == 2
@@ -231,17 +230,7 @@ def test_table_adder_dataset_learner_and_actors_on_a_real_server(environment_spe
         assert int(policy[GLOBAL_AGENT_STEPS]) == 10 + (2 - 1) * 2
 
         # Actor and evaluator act with the learner's parameters, as the runners build them.
-        actor = GenericActor(
-            builder.make_policy(networks, environment_spec, evaluation=False),
-            jax.random.PRNGKey(1),
-            VariableClient(learner, "policy", update_period=2),
-            adder,
-        )
-        evaluator = GenericActor(
-            builder.make_policy(networks, environment_spec, evaluation=True),
-            jax.random.PRNGKey(2),
-            VariableClient(learner, "policy"),
-        )
+        actor, evaluator = actor_and_evaluator(experiment, client, learner, update_period=2)
         timestep = environment.reset()
         actor.observe_first(timestep)
         for _ in range(4):
@@ -338,9 +327,28 @@ def test_experiment_pickles_and_builds_its_parts(tmp_path):
     assert make_experiment(config).evaluation_observers == ()  # no workdir, no videos
     config.env.video.every_evaluations = 0
     assert make_experiment(config, workdir=str(tmp_path)).evaluation_observers == ()
-    config.env.max_episode_frames = -1
-    with pytest.raises(ConfigError, match="max_episode_frames"):
-        make_experiment(config)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        ("env.action_repeat", 0, "env.action_repeat must be an integer >= 1, got 0; e.g."),
+        ("env.frame_stack", 0, "env.frame_stack must be an integer >= 1, got 0; e.g."),
+        ("env.max_episode_frames", -1, "env.max_episode_frames must be an integer >= 0"),
+        ("env.video.fps", 0.0, "env.video.fps must be a number > 0"),
+        ("agent.stddev_schedule.duration", 0, "--config.agent.stddev_schedule.duration=500000"),
+    ],
+)
+def test_the_config_check_refuses_bad_env_and_agent_keys(key, value, expected):
+    # The one check (both entry points run it first); the builder and environment trust it.
+    config = make_config("reacher_hard")
+    *sections, name = key.split(".")
+    target = config
+    for section in sections:
+        target = target[section]
+    target[name] = value
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        validate_config(config)
 
 
 def test_video_records_the_first_episode_of_every_nth_evaluation(tmp_path):
@@ -407,6 +415,7 @@ def test_every_task_config_loads_and_validates(name):
     domain, task = PAPER_TASKS[name]
     config = _load_config(ROOT / "configs" / f"{name}.py")
     validate_experiment_config(config)
+    validate_config(config)
     _check_resources(config)
     assert (config.env.domain, config.env.task) == (domain, task)
     assert config.num_actors == 1

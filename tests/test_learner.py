@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from magi_lp.agent.learner import MAX_UPDATES_IN_FLIGHT, JaxLearner
+from tests.agent_harness import Rows
 
 SIZE = 700
 
@@ -19,19 +20,6 @@ SIZE = 700
 class MatmulLearner(JaxLearner):
     def variables(self, state):
         return {"x": state}
-
-
-class Rows:
-    """A logger that keeps what it is given, as given (device arrays stay device arrays)."""
-
-    def __init__(self):
-        self.rows = []
-
-    def write(self, row):
-        self.rows.append(row)
-
-    def close(self):
-        pass
 
 
 def _update(state, batch):

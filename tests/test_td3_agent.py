@@ -3,6 +3,7 @@ builder's replay round trip on a real in-process Reverb server. Tiny networks an
 
 from __future__ import annotations
 
+import functools
 import gc
 import importlib.util
 import pickle
@@ -14,12 +15,10 @@ import numpy as np
 import pytest
 from acme import specs, types
 from acme.adders import reverb as adders_reverb
-from acme.utils import counting
 
-from magi_lp.agent.actor import GenericActor
-from magi_lp.agent.variable_client import VariableClient
 from magi_lp.placement.resources import ResourceSpec
 from magi_lp.runtime.config import experiment_defaults
+from magi_lp.runtime.experiment import Experiment
 from magi_lp.runtime.single_process import without_rate_limit
 from projects.td3.builder import TD3Builder
 from projects.td3.config import get_agent_config
@@ -27,6 +26,7 @@ from projects.td3.environment import make_environment
 from projects.td3.experiment import make_experiment
 from projects.td3.learning import TD3Learner, init_training_state, make_update_fn
 from projects.td3.networks import make_networks
+from tests.agent_harness import Rows, actor_and_evaluator, learner_of
 
 BATCH = 32
 HIDDEN = (32, 32)
@@ -196,18 +196,8 @@ def test_save_restore_round_trip(environment_spec, agent_config):
 def test_learner_logs_metrics_and_counts(environment_spec, agent_config):
     from acme.utils import counting
 
-    class Recorder:
-        def __init__(self):
-            self.rows = []
-
-        def write(self, row):
-            self.rows.append(row)
-
-        def close(self):
-            pass
-
     parent = counting.Counter(time_delta=0.0)
-    recorder = Recorder()
+    recorder = Rows()
     learner = TD3Learner(
         make_networks(environment_spec, hidden_sizes=HIDDEN),
         agent_config,
@@ -275,27 +265,17 @@ def _write_sample_learn_act(builder, client, environment_spec, agent_config):
     assert np.all(np.abs(batch.action) <= 1)
 
     # The learner consumes the dataset; an actor and an evaluator act with its params.
-    networks = make_networks(environment_spec, hidden_sizes=HIDDEN)
-    learner = builder.make_learner(
-        jax.random.PRNGKey(0),
-        networks,
-        dataset,
-        environment_spec,
-        logger=None,
-        counter=counting.Counter(),
+    experiment = Experiment(
+        builder,
+        functools.partial(make_environment, "cartpole", "balance"),
+        functools.partial(make_networks, hidden_sizes=HIDDEN),
+        experiment_defaults(),
+        environment_spec=environment_spec,
     )
+    networks = experiment.network_factory(environment_spec)
+    learner = learner_of(experiment, networks, dataset)
     learner.step()
-    actor = GenericActor(
-        builder.make_policy(networks, environment_spec, evaluation=False),
-        jax.random.PRNGKey(1),
-        VariableClient(learner, "policy", update_period=5),
-        adder,
-    )
-    evaluator = GenericActor(
-        builder.make_policy(networks, environment_spec, evaluation=True),
-        jax.random.PRNGKey(2),
-        VariableClient(learner, "policy"),
-    )
+    actor, evaluator = actor_and_evaluator(experiment, client, learner, update_period=5)
     observation = timestep.observation
     noisy = [actor.select_action(observation) for _ in range(3)]
     greedy = [evaluator.select_action(observation) for _ in range(3)]
@@ -304,6 +284,7 @@ def _write_sample_learn_act(builder, client, environment_spec, agent_config):
     assert len({float(a[0]) for a in greedy}) == 1  # evaluation is deterministic
     expected = networks.policy_apply(learner.get_variables(["policy"])[0], observation[None])
     np.testing.assert_allclose(greedy[0], np.asarray(expected)[0], rtol=1e-5)
+    actor.observe_first(environment.reset())
     actor.observe(noisy[0], environment.step(noisy[0]))
     actor.update()
 

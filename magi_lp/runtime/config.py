@@ -11,14 +11,15 @@ before any process starts with the key's full name and what would be accepted.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import os
-import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import ml_collections
 
+from magi_lp.config_schema import fail_unless as _fail_unless
+from magi_lp.config_schema import typed_section
+from magi_lp.config_schema import unknown_key as _unknown
 from magi_lp.errors import ConfigError
 from magi_lp.placement.plan import GroupRequest
 from magi_lp.placement.resources import ResourceSpec, resource_spec
@@ -27,11 +28,6 @@ NODE_GROUPS = ("replay", "counter", "learner", "actor", "evaluator", "coordinato
 """The node groups of every program, in the order the program graph adds them."""
 
 ISOLATION_MODES = ("auto", "required", "off")
-
-
-def _fail_unless(ok: bool, key: str, allowed: str, value: Any) -> None:
-    if not ok:
-        raise ConfigError(f"{key} must be {allowed}, got {value!r}.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,71 +222,6 @@ _SECTIONS = ("checkpoint", "replay", "evaluation", "logging", "debug", "resource
 # Optional: only a config for several hosts has it (magi_lp.cluster.config.hosts_defaults); the
 # entry point checks it with the cluster's schema (magi_lp.cli), the core never reads it.
 _OPTIONAL_SECTIONS = ("hosts",)
-
-
-def _unknown(prefix: str, key: str, known: Iterable[str]) -> ConfigError:
-    known = sorted(known)
-    close = difflib.get_close_matches(key, known, n=1)
-    hint = f" Did you mean {prefix}{close[0]}?" if close else ""
-    return ConfigError(f"{prefix}{key} is not a known config key.{hint} Known: {', '.join(known)}.")
-
-
-def _type_ok(value: Any, annotation: Any) -> bool:
-    if annotation is bool:
-        return isinstance(value, bool)
-    if isinstance(value, bool):
-        return False  # True is an int to Python, never to a config
-    if annotation is int:
-        return isinstance(value, int)
-    if annotation is float:
-        return isinstance(value, (int, float))
-    if annotation is str:
-        return isinstance(value, str)
-    return any(_type_ok(value, arg) for arg in typing.get_args(annotation)) or (
-        value is None and type(None) in typing.get_args(annotation)
-    )
-
-
-_TYPE_WORDS = {bool: "True or False", int: "an integer", float: "a number", str: "a string"}
-
-
-def _describe(annotation: Any) -> str:
-    if annotation in _TYPE_WORDS:
-        return _TYPE_WORDS[annotation]
-    words = [_TYPE_WORDS.get(arg, "None") for arg in typing.get_args(annotation)]
-    return " or ".join(words) or str(annotation)
-
-
-def typed_section(
-    cls: type, values: Mapping[str, Any], prefix: str, *, fixed: Mapping[str, Any] | None = None
-) -> Any:
-    """`cls(**values)`, refusing unknown or missing keys and wrong types by their full name.
-
-    Args:
-      cls: a dataclass whose fields are the section's keys (bool, int, float, str or
-        unions of them); its `__post_init__` checks ranges.
-      values: the section (dict or ConfigDict).
-      prefix: the section's path with a trailing dot ("checkpoint."), "" at the top level.
-      fixed: constructor arguments that are not config keys (e.g. a workdir).
-    """
-    fixed = dict(fixed or {})
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls) if f.name not in fixed]
-    for key in values:
-        if key not in names:
-            raise _unknown(prefix, key, names)
-    kwargs = {}
-    for name in names:
-        if name not in values:
-            raise ConfigError(
-                f"{prefix}{name} is missing; start from "
-                "magi_lp.runtime.config.experiment_defaults()."
-            )
-        value = values[name]
-        if not _type_ok(value, hints[name]):
-            raise ConfigError(f"{prefix}{name} must be {_describe(hints[name])}, got {value!r}.")
-        kwargs[name] = value
-    return cls(**kwargs, **fixed)
 
 
 def validate_experiment_config(config: ml_collections.ConfigDict) -> RunSettings:

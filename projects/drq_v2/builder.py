@@ -30,7 +30,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from magi_lp import ActorCore, AgentBuilder, ConfigError, ReplaySchedule
+from magi_lp import ActorCore, AgentBuilder, ReplaySchedule
 from magi_lp.acme_api import counting, loggers, specs
 from magi_lp.agent.frame_store import FrameReplaySpec
 from magi_lp.agent.frame_window import FrameTransition, frame_shape_from_observation
@@ -62,14 +62,9 @@ class DrQBuilder(AgentBuilder[DrQNetworks, FrameTransition]):
           action_repeat: frames per agent step (`env.action_repeat`); converts
             `min_replay_frames` to agent steps.
           image_size: rendered frames are image_size x image_size RGB (`env.image_size`).
+
+        The three sizes are checked once, by `projects.drq_v2.config.validate_config`.
         """
-        for name, value in (
-            ("env.frame_stack", frame_stack),
-            ("env.action_repeat", action_repeat),
-            ("env.image_size", image_size),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
         self._config = config
         self._frame_stack = frame_stack
         self._action_repeat = action_repeat

@@ -7,13 +7,20 @@ Units matter and are spelled out: an *agent step* is one call of the policy, i.e
 
     agent = get_agent_config('reacher', 'hard')   # paper defaults + that task's overrides
     env = get_env_config('reacher', 'hard')       # domain, task, pixels, action repeat, stacking
+
+Each key is declared once, with its type, default and range: `DrQSettings` (`config.agent`)
+and `DrQEnvSettings` (`config.env`); `validate_config` checks a config against them.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import ml_collections
 
-from magi_lp import ConfigChecker, ConfigError, ReplaySchedule
+from magi_lp.agent.replay_schedule import ReplaySchedule
+from magi_lp.agent.suite_tasks import check_suite_task
+from magi_lp.config_schema import as_config, check, check_project_sections, in_range
 
 # Task -> difficulty group, as in the official `cfgs/task/*.yaml`. The group fixes the
 # exploration-noise schedule length and the training length.
@@ -95,122 +102,150 @@ def default_camera_id(domain: str) -> int:
     return 2 if domain == "quadruped" else 0
 
 
+@dataclasses.dataclass(frozen=True)
+class StddevSchedule:
+    """`agent.stddev_schedule`: the policy noise stddev decays linearly over agent steps."""
+
+    init: float = 1.0
+    final: float = 0.1
+    duration: int = STDDEV_DURATION_STEPS["medium"]  # agent steps; set by the task's group
+
+    def __post_init__(self) -> None:
+        for key in ("init", "final"):  # stddevs
+            in_range(self, key, minimum=0)
+        in_range(self, "duration", minimum=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class DrQSettings:
+    """DrQ-v2 hyperparameters (`config.agent`), the paper's defaults ('medium' schedule).
+    Checked by `validate_config`, before any process starts."""
+
+    # --- optimisation -------------------------------------------------------------------
+    learning_rate: float = 1e-4  # Adam, for encoder, critic and actor alike
+    adam_eps: float = 1e-8  # PyTorch's Adam default, which the official code uses
+    batch_size: int = 256  # transitions per update
+    discount: float = 0.99  # gamma, per agent step
+    n_step: int = 3  # n-step TD targets; the replay sums rewards over n agent steps
+    critic_target_tau: float = 0.01  # soft target update: target <- tau*online + (1-tau)*target
+
+    # --- networks -----------------------------------------------------------------------
+    encoder_channels: int = 32  # channels of every conv layer
+    encoder_num_layers: int = 4  # 3x3 convs; repr dim 32*35*35 = 39200 at 84x84
+    encoder_kernel_size: int = 3
+    encoder_first_stride: int = 2  # stride of the first conv; the others use stride 1
+    feature_dim: int = 50  # width of the Linear -> LayerNorm -> tanh trunk (actor, critic)
+    hidden_dim: int = 1024  # width of the two hidden layers of actor and Q heads
+
+    # --- exploration and target-policy smoothing ----------------------------------------
+    stddev_schedule: StddevSchedule = dataclasses.field(default_factory=StddevSchedule)
+    stddev_clip: float = 0.3  # noise clip for target and actor-loss actions (not for acting)
+    action_clamp_eps: float = 1e-6  # sampled actions are clamped to [-1+eps, 1-eps]
+    num_expl_steps: int = 2000  # agent steps of uniform random actions at the start
+
+    # --- data ---------------------------------------------------------------------------
+    augmentation_pad: int = 4  # random shift: replicate-pad by this, shift by 0..2*pad px
+    min_replay_frames: int = 4000  # no updates before this many environment frames
+    update_every_steps: int = 2  # one update per this many agent steps (replay ratio)
+    replay_buffer_size: int = 1_000_000  # transitions kept in replay
+    dataset_num_parallel_calls: int = 2  # parallel Reverb readers feeding the learner
+
+    def __post_init__(self) -> None:
+        for key in ("learning_rate", "adam_eps"):
+            in_range(self, key, above=0)
+        for key in ("discount", "critic_target_tau"):
+            in_range(self, key, above=0, maximum=1)
+        for key in ("stddev_clip", "num_expl_steps", "augmentation_pad", "min_replay_frames"):
+            in_range(self, key, minimum=0)
+        in_range(self, "action_clamp_eps", minimum=0, below=1)
+        for key in (
+            "batch_size",
+            "n_step",
+            "encoder_channels",
+            "encoder_num_layers",
+            "encoder_kernel_size",
+            "encoder_first_stride",
+            "feature_dim",
+            "hidden_dim",
+            "update_every_steps",
+            "replay_buffer_size",
+            "dataset_num_parallel_calls",
+        ):
+            in_range(self, key, minimum=1)
+        batch = self.batch_size
+        check(
+            self,
+            "replay_buffer_size",
+            self.replay_buffer_size >= batch,
+            f">= agent.batch_size ({batch})",
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class VideoSettings:
+    """`env.video`: evaluation videos (projects/drq_v2/video.py), under `env` because the
+    toolkit owns `evaluation`. Written to <workdir>/videos."""
+
+    every_evaluations: int = 10  # one episode every this many evaluations; 0: none
+    fps: float = 25.0  # one frame per agent step
+    scale: int = 2  # nearest-neighbour upscaling of the agent's view
+
+    def __post_init__(self) -> None:
+        in_range(self, "every_evaluations", minimum=0)
+        in_range(self, "fps", above=0)
+        in_range(self, "scale", minimum=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class DrQEnvSettings:
+    """The task (`config.env`), defaults from the paper. Checked by `validate_config`, the
+    one check of these keys: the builder, experiment and environment trust them."""
+
+    domain: str = "reacher"  # dm_control suite domain, e.g. 'reacher'
+    task: str = "hard"  # task of that domain, e.g. 'hard'
+    image_size: int = 84  # rendered pixels are image_size x image_size RGB
+    action_repeat: int = 2  # frames per agent step; rewards are summed over them
+    frame_stack: int = 3  # observation = last frame_stack frames along channels
+    camera_id: int = 0  # 2 for quadruped (`default_camera_id`), 0 otherwise
+    max_episode_frames: int = 0  # cut episodes after this many frames; 0: the task's limit
+    video: VideoSettings = dataclasses.field(default_factory=VideoSettings)
+
+    def __post_init__(self) -> None:
+        for key in ("image_size", "action_repeat", "frame_stack"):
+            in_range(self, key, minimum=1)
+        for key in ("camera_id", "max_episode_frames"):
+            in_range(self, key, minimum=0)
+
+
 def get_agent_config(
     domain: str | None = None, task: str | None = None
 ) -> ml_collections.ConfigDict:
-    """DrQ-v2 hyperparameters. With a task, the official per-task overrides are applied.
-
-    Without arguments this is the paper's default ('medium' noise schedule).
+    """DrQ-v2 hyperparameters (`DrQSettings`) as `config.agent`. With a task, the official
+    per-task overrides are applied; without, this is the paper's default ('medium' schedule).
     """
-    config = ml_collections.ConfigDict()
-
-    # --- optimisation -------------------------------------------------------------------
-    config.learning_rate = 1e-4  # Adam, for encoder, critic and actor alike
-    config.adam_eps = 1e-8  # PyTorch's Adam default, which the official code uses
-    config.batch_size = 256  # transitions per update
-    config.discount = 0.99  # gamma, per agent step
-    config.n_step = 3  # n-step TD targets; the replay sums rewards over n agent steps
-    config.critic_target_tau = 0.01  # soft target update: target <- tau*online + (1-tau)*target
-
-    # --- networks -----------------------------------------------------------------------
-    config.encoder_channels = 32  # channels of every conv layer
-    config.encoder_num_layers = 4  # 3x3 convs; repr dim 32*35*35 = 39200 at 84x84
-    config.encoder_kernel_size = 3
-    config.encoder_first_stride = 2  # stride of the first conv; the others use stride 1
-    config.feature_dim = 50  # width of the Linear -> LayerNorm -> tanh trunk (actor, critic)
-    config.hidden_dim = 1024  # width of the two hidden layers of actor and Q heads
-
-    # --- exploration and target-policy smoothing ----------------------------------------
-    # Linear decay of the policy noise stddev, as a function of agent steps.
-    config.stddev_schedule = ml_collections.ConfigDict(
-        {"init": 1.0, "final": 0.1, "duration": STDDEV_DURATION_STEPS["medium"]}
-    )
-    config.stddev_clip = 0.3  # noise clip for target and actor-loss actions (not for acting)
-    config.action_clamp_eps = 1e-6  # sampled actions are clamped to [-1+eps, 1-eps]
-    config.num_expl_steps = 2000  # agent steps of uniform random actions at the start
-
-    # --- data ---------------------------------------------------------------------------
-    config.augmentation_pad = 4  # random shift: replicate-pad by this, shift by 0..2*pad px
-    config.min_replay_frames = 4000  # no updates before this many environment frames
-    config.update_every_steps = 2  # one update per this many agent steps (replay ratio)
-    config.replay_buffer_size = 1_000_000  # transitions kept in replay
-    config.dataset_num_parallel_calls = 2  # parallel Reverb readers feeding the learner
-
+    settings = DrQSettings()
     if domain is not None and task is not None:
-        difficulty = task_difficulty(domain, task)
-        config.stddev_schedule.duration = STDDEV_DURATION_STEPS[difficulty]
-        for key, value in _TASK_OVERRIDES.get((domain, task), {}).items():
-            config[key] = value
-    return config
+        duration = STDDEV_DURATION_STEPS[task_difficulty(domain, task)]
+        settings = dataclasses.replace(
+            settings,
+            stddev_schedule=dataclasses.replace(settings.stddev_schedule, duration=duration),
+            **_TASK_OVERRIDES.get((domain, task), {}),
+        )
+    return as_config(settings)
 
 
 def get_env_config(domain: str = "reacher", task: str = "hard") -> ml_collections.ConfigDict:
-    """Task settings (the `config.env` part of an experiment), defaults from the paper."""
-    config = ml_collections.ConfigDict()
-    config.domain = domain  # dm_control suite domain, e.g. 'reacher'
-    config.task = task  # task of that domain, e.g. 'hard'
-    config.image_size = 84  # rendered pixels are image_size x image_size RGB
-    config.action_repeat = 2  # frames per agent step; rewards are summed over them
-    config.frame_stack = 3  # observation = last frame_stack frames along channels
-    config.camera_id = default_camera_id(domain)  # 2 for quadruped, 0 otherwise
-    config.max_episode_frames = 0  # cut episodes after this many frames; 0: the task's limit
-    return config
-
-
-def validate_agent_config(agent: ml_collections.ConfigDict) -> None:
-    """Refuses out-of-range DrQ-v2 hyperparameters, one line naming `agent.<key>` and the fix.
-
-    Run by both entry points before any process starts (`DrQBuilder.validate_config`).
-    """
-    check = ConfigChecker(agent, defaults=get_agent_config())
-    check.number("learning_rate", above=0)
-    check.number("adam_eps", above=0)
-    check.integer("batch_size", minimum=1)
-    check.number("discount", above=0, maximum=1)
-    check.integer("n_step", minimum=1)
-    check.number("critic_target_tau", above=0, maximum=1)
-    for key in ("encoder_channels", "encoder_num_layers", "encoder_kernel_size"):
-        check.integer(key, minimum=1)
-    check.integer("encoder_first_stride", minimum=1)
-    check.integer("feature_dim", minimum=1)
-    check.integer("hidden_dim", minimum=1)
-    schedule = ConfigChecker(
-        agent.stddev_schedule,
-        section="agent.stddev_schedule",
-        defaults=get_agent_config().stddev_schedule,
-    )
-    schedule.number("init", minimum=0)
-    schedule.number("final", minimum=0)
-    schedule.integer("duration", minimum=1)
-    check.number("stddev_clip", minimum=0)
-    check.number("action_clamp_eps", minimum=0, below=1)
-    check.integer("num_expl_steps", minimum=0)
-    check.integer("augmentation_pad", minimum=0)
-    check.integer("min_replay_frames", minimum=0)
-    check.integer("update_every_steps", minimum=1)
-    check.integer("replay_buffer_size", minimum=1)
-    check.at_least("replay_buffer_size", "batch_size")
-    check.integer("dataset_num_parallel_calls", minimum=1)
+    """Task settings (`DrQEnvSettings`) as `config.env`, with the paper's camera."""
+    return as_config(DrQEnvSettings(domain=domain, task=task, camera_id=default_camera_id(domain)))
 
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
-    """Checks `config.agent` and `config.env` before any process starts (both entry points).
+    """Checks `config.agent` and `config.env` before any process starts (both entry points,
+    through `DrQBuilder.validate_config`): the one check of DrQ-v2's keys.
 
     The task name is checked against dm_control's suite (about a second to import) so that a
     typo is refused before the launch, not by every node after theirs.
     """
-    validate_agent_config(config.agent)
-    env = config.env
-    check = ConfigChecker(env, section="env", defaults=get_env_config())
-    for key in ("image_size", "action_repeat", "frame_stack"):
-        check.integer(key, minimum=1)
-    check.integer("camera_id", minimum=0)
-    if "max_episode_frames" in env:
-        check.integer("max_episode_frames", minimum=0)
-    from dm_control import suite  # here: only a run that passed every other check pays
-
-    if (env.domain, env.task) not in suite.ALL_TASKS:
-        raise ConfigError(
-            f"env.domain/env.task={env.domain}/{env.task} is not a dm_control suite task; "
-            "e.g. reacher/hard, walker/walk, cheetah/run (configs/ has one per paper task)"
-        )
+    sections = {"agent": DrQSettings, "env": DrQEnvSettings}
+    check_project_sections(config, sections, defaults_module=__name__)
+    check_suite_task(config.env.domain, config.env.task)

@@ -22,7 +22,6 @@ import dm_env
 import numpy as np
 from dm_env import specs
 
-from magi_lp import ConfigError
 from projects.drq_v2.config import default_camera_id
 
 
@@ -65,8 +64,6 @@ class ActionRepeat(_Wrapper):
 
     def __init__(self, env: dm_env.Environment, num_repeats: int):
         super().__init__(env)
-        if num_repeats < 1:
-            raise ConfigError(f"env.action_repeat must be >= 1, got {num_repeats}")
         self._num_repeats = num_repeats
 
     def step(self, action) -> dm_env.TimeStep:
@@ -87,8 +84,6 @@ class PixelFrameStack(_Wrapper):
 
     def __init__(self, env: dm_env.Environment, num_frames: int, pixels_key: str = "pixels"):
         super().__init__(env)
-        if num_frames < 1:
-            raise ConfigError(f"env.frame_stack must be >= 1, got {num_frames}")
         self._num_frames = num_frames
         self._pixels_key = pixels_key
         self._frames: collections.deque = collections.deque(maxlen=num_frames)
@@ -140,21 +135,6 @@ class PixelFrameStack(_Wrapper):
         return specs.BoundedArray((), np.float32, 0.0, 1.0, name="discount")
 
 
-def _check_task(domain: str, task: str) -> None:
-    from dm_control import suite
-
-    domains = sorted({d for d, _ in suite.ALL_TASKS})
-    if domain not in domains:
-        raise ConfigError(
-            f"env.domain={domain!r} is not a dm_control suite domain; valid: {', '.join(domains)}"
-        )
-    tasks = sorted(t for d, t in suite.ALL_TASKS if d == domain)
-    if task not in tasks:
-        raise ConfigError(
-            f"env.task={task!r} is not a task of domain {domain!r}; valid: {', '.join(tasks)}"
-        )
-
-
 def make_environment(
     domain: str,
     task: str,
@@ -175,12 +155,9 @@ def make_environment(
         frame_stack: frames per observation.
         camera_id: render camera; None = the paper's (2 for quadruped, 0 otherwise).
 
-    Raises:
-        ConfigError: unknown domain or task (naming env.domain / env.task), bad sizes.
+    The names and sizes are checked once, by `projects.drq_v2.config.validate_config`
+    (`config.env`), before any process starts.
     """
-    _check_task(domain, task)
-    if image_size < 1:
-        raise ConfigError(f"env.image_size must be >= 1, got {image_size}")
     from dm_control import suite
     from dm_control.suite.wrappers import action_scale, pixels
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import dm_env
 import ml_collections
 
-from magi_lp import ConfigError, Experiment
+from magi_lp import Experiment
 from magi_lp.acme_api import specs, wrappers
 from projects.drq_v2.builder import DrQBuilder
 from projects.drq_v2.environment import make_environment
@@ -72,30 +72,17 @@ def network_factory(
     return make_networks(environment_spec.actions, agent_config)
 
 
-def _check_env_config(env: ml_collections.ConfigDict) -> None:
-    for key in ("image_size", "action_repeat", "frame_stack"):
-        value = env[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"env.{key} must be an integer >= 1, got {value!r}")
-    frames = env.get("max_episode_frames", 0)
-    if isinstance(frames, bool) or not isinstance(frames, int) or frames < 0:
-        raise ConfigError(
-            f"env.max_episode_frames must be an integer >= 0 (0: the task's own limit), "
-            f"got {frames!r}"
-        )
-
-
 def make_experiment(config: ml_collections.ConfigDict, workdir: str | None = None) -> Experiment:
     """DrQ-v2 on `config.env.domain`/`config.env.task` (e.g. configs/reacher_hard.py).
 
     Args:
-      config: the experiment config (`projects.drq_v2.tasks.make_config`).
+      config: the experiment config (`projects.drq_v2.tasks.make_config`), checked by
+        `projects.drq_v2.config.validate_config` (the entry points run it first).
       workdir: the run folder; evaluation videos go to `<workdir>/videos` when
         `config.env.video.every_evaluations` > 0. None: no videos.
     """
     env = config.env
     agent = config.agent
-    _check_env_config(env)
     builder = DrQBuilder(
         agent,
         frame_stack=env.frame_stack,
@@ -103,8 +90,8 @@ def make_experiment(config: ml_collections.ConfigDict, workdir: str | None = Non
         image_size=env.image_size,
     )
     observers = []
-    video = env.get("video", None)
-    if workdir is not None and video is not None and video.every_evaluations > 0:
+    video = env.video
+    if workdir is not None and video.every_evaluations > 0:
         observers.append(
             functools.partial(
                 EvaluationVideo,
@@ -125,7 +112,7 @@ def make_experiment(config: ml_collections.ConfigDict, workdir: str | None = Non
             action_repeat=env.action_repeat,
             frame_stack=env.frame_stack,
             camera_id=env.camera_id,
-            max_episode_frames=env.get("max_episode_frames", 0),
+            max_episode_frames=env.max_episode_frames,
         ),
         network_factory=functools.partial(network_factory, agent_config=agent),
         config=config,

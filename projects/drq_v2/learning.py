@@ -39,6 +39,12 @@ import optax
 
 from magi_lp import ReplaySchedule
 from magi_lp.agent.frame_window import window_observations
+from magi_lp.agent.twin_critic import (
+    clipped_double_q_target,
+    soft_update,
+    twin_critic_loss,
+    twin_critic_metrics,
+)
 from projects.drq_v2.augmentations import random_shift
 from projects.drq_v2.networks import DrQNetworks, sample_action
 
@@ -138,8 +144,7 @@ def make_update_fn(
     def critic_loss_fn(trainable, obs, action, target_q):
         features = networks.encoder_apply(trainable["encoder"], obs)
         q1, q2 = networks.critic_apply(trainable["critic"], features, action)
-        loss = jnp.mean(jnp.square(q1 - target_q)) + jnp.mean(jnp.square(q2 - target_q))
-        return loss, (features, q1, q2)
+        return twin_critic_loss(q1, q2, target_q), (features, q1, q2)
 
     def actor_loss_fn(actor_params, critic_params, features, stddev, key):
         mean = networks.actor_apply(actor_params, features)
@@ -169,8 +174,7 @@ def make_update_fn(
         target_q1, target_q2 = networks.critic_apply(
             state.target_critic_params, next_features, next_action
         )
-        target_q = reward + discount * jnp.minimum(target_q1, target_q2)
-        target_q = jax.lax.stop_gradient(target_q)
+        target_q = clipped_double_q_target(reward, discount, target_q1, target_q2)
 
         # Encoder and critic, one Adam over both.
         trainable = {"encoder": params["encoder"], "critic": params["critic"]}
@@ -192,11 +196,7 @@ def make_update_fn(
         )
         actor_params = optax.apply_updates(params["actor"], actor_updates)
 
-        target_critic_params = jax.tree_util.tree_map(
-            lambda online, target: tau * online + (1.0 - tau) * target,
-            trainable["critic"],
-            state.target_critic_params,
-        )
+        target_critic_params = soft_update(trainable["critic"], state.target_critic_params, tau)
         new_state = TrainingState(
             params={
                 "encoder": trainable["encoder"],
@@ -211,9 +211,7 @@ def make_update_fn(
         )
         metrics = {
             "critic_loss": critic_loss,
-            "critic_q1": jnp.mean(q1),
-            "critic_q2": jnp.mean(q2),
-            "critic_target_q": jnp.mean(target_q),
+            **twin_critic_metrics(q1, q2, target_q, prefix="critic_"),
             "actor_loss": actor_loss,
             "actor_stddev": stddev,
             "batch_reward": jnp.mean(reward),

@@ -21,6 +21,8 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from magi_lp.agent.pure_functions import pure_functions
+
 if TYPE_CHECKING:  # dm_env is not needed to build the networks (e.g. on a bare GPU box)
     from dm_env import specs
 
@@ -133,16 +135,8 @@ def make_networks(
         q2 = _mlp(config.hidden_dim, 1, name="q2")(h_action)
         return q1[..., 0], q2[..., 0]
 
-    encoder = hk.without_apply_rng(hk.transform(encoder_fn))
-    actor = hk.without_apply_rng(hk.transform(actor_fn))
-    critic = hk.without_apply_rng(hk.transform(critic_fn))
     return DrQNetworks(
-        encoder_init=encoder.init,
-        encoder_apply=encoder.apply,
-        actor_init=actor.init,
-        actor_apply=actor.apply,
-        critic_init=critic.init,
-        critic_apply=critic.apply,
+        **pure_functions(encoder=encoder_fn, actor=actor_fn, critic=critic_fn),
         action_dim=action_dim,
     )
 

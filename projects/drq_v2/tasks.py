@@ -71,24 +71,6 @@ EVALUATION_EVERY_FRAMES = 10_000  # the official `eval_every_frames`
 EVALUATION_EPISODES = 10  # the official `num_eval_episodes`
 
 
-def _resources() -> ml_collections.ConfigDict:
-    """Where each node group runs in the distributed program (main.py ignores this)."""
-    resources = ml_collections.ConfigDict()
-    # Replay, counter and coordinator never render and never need a GPU.
-    resources.replay = resource_spec(device="cpu", render="none")
-    resources.counter = resource_spec(device="cpu", render="none", cpu_threads=1)
-    # The learner takes a GPU when there is one (JAX's default share of it: it is alone on
-    # it; --config.resources.learner.gpu_memory=0.5 to share), else the CPU, and the plan
-    # prints a one-line notice. It renders nothing: it gets the spec, not an environment.
-    resources.learner = resource_spec(device="gpu_if_available", render="none")
-    # Actors and the evaluator act on the CPU, one thread each, and render with EGL (Mesa's
-    # software EGL without a GPU; --config.resources.actor.render_gpu=0 renders on GPU 0).
-    resources.actor = resource_spec(device="cpu", render="egl", cpu_threads=1)
-    resources.evaluator = resource_spec(device="cpu", render="egl", cpu_threads=1)
-    resources.coordinator = resource_spec(device="cpu", render="none", cpu_threads=1)
-    return resources
-
-
 def make_config(task_name: str, distributed: bool = False) -> ml_collections.ConfigDict:
     """The experiment config of one of the paper's tasks, with the paper's settings.
 
@@ -127,18 +109,14 @@ def make_config(task_name: str, distributed: bool = False) -> ml_collections.Con
     config.evaluation.every_actor_steps = frames_to_agent_steps(
         EVALUATION_EVERY_FRAMES, env.action_repeat
     )
-    config.resources = _resources()
+    # Resources: the toolkit's defaults (experiment_defaults(); actors and the evaluator on
+    # the CPU rendering with EGL, the rest on the CPU rendering nothing) but for the learner,
+    # which takes a GPU when there is one (JAX's default share of it: it is alone on it;
+    # --config.resources.learner.gpu_memory=0.5 to share), else the CPU, and the plan prints
+    # a one-line notice. It renders nothing: it gets the spec, not an environment.
+    config.resources.learner = resource_spec(device="gpu_if_available", render="none")
 
-    config.env = env
-    # Evaluation video (projects/drq_v2/video.py): kept under `env` because the toolkit
-    # owns (and validates) `evaluation`. Written to <workdir>/videos.
-    config.env.video = ml_collections.ConfigDict(
-        {
-            "every_evaluations": 10,  # one episode every this many evaluations; 0: none
-            "fps": 25.0,  # one frame per agent step
-            "scale": 2,  # nearest-neighbour upscaling of the agent's view
-        }
-    )
+    config.env = env  # with its evaluation video (env.video: projects/drq_v2/video.py)
     config.agent = agent
     return config
 

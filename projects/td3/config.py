@@ -1,4 +1,5 @@
-"""TD3 hyperparameters (the `config.agent` part of an experiment).
+"""TD3's keys of an experiment config, each declared once: its hyperparameters
+(`config.agent`, `TD3Settings`) and its task (`config.env`, `TD3EnvSettings`).
 
 Defaults follow the paper (Fujimoto et al. 2018, "Addressing Function Approximation Error in
 Actor-Critic Methods", Table 3) and its reference code (sfujim/TD3), except where a small
@@ -12,82 +13,95 @@ range), so the noise scales below are fractions of the action range's half-width
 
 from __future__ import annotations
 
+import dataclasses
+
 import ml_collections
 
-from magi_lp import ConfigChecker, ConfigError
+from magi_lp.agent.suite_tasks import check_suite_task
+from magi_lp.config_schema import as_config, check, check_project_sections, in_range
 
 
-def get_agent_config() -> ml_collections.ConfigDict:
-    """TD3 hyperparameters, every one named; override with `--config.agent.<key>=value`."""
-    config = ml_collections.ConfigDict()
+@dataclasses.dataclass(frozen=True)
+class TD3Settings:
+    """TD3 hyperparameters (`config.agent`), every one named; override with
+    `--config.agent.<key>=value`. Checked by `validate_config`, before any process starts."""
 
     # --- optimisation -------------------------------------------------------------------
-    config.learning_rate = 3e-4  # Adam step size, actor and critic alike (reference code)
-    config.batch_size = 256  # transitions per update (reference code; the paper used 100)
-    config.discount = 0.99  # gamma, per agent step
+    learning_rate: float = 3e-4  # Adam step size, actor and critic alike (reference code)
+    batch_size: int = 256  # transitions per update (reference code; the paper used 100)
+    discount: float = 0.99  # gamma, per agent step
     # TD targets over n agent steps. The paper's TD3 is 1-step; 3 (as in DrQ-v2; D4PG uses 5)
     # propagates value faster: on cartpole/balance it reached evaluation returns ~990 by 25k
     # agent steps where 1-step was at ~500 after 40k (one seed each, see the project report).
-    config.n_step = 3
-    config.tau = 0.005  # soft target update: target <- tau * online + (1 - tau) * target
+    n_step: int = 3
+    tau: float = 0.005  # soft target update: target <- tau * online + (1 - tau) * target
 
     # --- target policy smoothing and delayed updates ---------------------------------------
-    config.policy_noise = 0.2  # stddev of the Gaussian noise added to target actions
-    config.noise_clip = 0.5  # that noise is clipped to [-noise_clip, noise_clip]
-    config.policy_delay = 2  # critic updates per actor (and target network) update
+    policy_noise: float = 0.2  # stddev of the Gaussian noise added to target actions
+    noise_clip: float = 0.5  # that noise is clipped to [-noise_clip, noise_clip]
+    policy_delay: int = 2  # critic updates per actor (and target network) update
 
     # --- exploration ----------------------------------------------------------------------
-    config.exploration_noise = 0.1  # stddev of the Gaussian noise added when acting
+    exploration_noise: float = 0.1  # stddev of the Gaussian noise added when acting
     # Agent steps of uniformly random actions at the start of each actor (the paper's
     # `start_timesteps`, there 25k for MuJoCo; small tasks learn faster with fewer).
-    config.random_action_steps = 1_000
+    random_action_steps: int = 1_000
 
     # --- networks -------------------------------------------------------------------------
-    config.hidden_sizes = (256, 256)  # ReLU hidden layers of the actor and of each critic
+    hidden_sizes: tuple[int, ...] = (256, 256)  # ReLU hidden layers of the actor and critics
 
     # --- replay ---------------------------------------------------------------------------
-    config.min_replay_size = 1_000  # transitions in replay before the first update
-    config.actor_steps_per_update = 1.0  # agent steps per update (1 = the paper's ratio)
-    config.replay_size = 1_000_000  # transitions kept (FIFO): the paper keeps all of training
+    min_replay_size: int = 1_000  # transitions in replay before the first update
+    actor_steps_per_update: float = 1.0  # agent steps per update (1 = the paper's ratio)
+    replay_size: int = 1_000_000  # transitions kept (FIFO): the paper keeps all of training
     # Parallel Reverb readers of the learner's dataset: enough to keep up with a
     # 256-transition batch on a CPU without spawning a thread per core of a large machine.
-    config.dataset_num_parallel_calls = 2
-    return config
+    dataset_num_parallel_calls: int = 2
+
+    def __post_init__(self) -> None:
+        in_range(self, "learning_rate", above=0)
+        in_range(self, "batch_size", minimum=1)
+        in_range(self, "discount", above=0, maximum=1)
+        in_range(self, "n_step", minimum=1)
+        in_range(self, "tau", above=0, maximum=1)
+        for key in ("policy_noise", "noise_clip", "exploration_noise", "random_action_steps"):
+            in_range(self, key, minimum=0)
+        in_range(self, "policy_delay", minimum=1)
+        in_range(self, "hidden_sizes", minimum=1)
+        in_range(self, "min_replay_size", minimum=1)
+        in_range(self, "actor_steps_per_update", above=0)
+        for bound in ("batch_size", "min_replay_size"):
+            limit = getattr(self, bound)
+            check(self, "replay_size", self.replay_size >= limit, f">= agent.{bound} ({limit})")
+        in_range(self, "dataset_num_parallel_calls", minimum=1)
 
 
-def validate_agent_config(agent: ml_collections.ConfigDict) -> None:
-    """Refuses out-of-range TD3 hyperparameters, one line naming `agent.<key>` and the fix.
+@dataclasses.dataclass(frozen=True)
+class TD3EnvSettings:
+    """The task (`config.env`); checked by `validate_config`, so the environment trusts it."""
 
-    Run by both entry points before any process starts (`TD3Builder.validate_config`).
-    """
-    check = ConfigChecker(agent, defaults=get_agent_config())
-    check.number("learning_rate", above=0)
-    check.integer("batch_size", minimum=1)
-    check.number("discount", above=0, maximum=1)
-    check.integer("n_step", minimum=1)
-    check.number("tau", above=0, maximum=1)
-    check.number("policy_noise", minimum=0)
-    check.number("noise_clip", minimum=0)
-    check.integer("policy_delay", minimum=1)
-    check.number("exploration_noise", minimum=0)
-    check.integer("random_action_steps", minimum=0)
-    check.sizes("hidden_sizes")
-    check.integer("min_replay_size", minimum=1)
-    check.number("actor_steps_per_update", above=0)
-    check.integer("replay_size", minimum=1)
-    check.at_least("replay_size", "batch_size")
-    check.at_least("replay_size", "min_replay_size")
-    check.integer("dataset_num_parallel_calls", minimum=1)
+    domain: str = "cartpole"  # dm_control suite domain
+    task: str = "balance"  # task of that domain
+    action_repeat: int = 1  # physics control steps per agent step
+
+    def __post_init__(self) -> None:
+        in_range(self, "action_repeat", minimum=1)
+
+
+def get_agent_config() -> ml_collections.ConfigDict:
+    """TD3 hyperparameters (`TD3Settings`' defaults) as `config.agent`."""
+    return as_config(TD3Settings())
+
+
+def get_env_config() -> ml_collections.ConfigDict:
+    """The task's keys (`TD3EnvSettings`' defaults) as `config.env`."""
+    return as_config(TD3EnvSettings())
 
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
-    """Checks `config.agent` and `config.env` before any process starts (both entry points)."""
-    validate_agent_config(config.agent)
-    ConfigChecker(config.env, section="env").integer("action_repeat", minimum=1)
-    from dm_control import suite  # here: only a run that passed every other check pays
-
-    if (config.env.domain, config.env.task) not in suite.ALL_TASKS:
-        raise ConfigError(
-            f"env.domain/env.task={config.env.domain}/{config.env.task} is not a dm_control "
-            "suite task; e.g. cartpole/balance, cartpole/swingup, pendulum/swingup, walker/walk"
-        )
+    """Checks `config.agent` and `config.env` before any process starts (both entry points,
+    through `TD3Builder.validate_config`): the one check of TD3's keys; the builder, learner
+    and environment trust what passed it."""
+    sections = {"agent": TD3Settings, "env": TD3EnvSettings}
+    check_project_sections(config, sections, defaults_module=__name__)
+    check_suite_task(config.env.domain, config.env.task)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dm_env
 
-from magi_lp import ConfigError
 from magi_lp.acme_api import wrappers
 
 
@@ -30,17 +29,12 @@ def make_environment(
       seed: the task's random seed (initial states, and noise where the task has some).
       evaluation: whether this is an evaluator's environment; the same task either way.
       action_repeat: physics control steps per agent step (rewards add up).
+
+    The names and the repeat are checked once, by `projects.td3.config.validate_config`.
     """
     del evaluation
     from dm_control import suite  # Imported here: loading MuJoCo is only for env nodes.
 
-    if (domain, task) not in suite.ALL_TASKS:
-        raise ConfigError(
-            f"env.domain/env.task={domain}/{task} is not a dm_control suite task; "
-            "e.g. cartpole/balance, cartpole/swingup, pendulum/swingup, walker/walk"
-        )
-    if action_repeat < 1:
-        raise ConfigError(f"env.action_repeat must be >= 1, got {action_repeat}")
     environment = suite.load(domain, task, task_kwargs={"random": seed})
     environment = wrappers.ConcatObservationWrapper(environment)
     if action_repeat > 1:

@@ -31,6 +31,12 @@ import optax
 
 from magi_lp import JaxLearner
 from magi_lp.acme_api import counting, loggers
+from magi_lp.agent.twin_critic import (
+    clipped_double_q_target,
+    soft_update,
+    twin_critic_loss,
+    twin_critic_metrics,
+)
 from projects.td3.networks import Params, TD3Networks
 
 
@@ -76,11 +82,6 @@ def init_training_state(
     )
 
 
-def soft_update(online: Params, target: Params, tau: float) -> Params:
-    """target <- tau * online + (1 - tau) * target, leaf by leaf."""
-    return jax.tree_util.tree_map(lambda o, t: tau * o + (1.0 - tau) * t, online, target)
-
-
 def make_update_fn(networks: TD3Networks, config: ml_collections.ConfigDict):
     """The jitted TD3 update: `update(state, batch) -> (state, metrics)`.
 
@@ -92,14 +93,11 @@ def make_update_fn(networks: TD3Networks, config: ml_collections.ConfigDict):
     tau = float(config.tau)
     policy_noise = float(config.policy_noise)
     noise_clip = float(config.noise_clip)
-    policy_delay = int(config.policy_delay)
-    if policy_delay < 1:
-        raise ValueError(f"agent.policy_delay must be >= 1, got {policy_delay}")
+    policy_delay = int(config.policy_delay)  # >= 1: projects.td3.config.validate_config
 
     def critic_loss_fn(critic_params, observation, action, target_q):
         q1, q2 = networks.critic_apply(critic_params, observation, action)
-        loss = jnp.mean(jnp.square(q1 - target_q)) + jnp.mean(jnp.square(q2 - target_q))
-        return loss, (q1, q2)
+        return twin_critic_loss(q1, q2, target_q), (q1, q2)
 
     def actor_loss_fn(policy_params, critic_params, observation):
         action = networks.policy_apply(policy_params, observation)
@@ -122,8 +120,9 @@ def make_update_fn(networks: TD3Networks, config: ml_collections.ConfigDict):
         target_q1, target_q2 = networks.critic_apply(
             state.target_critic_params, next_observation, next_action
         )
-        target_q = reward + discount * transition_discount * jnp.minimum(target_q1, target_q2)
-        target_q = jax.lax.stop_gradient(target_q)
+        target_q = clipped_double_q_target(
+            reward, discount * transition_discount, target_q1, target_q2
+        )
 
         (critic_loss, (q1, q2)), critic_grads = jax.value_and_grad(critic_loss_fn, has_aux=True)(
             state.critic_params, observation, action, target_q
@@ -131,62 +130,45 @@ def make_update_fn(networks: TD3Networks, config: ml_collections.ConfigDict):
         critic_updates, critic_opt_state = optimizer.update(
             critic_grads, state.critic_opt_state, state.critic_params
         )
-        critic_params = optax.apply_updates(state.critic_params, critic_updates)
+        state = state._replace(
+            critic_params=optax.apply_updates(state.critic_params, critic_updates),
+            critic_opt_state=critic_opt_state,
+            steps=state.steps + 1,
+            key=key,
+        )
 
-        def delayed_update(_):
+        def delayed_update(state: TrainingState) -> tuple[TrainingState, jax.Array]:
+            """The actor (with the critic just updated) and both target networks move."""
             actor_loss, policy_grads = jax.value_and_grad(actor_loss_fn)(
-                state.policy_params, critic_params, observation
+                state.policy_params, state.critic_params, observation
             )
             policy_updates, policy_opt_state = optimizer.update(
                 policy_grads, state.policy_opt_state, state.policy_params
             )
             policy_params = optax.apply_updates(state.policy_params, policy_updates)
-            return (
-                policy_params,
-                policy_opt_state,
-                soft_update(policy_params, state.target_policy_params, tau),
-                soft_update(critic_params, state.target_critic_params, tau),
-                actor_loss,
+            moved = state._replace(
+                policy_params=policy_params,
+                policy_opt_state=policy_opt_state,
+                target_policy_params=soft_update(policy_params, state.target_policy_params, tau),
+                target_critic_params=soft_update(
+                    state.critic_params, state.target_critic_params, tau
+                ),
             )
+            return moved, actor_loss
 
-        def no_update(_):
-            actor_loss = actor_loss_fn(state.policy_params, critic_params, observation)
-            return (
-                state.policy_params,
-                state.policy_opt_state,
-                state.target_policy_params,
-                state.target_critic_params,
-                actor_loss,
-            )
+        def no_update(state: TrainingState) -> tuple[TrainingState, jax.Array]:
+            return state, actor_loss_fn(state.policy_params, state.critic_params, observation)
 
-        steps = state.steps + 1
-        (
-            policy_params,
-            policy_opt_state,
-            target_policy_params,
-            target_critic_params,
-            actor_loss,
-        ) = jax.lax.cond(steps % policy_delay == 0, delayed_update, no_update, None)
-
-        new_state = TrainingState(
-            policy_params=policy_params,
-            critic_params=critic_params,
-            target_policy_params=target_policy_params,
-            target_critic_params=target_critic_params,
-            policy_opt_state=policy_opt_state,
-            critic_opt_state=critic_opt_state,
-            steps=steps,
-            key=key,
+        state, actor_loss = jax.lax.cond(
+            state.steps % policy_delay == 0, delayed_update, no_update, state
         )
         metrics = {
             "critic_loss": critic_loss,
-            "q1": jnp.mean(q1),
-            "q2": jnp.mean(q2),
-            "target_q": jnp.mean(target_q),
+            **twin_critic_metrics(q1, q2, target_q),
             "actor_loss": actor_loss,
             "batch_reward": jnp.mean(reward),
         }
-        return new_state, metrics
+        return state, metrics
 
     return jax.jit(update)
 

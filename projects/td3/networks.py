@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from magi_lp.acme_api import specs
+from magi_lp.agent.pure_functions import pure_functions
 
 Params = Any  # a Haiku params mapping
 PRNGKey = jax.Array
@@ -86,13 +87,8 @@ def make_networks(
         q2 = hk.nets.MLP([*hidden_sizes, 1], activation=jax.nn.relu, name="q2")(inputs)
         return jnp.squeeze(q1, -1), jnp.squeeze(q2, -1)
 
-    policy_fn = hk.without_apply_rng(hk.transform(policy))
-    critic_fn = hk.without_apply_rng(hk.transform(critic))
     return TD3Networks(
-        policy_init=policy_fn.init,
-        policy_apply=policy_fn.apply,
-        critic_init=critic_fn.init,
-        critic_apply=critic_fn.apply,
+        **pure_functions(policy=policy, critic=critic),
         observation_size=observation_size,
         action_size=action_size,
     )

@@ -1,0 +1,28 @@
+"""The one check of a dm_control suite task named by `config.env.domain` / `config.env.task`.
+
+Agent projects on the suite (DrQ-v2, TD3) call it from their config check, which both entry
+points run before any process starts; their environments then trust the names. dm_control
+is imported on the call (about a second), so only a run that passed every other check pays.
+"""
+
+from __future__ import annotations
+
+from magi_lp.errors import ConfigError
+
+
+def check_suite_task(domain: str, task: str) -> None:
+    """Refuses a domain or task the suite does not have, in one line listing the valid ones."""
+    from dm_control import suite
+
+    domains = sorted({d for d, _ in suite.ALL_TASKS})
+    if domain not in domains:
+        raise ConfigError(
+            f"env.domain={domain!r} is not a dm_control suite task domain; valid: "
+            f"{', '.join(domains)} (e.g. --config.env.domain=cartpole --config.env.task=balance)"
+        )
+    tasks = sorted(t for d, t in suite.ALL_TASKS if d == domain)
+    if task not in tasks:
+        raise ConfigError(
+            f"env.task={task!r} is not a dm_control suite task of domain {domain!r}; valid: "
+            f"{', '.join(tasks)} (e.g. --config.env.task={tasks[0]})"
+        )

@@ -1,0 +1,244 @@
+"""Config sections declared as typed dataclasses, and their one-line checks.
+
+Every section of an experiment config, the toolkit's (`magi_lp.runtime.config`) and an
+agent's (`config.agent`, `config.env`, in the project's `config.py`), is declared once as a
+frozen dataclass: each field is a key with its type and default, and `__post_init__`
+checks ranges. `typed_section(cls, values, prefix)` checks a ConfigDict against it, so a
+typo, a missing key, a wrong type or a value out of range is refused before any process
+starts, with one line naming the key by its full name:
+
+    @dataclasses.dataclass(frozen=True)
+    class TD3Settings:
+        batch_size: int = 256
+        hidden_sizes: tuple[int, ...] = (256, 256)
+
+        def __post_init__(self) -> None:
+            in_range(self, "batch_size", minimum=1)
+
+    agent = as_config(TD3Settings())  # the defaults, each overridable on the command line
+    typed_section(TD3Settings, agent, "agent.", suggest_defaults=True)
+    # error: agent.batch_size must be an integer >= 1, got 0; e.g.
+    #        --config.agent.batch_size=256 (the default)
+
+Field types: bool, int, float, str, unions of them (`int | None`), `tuple[int, ...]` (a
+list or tuple on the command line) and a nested dataclass (a sub-section, checked under
+`<prefix><field>.`). Imports only the standard library, ml_collections and
+`magi_lp.errors`: the entry points check a config before importing JAX or TensorFlow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import typing
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import ml_collections
+
+from magi_lp.errors import ConfigError
+
+EXPERIMENT_DEFAULTS = "magi_lp.runtime.config.experiment_defaults()"
+"""Where a complete toolkit config comes from (the default advice for a missing key)."""
+
+
+def fail_unless(ok: bool, key: str, allowed: str, value: Any) -> None:
+    """Refuses `value` unless `ok`: "<key> must be <allowed>, got <value>." (key in full)."""
+    if not ok:
+        raise ConfigError(f"{key} must be {allowed}, got {value!r}.")
+
+
+class OutOfRangeError(ConfigError):
+    """A field's value is out of its range; `typed_section` names it in full, with the fix."""
+
+    def __init__(self, key: str, allowed: str, value: Any):
+        super().__init__(f"{key} must be {allowed}, got {value!r}")
+        self.key, self.allowed, self.value = key, allowed, value
+
+
+def check(settings: Any, key: str, ok: bool, allowed: str) -> None:
+    """In `__post_init__`: refuses field `key` of `settings` unless `ok` ("must be <allowed>")."""
+    if not ok:
+        raise OutOfRangeError(key, allowed, getattr(settings, key))
+
+
+def in_range(
+    settings: Any,
+    key: str,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    above: float | None = None,
+    below: float | None = None,
+) -> None:
+    """In `__post_init__`: field `key` is a finite number within the bounds (`above` and
+    `below` are strict), or, for a `tuple[int, ...]` field, a non-empty sequence of them."""
+    value = getattr(settings, key)
+    bounds = " and ".join(
+        f"{word} {bound}"
+        for word, bound in ((">", above), (">=", minimum), ("<", below), ("<=", maximum))
+        if bound is not None
+    )
+
+    def ok(number: Any) -> bool:
+        return (
+            math.isfinite(number)
+            and (minimum is None or number >= minimum)
+            and (maximum is None or number <= maximum)
+            and (above is None or number > above)
+            and (below is None or number < below)
+        )
+
+    annotation = typing.get_type_hints(type(settings))[key]
+    if _sequence_item(annotation) is not None:
+        words = f"a non-empty list of {_PLURAL_WORDS[_sequence_item(annotation)]} {bounds}"
+        check(settings, key, bool(value) and all(map(ok, value)), words)
+    else:
+        check(settings, key, ok(value), f"{_TYPE_WORDS[annotation]} {bounds}".strip())
+
+
+def as_config(settings: Any) -> ml_collections.ConfigDict:
+    """A dataclass instance as a config section (nested dataclasses as sub-sections), so
+    that every key can be overridden with `--config.<section>.<key>=`."""
+    return ml_collections.ConfigDict(dataclasses.asdict(settings))
+
+
+def unknown_key(prefix: str, key: str, known: Iterable[str]) -> ConfigError:
+    """The error for a key the section does not have, with the closest known one."""
+    known = sorted(known)
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f" Did you mean {prefix}{close[0]}?" if close else ""
+    return ConfigError(f"{prefix}{key} is not a known config key.{hint} Known: {', '.join(known)}.")
+
+
+def _sequence_item(annotation: Any) -> Any:
+    """The item type of `tuple[X, ...]` / `list[X]`, else None."""
+    if typing.get_origin(annotation) in (tuple, list):
+        return typing.get_args(annotation)[0]
+    return None
+
+
+def _type_ok(value: Any, annotation: Any) -> bool:
+    if annotation is bool:
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False  # True is an int to Python, never to a config
+    if annotation is int:
+        return isinstance(value, int)
+    if annotation is float:
+        return isinstance(value, int | float)
+    if annotation is str:
+        return isinstance(value, str)
+    item = _sequence_item(annotation)
+    if item is not None:
+        return isinstance(value, tuple | list) and all(_type_ok(v, item) for v in value)
+    return any(_type_ok(value, arg) for arg in typing.get_args(annotation)) or (
+        value is None and type(None) in typing.get_args(annotation)
+    )
+
+
+_TYPE_WORDS = {bool: "True or False", int: "an integer", float: "a number", str: "a string"}
+_PLURAL_WORDS = {bool: "booleans", int: "integers", float: "numbers", str: "strings"}
+
+
+def _describe(annotation: Any) -> str:
+    if annotation in _TYPE_WORDS:
+        return _TYPE_WORDS[annotation]
+    item = _sequence_item(annotation)
+    if item is not None:
+        return f"a list of {_PLURAL_WORDS.get(item, str(item))}"
+    words = [_TYPE_WORDS.get(arg, "None") for arg in typing.get_args(annotation)]
+    return " or ".join(words) or str(annotation)
+
+
+def _flag_value(value: Any) -> str:
+    """A default as one shell word after `--config.<key>=`: (256,256), not (256, 256)."""
+    if isinstance(value, tuple | list):
+        items = ",".join(_flag_value(v) for v in value)
+        return f"({items},)" if len(value) == 1 else f"({items})"
+    return repr(value)
+
+
+def _ending(cls: type, name: str, key: str, suggest_defaults: bool) -> str:
+    """How a refusal ends: with the key's default as the fix where asked for, else a period."""
+    field = {f.name: f for f in dataclasses.fields(cls)}[name]
+    if not suggest_defaults or field.default is dataclasses.MISSING:
+        return "."
+    return f"; e.g. --config.{key}={_flag_value(field.default)} (the default)"
+
+
+def check_project_sections(
+    config: Mapping[str, Any], sections: Mapping[str, type], *, defaults_module: str
+) -> None:
+    """An agent project's sections of `config` (e.g. {"agent": TD3Settings, "env": ...})
+    checked by `typed_section`, each refused value's line ending with its default as a flag;
+    a missing key points at `<defaults_module>.get_<section>_config()`."""
+    for section, cls in sections.items():
+        typed_section(
+            cls,
+            config[section],
+            f"{section}.",
+            suggest_defaults=True,
+            start_from=f"{defaults_module}.get_{section}_config()",
+        )
+
+
+def typed_section(
+    cls: type,
+    values: Mapping[str, Any],
+    prefix: str,
+    *,
+    fixed: Mapping[str, Any] | None = None,
+    suggest_defaults: bool = False,
+    start_from: str = EXPERIMENT_DEFAULTS,
+) -> Any:
+    """`cls(**values)`, refusing unknown or missing keys, wrong types and values out of
+    range (`check` / `in_range` in `__post_init__`) by their full name, in one line.
+
+    Args:
+      cls: a frozen dataclass whose fields are the section's keys (see the module docstring
+        for the types); its `__post_init__` checks ranges.
+      values: the section (dict or ConfigDict).
+      prefix: the section's path with a trailing dot ("agent."), "" at the top level.
+      fixed: constructor arguments that are not config keys (e.g. a workdir).
+      suggest_defaults: end a refused value's line with the fix, the key's default as a
+        flag (`; e.g. --config.agent.batch_size=256 (the default)`).
+      start_from: where a complete section comes from, for a missing key.
+    """
+    fixed = dict(fixed or {})
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls) if f.name not in fixed]
+    for key in values:
+        if key not in names:
+            raise unknown_key(prefix, key, names)
+    kwargs = {}
+    for name in names:
+        if name not in values:
+            raise ConfigError(f"{prefix}{name} is missing; start from {start_from}.")
+        value, annotation = values[name], hints[name]
+        if dataclasses.is_dataclass(annotation):
+            if not isinstance(value, Mapping | ml_collections.ConfigDict):
+                keys = ", ".join(f.name for f in dataclasses.fields(annotation))
+                raise ConfigError(f"{prefix}{name} must be a section with keys {keys}.")
+            value = typed_section(
+                annotation,
+                value,
+                f"{prefix}{name}.",
+                suggest_defaults=suggest_defaults,
+                start_from=start_from,
+            )
+        elif not _type_ok(value, annotation):
+            ending = _ending(cls, name, f"{prefix}{name}", suggest_defaults)
+            raise ConfigError(
+                f"{prefix}{name} must be {_describe(annotation)}, got {value!r}{ending}"
+            )
+        elif _sequence_item(annotation) is not None:
+            value = tuple(value)
+        kwargs[name] = value
+    try:
+        return cls(**kwargs, **fixed)
+    except OutOfRangeError as error:
+        key = f"{prefix}{error.key}"
+        ending = _ending(cls, error.key, key, suggest_defaults)
+        raise ConfigError(f"{key} must be {error.allowed}, got {error.value!r}{ending}") from None
