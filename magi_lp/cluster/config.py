@@ -19,8 +19,9 @@ from typing import Any
 
 import ml_collections
 
+from magi_lp.config_schema import fail_unless, typed_section, unknown_key
 from magi_lp.errors import ConfigError
-from magi_lp.runtime.config import NODE_GROUPS, _fail_unless, _unknown, typed_section
+from magi_lp.runtime.config import NODE_GROUPS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,14 +50,14 @@ class HostsSettings:
             "start_timeout_seconds",
         ):
             value = getattr(self, key)
-            _fail_unless(value > 0, f"hosts.{key}", "> 0 seconds", value)
-        _fail_unless(
+            fail_unless(value > 0, f"hosts.{key}", "> 0 seconds", value)
+        fail_unless(
             1024 <= self.base_port <= 65535,
             "hosts.base_port",
             "a port in 1024-65535",
             self.base_port,
         )
-        _fail_unless(
+        fail_unless(
             self.heartbeat_timeout_seconds > 4 * self.poll_seconds,
             "hosts.heartbeat_timeout_seconds",
             f"more than 4 x hosts.poll_seconds ({4 * self.poll_seconds:g})",
@@ -76,9 +77,9 @@ class MachineSettings:
     node_selector: str = ""  # Kubernetes: node labels its pods need ("k=v,k2=v2")
 
     def __post_init__(self) -> None:
-        _fail_unless(self.gpus >= -1, "gpus", "an integer >= 0, or -1 (unknown)", self.gpus)
-        _fail_unless(self.cpus >= 0, "cpus", "an integer >= 0 (0: unknown)", self.cpus)
-        _fail_unless(
+        fail_unless(self.gpus >= -1, "gpus", "an integer >= 0, or -1 (unknown)", self.gpus)
+        fail_unless(self.cpus >= 0, "cpus", "an integer >= 0 (0: unknown)", self.cpus)
+        fail_unless(
             self.base_port == 0 or 1024 <= self.base_port <= 65535,
             "base_port",
             "0 or a port in 1024-65535",
@@ -113,7 +114,7 @@ class KubernetesSettings:
 
     def __post_init__(self) -> None:
         policies = ("Always", "IfNotPresent", "Never")
-        _fail_unless(
+        fail_unless(
             self.image_pull_policy in policies,
             "hosts.kubernetes.image_pull_policy",
             " or ".join(policies),
@@ -158,7 +159,7 @@ def validate_hosts_config(config: ml_collections.ConfigDict) -> HostsSettings:
     known = {f.name for f in dataclasses.fields(HostsSettings)} | set(_HOSTS_SECTIONS)
     for key in hosts:
         if key not in known:
-            raise _unknown("hosts.", key, known)
+            raise unknown_key("hosts.", key, known)
     for section in _HOSTS_SECTIONS:
         if section not in hosts:
             raise ConfigError(f"hosts.{section} is missing; start from hosts_defaults().")
@@ -173,7 +174,7 @@ def validate_hosts_config(config: ml_collections.ConfigDict) -> HostsSettings:
             raise ConfigError(message if message.startswith(prefix) else prefix + message) from None
     for group in hosts.place:
         if group not in NODE_GROUPS:
-            raise _unknown("hosts.place.", group, NODE_GROUPS)
+            raise unknown_key("hosts.place.", group, NODE_GROUPS)
         if not isinstance(hosts.place[group], str):
             raise ConfigError(
                 f"hosts.place.{group} must be a string such as 'main' or 'a1,a2', "

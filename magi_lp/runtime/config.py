@@ -17,9 +17,7 @@ from typing import Any
 
 import ml_collections
 
-from magi_lp.config_schema import fail_unless as _fail_unless
-from magi_lp.config_schema import typed_section
-from magi_lp.config_schema import unknown_key as _unknown
+from magi_lp.config_schema import fail_unless, typed_section, unknown_key
 from magi_lp.errors import ConfigError
 from magi_lp.placement.plan import GroupRequest
 from magi_lp.placement.resources import ResourceSpec, resource_spec
@@ -44,7 +42,7 @@ class RunSettings:
     isolation: str = "auto"  # node RPC ports in a loopback-only namespace: auto/required/off
 
     def __post_init__(self) -> None:
-        _fail_unless(self.seed >= 0, "seed", "an integer >= 0", self.seed)
+        fail_unless(self.seed >= 0, "seed", "an integer >= 0", self.seed)
         for key, minimum in (
             ("max_actor_steps", 1),
             ("num_actors", 1),
@@ -53,8 +51,8 @@ class RunSettings:
             ("variable_update_period", 1),
         ):
             value = getattr(self, key)
-            _fail_unless(value >= minimum, key, f"an integer >= {minimum}", value)
-        _fail_unless(
+            fail_unless(value >= minimum, key, f"an integer >= {minimum}", value)
+        fail_unless(
             self.isolation in ISOLATION_MODES,
             "isolation",
             " or ".join(repr(m) for m in ISOLATION_MODES),
@@ -72,7 +70,7 @@ class CheckpointSettings:
     replay: bool = False  # device store: save it with each learner checkpoint, restore it too
 
     def __post_init__(self) -> None:
-        _fail_unless(self.every_minutes > 0, "checkpoint.every_minutes", "> 0", self.every_minutes)
+        fail_unless(self.every_minutes > 0, "checkpoint.every_minutes", "> 0", self.every_minutes)
 
 
 REPLAY_STORES = ("auto", "device", "reverb")
@@ -93,13 +91,13 @@ class ReplaySettings:
     queue_steps: int = 500  # device store: steps in flight from actors to the learner
 
     def __post_init__(self) -> None:
-        _fail_unless(
+        fail_unless(
             self.store in REPLAY_STORES,
             "replay.store",
             " or ".join(repr(s) for s in REPLAY_STORES),
             self.store,
         )
-        _fail_unless(self.queue_steps >= 1, "replay.queue_steps", ">= 1", self.queue_steps)
+        fail_unless(self.queue_steps >= 1, "replay.queue_steps", ">= 1", self.queue_steps)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,7 +110,7 @@ class EvaluationSettings:
     def __post_init__(self) -> None:
         for key in ("episodes", "every_actor_steps"):
             value = getattr(self, key)
-            _fail_unless(value >= 1, f"evaluation.{key}", "an integer >= 1", value)
+            fail_unless(value >= 1, f"evaluation.{key}", "an integer >= 1", value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,7 +125,7 @@ class LoggingSettings:
     time_delta: float = 1.0  # seconds between rows a logger keeps (0: every row)
 
     def __post_init__(self) -> None:
-        _fail_unless(self.time_delta >= 0, "logging.time_delta", ">= 0 seconds", self.time_delta)
+        fail_unless(self.time_delta >= 0, "logging.time_delta", ">= 0 seconds", self.time_delta)
 
 
 STOP_TIERS: dict[str, int] = {
@@ -234,7 +232,7 @@ def validate_experiment_config(config: ml_collections.ConfigDict) -> RunSettings
     known |= set(_OPTIONAL_SECTIONS)
     for key in config:
         if key not in known:
-            raise _unknown("", key, known)
+            raise unknown_key("", key, known)
     for section in _SECTIONS:
         if section not in config:
             raise ConfigError(
@@ -249,7 +247,7 @@ def validate_experiment_config(config: ml_collections.ConfigDict) -> RunSettings
     typed_section(DebugSettings, config.debug, "debug.")
     for group in config.resources:
         if group not in NODE_GROUPS:
-            raise _unknown("resources.", group, NODE_GROUPS)
+            raise unknown_key("resources.", group, NODE_GROUPS)
     for group in NODE_GROUPS:
         if group not in config.resources:
             raise ConfigError(

@@ -42,9 +42,10 @@ from absl import logging
 
 from magi_lp import console
 from magi_lp.acme_api import loggers as acme_loggers
+from magi_lp.config_schema import typed_section
 from magi_lp.errors import ConfigError
 from magi_lp.formatting import format_duration
-from magi_lp.runtime.config import LoggingSettings, typed_section
+from magi_lp.runtime.config import LoggingSettings
 
 Logger = acme_loggers.Logger
 LoggingData = acme_loggers.LoggingData
