@@ -149,6 +149,7 @@ def _key(observation) -> bytes:
     return np.ascontiguousarray(observation).tobytes()
 
 
+@pytest.mark.integration  # a real Reverb server and learner, ~9 s
 def test_table_adder_dataset_learner_and_actors_on_a_real_server(environment_spec):
     config = _tiny_agent_config()
     builder = DrQBuilder(config, frame_stack=STACK, action_repeat=ACTION_REPEAT, image_size=IMAGE)
