@@ -216,6 +216,7 @@ def test_one_call_chooses_all_k_actions():
     assert calls == [(2,)]  # traced once, per environment, under vmap
 
 
+@pytest.mark.integration  # a single-process run on a real Reverb server, ~8 s
 def test_single_process_run_with_several_environments_per_actor(tmp_path):
     config = toy_config(max_actor_steps=60)
     config.envs_per_actor = 3

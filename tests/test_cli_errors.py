@@ -124,6 +124,7 @@ def test_dry_run_warns_about_cores_memory_and_ignored_gpus(tmp_path):
     assert "resources.actor.gpus=1 is ignored: resources.actor.device='cpu'" in result.stdout
 
 
+@pytest.mark.integration  # runs main.py, the entry point, ~13 s
 def test_main_py_says_which_distributed_settings_it_ignores(tmp_path):
     result = run_entry_point(
         "projects/td3/main.py",

@@ -38,6 +38,7 @@ sys.meta_path.insert(0, _Blocker())
 """
 
 
+@pytest.mark.integration  # a fresh interpreter runs the check's workloads, ~8 s
 def test_check_and_its_workloads_run_without_tf_reverb_launchpad_acme(tmp_path):
     """Everything gpu_check imports loads with those packages blocked, and the learner and
     actor workloads (the real DrQ-v2 update and policy, paper-sized networks, tiny images)
@@ -165,6 +166,7 @@ def _on_the_cpu(env, role):
     return env
 
 
+@pytest.mark.integration  # the check's worker processes, each importing JAX, ~40 s
 def test_gpu_paths_with_an_injected_gpu(tmp_path, monkeypatch):
     cuda12 = JaxBuild("0.4.30", (CudaPlugin("jax_plugins.xla_cuda12", 12, "0.4.30"),))
     monkeypatch.setattr(plan_module, "detect_jax_build", lambda: cuda12)
