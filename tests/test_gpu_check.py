@@ -1,4 +1,4 @@
-"""The GPU check (benchmarks/gpu_check.py). This machine has no GPU: the check's no-GPU path
+"""The GPU check (benchmarks/gpu_check/). This machine has no GPU: the check's no-GPU path
 runs for real; its GPU paths run with an injected one-GPU inventory, a fake NVML process list
 and the workers' JAX on the CPU (fakes for the GPU only; the plan, the worker processes and
 their DrQ-v2 workloads are real)."""
@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import gpu_check
+from benchmarks.gpu_check import cli, parts, settings
 from magi_lp.placement import jax_build as jax_build_module
 from magi_lp.placement import plan as plan_module
 from magi_lp.placement.gpu_inventory import GpuInfo, GpuInventory
@@ -47,12 +48,13 @@ def test_check_and_its_workloads_run_without_tf_reverb_launchpad_acme(tmp_path):
         _BLOCKER
         + f"""
 import json
-from benchmarks import gpu_check
+from benchmarks.gpu_check import cli, parts, workloads
+from benchmarks.gpu_check import plan as check_plan
 from magi_lp.placement.gpu_inventory import GpuInfo, GpuInventory
 inventory = GpuInventory((GpuInfo(0, "0:1", "{H100}", 80 * 2**30, 0, 0.0),), "", "560.35.03", 12060)
-plan = gpu_check.make_plan(gpu_check.load_config(num_actors=2), inventory)
-learner = gpu_check.run_learner({str(tmp_path / "l.json")!r}, 2, 16, 0.2)
-actor = gpu_check.run_actor({str(tmp_path / "a.json")!r}, 16, 0.2)
+plan = check_plan.make_plan(check_plan.load_config(num_actors=2), inventory)
+learner = workloads.run_learner({str(tmp_path / "l.json")!r}, 2, 16, 0.2)
+actor = workloads.run_actor({str(tmp_path / "a.json")!r}, 16, 0.2)
 loaded = sorted(m for m in sys.modules if m.split(".")[0] in {BLOCKED!r})
 print(json.dumps({{"groups": list(plan.groups), "learner": learner, "actor": actor,
                   "loaded": loaded}}))
@@ -117,12 +119,12 @@ def test_a_gpu_with_cpu_only_jax_is_one_line_and_exit_1(tmp_path):
 
 
 def test_actor_counts_and_fits():
-    assert gpu_check.actor_counts(8) == [1, 2, 4, 8]
-    assert gpu_check.actor_counts(6) == [1, 2, 4, 6]
-    assert gpu_check.actor_counts(1) == [1]
-    assert gpu_check.largest_fit(10_000, 300) == 33
-    assert gpu_check.largest_fit(100, 300) == 0
-    assert gpu_check.largest_fit(10_000, 0.0) is None  # CPU actors: no GPU limit
+    assert parts.actor_counts(8) == [1, 2, 4, 8]
+    assert parts.actor_counts(6) == [1, 2, 4, 6]
+    assert parts.actor_counts(1) == [1]
+    assert parts.largest_fit(10_000, 300) == 33
+    assert parts.largest_fit(100, 300) == 0
+    assert parts.largest_fit(10_000, 0.0) is None  # CPU actors: no GPU limit
 
 
 class _FakeProcesses:
@@ -177,8 +179,8 @@ def test_gpu_paths_with_an_injected_gpu(tmp_path, monkeypatch):
         "batch": 2, "image": 16, "render_size": 16, "max_actors": 1, "tiny_net": True,
         "learner_seconds": 0.5, "render_seconds": 0.5, "sample_every_s": 0.05,
     }  # fmt: skip
-    result = gpu_check.run_check(
-        gpu_check.PARTS, sizes, inventory, _FakeProcesses(500.0), _on_the_cpu, tmp_path
+    result = parts.run_check(
+        settings.PARTS, sizes, inventory, _FakeProcesses(500.0), _on_the_cpu, tmp_path
     )
     # The plan of configs/reacher_hard_distributed.py on one H100 with CUDA JAX.
     groups = result["plan"]["groups"]
@@ -195,7 +197,7 @@ def test_gpu_paths_with_an_injected_gpu(tmp_path, monkeypatch):
     assert node["gpu_mib"] == 0.0 and node["listed_by_nvml"] is False
 
     memory = result["memory"]
-    planned, defaults, gpu_actors = (memory[v] for v in gpu_check.VARIANTS)
+    planned, defaults, gpu_actors = (memory[v] for v in settings.VARIANTS)
     assert planned["env"]["actor"]["JAX_PLATFORMS"] == "cpu" and defaults["env"]["actor"] is None
     assert [s["actors"] for s in planned["steps"]] == [0, 1]
     assert planned["steps"][-1]["actor_mib"] == [0.0] and planned["largest_n_ran"] == 1
@@ -227,7 +229,7 @@ def test_gpu_paths_with_an_injected_gpu(tmp_path, monkeypatch):
         assert actor["gpu_mib"] == 300.0  # the fake NVML: it was planned on the GPU
 
     page = gpu_check.report(
-        {"status": "ok", "machine": gpu_check._machine(inventory), "measured_at": "now",
+        {"status": "ok", "machine": cli.machine_facts(inventory), "measured_at": "now",
          "commit": "abc", **result}
     )  # fmt: skip
     assert "largest N the GPU holds (computed" in page
