@@ -36,7 +36,7 @@ from benchmarks.common import (
     progress,
     ratio,
     single_thread_env,
-    steady_state_experiment,
+    steady_state_replay,
 )
 
 TITLE = "Actor loop frames/s vs the raw environment (one core)"
@@ -164,17 +164,9 @@ def measure(quick: bool) -> dict:
     from magi_lp.runtime import replay as replay_lib
 
     core = pin_to_one_core()
-    import reverb
-
-    experiment = steady_state_experiment()
+    experiment, spec, server, client = steady_state_replay()
     config = experiment.config
-    spec = experiment.get_environment_spec()
     repeat = int(config.env.action_repeat)
-    from magi_lp.runtime.single_process import without_rate_limit
-
-    tables = replay_lib.make_replay_tables(experiment, spec)
-    server = reverb.Server([without_rate_limit(table) for table in tables])
-    client = reverb.Client(f"localhost:{server.port}")
 
     steps = 60 if quick else 300
     rounds = 1 if quick else 3

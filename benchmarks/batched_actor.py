@@ -40,7 +40,7 @@ from benchmarks.common import (
     progress,
     ratio,
     single_thread_env,
-    steady_state_experiment,
+    steady_state_replay,
 )
 
 TITLE = "Batched actor: frames/s of one actor process with k environments vs the raw environment"
@@ -158,20 +158,11 @@ def _name(k: int) -> str:
 
 
 def measure(quick: bool) -> dict:
-    from magi_lp.runtime import replay as replay_lib
 
     core = pin_to_one_core()
-    import reverb
-
-    from magi_lp.runtime.single_process import without_rate_limit
-
-    experiment = steady_state_experiment()
+    experiment, spec, server, client = steady_state_replay()
     config = experiment.config
-    spec = experiment.get_environment_spec()
     repeat = int(config.env.action_repeat)
-    tables = replay_lib.make_replay_tables(experiment, spec)
-    server = reverb.Server([without_rate_limit(table) for table in tables])
-    client = reverb.Client(f"localhost:{server.port}")
 
     steps = 64 if quick else 320  # environment steps per sample; a multiple of every k
     rounds = 1 if quick else 3

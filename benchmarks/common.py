@@ -30,7 +30,7 @@ import traceback
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from magi_lp.launch import processes
 
@@ -198,6 +198,30 @@ def steady_state_experiment():
     config = make_config("reacher_hard", distributed=True)
     config.agent.min_replay_frames = 0
     return make_experiment(config)
+
+
+class SteadyStateReplay(NamedTuple):
+    """`make run`'s experiment writing into its own replay tables on a local Reverb server."""
+
+    experiment: Any
+    spec: Any  # the environment spec
+    server: Any  # reverb.Server (stop it when done)
+    client: Any  # reverb.Client of that server
+
+
+def steady_state_replay() -> SteadyStateReplay:
+    """`steady_state_experiment()` and its replay tables, served without rate limits, so an
+    actor benchmark measures acting and inserting, never waiting for a learner."""
+    import reverb
+
+    from magi_lp.runtime import replay as replay_lib
+    from magi_lp.runtime.single_process import without_rate_limit
+
+    experiment = steady_state_experiment()
+    spec = experiment.get_environment_spec()
+    tables = replay_lib.make_replay_tables(experiment, spec)
+    server = reverb.Server([without_rate_limit(table) for table in tables])
+    return SteadyStateReplay(experiment, spec, server, reverb.Client(f"localhost:{server.port}"))
 
 
 def pin_to_one_core() -> int:
