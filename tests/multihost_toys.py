@@ -81,40 +81,33 @@ def make_program(scenario: str) -> lp.Program:
 
 
 def make_job(out_dir: Path):
-    from magi_lp.cluster.job import (
-        ClusterGroup,
-        ClusterHost,
-        ClusterJob,
-        ClusterNode,
-        JobPaths,
-        StopSettings,
-    )
+    from magi_lp.cluster import job as cluster
 
     def group(name, host, ports, tier, count=1):
         nodes = tuple(
-            ClusterNode(name, task, host, ports[task] if ports else (), tier)
+            cluster.ClusterNode(name, task, host, ports[task] if ports else (), tier)
             for task in range(count)
         )
-        return ClusterGroup(name, host, {"TOY_GROUP": name}, nodes, summary=f"{name} toy")
+        return cluster.ClusterGroup(name, host, {"TOY_GROUP": name}, nodes, summary=f"{name} toy")
 
-    return ClusterJob(
+    return cluster.ClusterJob(
         engine="hosts",
         name="toy",
-        hosts=tuple(ClusterHost(name, address) for name, address in HOSTS.items()),
+        hosts=tuple(cluster.ClusterHost(name, address) for name, address in HOSTS.items()),
         groups=(
             group("server", "h1", [(PORT,)], 1),
             group("worker", "h2", None, 0, count=2),
             group("coordinator", "h1", [(PORT + 1, PORT + 2)], 2),
         ),
         coordinator="coordinator/0",
-        paths=JobPaths(
+        paths=cluster.JobPaths(
             python=sys.executable,
             project_dir=str(Path(__file__).resolve().parents[1]),
             workdir=str(out_dir),
             job_dir=str(out_dir / "job"),
             log_dir=str(out_dir / "nodes"),
         ),
-        stop=StopSettings(
+        stop=cluster.StopSettings(
             poll_seconds=0.2,
             notice_seconds=5.0,
             heartbeat_timeout_seconds=2.0,

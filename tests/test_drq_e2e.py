@@ -68,6 +68,21 @@ def _run(script: str, config: str, workdir: Path, extra: list[str], timeout_s: f
     return process.returncode, output, marker
 
 
+def _distributed_run(workdir: Path, flags: list[str], *, max_actor_steps: int) -> str:
+    """`lp_main.py` on reacher_hard_distributed.py to `max_actor_steps`; it must stop by
+    itself with exit code 0 and leave no process behind. Returns its output."""
+    code, output, marker = _run(
+        "lp_main.py",
+        "reacher_hard_distributed.py",
+        workdir,
+        [*flags, f"--config.max_actor_steps={max_actor_steps}"],
+        timeout_s=400,
+    )
+    assert code == 0, output[-6000:]
+    assert_no_leftovers(marker)
+    return output
+
+
 def _rows(path: Path) -> list[dict]:
     assert path.is_file(), f"missing {path}"
     return read_csv(path)
@@ -203,15 +218,7 @@ def test_lp_main_on_the_device_store_stops_and_resumes_with_its_replay(tmp_path)
         "--config.variable_update_period=10",
         "--config.logging.time_delta=0.0",
     ]
-    code, output, marker = _run(
-        "lp_main.py",
-        "reacher_hard_distributed.py",
-        workdir,
-        [*common, "--config.max_actor_steps=300"],
-        timeout_s=400,
-    )
-    assert code == 0, output[-6000:]
-    assert_no_leftovers(marker)
+    _distributed_run(workdir, common, max_actor_steps=300)
     first = _rows(workdir / "logs" / "learner" / "logs.csv")
     assert first, "the learner never updated on the device store"
     first_updates = int(float(first[-1]["learner_steps"]))
@@ -219,15 +226,7 @@ def test_lp_main_on_the_device_store_stops_and_resumes_with_its_replay(tmp_path)
     saved_size = int(sum(saved["size"]))
     assert saved_size > 0
 
-    code, output, marker = _run(
-        "lp_main.py",
-        "reacher_hard_distributed.py",
-        workdir,
-        [*common, "--config.max_actor_steps=600"],
-        timeout_s=400,
-    )
-    assert code == 0, output[-6000:]
-    assert_no_leftovers(marker)
+    _distributed_run(workdir, common, max_actor_steps=600)
     learner_log = (workdir / "nodes" / "learner" / "0").read_text()
     assert f"replay restored: {saved_size} transitions" in learner_log, learner_log[-3000:]
     rows = _rows(workdir / "logs" / "learner" / "logs.csv")[len(first) :]
@@ -252,15 +251,7 @@ def test_lp_main_checkpoints_the_reverb_replay_at_its_stop_and_a_relaunch_restor
         "--config.num_evaluators=0",
         "--config.variable_update_period=10",
     ]
-    code, output, marker = _run(
-        "lp_main.py",
-        "reacher_hard_distributed.py",
-        workdir,
-        [*common, "--config.max_actor_steps=200"],
-        timeout_s=400,
-    )
-    assert code == 0, output[-6000:]
-    assert_no_leftovers(marker)
+    output = _distributed_run(workdir, common, max_actor_steps=200)
     replay_log = (workdir / "nodes" / "replay" / "0").read_text()
     written = re.search(r"replay checkpoint written to \S+ in [\d.]+ s: (.+)", replay_log)
     assert written, replay_log[-3000:]
@@ -268,15 +259,7 @@ def test_lp_main_checkpoints_the_reverb_replay_at_its_stop_and_a_relaunch_restor
     assert re.search(r"[1-9]\d* items", saved), saved  # something worth restoring
     assert "killing them" not in output, output[-6000:]
 
-    code, output, marker = _run(
-        "lp_main.py",
-        "reacher_hard_distributed.py",
-        workdir,
-        [*common, "--config.max_actor_steps=300"],
-        timeout_s=400,
-    )
-    assert code == 0, output[-6000:]
-    assert_no_leftovers(marker)
+    _distributed_run(workdir, common, max_actor_steps=300)
     replay_log = (workdir / "nodes" / "replay" / "0").read_text()
     # Item counts as the first run's replay saw them at its stop, table by table.
     assert f"replay restored: {saved}" in replay_log, replay_log[-3000:]
