@@ -4,6 +4,7 @@ real entry points (`run_entry_point`), with the leftovers they may leave found b
 from __future__ import annotations
 
 import csv
+import json
 import os
 import subprocess
 import sys
@@ -50,6 +51,19 @@ def run_python(
         timeout=timeout,
         check=check,
     )
+
+
+def run_on_host_devices(code: str, *args: str, devices: int = 2, timeout: float = 300) -> dict:
+    """`run_python(code, *args)` with JAX on `devices` CPU devices (XLA's host-platform device
+    count): the child must exit 0, and the JSON on its last stdout line is returned."""
+    env = dict(
+        os.environ,
+        XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+        JAX_PLATFORMS="cpu",
+    )
+    result = run_python(code, *args, env=env, timeout=timeout)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def run_entry_point(

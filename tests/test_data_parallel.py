@@ -8,10 +8,6 @@ devices, as the plan starts a learner with `resources.learner.cpu_devices=2`.
 from __future__ import annotations
 
 import functools
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import jax
@@ -23,28 +19,15 @@ from magi_lp.agent.actor import GenericActor
 from magi_lp.agent.actor_core import ActorCore
 from magi_lp.agent.data_parallel import local_data_parallel
 from magi_lp.agent.device_check import DeviceCheck, DeviceMismatchError
+from tests.e2e_utils import run_on_host_devices
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 @functools.cache  # one process per probe, whatever reads it
 def _probe(name: str, devices: int = 2) -> dict:
-    env = dict(
-        os.environ,
-        XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-        JAX_PLATFORMS="cpu",
-        PYTHONPATH=str(REPO),
-    )
-    result = subprocess.run(
-        [sys.executable, str(REPO / "tests" / "multi_device_probe.py"), name],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    run_probe = 'import runpy; runpy.run_path("tests/multi_device_probe.py", run_name="__main__")'
+    return run_on_host_devices(run_probe, name, devices=devices)
 
 
 @pytest.mark.parametrize("agent", ["drq", "td3"])

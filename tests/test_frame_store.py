@@ -10,6 +10,7 @@ import pytest
 
 from magi_lp.agent.frame_store import DeviceFrameStore, FrameReplaySpec, StoreAdder
 from magi_lp.errors import ConfigError
+from tests.e2e_utils import run_on_host_devices
 
 H, W, C = 6, 5, 3
 STACK, N_STEP, GAMMA = 3, 3, 0.99
@@ -313,29 +314,7 @@ def test_each_device_keeps_its_writers_shard_and_samples_it_without_collectives(
     """A data-parallel learner's store: writer w's steps on device w % 2, each device draws
     its half of the batch from its own shard, and the sampling program moves no frames
     between devices (no collective of any kind)."""
-    import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    repo = Path(__file__).resolve().parents[1]
-    env = dict(
-        os.environ,
-        XLA_FLAGS="--xla_force_host_platform_device_count=2",
-        JAX_PLATFORMS="cpu",
-        PYTHONPATH=str(repo),
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", _TWO_DEVICE_PROBE],
-        cwd=repo,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    found = json.loads(result.stdout.strip().splitlines()[-1])
+    found = run_on_host_devices(_TWO_DEVICE_PROBE, devices=2)
     assert found["devices"] == 2 and found["store_devices"] == [0, 1]
     assert found["shard_sizes"] == [18, 18]  # 20 steps, n = 3: 18 transitions each
     assert found["frames_per_device"] == {"0": [7], "1": [200]}
