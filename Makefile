@@ -24,7 +24,7 @@ GPU_CHECK_PYTHON ?= $(PY)
 GPU_CHECK_ARGS ?=
 GPU_LEARN_ARGS ?=
 
-.PHONY: setup setup312 run test test-launchpad test-current test-fast lint format bench bench-quick gpu-check gpu-learn gpu-check-wheels golden clean
+.PHONY: setup setup312 run test test-launchpad test-current test-fast lint format bench bench-quick gpu-check gpu-learn gpu-check-wheels gpu-learn-wheels golden clean
 
 setup:
 	@bash scripts/setup_venv.sh $(VENV) $(JAX)
@@ -81,6 +81,11 @@ gpu-learn: $(if $(filter $(PY),$(GPU_CHECK_PYTHON)),setup)
 # The cp312 wheels the GPU check needs on a GPU machine without network, into .whl/.
 gpu-check-wheels:
 	bash scripts/gpu_check_wheels.sh .whl
+
+# The cp312 wheels `make gpu-learn` needs there (dm_control, mujoco, Haiku, dm-acme, ...), into
+# .whl-learn/ (benchmarks/README.md, "The learning run").
+gpu-learn-wheels: setup
+	bash scripts/gpu_learn_wheels.sh .whl-learn
 
 clean:
 	rm -rf $(VENV) $(VENV312) .pytest_cache .ruff_cache
