@@ -23,20 +23,22 @@ renderer, Reverb, the variable client), which a loaded machine inflates much les
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from benchmarks.common import (
+    StepCounting,
+    acting_runner,
     cpu_only_env,
     figure_main,
     fmt,
-    median,
     pin_to_one_core,
-    process_cpu_seconds,
+    policy_source,
     progress,
-    ratio,
+    rates_against_raw,
+    rates_table,
     single_thread_env,
     steady_state_replay,
+    timed_rounds,
 )
 
 TITLE = "Actor loop frames/s vs the raw environment (one core)"
@@ -46,40 +48,6 @@ GOAL = 0.9
 
 def subprocess_env() -> dict[str, str]:
     return {**cpu_only_env(), **single_thread_env()}
-
-
-class _Steps:
-    """Counts environment steps (the same thin wrapper for every variant)."""
-
-    def __init__(self, env: Any):
-        self._env = env
-        self.count = 0
-
-    def reset(self):
-        return self._env.reset()
-
-    def step(self, action):
-        self.count += 1
-        return self._env.step(action)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._env, name)
-
-
-class _InProcessVariables:
-    """A variable source in this process: the policy params with a global agent step past
-    the random phase (so the behaviour policy acts with its network, as after warm-up)."""
-
-    def __init__(self, policy_params: Any, global_agent_steps: int):
-        import numpy as np
-
-        from projects.drq_v2.acting import GLOBAL_AGENT_STEPS
-
-        policy = {**policy_params, GLOBAL_AGENT_STEPS: np.int32(global_agent_steps)}
-        self._values = {"policy": policy}
-
-    def get_variables(self, names):
-        return [self._values[name] for name in names]
 
 
 def _random_core(action_dim: int):
@@ -96,11 +64,10 @@ def _random_core(action_dim: int):
     return ActorCore(init=lambda key: key, select_action=select_action)
 
 
-def _runner(name: str, experiment: Any, spec: Any, replay_client: Any) -> tuple[Any, Any]:
-    """(step function running one agent step, step-counting env) for one variant."""
+def _runner(name: str, experiment: Any, spec: Any, replay_client: Any) -> tuple[Any, list[int]]:
+    """(run(agent steps) function, env step counter) for one variant."""
     import jax
     import numpy as np
-    from acme.utils import counting, loggers
 
     from magi_lp.agent.actor import GenericActor
     from magi_lp.agent.variable_client import VariableClient
@@ -109,7 +76,8 @@ def _runner(name: str, experiment: Any, spec: Any, replay_client: Any) -> tuple[
 
     config = experiment.config
     builder = experiment.builder
-    env = _Steps(experiment.environment_factory(config.seed, False))
+    count = [0]
+    env = StepCounting(experiment.environment_factory(config.seed, False), count)
     if name == "raw":
         rng = np.random.default_rng(0)
         shape = spec.actions.shape
@@ -124,13 +92,9 @@ def _runner(name: str, experiment: Any, spec: Any, replay_client: Any) -> tuple[
                 action = rng.uniform(-1.0, 1.0, shape).astype(np.float32)
                 state["timestep"] = env.step(action)
 
-        return run, env
+        return run, count
 
-    networks = experiment.network_factory(spec)
-    params = networks.init(jax.random.PRNGKey(0), spec.observations.generate_value())
-    source = _InProcessVariables(
-        {"encoder": params["encoder"], "actor": params["actor"]}, global_agent_steps=200_000
-    )
+    networks, source = policy_source(experiment, spec)
     if name == "random_core":
         policy = _random_core(spec.actions.shape[0])
     else:
@@ -142,22 +106,8 @@ def _runner(name: str, experiment: Any, spec: Any, replay_client: Any) -> tuple[
     )
     client = VariableClient(source, "policy", update_period=config.variable_update_period)
     actor = GenericActor(policy, jax.random.PRNGKey(1), client, adder)
-    loop = ActingLoop(
-        env,
-        actor,
-        counting.Counter(time_delta=0.0),
-        loggers.NoOpLogger(),
-        should_update=True,
-        frames_per_step=int(config.env.action_repeat),
-    )
-
-    def run(steps: int) -> None:
-        # The loop checks should_stop before every step: stop after `steps` more steps,
-        # mid-episode if need be (the next call starts a fresh episode, as a node would).
-        target = env.count + steps
-        loop.run(should_stop=lambda: env.count >= target)
-
-    return run, env
+    # Each call starts a fresh episode (ActingLoop.run does), as a node's loop after a stop.
+    return acting_runner(ActingLoop, env, actor, count, int(config.env.action_repeat))
 
 
 def measure(quick: bool) -> dict:
@@ -174,51 +124,13 @@ def measure(quick: bool) -> dict:
     runners = {}
     for name in VARIANTS:
         progress(f"building and warming up {name}")
-        run, env = _runner(name, experiment, spec, client)
+        run, count = _runner(name, experiment, spec, client)
         run(warmup)  # compiles the policy, first parameter pull, first Reverb writes
-        runners[name] = (run, env)
+        runners[name] = (run, count)
 
-    samples: dict[str, list[dict]] = {name: [] for name in VARIANTS}
-    for round_index in range(rounds):
-        order = VARIANTS[round_index % len(VARIANTS) :] + VARIANTS[: round_index % len(VARIANTS)]
-        for name in order:
-            run, env = runners[name]
-            before = env.count
-            cpu = process_cpu_seconds()
-            start = time.perf_counter()
-            run(steps)
-            wall = time.perf_counter() - start
-            cpu = process_cpu_seconds() - cpu
-            taken = env.count - before
-            samples[name].append(
-                {
-                    "steps": taken,
-                    "wall_s": wall,
-                    "cpu_s": cpu,
-                    "frames_per_second": taken * repeat / wall,
-                    "frames_per_cpu_second": taken * repeat / max(cpu, 1e-9),
-                }
-            )
-            progress(f"round {round_index + 1} {name}: {taken * repeat / wall:.1f} frames/s")
-
+    samples = timed_rounds(runners, steps, rounds, repeat)
     items = int(client.server_info()[replay_lib.FRAME_TABLE].current_size)
     server.stop()
-
-    variants = {}
-    for name in VARIANTS:
-        variants[name] = {
-            "frames_per_second": median([s["frames_per_second"] for s in samples[name]]),
-            "frames_per_cpu_second": median([s["frames_per_cpu_second"] for s in samples[name]]),
-            "samples": samples[name],
-        }
-    raw = variants["raw"]
-    for name in VARIANTS:
-        variants[name]["ratio_to_raw"] = ratio(
-            variants[name]["frames_per_second"], raw["frames_per_second"]
-        )
-        variants[name]["cpu_ratio_to_raw"] = ratio(
-            variants[name]["frames_per_cpu_second"], raw["frames_per_cpu_second"]
-        )
     return {
         "core": core,
         "steps_per_sample": steps,
@@ -226,7 +138,7 @@ def measure(quick: bool) -> dict:
         "action_repeat": repeat,
         "image_size": int(config.env.image_size),
         "variable_update_period": int(config.variable_update_period),
-        "variants": variants,
+        "variants": rates_against_raw(samples),
         "replay_items_written": items,
         "goal_ratio": GOAL,
     }
@@ -264,16 +176,7 @@ def report(result: dict) -> str:
         f"**{fmt(variants['random_core']['ratio_to_raw'], 3)}** with a zero-cost policy "
         f"(the toolkit's own overhead). Goal >= {result['goal_ratio']}.",
         "",
-        "| variant | frames/s | ratio to raw | frames per CPU-second | CPU ratio to raw |",
-        "| --- | --- | --- | --- | --- |",
-    ]
-    for name, label in _LABELS.items():
-        v = variants[name]
-        lines.append(
-            f"| {label} | {fmt(v['frames_per_second'])} | {fmt(v['ratio_to_raw'], 3)} "
-            f"| {fmt(v['frames_per_cpu_second'])} | {fmt(v['cpu_ratio_to_raw'], 3)} |"
-        )
-    lines += [
+        *rates_table((label, variants[name]) for name, label in _LABELS.items()),
         "",
         f"How: one process pinned to core {result['core']}, one XLA/BLAS/TF thread (the "
         "actor node's plan env), reacher_hard at "

@@ -27,20 +27,22 @@ means that: the process never uses more than its one core.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from benchmarks.common import (
+    StepCounting,
+    acting_runner,
     cpu_only_env,
     figure_main,
     fmt,
-    median,
     pin_to_one_core,
-    process_cpu_seconds,
+    policy_source,
     progress,
-    ratio,
+    rates_against_raw,
+    rates_table,
     single_thread_env,
     steady_state_replay,
+    timed_rounds,
 )
 
 TITLE = "Batched actor: frames/s of one actor process with k environments vs the raw environment"
@@ -52,31 +54,11 @@ def subprocess_env() -> dict[str, str]:
     return {**cpu_only_env(), **single_thread_env()}
 
 
-class _Steps:
-    """Counts environment steps (the same thin wrapper for every variant)."""
-
-    def __init__(self, env: Any, counter: list[int]):
-        self._env = env
-        self._counter = counter
-
-    def reset(self):
-        return self._env.reset()
-
-    def step(self, action):
-        self._counter[0] += 1
-        return self._env.step(action)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._env, name)
-
-
 def _runner(k: int, experiment: Any, spec: Any, replay_client: Any) -> tuple[Any, list[int]]:
     """(run(env steps) function, env step counter) for raw (k=0) or an actor of k envs."""
     import jax
     import numpy as np
-    from acme.utils import counting, loggers
 
-    from benchmarks.actor_throughput import _InProcessVariables
     from magi_lp.agent.actor import BatchedActor, GenericActor
     from magi_lp.agent.variable_client import VariableClient
     from magi_lp.runtime import replay as replay_lib
@@ -87,7 +69,9 @@ def _runner(k: int, experiment: Any, spec: Any, replay_client: Any) -> tuple[Any
     builder = experiment.builder
     count = [0]
     environments = [
-        _Steps(experiment.environment_factory(node_seed(config.seed, "actor", 0, j), False), count)
+        StepCounting(
+            experiment.environment_factory(node_seed(config.seed, "actor", 0, j), False), count
+        )
         for j in range(max(k, 1))
     ]
     if k == 0:
@@ -108,11 +92,7 @@ def _runner(k: int, experiment: Any, spec: Any, replay_client: Any) -> tuple[Any
 
         return run_raw, count
 
-    networks = experiment.network_factory(spec)
-    params = networks.init(jax.random.PRNGKey(0), spec.observations.generate_value())
-    source = _InProcessVariables(
-        {"encoder": params["encoder"], "actor": params["actor"]}, global_agent_steps=200_000
-    )
+    networks, source = policy_source(experiment, spec)
     policy = builder.make_policy(networks, spec, False)
     period = max(1, round(config.variable_update_period / k))
     client = VariableClient(source, "policy", update_period=period)
@@ -124,13 +104,7 @@ def _runner(k: int, experiment: Any, spec: Any, replay_client: Any) -> tuple[Any
             client,
             replay_lib.make_adder(experiment, spec, replay_client, writer=0),
         )
-        loop = ActingLoop(
-            environments[0],
-            actor,
-            counting.Counter(time_delta=0.0),
-            loggers.NoOpLogger(),
-            frames_per_step=repeat,
-        )
+        loop_class, stepped = ActingLoop, environments[0]
     else:
         actor = BatchedActor(
             policy,
@@ -138,27 +112,21 @@ def _runner(k: int, experiment: Any, spec: Any, replay_client: Any) -> tuple[Any
             client,
             [replay_lib.make_adder(experiment, spec, replay_client, writer=j) for j in range(k)],
         )
-        loop = BatchedActingLoop(
-            environments,
-            actor,
-            counting.Counter(time_delta=0.0),
-            loggers.NoOpLogger(),
-            frames_per_step=repeat,
-        )
-
-    def run(steps: int) -> None:
-        target = count[0] + steps
-        loop.run(should_stop=lambda: count[0] >= target)
-
-    return run, count
+        loop_class, stepped = BatchedActingLoop, environments
+    return acting_runner(loop_class, stepped, actor, count, repeat)
 
 
 def _name(k: int) -> str:
     return "raw" if k == 0 else f"k={k}"
 
 
-def measure(quick: bool) -> dict:
+def _label(k: int) -> str:
+    if k == 0:
+        return "raw environment (random numpy actions)"
+    return f"actor, {k} environment(s), DrQ-v2 policy + replay writes"
 
+
+def measure(quick: bool) -> dict:
     core = pin_to_one_core()
     experiment, spec, server, client = steady_state_replay()
     config = experiment.config
@@ -172,46 +140,10 @@ def measure(quick: bool) -> dict:
         progress(f"building and warming up {_name(k)}")
         run, count = _runner(k, experiment, spec, client)
         run(2 * max(k, 8))  # compiles the policy, first parameter pull, first Reverb writes
-        runners[k] = (run, count)
+        runners[_name(k)] = (run, count)
 
-    samples: dict[int, list[dict]] = {k: [] for k in variants}
-    for round_index in range(rounds):
-        shift = round_index % len(variants)
-        for k in variants[shift:] + variants[:shift]:
-            run, count = runners[k]
-            before = count[0]
-            cpu = process_cpu_seconds()
-            start = time.perf_counter()
-            run(steps)
-            wall = time.perf_counter() - start
-            cpu = process_cpu_seconds() - cpu
-            taken = count[0] - before
-            samples[k].append(
-                {
-                    "env_steps": taken,
-                    "wall_s": wall,
-                    "cpu_s": cpu,
-                    "frames_per_second": taken * repeat / wall,
-                    "frames_per_cpu_second": taken * repeat / max(cpu, 1e-9),
-                }
-            )
-            progress(f"round {round_index + 1} {_name(k)}: {taken * repeat / wall:.1f} frames/s")
+    rates = rates_against_raw(timed_rounds(runners, steps, rounds, repeat, "env_steps"))
     server.stop()
-
-    result_variants = {}
-    for k in variants:
-        result_variants[_name(k)] = {
-            "envs": k,
-            "frames_per_second": median([s["frames_per_second"] for s in samples[k]]),
-            "frames_per_cpu_second": median([s["frames_per_cpu_second"] for s in samples[k]]),
-            "samples": samples[k],
-        }
-    raw = result_variants["raw"]
-    for variant in result_variants.values():
-        variant["ratio_to_raw"] = ratio(variant["frames_per_second"], raw["frames_per_second"])
-        variant["cpu_ratio_to_raw"] = ratio(
-            variant["frames_per_cpu_second"], raw["frames_per_cpu_second"]
-        )
     return {
         "core": core,
         "env_steps_per_sample": steps,
@@ -219,7 +151,7 @@ def measure(quick: bool) -> dict:
         "action_repeat": repeat,
         "image_size": int(config.env.image_size),
         "variable_update_period": int(config.variable_update_period),
-        "variants": result_variants,
+        "variants": {_name(k): {"envs": k, **rates[_name(k)]} for k in variants},
         "goal_ratio": GOAL,
     }
 
@@ -252,20 +184,7 @@ def report(result: dict) -> str:
         f"(k=1: **{fmt(variants['k=1']['cpu_ratio_to_raw'], 3)}**). Goal >= "
         f"{result['goal_ratio']} with k >= 4: **{'met' if met else 'missed'}**.",
         "",
-        "| variant | frames/s | ratio to raw | frames per CPU-second | CPU ratio to raw |",
-        "| --- | --- | --- | --- | --- |",
-    ]
-    for v in variants.values():
-        label = (
-            "raw environment (random numpy actions)"
-            if v["envs"] == 0
-            else (f"actor, {v['envs']} environment(s), DrQ-v2 policy + replay writes")
-        )
-        lines.append(
-            f"| {label} | {fmt(v['frames_per_second'])} | {fmt(v['ratio_to_raw'], 3)} "
-            f"| {fmt(v['frames_per_cpu_second'])} | {fmt(v['cpu_ratio_to_raw'], 3)} |"
-        )
-    lines += [
+        *rates_table((_label(v["envs"]), v) for v in variants.values()),
         "",
         f"How: one process pinned to core {result['core']}, one XLA/BLAS/TF thread (the actor "
         f"node's plan env), reacher_hard at {result['image_size']}x{result['image_size']}, "

@@ -1,5 +1,6 @@
 """What every benchmark figure shares: the figure-process protocol, the machine's
-description, subprocess handling that leaves nothing behind, and small measuring helpers.
+description, subprocess handling that leaves nothing behind, small measuring helpers, and
+the actor figures' (2 and 8) way of timing acting variants against the raw environment.
 
 Each figure is a module `benchmarks.<name>` with
 
@@ -28,7 +29,7 @@ import sys
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -360,6 +361,160 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
     if numerator is None or denominator in (None, 0):
         return None
     return numerator / denominator
+
+
+# ---------------------------------------------------------------------------------------
+# Actor frames/s against the raw environment (figures 2 and 8).
+
+
+class _InProcessVariables:
+    """A variable source in this process: the policy params with a global agent step past
+    the random phase (so the behaviour policy acts with its network, as after warm-up)."""
+
+    def __init__(self, policy_params: Any, global_agent_steps: int):
+        import numpy as np
+
+        from projects.drq_v2.acting import GLOBAL_AGENT_STEPS
+
+        policy = {**policy_params, GLOBAL_AGENT_STEPS: np.int32(global_agent_steps)}
+        self._values = {"policy": policy}
+
+    def get_variables(self, names):
+        return [self._values[name] for name in names]
+
+
+def policy_source(experiment: Any, spec: Any) -> tuple[Any, _InProcessVariables]:
+    """The experiment's networks for `spec`, and a variable source in this process serving
+    their initial 'policy' variables (encoder and actor) past the random phase: what an
+    actor's VariableClient pulls from the learner, without a learner."""
+    import jax
+
+    networks = experiment.network_factory(spec)
+    params = networks.init(jax.random.PRNGKey(0), spec.observations.generate_value())
+    source = _InProcessVariables(
+        {"encoder": params["encoder"], "actor": params["actor"]}, global_agent_steps=200_000
+    )
+    return networks, source
+
+
+class StepCounting:
+    """An environment that adds 1 to `counter[0]` at every step; environments stepped by one
+    loop share one counter, so a runner can stop after a number of environment steps."""
+
+    def __init__(self, env: Any, counter: list[int]):
+        self._env = env
+        self._counter = counter
+
+    def reset(self):
+        return self._env.reset()
+
+    def step(self, action):
+        self._counter[0] += 1
+        return self._env.step(action)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._env, name)
+
+
+Runner = tuple[Callable[[int], None], list[int]]
+"""(run(environment steps), the step counter of its environments) for one variant."""
+
+
+def acting_runner(
+    loop_class: Any, environments: Any, actor: Any, count: list[int], frames_per_step: int
+) -> Runner:
+    """An acting loop (`ActingLoop` over one environment, `BatchedActingLoop` over a list) of
+    `actor`, counting into a throwaway counter and logging nothing, as a Runner: each call
+    runs it until its environments have taken `steps` more steps, mid-episode if need be
+    (the loop checks its stop before every step)."""
+    from acme.utils import counting, loggers
+
+    loop = loop_class(
+        environments,
+        actor,
+        counting.Counter(time_delta=0.0),
+        loggers.NoOpLogger(),
+        frames_per_step=frames_per_step,
+    )
+
+    def run(steps: int) -> None:
+        target = count[0] + steps
+        loop.run(should_stop=lambda: count[0] >= target)
+
+    return run, count
+
+
+def timed_rounds(
+    runners: dict[str, Runner],
+    steps: int,
+    rounds: int,
+    frames_per_step: int,
+    steps_key: str = "steps",
+) -> dict[str, list[dict]]:
+    """Runs every variant for `steps` environment steps per round, the order rotating from
+    round to round (so no variant always runs first, on the coldest caches); a sample per
+    variant and round: steps taken (under `steps_key`), wall and CPU seconds of this process
+    (all its threads), frames per second and per CPU-second."""
+    names = list(runners)
+    samples: dict[str, list[dict]] = {name: [] for name in names}
+    for round_index in range(rounds):
+        shift = round_index % len(names)
+        for name in names[shift:] + names[:shift]:
+            run, count = runners[name]
+            before = count[0]
+            cpu = process_cpu_seconds()
+            start = time.perf_counter()
+            run(steps)
+            wall = time.perf_counter() - start
+            cpu = process_cpu_seconds() - cpu
+            taken = count[0] - before
+            samples[name].append(
+                {
+                    steps_key: taken,
+                    "wall_s": wall,
+                    "cpu_s": cpu,
+                    "frames_per_second": taken * frames_per_step / wall,
+                    "frames_per_cpu_second": taken * frames_per_step / max(cpu, 1e-9),
+                }
+            )
+            progress(
+                f"round {round_index + 1} {name}: {taken * frames_per_step / wall:.1f} frames/s"
+            )
+    return samples
+
+
+def rates_against_raw(samples: dict[str, list[dict]]) -> dict[str, dict]:
+    """Per variant the median frames per second and per CPU-second of `timed_rounds`'
+    samples, and each as a ratio to the variant "raw" (the environment alone)."""
+    variants = {
+        name: {
+            "frames_per_second": median([s["frames_per_second"] for s in runs]),
+            "frames_per_cpu_second": median([s["frames_per_cpu_second"] for s in runs]),
+            "samples": runs,
+        }
+        for name, runs in samples.items()
+    }
+    raw = variants["raw"]
+    for variant in variants.values():
+        variant["ratio_to_raw"] = ratio(variant["frames_per_second"], raw["frames_per_second"])
+        variant["cpu_ratio_to_raw"] = ratio(
+            variant["frames_per_cpu_second"], raw["frames_per_cpu_second"]
+        )
+    return variants
+
+
+def rates_table(rows: Iterable[tuple[str, dict]]) -> list[str]:
+    """Markdown table lines of `rates_against_raw` variants, a row per (label, variant)."""
+    lines = [
+        "| variant | frames/s | ratio to raw | frames per CPU-second | CPU ratio to raw |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for label, v in rows:
+        lines.append(
+            f"| {label} | {fmt(v['frames_per_second'])} | {fmt(v['ratio_to_raw'], 3)} "
+            f"| {fmt(v['frames_per_cpu_second'])} | {fmt(v['cpu_ratio_to_raw'], 3)} |"
+        )
+    return lines
 
 
 def error_section(result: dict) -> str:
