@@ -45,35 +45,39 @@ def _run(script: str, config: str, workdir, extra: list[str], timeout: float):
     return output
 
 
+def _newest_checkpoint(workdir) -> int:
+    return max(int(p.name) for p in (workdir / "checkpoints/learner").iterdir())
+
+
+def _run_to(script: str, config: str, workdir, flags: list[str], max_actor_steps: int) -> str:
+    """`script` on `workdir` until `max_actor_steps`; a relaunch (a workdir with checkpoints)
+    must say it resumed from the newest one."""
+    resumes = (workdir / "checkpoints/learner").is_dir()
+    newest = _newest_checkpoint(workdir) if resumes else None
+    output = _run(
+        script, config, workdir, [*flags, f"--config.max_actor_steps={max_actor_steps}"], 280
+    )
+    if resumes:
+        assert f"resumed from learner step {newest}" in output, output[-3000:]
+    return output
+
+
 @pytest.mark.timeout(600)
 def test_drq_v2_runs_on_the_device_store_and_resumes(tmp_path):
     workdir = tmp_path / "drq"
     flags = tiny.flags({"logging.tensorboard": True})
-    first = _run(
-        "projects/drq_v2/main.py",
-        "configs/reacher_hard.py",
-        workdir,
-        [*flags, "--config.max_actor_steps=100"],
-        timeout=280,
-    )
+    first = _run_to("projects/drq_v2/main.py", "configs/reacher_hard.py", workdir, flags, 100)
     assert "replay: device store" in first
     assert "done: 100 actor steps" in first
     learner = read_csv(workdir / "logs/learner/logs.csv")
     losses = column(learner, "critic_loss")
     assert losses and all(math.isfinite(x) for x in losses)
     assert column(learner, "learner_steps")[-1] >= 1
-    first_updates = max(int(p.name) for p in (workdir / "checkpoints/learner").iterdir())
+    first_updates = _newest_checkpoint(workdir)
     assert list((workdir / "tensorboard/learner").glob("events.out.tfevents.*"))
     assert list((workdir / "videos").glob("*.gif")), "no evaluation video"
 
-    second = _run(
-        "projects/drq_v2/main.py",
-        "configs/reacher_hard.py",
-        workdir,
-        [*flags, "--config.max_actor_steps=200"],
-        timeout=280,
-    )
-    assert f"resumed from learner step {first_updates}" in second, second[-3000:]
+    _run_to("projects/drq_v2/main.py", "configs/reacher_hard.py", workdir, flags, 200)
     actor = read_csv(workdir / "logs/actor_0/logs.csv")
     steps = column(actor, "actor_steps")
     # The relaunch goes on from 100: no actor step is taken twice.
@@ -96,27 +100,14 @@ def test_td3_runs_on_the_host_replay_and_resumes(tmp_path):
         "--config.logging.tensorboard=False",
         "--config.env.action_repeat=4",  # 250-step episodes: the runs stop at an episode's end
     ]
-    first = _run(
-        "projects/td3/main.py",
-        "configs/td3_cartpole.py",
-        workdir,
-        [*flags, "--config.max_actor_steps=250"],
-        timeout=280,
-    )
+    first = _run_to("projects/td3/main.py", "configs/td3_cartpole.py", workdir, flags, 250)
     assert "done: 250 actor steps" in first
     learner = read_csv(workdir / "logs/learner/logs.csv")
     assert all(math.isfinite(x) for x in column(learner, "critic_loss"))
-    first_updates = max(int(p.name) for p in (workdir / "checkpoints/learner").iterdir())
+    first_updates = _newest_checkpoint(workdir)
     assert first_updates >= 140  # (250 - 100) updates, give or take the schedule's rounding
 
-    second = _run(
-        "projects/td3/main.py",
-        "configs/td3_cartpole.py",
-        workdir,
-        [*flags, "--config.max_actor_steps=500"],
-        timeout=280,
-    )
-    assert f"resumed from learner step {first_updates}" in second, second[-3000:]
+    second = _run_to("projects/td3/main.py", "configs/td3_cartpole.py", workdir, flags, 500)
     # The counts go on from the first run's: 250 more actor steps, not 500.
     assert "done: 500 actor steps" in second, second[-3000:]
     assert column(read_csv(workdir / "logs/actor_0/logs.csv"), "actor_steps") == [250, 500]
