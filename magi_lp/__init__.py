@@ -54,8 +54,10 @@ def __getattr__(name: str) -> Any:
             raise
         # An entry script's first import (about a second: absl, ml_collections, the CLI),
         # before the CLI handles Ctrl-C itself: the same one line, not a traceback.
+        import signal
         import sys
 
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # its echo (magi_lp.cli: the same reason)
         from magi_lp import console
 
         console.say("interrupted before the run started; nothing was launched or written")

@@ -21,6 +21,7 @@ import importlib.util
 import inspect
 import os
 import shlex
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -454,7 +455,11 @@ def _interrupted(error: BaseException) -> bool:
 
 
 def _interrupted_before_start() -> int:
-    # Ctrl-C before the launcher took over its signals (while importing or building).
+    # Ctrl-C before the launcher took over its signals (while importing or building). The same
+    # Ctrl-C can come twice: to the process group, and forwarded by the isolation parent (the
+    # launcher's own handler drops such echoes); a second KeyboardInterrupt in this line would
+    # print a traceback (seen once in a busy suite run), so further SIGINTs are ignored first.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     console.say("interrupted before the run started; nothing was launched or written")
     return 130
 

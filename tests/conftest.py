@@ -5,8 +5,8 @@ server or entry point is started); `make test` runs everything, on both stacks.
 Names: `tests/test_<module>.py` holds the tests of `<module>` (e.g. test_launcher.py for
 magi_lp/launch/launcher.py, test_cluster.py for magi_lp/cluster/, test_drq_<module>.py for
 projects/drq_v2/<module>.py); `*_e2e.py` runs a whole program through its entry point
-(test_launcher_e2e.py: the launcher as an operator meets it, through projects/td3/lp_main.py). Shared
-helpers: `tests/e2e_utils.py` (fresh processes: Python snippets, entry points, leftovers),
+(test_launcher_e2e.py: the launcher as an operator meets it, through projects/td3/lp_main.py).
+Shared helpers: `tests/e2e_utils.py` (fresh processes: Python snippets, entry points, leftovers),
 `tests/fake_nvidia.py` (the GPUs, driver and CUDA JAX this machine lacks).
 """
 
