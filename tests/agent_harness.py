@@ -61,3 +61,39 @@ def actor_and_evaluator(
         return loop.actor
 
     return actor(False), actor(True)
+
+
+def queue_dataset(address: str, table: str, **kwargs: Any) -> Any:
+    """A frame-replay dataset that reads a test's Reverb queue to its end.
+
+    One item a batch and one parallel call (so the order is the queue's), and the iterator
+    ends 500 ms after the queue runs dry instead of waiting for more; `kwargs` are
+    `make_frame_replay_dataset`'s (frame_stack, n_step, discount) and any override.
+    """
+    from magi_lp.agent.frame_replay import make_frame_replay_dataset
+
+    settings = {"batch_size": 1, "num_parallel_calls": 1, "rate_limiter_timeout_ms": 500}
+    return make_frame_replay_dataset(address, table, **{**settings, **kwargs})
+
+
+def n_step_transitions(episode: dict, n_step: int, gamma: float) -> dict[int, tuple]:
+    """t -> (o_t, a_t, R_t, discount_t, o_{t+n}) of a recorded episode, computed directly.
+
+    `episode` holds the stacked `observations` (one more than the steps), `actions`,
+    `rewards` and `discounts` of every step; R_t is the n-step discounted reward and
+    discount_t = gamma^n * the product of the n discounts, as DrQ-v2's replay gives them.
+    """
+    transitions = {}
+    for t in range(len(episode["actions"]) - n_step + 1):
+        reward, discount = 0.0, 1.0
+        for k in range(n_step):
+            reward += discount * episode["rewards"][t + k]
+            discount *= episode["discounts"][t + k] * gamma
+        transitions[t] = (
+            episode["observations"][t],
+            episode["actions"][t],
+            reward,
+            discount,
+            episode["observations"][t + n_step],
+        )
+    return transitions

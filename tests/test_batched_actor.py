@@ -22,13 +22,10 @@ from acme.utils import counting
 
 from magi_lp.agent.actor import BatchedActor
 from magi_lp.agent.actor_core import ActorCore
-from magi_lp.agent.frame_replay import (
-    FrameStackAdder,
-    frame_replay_signature,
-    make_frame_replay_dataset,
-)
+from magi_lp.agent.frame_replay import FrameStackAdder, frame_replay_signature
 from magi_lp.runtime.acting_loop import BatchedActingLoop
 from magi_lp.runtime.single_process import run_single_process
+from tests.agent_harness import n_step_transitions, queue_dataset
 from tests.runtime_toys import toy_config, toy_experiment
 
 H, W, C = 6, 6, 3
@@ -104,21 +101,11 @@ def _uniform_core() -> ActorCore:
 
 def _reference(environment: int, episodes: list[dict]) -> dict:
     """(environment, episode, t) -> the n-step transition, DrQ-v2 style."""
-    out = {}
-    for index, episode in enumerate(episodes):
-        for t in range(len(episode["actions"]) - N_STEP + 1):
-            reward, discount = 0.0, 1.0
-            for k in range(N_STEP):
-                reward += discount * episode["rewards"][t + k]
-                discount *= episode["discounts"][t + k] * GAMMA
-            out[(environment, index, t)] = (
-                episode["observations"][t],
-                episode["actions"][t],
-                reward,
-                discount,
-                episode["observations"][t + N_STEP],
-            )
-    return out
+    return {
+        (environment, index, t): transition
+        for index, episode in enumerate(episodes)
+        for t, transition in n_step_transitions(episode, N_STEP, GAMMA).items()
+    }
 
 
 @pytest.fixture
@@ -170,15 +157,8 @@ def test_k_environments_write_k_streams_the_frame_replay_rebuilds_exactly(replay
     for index, environment in enumerate(environments):
         reference.update(_reference(index, environment.episodes))
     assert replay.server_info()["q"].current_size == len(reference)
-    dataset = make_frame_replay_dataset(
-        replay.server_address,
-        "q",
-        batch_size=1,
-        frame_stack=FRAME_STACK,
-        n_step=N_STEP,
-        discount=GAMMA,
-        num_parallel_calls=1,
-        rate_limiter_timeout_ms=500,
+    dataset = queue_dataset(
+        replay.server_address, "q", frame_stack=FRAME_STACK, n_step=N_STEP, discount=GAMMA
     )
     seen = []
     for batch in dataset:

@@ -29,6 +29,7 @@ from magi_lp.agent.frame_replay import (
 )
 from magi_lp.agent.frame_window import window_observations
 from magi_lp.errors import ConfigError
+from tests.agent_harness import n_step_transitions, queue_dataset
 
 H, W, C = 8, 8, 3
 ACTION_SPEC = specs.BoundedArray((2,), np.float32, -1.0, 1.0, name="action")
@@ -79,24 +80,21 @@ def feed(adder: FrameStackAdder, episode: dict) -> None:
         adder.add(action, timestep)
 
 
-def reference_transitions(episodes: list[dict], n_step: int) -> dict:
-    """(episode, t) -> (obs, action, reward, discount, next_obs), DrQ-v2 style."""
-    reference = {}
+def write_all(client, table: str, episodes: list[dict], **adder_kwargs) -> None:
+    """Writes `episodes` through one `FrameStackAdder` and closes it (flushing its items)."""
+    adder = FrameStackAdder(client, table, **adder_kwargs)
     for episode in episodes:
-        length = len(episode["actions"])
-        for t in range(length - n_step + 1):
-            reward, discount = 0.0, 1.0
-            for k in range(n_step):
-                reward += discount * episode["rewards"][t + k]
-                discount *= episode["discounts"][t + k] * GAMMA
-            reference[(episode["episode"], t)] = (
-                episode["observations"][t],
-                episode["actions"][t],
-                reward,
-                discount,
-                episode["observations"][t + n_step],
-            )
-    return reference
+        feed(adder, episode)
+    adder.close()
+
+
+def reference_transitions(episodes: list[dict], n_step: int) -> dict:
+    """(episode, t) -> the n-step transition, computed directly from the episodes."""
+    return {
+        (episode["episode"], t): transition
+        for episode in episodes
+        for t, transition in n_step_transitions(episode, n_step, GAMMA).items()
+    }
 
 
 def identify(observation: np.ndarray) -> tuple[int, int]:
@@ -161,22 +159,16 @@ def test_queue_samples_each_transition_once_and_equal_reference(
         (H, W, C), ACTION_SPEC, frame_stack=frame_stack, n_step=n_step
     )
     client = server_factory([reverb.Table.queue("q", 1000, signature=signature)])
-    adder = FrameStackAdder(client, "q", frame_stack=frame_stack, n_step=n_step, chunk_length=4)
-    for episode in episodes:
-        feed(adder, episode)
-    adder.close()
+    write_all(client, "q", episodes, frame_stack=frame_stack, n_step=n_step, chunk_length=4)
 
     assert client.server_info()["q"].current_size == len(reference)
-    dataset = make_frame_replay_dataset(
+    dataset = queue_dataset(
         client.server_address,
         "q",
-        batch_size=1,
         frame_stack=frame_stack,
         n_step=n_step,
         discount=GAMMA,
         stack_on_host=stack_on_host,
-        num_parallel_calls=1,
-        rate_limiter_timeout_ms=500,
     )
     seen = []
     for batch in dataset:
@@ -216,10 +208,7 @@ def test_uniform_table_batches_equal_reference(server_factory, stack_on_host):
         n_step=n_step,
     )
     client = server_factory([table])
-    adder = FrameStackAdder(client, "replay", frame_stack=frame_stack, n_step=n_step)
-    for episode in episodes:
-        feed(adder, episode)
-    adder.close()
+    write_all(client, "replay", episodes, frame_stack=frame_stack, n_step=n_step)
     assert client.server_info()["replay"].current_size == len(reference)
 
     dataset = make_frame_replay_dataset(
@@ -265,16 +254,7 @@ def test_extras_are_stored_with_the_action(server_factory):
         timestep = step(episode["rewards"][t], episode["observations"][t + 1])
         adder.add(action, timestep, extras={"log_prob": np.float32(t)})
     adder.close()
-    dataset = make_frame_replay_dataset(
-        client.server_address,
-        "q",
-        batch_size=1,
-        frame_stack=2,
-        n_step=2,
-        discount=GAMMA,
-        num_parallel_calls=1,
-        rate_limiter_timeout_ms=500,
-    )
+    dataset = queue_dataset(client.server_address, "q", frame_stack=2, n_step=2, discount=GAMMA)
     pairs = sorted((identify(b.observation[0])[1], float(b.extras["log_prob"][0])) for b in dataset)
     assert pairs == [(0, 0.0), (1, 1.0), (2, 2.0)]
 
@@ -332,9 +312,7 @@ def test_dataset_checks_arguments_at_once_but_connects_on_the_first_batch():
     server = reverb.Server([reverb.Table.queue("q", 100, signature=signature)], port=port)
     try:
         client = reverb.Client(f"localhost:{port}")
-        adder = FrameStackAdder(client, "q", frame_stack=3, n_step=1, chunk_length=4)
-        feed(adder, make_episodes(3, 1)[0])
-        adder.close()
+        write_all(client, "q", make_episodes(3, 1)[:1], frame_stack=3, n_step=1, chunk_length=4)
         batch = next(iter(dataset))
         assert batch.reward.shape == batch.discount.shape == (2,)
         assert batch.action.shape == (2, *ACTION_SPEC.shape)

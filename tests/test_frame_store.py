@@ -222,11 +222,8 @@ def test_same_transitions_as_the_reverb_frame_replay_bit_for_bit():
     """Both stores fed the same episodes (two writers, interleaved, with terminations,
     episodes shorter than n) hold the same set of (window, action, reward, discount)."""
     reverb = pytest.importorskip("reverb")
-    from magi_lp.agent.frame_replay import (
-        FrameStackAdder,
-        frame_replay_signature,
-        make_frame_replay_dataset,
-    )
+    from magi_lp.agent.frame_replay import FrameStackAdder, frame_replay_signature
+    from tests.agent_harness import queue_dataset
 
     data = [episodes(11, [7, 2, 12, 3, 30]), episodes(12, [9, 4, 11, 1, 25])]
     spec = make_spec()
@@ -253,7 +250,7 @@ def test_same_transitions_as_the_reverb_frame_replay_bit_for_bit():
         for adder in adders:
             adder.close()
         count = client.server_info()["frames"].current_size
-        dataset = make_frame_replay_dataset(
+        dataset = queue_dataset(
             client.server_address,
             "frames",
             batch_size=count,
@@ -262,8 +259,6 @@ def test_same_transitions_as_the_reverb_frame_replay_bit_for_bit():
             discount=GAMMA,
             stack_on_host=False,
             prefetch=0,
-            num_parallel_calls=1,
-            rate_limiter_timeout_ms=2000,
         )
         from_reverb = next(dataset)
     finally:
