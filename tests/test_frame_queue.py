@@ -35,9 +35,9 @@ class Writer(threading.Thread):
     """Writes `steps` steps of one long episode through an adder, counting them, until
     `finish()`: a write the replay holds back is then given up (`WriteAbandonedError`)."""
 
-    def __init__(self, client, spec, steps: int, writer: int = 0, adder=None):
+    def __init__(self, client, spec, steps: int, writer: int = 0, adder=None, stop=None):
         super().__init__(daemon=True)
-        self.stop = threading.Event()
+        self.stop = stop or threading.Event()  # `adder`'s should_stop, when one is given
         self.adder = adder or QueueFrameAdder(
             client, QUEUE, writer, spec, should_stop=self.stop.is_set
         )
@@ -92,10 +92,19 @@ def queue():
 
 
 @pytest.fixture
-def writers():
-    """Finishes every writer a test started, before its queue and drains go."""
+def start_writer():
+    """Starts a `Writer` (its arguments, and where it pauses); finishes every one it
+    started at the test's end, before the queue and the drains go."""
     started = []
-    yield started
+
+    def start(*args, pause_at: int | None = None, **kwargs) -> Writer:
+        writer = Writer(*args, **kwargs)
+        writer.pause_at = pause_at
+        started.append(writer)
+        writer.start()
+        return writer
+
+    yield start
     for writer in started:
         writer.finish()
 
@@ -148,12 +157,10 @@ def test_the_queue_carries_each_step_once_in_order(queue, drainers):
 
 
 @pytest.mark.integration
-def test_a_slow_learner_holds_the_writer_back_at_the_schedule(queue, drainers, writers):
+def test_a_slow_learner_holds_the_writer_back_at_the_schedule(queue, drainers, start_writer):
     spec = make_spec(capacity=500)
     _, gate, drainer, iterator = learner_side(queue, spec, drainers)
-    writer = Writer(queue, spec, steps=400)
-    writers.append(writer)
-    writer.start()
+    writer = start_writer(queue, spec, steps=400)
     # No batch sampled: the drain stops at min_replay_size + error buffer transitions...
     assert settle(lambda: gate.inserted) == SCHEDULE.min_replay_size + ERROR_BUFFER
     # ...then the queue fills and the writer's inserts block.
@@ -183,13 +190,10 @@ def test_a_slow_learner_holds_the_writer_back_at_the_schedule(queue, drainers, w
 
 
 @pytest.mark.integration
-def test_a_slow_writer_stalls_the_learner_at_the_schedule(queue, drainers, writers):
+def test_a_slow_writer_stalls_the_learner_at_the_schedule(queue, drainers, start_writer):
     spec = make_spec(capacity=500)
     _store, gate, drainer, iterator = learner_side(queue, spec, drainers)
-    writer = Writer(queue, spec, steps=400)
-    writers.append(writer)
-    writer.pause_at = 30  # 1 + 30 steps: 28 transitions (n = 3)
-    writer.start()
+    writer = start_writer(queue, spec, steps=400, pause_at=30)  # 1 + 30 steps: 28 transitions
     batches = []
     learner = threading.Thread(target=lambda: [batches.append(1) for _ in iterator], daemon=True)
     learner.start()
@@ -220,7 +224,7 @@ def test_direct_writes_need_no_queue_and_sample_without_a_gate():
 
 
 @pytest.mark.integration
-def test_a_writer_held_back_by_the_reverb_rate_limiter_gives_up_at_a_stop(writers):
+def test_a_writer_held_back_by_the_reverb_rate_limiter_gives_up_at_a_stop(start_writer):
     """The Reverb store's adder, blocked by its table's rate limiter (nobody samples), ends
     within its poll once told to stop: no node needs SIGKILL for it."""
     from magi_lp.agent.frame_replay import FrameStackAdder, make_frame_replay_table
@@ -242,10 +246,7 @@ def test_a_writer_held_back_by_the_reverb_rate_limiter_gives_up_at_a_stop(writer
         client = reverb.Client(f"localhost:{server.port}")
         stop = threading.Event()
         adder = FrameStackAdder(client, "frames", frame_stack=3, n_step=3, should_stop=stop.is_set)
-        writer = Writer(client, spec, steps=10_000, adder=adder)
-        writer.stop = stop
-        writers.append(writer)
-        writer.start()
+        writer = start_writer(client, spec, steps=10_000, adder=adder, stop=stop)
         written = settle(lambda: writer.written)
         assert writer.is_alive() and written < 2_000  # held back by the limiter
         start = time.monotonic()
