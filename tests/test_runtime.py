@@ -8,6 +8,8 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from unittest import mock
 
 import jax
 import jax.numpy as jnp
@@ -21,6 +23,7 @@ from absl.testing import absltest
 from magi_lp.agent.replay_schedule import ReplaySchedule
 from magi_lp.agent.variable_client import VariableClient
 from magi_lp.placement.gpu_inventory import GpuInventory
+from magi_lp.runtime import nodes
 from magi_lp.runtime.checkpointing import Checkpointer
 from magi_lp.runtime.config import NODE_GROUPS, make_placement_plan
 from magi_lp.runtime.learner_runner import LearnerRunner
@@ -206,6 +209,33 @@ class ProgramWiringTest(absltest.TestCase):
         if not flags.FLAGS.is_parsed():  # pytest, not absltest.main, runs this test
             flags.FLAGS.mark_as_parsed()
 
+    def _actors_leave_before_the_replay(self) -> Callable[[], None]:
+        """At the test's end, the actors stop and leave before Launchpad's teardown.
+
+        That teardown stops every node at once; the replay server goes within milliseconds,
+        and an actor then inside the Acme adder's end of episode (Reverb's `end_episode`, no
+        timeout) waits for confirmations that never come. A node process is ended by its
+        stop budget (`magi_lp.launch.node_lifetime`), but a thread cannot be, so the launch
+        hung (1 run in 4 with both cores busy). Returns the cleanup that tells the actors
+        to stop and waits until they have left; register it after `lp.launch`.
+        """
+        actors_stop = threading.Event()
+        told = nodes._stop_requested
+        patcher = mock.patch.object(
+            nodes, "_stop_requested", lambda: actors_stop.is_set() or told()
+        )
+        patcher.start()
+        self.addCleanup(patcher.stop)
+
+        def let_actors_go() -> None:
+            actors_stop.set()
+            deadline = time.monotonic() + 60
+            while any(t.name == "actor" for t in threading.enumerate()):
+                assert time.monotonic() < deadline, "the actors did not leave within 60 s"
+                time.sleep(0.05)
+
+        return let_actors_go
+
     @pytest.mark.timeout(300, method="thread")  # Launchpad's test launch owns the signals
     def test_nodes_are_wired_as_the_plan_says(self):
         workdir = tempfile.mkdtemp(prefix="magi_lp_wiring_")
@@ -224,7 +254,9 @@ class ProgramWiringTest(absltest.TestCase):
         (counter_node,) = program.groups["counter"]
         # The coordinator is driven through its handle; every other node runs.
         coordinator_node.disable_run()
+        let_actors_go = self._actors_leave_before_the_replay()
         lp.launch(program, launch_type="test_mt", test_case=self)
+        self.addCleanup(let_actors_go)  # runs before Launchpad's teardown (cleanups are LIFO)
 
         counter = counter_node.create_handle().dereference()
         learner = learner_node.create_handle().dereference()
