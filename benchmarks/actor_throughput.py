@@ -36,6 +36,7 @@ from benchmarks.common import (
     progress,
     rates_against_raw,
     rates_table,
+    raw_runner,
     single_thread_env,
     steady_state_replay,
     timed_rounds,
@@ -67,32 +68,17 @@ def _random_core(action_dim: int):
 def _runner(name: str, experiment: Any, spec: Any, replay_client: Any) -> tuple[Any, list[int]]:
     """(run(agent steps) function, env step counter) for one variant."""
     import jax
-    import numpy as np
 
     from magi_lp.agent.actor import GenericActor
     from magi_lp.agent.variable_client import VariableClient
     from magi_lp.runtime import replay as replay_lib
-    from magi_lp.runtime.acting_loop import ActingLoop
 
     config = experiment.config
     builder = experiment.builder
     count = [0]
     env = StepCounting(experiment.environment_factory(config.seed, False), count)
     if name == "raw":
-        rng = np.random.default_rng(0)
-        shape = spec.actions.shape
-        state = {}
-
-        def run(steps: int) -> None:
-            # A fresh episode per call, as the actor loop starts one after each stop.
-            state["timestep"] = env.reset()
-            for _ in range(steps):
-                if state["timestep"].last():
-                    state["timestep"] = env.reset()
-                action = rng.uniform(-1.0, 1.0, shape).astype(np.float32)
-                state["timestep"] = env.step(action)
-
-        return run, count
+        return raw_runner(env, spec.actions.shape, count)
 
     networks, source = policy_source(experiment, spec)
     if name == "random_core":
@@ -106,8 +92,7 @@ def _runner(name: str, experiment: Any, spec: Any, replay_client: Any) -> tuple[
     )
     client = VariableClient(source, "policy", update_period=config.variable_update_period)
     actor = GenericActor(policy, jax.random.PRNGKey(1), client, adder)
-    # Each call starts a fresh episode (ActingLoop.run does), as a node's loop after a stop.
-    return acting_runner(ActingLoop, env, actor, count, int(config.env.action_repeat))
+    return acting_runner([env], actor, count, int(config.env.action_repeat))
 
 
 def measure(quick: bool) -> dict:

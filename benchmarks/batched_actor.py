@@ -4,19 +4,17 @@ environment, on the same single core.
 rlstructures' advice for acting: one process with N environments and batched inference, since
 every extra process costs (a CUDA context of 300-700 MB on a GPU, a copy of the policy and
 the libraries everywhere) and a device runs one call after another anyway. The toolkit's
-`BatchedActingLoop` steps k environments one after the other and chooses their k actions in
-one jitted, vmapped call. Everything runs in one process pinned to one core with one compute
-thread (the plan's actor env), as in figure 2. Variants, each for the same number of
+`ActingLoop` steps k environments one after the other and a `BatchedActor` chooses their k
+actions in one jitted, vmapped call. Everything runs in one process pinned to one core with
+one compute thread (the plan's actor env), as in figure 2. Variants, each for the same number of
 environment steps, in rotating order, several rounds:
 
   raw          reacher_hard from pixels (dm_control step x2, one 84x84 render, frame stacking),
                random numpy actions, no policy, no toolkit: figure 2's baseline.
   k=1          the actor as `envs_per_actor=1` runs it: `ActingLoop` + `GenericActor`, DrQ-v2's
                behaviour policy (the paper's network sizes, one observation per call), and the
-               FrameStackAdder writing every step to a Reverb server in this process. Its loop
-               starts a fresh episode at every sample (one reset per sample, which the others
-               do not pay), as a node's loop does after a stop.
-  k=4, 8, 16   the actor as `envs_per_actor=k` runs it: `BatchedActingLoop` + `BatchedActor`
+               FrameStackAdder writing every step to a Reverb server in this process.
+  k=4, 8, 16   the actor as `envs_per_actor=k` runs it: `ActingLoop` + `BatchedActor`
                (one policy call for k observations), one FrameStackAdder per environment.
 
 frames/s = environment steps x action repeat (2) / wall seconds; since other processes may
@@ -40,6 +38,7 @@ from benchmarks.common import (
     progress,
     rates_against_raw,
     rates_table,
+    raw_runner,
     single_thread_env,
     steady_state_replay,
     timed_rounds,
@@ -57,12 +56,10 @@ def subprocess_env() -> dict[str, str]:
 def _runner(k: int, experiment: Any, spec: Any, replay_client: Any) -> tuple[Any, list[int]]:
     """(run(env steps) function, env step counter) for raw (k=0) or an actor of k envs."""
     import jax
-    import numpy as np
 
     from magi_lp.agent.actor import BatchedActor, GenericActor
     from magi_lp.agent.variable_client import VariableClient
     from magi_lp.runtime import replay as replay_lib
-    from magi_lp.runtime.acting_loop import ActingLoop, BatchedActingLoop
     from magi_lp.runtime.seeding import node_seed
 
     config = experiment.config
@@ -75,22 +72,7 @@ def _runner(k: int, experiment: Any, spec: Any, replay_client: Any) -> tuple[Any
         for j in range(max(k, 1))
     ]
     if k == 0:
-        env = environments[0]
-        rng = np.random.default_rng(0)
-        state = {}
-
-        def run_raw(steps: int) -> None:
-            # Episodes go on across samples, as in the batched loop (a reset costs about as
-            # much as several steps, so resetting per sample would flatter the actors).
-            if "timestep" not in state:
-                state["timestep"] = env.reset()
-            for _ in range(steps):
-                if state["timestep"].last():
-                    state["timestep"] = env.reset()
-                action = rng.uniform(-1.0, 1.0, spec.actions.shape).astype(np.float32)
-                state["timestep"] = env.step(action)
-
-        return run_raw, count
+        return raw_runner(environments[0], spec.actions.shape, count)
 
     networks, source = policy_source(experiment, spec)
     policy = builder.make_policy(networks, spec, False)
@@ -104,7 +86,6 @@ def _runner(k: int, experiment: Any, spec: Any, replay_client: Any) -> tuple[Any
             client,
             replay_lib.make_adder(experiment, spec, replay_client, writer=0),
         )
-        loop_class, stepped = ActingLoop, environments[0]
     else:
         actor = BatchedActor(
             policy,
@@ -112,8 +93,7 @@ def _runner(k: int, experiment: Any, spec: Any, replay_client: Any) -> tuple[Any
             client,
             [replay_lib.make_adder(experiment, spec, replay_client, writer=j) for j in range(k)],
         )
-        loop_class, stepped = BatchedActingLoop, environments
-    return acting_runner(loop_class, stepped, actor, count, repeat)
+    return acting_runner(environments, actor, count, repeat)
 
 
 def _name(k: int) -> str:
@@ -192,7 +172,7 @@ def report(result: dict) -> str:
         f"{result['env_steps_per_sample']} environment steps per round after a warm-up "
         f"(compile, first parameter pull, first Reverb writes), {result['rounds']} round(s) in "
         "rotating order; medians shown. k=1 is `ActingLoop` + `GenericActor` (what "
-        "`envs_per_actor=1` runs), k>1 `BatchedActingLoop` + `BatchedActor`; both with "
+        "`envs_per_actor=1` runs), k>1 `ActingLoop` + `BatchedActor`; both with "
         "DrQ-v2's jitted behaviour policy at the paper's sizes, parameters from an in-process "
         "source (pulled every "
         f"{result['variable_update_period']} environment steps) and one FrameStackAdder per "

@@ -420,16 +420,42 @@ Runner = tuple[Callable[[int], None], list[int]]
 """(run(environment steps), the step counter of its environments) for one variant."""
 
 
+def raw_runner(environment: Any, action_shape: tuple[int, ...], count: list[int]) -> Runner:
+    """The raw environment as a Runner: uniform random numpy actions, no policy, no toolkit.
+
+    Episodes go on across calls, as in the acting loop (a reset costs about as much as
+    several steps, so resetting at every call would flatter the actors).
+    """
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    state: dict[str, Any] = {}
+
+    def run(steps: int) -> None:
+        if "timestep" not in state:
+            state["timestep"] = environment.reset()
+        for _ in range(steps):
+            if state["timestep"].last():
+                state["timestep"] = environment.reset()
+            action = rng.uniform(-1.0, 1.0, action_shape).astype(np.float32)
+            state["timestep"] = environment.step(action)
+
+    return run, count
+
+
 def acting_runner(
-    loop_class: Any, environments: Any, actor: Any, count: list[int], frames_per_step: int
+    environments: list[Any], actor: Any, count: list[int], frames_per_step: int
 ) -> Runner:
-    """An acting loop (`ActingLoop` over one environment, `BatchedActingLoop` over a list) of
-    `actor`, counting into a throwaway counter and logging nothing, as a Runner: each call
-    runs it until its environments have taken `steps` more steps, mid-episode if need be
-    (the loop checks its stop before every step)."""
+    """The toolkit's `ActingLoop` over `environments` of `actor` (a `BatchedActor`, or an
+    `acme.core.Actor` for one environment), counting into a throwaway counter and logging
+    nothing, as a Runner: each call runs it until its environments have taken `steps` more
+    steps, mid-episode if need be (the loop checks its stop before every step; episodes go
+    on across calls)."""
     from acme.utils import counting, loggers
 
-    loop = loop_class(
+    from magi_lp.runtime.acting_loop import ActingLoop
+
+    loop = ActingLoop(
         environments,
         actor,
         counting.Counter(time_delta=0.0),

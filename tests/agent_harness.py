@@ -40,8 +40,10 @@ def actor_and_evaluator(
     experiment: Any, replay_client: Any, learner: Any, *, update_period: int
 ) -> tuple[Any, Any]:
     """Actor 0 (writing to `replay_client`) and evaluator 0 of `experiment`, pulling the
-    learner's policy every `update_period` steps, made by the runtime's own factory."""
+    learner's policy every `update_period` steps, made by the runtime's own factory: the
+    `acme.core.Actor`s its acting loops drive (`envs_per_actor` = 1)."""
     from magi_lp.acme_api import counting
+    from magi_lp.agent.actor import OneEnvironment
     from magi_lp.runtime.nodes import make_acting_loop
 
     experiment.config.variable_update_period = update_period
@@ -58,7 +60,8 @@ def actor_and_evaluator(
             lambda *args, **kwargs: Rows(),
             evaluation=evaluation,
         )
-        return loop.actor
+        assert isinstance(loop.actor, OneEnvironment)
+        return loop.actor.actor
 
     return actor(False), actor(True)
 

@@ -23,7 +23,7 @@ from acme.utils import counting
 from magi_lp.agent.actor import BatchedActor
 from magi_lp.agent.actor_core import ActorCore
 from magi_lp.agent.frame_replay import FrameStackAdder, frame_replay_signature
-from magi_lp.runtime.acting_loop import BatchedActingLoop
+from magi_lp.runtime.acting_loop import ActingLoop
 from magi_lp.runtime.single_process import run_single_process
 from tests.agent_harness import n_step_transitions, queue_dataset
 from tests.runtime_toys import toy_config, toy_experiment
@@ -129,7 +129,7 @@ def test_k_environments_write_k_streams_the_frame_replay_rebuilds_exactly(replay
         _uniform_core(), list(jax.random.split(jax.random.PRNGKey(0), 3)), None, adders
     )
     counter = counting.Counter(time_delta=0.0)
-    loop = BatchedActingLoop(environments, actor, counter)
+    loop = ActingLoop(environments, actor, counter)
     rows = loop.run(num_episodes=6)
     loop.run(should_stop=lambda: sum(len(e.episodes) for e in environments) >= 10)
     for adder in adders:

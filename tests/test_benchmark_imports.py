@@ -40,3 +40,18 @@ def test_every_repository_name_a_benchmark_imports_exists(path):
         if ours and node.module.split(".")[0] in OURS:
             missing += _missing(node.module, [alias.name for alias in node.names])
     assert not missing, f"{path.name} imports names that do not exist: {missing}"
+
+
+def test_the_page_renders_every_stored_figure(tmp_path):
+    """BENCHMARKS.md is written from benchmarks/results.json by each figure's `report()`:
+    a report that no longer reads its stored result (a renamed key) would replace the
+    figure's text with an error at the next `make bench` (figure 12 did, after its key
+    `seconds` became `run_seconds`)."""
+    import json
+
+    from benchmarks.run import PAGE, write_page
+
+    results = json.loads((REPO / "benchmarks" / "results.json").read_text())
+    page = write_page(tmp_path, results).read_text()
+    assert "Could not render" not in page
+    assert page == (REPO / PAGE).read_text()

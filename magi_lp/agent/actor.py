@@ -11,6 +11,9 @@ node's device chooses all k actions (rlstructures' advice for GPU acting: one pr
 environments and batched inference instead of N processes, each paying for a CUDA context).
 Each environment keeps its own actor state (its own key and step count) and its own adder, so
 replay streams never mix environments.
+
+One acting loop (`magi_lp.runtime.acting_loop.ActingLoop`) drives both: a `BatchedActor`
+directly, any `acme.core.Actor` through `OneEnvironment` (the batched interface for k = 1).
 """
 
 from __future__ import annotations
@@ -121,7 +124,7 @@ class BatchedActor(Generic[State]):
 
     Environment i has its own actor state (from its own key) and its own adder; parameters
     are pulled once for all k. Not an `acme.core.Actor` (that acts for one environment):
-    `magi_lp.runtime.acting_loop.BatchedActingLoop` drives it.
+    `magi_lp.runtime.acting_loop.ActingLoop` drives it.
     """
 
     def __init__(
@@ -223,3 +226,35 @@ class BatchedActor(Generic[State]):
     def state(self) -> State:
         """The k actor states, stacked along a leading axis."""
         return self._state
+
+
+class OneEnvironment:
+    """An `acme.core.Actor` seen as a `BatchedActor` of one environment.
+
+    The acting loop speaks the batched interface only (`select_actions` over a list, the
+    environment's index on every observe), so an Acme-style actor for one environment,
+    `GenericActor` or anyone's own, plugs into the same loop through this.
+    """
+
+    num_environments = 1
+
+    def __init__(self, actor: core.Actor):
+        self.actor = actor
+
+    def select_actions(self, observations: Sequence[Any]) -> list[np.ndarray]:
+        """The one environment's action, as a list of one."""
+        return [self.actor.select_action(observations[0])]
+
+    def observe_first(self, index: int, timestep: dm_env.TimeStep) -> None:
+        self.actor.observe_first(timestep)
+
+    def observe(self, index: int, action: np.ndarray, next_timestep: dm_env.TimeStep) -> None:
+        self.actor.observe(action, next_timestep=next_timestep)
+
+    def update(self, wait: bool = False) -> None:
+        self.actor.update(wait)
+
+    def warm_up(self, observation: Any) -> bool:
+        """The actor's `warm_up` where it has one (`GenericActor.warm_up`); else False."""
+        warm_up = getattr(self.actor, "warm_up", None)
+        return bool(warm_up(observation)) if warm_up is not None else False

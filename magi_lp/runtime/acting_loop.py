@@ -1,12 +1,12 @@
-"""The actor-environment loops, with a stop check on every step.
+"""The actor-environment loop, with a stop check on every step.
 
 Acme's `EnvironmentLoop` only checks for termination between episodes; inside a Launchpad
-node that makes a stop wait for the rest of an episode (seconds with pixel rendering). These
-loops check `should_stop()` before every step, count steps through an Acme counter (so the
-coordinator sees them), and log one row per episode with return, length and frames/s.
-`ActingLoop` runs one environment; `BatchedActingLoop` runs k of them in one process with a
-`BatchedActor` (`config.envs_per_actor`), stepping them one after the other and choosing
-their k actions in one call.
+node that makes a stop wait for the rest of an episode (seconds with pixel rendering). This
+loop checks `should_stop()` before every step, counts steps through an Acme counter (so the
+coordinator sees them), and logs one row per episode with return, length and frames/s. It
+runs k environments of one actor (`config.envs_per_actor`): a `BatchedActor` chooses their k
+actions in one call; an `acme.core.Actor` (one environment) comes wrapped in
+`OneEnvironment`, so k = 1 is the same loop, not a second one.
 """
 
 from __future__ import annotations
@@ -20,105 +20,7 @@ import dm_env
 import numpy as np
 
 from magi_lp.acme_api import core, counting, loggers
-from magi_lp.agent.actor import BatchedActor
-
-
-class ActingLoop:
-    """Runs episodes of `actor` in `environment`."""
-
-    def __init__(
-        self,
-        environment: dm_env.Environment,
-        actor: core.Actor,
-        counter: counting.Counter | None = None,
-        logger: loggers.Logger | None = None,
-        *,
-        should_update: bool = True,
-        frames_per_step: int = 1,
-        observers: Sequence[Any] = (),
-    ):
-        """Creates the loop.
-
-        Args:
-          environment: the (seeded) environment.
-          actor: the actor; `update()` is called after every step when `should_update`.
-          counter: counts `steps` and `episodes`; give it a child counter with a prefix
-            (`Counter(parent, prefix="actor")`) so the program sees `actor_steps`.
-          logger: gets one row per episode.
-          should_update: whether to let the actor refresh parameters after each step.
-          frames_per_step: environment frames per agent step (action repeat), so logs can
-            report frames as papers do.
-          observers: objects with `observe_first(timestep)`, `observe(timestep, action)` and
-            `episode_done(episode_return)`; e.g. a video recorder.
-        """
-        self._environment = environment
-        self._actor = actor
-        self._counter = counter or counting.Counter()
-        self._logger = logger or loggers.NoOpLogger()
-        self._should_update = should_update
-        self._frames_per_step = frames_per_step
-        self._observers = list(observers)
-
-    def close(self) -> None:
-        """Closes the logger and the environment (in-process runs; nodes just exit)."""
-        self._logger.close()
-        self._environment.close()
-
-    @property
-    def actor(self) -> core.Actor:
-        """The actor this loop drives."""
-        return self._actor
-
-    def run_episode(self, should_stop: Callable[[], bool] = lambda: False) -> dict | None:
-        """Runs one episode; returns its log row, or None when stopped part-way."""
-        start = time.monotonic()
-        timestep = self._environment.reset()
-        self._actor.observe_first(timestep)
-        for observer in self._observers:
-            observer.observe_first(timestep)
-        episode_return = 0.0
-        steps = 0
-        while not timestep.last():
-            if should_stop():
-                return None
-            action = self._actor.select_action(timestep.observation)
-            timestep = self._environment.step(action)
-            self._actor.observe(action, next_timestep=timestep)
-            for observer in self._observers:
-                observer.observe(timestep, action)
-            if self._should_update:
-                self._actor.update()
-            episode_return += float(np.sum(timestep.reward))
-            steps += 1
-        for observer in self._observers:
-            observer.episode_done(episode_return)
-        counts = self._counter.increment(steps=steps, episodes=1)
-        elapsed = time.monotonic() - start
-        row = {
-            "episode_length": steps,
-            "episode_return": episode_return,
-            "steps_per_second": steps / max(elapsed, 1e-9),
-            "frames_per_second": steps * self._frames_per_step / max(elapsed, 1e-9),
-            **counts,
-        }
-        self._logger.write(row)
-        return row
-
-    def run(
-        self,
-        should_stop: Callable[[], bool] = lambda: False,
-        num_episodes: int | None = None,
-    ) -> list[dict]:
-        """Runs episodes until `should_stop()` or `num_episodes` are done."""
-        rows = []
-        while num_episodes is None or len(rows) < num_episodes:
-            if should_stop():
-                break
-            row = self.run_episode(should_stop)
-            if row is None:
-                break
-            rows.append(row)
-        return rows
+from magi_lp.agent.actor import BatchedActor, OneEnvironment
 
 
 @dataclasses.dataclass
@@ -132,21 +34,21 @@ class _Episode:
     episode_return: float = 0.0
 
 
-class BatchedActingLoop:
+class ActingLoop:
     """Runs k environments of one actor: one batched action choice per step, then k steps.
 
     Each environment has its own episodes: it is reset when its episode ends, while the
     others go on, and each ended episode gets its own log row (with the environment's
-    index). Environments are stepped one after the other in this thread: on the CPU an
-    environment step (physics and rendering) is the work, and the node is given one core.
-    Episodes in progress continue across `run` calls (a stop leaves them open; the adders
-    close an unfinished episode when the environment next resets).
+    index when k > 1). Environments are stepped one after the other in this thread: on the
+    CPU an environment step (physics and rendering) is the work, and the node is given one
+    core. Episodes in progress continue across `run` calls (a stop leaves them open; the
+    adders close an unfinished episode when the environment next resets).
     """
 
     def __init__(
         self,
         environments: Sequence[dm_env.Environment],
-        actor: BatchedActor,
+        actor: BatchedActor | OneEnvironment | core.Actor,
         counter: counting.Counter | None = None,
         logger: loggers.Logger | None = None,
         *,
@@ -158,15 +60,21 @@ class BatchedActingLoop:
 
         Args:
           environments: the k (separately seeded) environments.
-          actor: acts for all k; `actor.num_environments` must be k.
-          counter: counts `steps` (of every environment) and `episodes`, as in
-            `ActingLoop`; incremented once per step in which episodes ended.
+          actor: acts for all k (`actor.num_environments` must be k); an `acme.core.Actor`
+            acts for one and is wrapped in `OneEnvironment`.
+          counter: counts `steps` (of every environment) and `episodes`, incremented once
+            per step in which episodes ended; give it a child counter with a prefix
+            (`Counter(parent, prefix="actor")`) so the program sees `actor_steps`.
           logger: gets one row per ended episode.
           should_update: whether to let the actor refresh parameters after each step.
-          frames_per_step: environment frames per agent step (action repeat).
-          observers: as in `ActingLoop`; they see the steps of all k environments,
-            interleaved (so nothing that follows one episode, such as a video).
+          frames_per_step: environment frames per agent step (action repeat), so logs can
+            report frames as papers do.
+          observers: objects with `observe_first(timestep)`, `observe(timestep, action)` and
+            `episode_done(episode_return)`, e.g. a video recorder; they see the steps of all
+            k environments, interleaved (so one that follows an episode wants k = 1).
         """
+        if isinstance(actor, core.Actor):
+            actor = OneEnvironment(actor)
         if actor.num_environments != len(environments):
             raise ValueError(
                 f"the actor acts for {actor.num_environments} environments, "
@@ -189,7 +97,7 @@ class BatchedActingLoop:
             environment.close()
 
     @property
-    def actor(self) -> BatchedActor:
+    def actor(self) -> BatchedActor | OneEnvironment:
         """The actor this loop drives."""
         return self._actor
 
@@ -238,7 +146,7 @@ class BatchedActingLoop:
             elapsed = max(now - episode.started, 1e-9)
             loop_steps = self._steps - episode.loop_steps_at_start
             row = {
-                "environment": index,
+                **({"environment": index} if len(self._environments) > 1 else {}),
                 "episode_length": episode.steps,
                 "episode_return": episode.episode_return,
                 "steps_per_second": episode.steps / elapsed,

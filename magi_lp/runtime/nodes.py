@@ -34,7 +34,7 @@ from magi_lp.console import say
 from magi_lp.launch.node_lifetime import hold_exit
 from magi_lp.runtime import replay as replay_lib
 from magi_lp.runtime import seeding
-from magi_lp.runtime.acting_loop import ActingLoop, BatchedActingLoop
+from magi_lp.runtime.acting_loop import ActingLoop
 from magi_lp.runtime.checkpointing import Checkpointer, CheckpointWriteError
 from magi_lp.runtime.experiment import Experiment
 from magi_lp.runtime.learner_runner import LearnerRunner, ReplayCheckpoint
@@ -116,13 +116,13 @@ def make_acting_loop(
     evaluation: bool = False,
     observers: Sequence[Any] = (),
     should_stop: StopFn = lambda: False,
-) -> ActingLoop | BatchedActingLoop:
+) -> ActingLoop:
     """Actor (or evaluator) `index`: its seeded environment(s), policy, adder(s) and loop.
 
     The actor pulls `POLICY_VARIABLES` from `variable_source` every
     `config.variable_update_period` environment steps without blocking. With
     `config.envs_per_actor` = k > 1 an actor steps k environments (each its own seed, actor
-    state and adder) and chooses their actions in one call (`BatchedActingLoop`).
+    state and adder) and chooses their actions in one call (a `BatchedActor`).
     Evaluators step one environment, write nothing to replay, make the experiment's
     evaluation observers, and count as "evaluator". With `config.debug.check_devices` every
     policy call checks its arrays' devices. `should_stop` lets the adders give up a write
@@ -165,29 +165,22 @@ def make_acting_loop(
             ],
             device_check=check,
         )
-        return BatchedActingLoop(
-            environments,
-            actor,
-            counter,
-            logger,
-            frames_per_step=experiment.frames_per_step,
-            observers=observers,
+    else:
+        actor = GenericActor(
+            policy,
+            key,
+            variables,
+            None
+            if evaluation
+            else replay_lib.make_adder(
+                experiment, environment_spec, replay_client, index, should_stop
+            ),
+            device_check=check,
         )
-    actor = GenericActor(
-        policy,
-        key,
-        variables,
-        None
-        if evaluation
-        else replay_lib.make_adder(
-            experiment, environment_spec, replay_client, index * k, should_stop
-        ),
-        device_check=check,
-    )
     if evaluation:
         observers = [*observers, *(make() for make in experiment.evaluation_observers)]
     return ActingLoop(
-        environments[0],
+        environments,
         actor,
         counter,
         logger,
@@ -197,9 +190,7 @@ def make_acting_loop(
     )
 
 
-def warm_up(
-    loop: ActingLoop | BatchedActingLoop, environment_spec: specs.EnvironmentSpec, source: str
-) -> None:
+def warm_up(loop: ActingLoop, environment_spec: specs.EnvironmentSpec, source: str) -> None:
     """Compiles the actor's policy while its first parameters are fetched (in the background).
 
     An actor can act only once the learner serves parameters; compiling meanwhile takes the

@@ -9,7 +9,7 @@ Acme's `run_experiment` does). Either way one thread that must never block on a 
 interleaves acting and learning itself, one learner step every
 `ReplaySchedule.actor_steps_per_update` actor steps: the replay ratio the distributed
 program's rate limiter (or the learner's `RatioGate`) enforces. With
-`envs_per_actor` = k the one actor steps k environments (a `BatchedActingLoop`), and the
+`envs_per_actor` = k the one actor steps k environments (a `BatchedActor`), and the
 schedule counts the steps of all of them.
 """
 
