@@ -259,6 +259,7 @@ def test_same_transitions_as_the_reverb_frame_replay_bit_for_bit():
             discount=GAMMA,
             stack_on_host=False,
             prefetch=0,
+            rate_limiter_timeout_ms=2000,
         )
         from_reverb = next(dataset)
     finally:

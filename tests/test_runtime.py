@@ -216,7 +216,7 @@ class ProgramWiringTest(absltest.TestCase):
         and an actor then inside the Acme adder's end of episode (Reverb's `end_episode`, no
         timeout) waits for confirmations that never come. A node process is ended by its
         stop budget (`magi_lp.launch.node_lifetime`), but a thread cannot be, so the launch
-        hung (1 run in 4 with both cores busy). Returns the cleanup that tells the actors
+        hung (2 runs in 7 with both cores busy). Returns the cleanup that tells the actors
         to stop and waits until they have left; register it after `lp.launch`.
         """
         actors_stop = threading.Event()
