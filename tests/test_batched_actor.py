@@ -135,17 +135,18 @@ def test_k_environments_write_k_streams_the_frame_replay_rebuilds_exactly(replay
     for adder in adders:
         adder.close()
 
-    # Counters count every environment's steps (of the episodes that ended), rows say which
-    # environment each episode ran in.
+    # Counters count every environment's steps as they happen (episodes in progress at the
+    # stop included) and the episodes that ended; rows say which environment each ran in.
     ended = [
         len(episode["actions"])
         for env, wanted in zip(environments, lengths, strict=True)
         for index, episode in enumerate(env.episodes)
         if len(episode["actions"]) == wanted[index % len(wanted)]
     ]
-    assert len(ended) >= 6  # (and episodes in progress at the stop, whose steps are not counted)
+    taken = sum(len(episode["actions"]) for env in environments for episode in env.episodes)
+    assert len(ended) >= 6 and taken > sum(ended)  # (and episodes in progress at the stop)
     assert counter.get_counts()["episodes"] == len(ended)
-    assert counter.get_counts()["steps"] == sum(ended)
+    assert counter.get_counts()["steps"] == taken
     assert {row["environment"] for row in rows} == {0, 1, 2}
     # Each environment has its own actor state: its own key and its own step count.
     steps = np.asarray(actor.state["steps"])
@@ -175,6 +176,31 @@ def test_k_environments_write_k_streams_the_frame_replay_rebuilds_exactly(replay
         np.testing.assert_allclose(batch.discount[0], ref_discount, rtol=1e-5)
         seen.append(key)
     assert sorted(seen) == sorted(reference)  # each transition exactly once
+
+
+def test_steps_are_counted_as_they_happen_or_in_batches_of_count_every():
+    environments = [StackedPixels(0, [7], seed=0), StackedPixels(1, [9], seed=1)]
+    actor = BatchedActor(
+        _uniform_core(), list(jax.random.split(jax.random.PRNGKey(0), 2)), None, [None] * 2
+    )
+    counter = counting.Counter(time_delta=0.0)
+    increments = []
+    increment = counter.increment
+    counter.increment = lambda **counts: increments.append(counts) or increment(**counts)
+    loop = ActingLoop(environments, actor, counter, count_every=3)
+    for taken in range(1, 8):
+        loop.step()
+        # 2 environment steps per loop step; reported every 3 loop steps and when the first
+        # environment's 7-step episode ends (loop step 7).
+        reported = 2 * taken if taken in (3, 6, 7) else 2 * (taken // 3) * 3
+        assert counter.get_counts().get("steps", 0) == reported, taken
+    assert [c["steps"] for c in increments] == [6, 6, 2]
+    assert [c["episodes"] for c in increments] == [0, 0, 1]
+    assert loop.counts["steps"] == 14 and loop.counts["episodes"] == 1
+    loop.step()
+    assert loop.flush_counts()["steps"] == 16  # a stop reports what is left
+    with pytest.raises(ValueError, match="count_every must be >= 1"):
+        ActingLoop(environments, actor, counter, count_every=0)
 
 
 def test_one_call_chooses_all_k_actions():

@@ -197,6 +197,58 @@ def test_single_process_run_learns_on_schedule_and_resumes(tmp_path):
     assert again.learner_steps == result.learner_steps + schedule.updates_due(50)
 
 
+@pytest.mark.integration  # a real Reverb server and environment, ~10 s
+def test_single_process_run_stops_and_evaluates_at_exact_step_counts(tmp_path):
+    # Neither the limit nor the evaluation points are at an episode's end (10 steps).
+    config = toy_config(max_actor_steps=137)
+    config.evaluation.every_actor_steps = 45
+    factory = LoggerFactory.from_config(tmp_path, config.logging)
+    result = run_single_process(
+        toy_experiment(config), workdir=str(tmp_path), logger_factory=factory, progress=False
+    )
+    assert result.actor_steps == 137
+    evaluations = read_csv(tmp_path / "logs" / "evaluator_0" / "logs.csv")
+    # (The first row comes before any actor step was counted: its actor_steps is empty.)
+    assert [int(row["actor_steps"] or 0) for row in evaluations] == [0, 45, 90, 135, 137]
+    # Resumed to 150: the next point (180) lies beyond it, so only the new limit evaluates.
+    config.max_actor_steps = 150
+    again = run_single_process(
+        toy_experiment(config), workdir=str(tmp_path), logger_factory=factory, progress=False
+    )
+    assert again.actor_steps == 150
+    evaluations = read_csv(tmp_path / "logs" / "evaluator_0" / "logs.csv")
+    assert [int(row["actor_steps"] or 0) for row in evaluations][5:] == [150]
+
+
+@pytest.mark.parametrize(
+    ("start", "expected"),
+    [(0, [0, 110, 220, 330]), (130, [210, 320])],  # a new run; one resumed at 130 steps
+)
+def test_distributed_evaluator_evaluates_once_per_multiple_passed(monkeypatch, start, expected):
+    # The actors report in batches: the counts move by 40 between two looks, and by 70 while
+    # an evaluation runs. Each multiple of 100 is evaluated once, at the first look at or
+    # after it (a resumed run: from the first multiple at or after its counts).
+    steps = [start]
+    evaluated_at = []
+
+    def evaluate(loop, episodes, should_stop):
+        evaluated_at.append(steps[0])
+        steps[0] += 70
+
+    monkeypatch.setattr(nodes, "evaluate", evaluate)
+    node = nodes.EvaluatorNode.__new__(nodes.EvaluatorNode)
+    node._counter = mock.Mock(get_counts=lambda: {"actor_steps": steps[0]})
+    node._evaluation = toy_config().evaluation  # every 100 actor steps
+    node._loop = None
+
+    def sleep(seconds):
+        steps[0] += 40
+        return False
+
+    node.run_evaluations(lambda: steps[0] > 330, sleep)
+    assert evaluated_at == expected
+
+
 # --- the distributed program graph -----------------------------------------------------------
 
 

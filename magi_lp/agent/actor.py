@@ -87,6 +87,10 @@ class GenericActor(core.Actor, Generic[State]):
         if self._client is not None:
             self._client.update(wait)
 
+    def close(self) -> None:
+        """Sends what its adder still holds (`end_episode_writes`)."""
+        end_episode_writes([self._adder])
+
     def warm_up(self, observation: Any) -> bool:
         """Compiles `select_action` for params shaped as the core's `params_shape` says and
         an observation like `observation`, while the first parameters are fetched in the
@@ -222,10 +226,28 @@ class BatchedActor(Generic[State]):
         if self._client is not None:
             self._client.update(wait)
 
+    def close(self) -> None:
+        """Sends what each environment's adder still holds (`end_episode_writes`)."""
+        end_episode_writes(self._adders)
+
     @property
     def state(self) -> State:
         """The k actor states, stacked along a leading axis."""
         return self._state
+
+
+def end_episode_writes(environment_adders: Sequence[adders.Adder | None]) -> None:
+    """Sends what each adder still holds: its `close()` (the toolkit's adders: flush, then
+    close the writer), else `reset()` (Acme's: end the episode, which flushes).
+
+    A run that stops mid-episode (at its step limit, at Ctrl-C) calls this before its replay
+    server stops: an Acme Reverb adder otherwise flushes when it is garbage-collected, after
+    the server has gone, and waits 10 s for confirmations that never come.
+    """
+    for adder in environment_adders:
+        if adder is not None:
+            close = getattr(adder, "close", None)
+            (close if close is not None else adder.reset)()
 
 
 class OneEnvironment:
@@ -253,6 +275,12 @@ class OneEnvironment:
 
     def update(self, wait: bool = False) -> None:
         self.actor.update(wait)
+
+    def close(self) -> None:
+        """The actor's `close` where it has one (`GenericActor.close`)."""
+        close = getattr(self.actor, "close", None)
+        if close is not None:
+            close()
 
     def warm_up(self, observation: Any) -> bool:
         """The actor's `warm_up` where it has one (`GenericActor.warm_up`); else False."""

@@ -1,9 +1,13 @@
 """The actor-environment loop, with a stop check on every step.
 
-Acme's `EnvironmentLoop` only checks for termination between episodes; inside a Launchpad
-node that makes a stop wait for the rest of an episode (seconds with pixel rendering). This
-loop checks `should_stop()` before every step, counts steps through an Acme counter (so the
-coordinator sees them), and logs one row per episode with return, length and frames/s. It
+Acme's `EnvironmentLoop` only checks for termination between episodes, and counts an
+episode's steps when it ends; inside a Launchpad node that makes a stop wait for the rest of an
+episode (seconds with pixel rendering), and a step limit, an evaluation point or a status line
+lag by up to an episode (500 agent steps on dm_control). This loop checks `should_stop()`
+before every step and counts steps as they happen through an Acme counter (so the coordinator
+sees them): every step in one process, every `count_every` steps (and at every episode's end)
+where the counter is a remote node. It logs one row per episode with return, length and
+frames/s. It
 runs k environments of one actor (`config.envs_per_actor`): a `BatchedActor` chooses their k
 actions in one call; an `acme.core.Actor` (one environment) comes wrapped in
 `OneEnvironment`, so k = 1 is the same loop, not a second one.
@@ -55,6 +59,7 @@ class ActingLoop:
         should_update: bool = True,
         frames_per_step: int = 1,
         observers: Sequence[Any] = (),
+        count_every: int = 1,
     ):
         """Creates the loop.
 
@@ -62,9 +67,9 @@ class ActingLoop:
           environments: the k (separately seeded) environments.
           actor: acts for all k (`actor.num_environments` must be k); an `acme.core.Actor`
             acts for one and is wrapped in `OneEnvironment`.
-          counter: counts `steps` (of every environment) and `episodes`, incremented once
-            per step in which episodes ended; give it a child counter with a prefix
-            (`Counter(parent, prefix="actor")`) so the program sees `actor_steps`.
+          counter: counts `steps` (of every environment) and `episodes`; give it a child
+            counter with a prefix (`Counter(parent, prefix="actor")`) so the program sees
+            `actor_steps`.
           logger: gets one row per ended episode.
           should_update: whether to let the actor refresh parameters after each step.
           frames_per_step: environment frames per agent step (action repeat), so logs can
@@ -72,7 +77,14 @@ class ActingLoop:
           observers: objects with `observe_first(timestep)`, `observe(timestep, action)` and
             `episode_done(episode_return)`, e.g. a video recorder; they see the steps of all
             k environments, interleaved (so one that follows an episode wants k = 1).
+          count_every: loop steps between two increments of `counter` (an increment also
+            comes with every ended episode). 1 counts every step exactly (an in-process
+            counter: a dict update); a counter node in another process is a Courier call per
+            increment, so distributed actors count in small batches: the program's counts
+            then trail the truth by fewer than `count_every * k` steps per actor.
         """
+        if count_every < 1:
+            raise ValueError(f"count_every must be >= 1, got {count_every}")
         if isinstance(actor, core.Actor):
             actor = OneEnvironment(actor)
         if actor.num_environments != len(environments):
@@ -89,9 +101,15 @@ class ActingLoop:
         self._observers = list(observers)
         self._episodes: list[_Episode | None] = [None] * len(self._environments)
         self._steps = 0  # every environment's steps, since the loop was made
+        self._count_every = count_every
+        self._uncounted = 0  # environment steps taken but not yet given to the counter
+        self._loop_steps_uncounted = 0  # loop steps since the last increment
+        self.counts: dict[str, Any] = {}  # the counter's counts after the last increment
 
     def close(self) -> None:
-        """Closes the logger and the environments (in-process runs; nodes just exit)."""
+        """Ends the actor's episodes in progress in replay, then closes the logger and the
+        environments (in-process runs, before their replay stops; nodes just exit)."""
+        self._actor.close()
         self._logger.close()
         for environment in self._environments:
             environment.close()
@@ -129,13 +147,15 @@ class ActingLoop:
             if timestep.last():
                 ended.append(index)
         self._steps += len(episodes)
+        self._uncounted += len(episodes)
+        self._loop_steps_uncounted += 1
         if self._should_update:
             self._actor.update()
+        if ended or self._loop_steps_uncounted >= self._count_every:
+            self.flush_counts(episodes=len(ended))
         if not ended:
             return []
-        counts = self._counter.increment(
-            steps=sum(episodes[i].steps for i in ended), episodes=len(ended)
-        )
+        counts = self.counts
         now = time.monotonic()
         rows = []
         for index in ended:
@@ -157,6 +177,14 @@ class ActingLoop:
             self._logger.write(row)
             rows.append(row)
         return rows
+
+    def flush_counts(self, episodes: int = 0) -> dict[str, Any]:
+        """Gives the counter the steps taken since the last increment (and `episodes` ended
+        episodes); returns and keeps (`counts`) the counts it answers with."""
+        self.counts = self._counter.increment(steps=self._uncounted, episodes=episodes)
+        self._uncounted = 0
+        self._loop_steps_uncounted = 0
+        return self.counts
 
     def run(
         self,

@@ -46,6 +46,12 @@ StopFn = Callable[[], bool]
 FINAL_SAVE_FAILED = 3
 """Exit code of a learner process whose final checkpoint could not be written."""
 
+DISTRIBUTED_COUNT_EVERY = 20
+"""Loop steps a distributed actor or evaluator takes between two reports to the counter node
+(and at every episode's end): a Courier call each. The program's `actor_steps` trail the
+truth by fewer than this many steps per actor (times `envs_per_actor`), and a run stops within
+that of `max_actor_steps`; one process counts every step (`ActingLoop(count_every=1)`)."""
+
 
 def checkpoint_dir(workdir: str | Path) -> Path:
     """Where learner checkpoints live inside a workdir."""
@@ -116,6 +122,7 @@ def make_acting_loop(
     evaluation: bool = False,
     observers: Sequence[Any] = (),
     should_stop: StopFn = lambda: False,
+    count_every: int = 1,
 ) -> ActingLoop:
     """Actor (or evaluator) `index`: its seeded environment(s), policy, adder(s) and loop.
 
@@ -127,6 +134,7 @@ def make_acting_loop(
     evaluation observers, and count as "evaluator". With `config.debug.check_devices` every
     policy call checks its arrays' devices. `should_stop` lets the adders give up a write
     the replay holds back once the program stops (`frame_replay.WriteAbandonedError`).
+    `count_every`: loop steps between two counter increments (`ActingLoop`).
     """
     config = experiment.config
     builder = experiment.builder
@@ -187,6 +195,7 @@ def make_acting_loop(
         should_update=not evaluation,
         frames_per_step=experiment.frames_per_step,
         observers=observers,
+        count_every=count_every,
     )
 
 
@@ -203,6 +212,13 @@ def warm_up(loop: ActingLoop, environment_spec: specs.EnvironmentSpec, source: s
             f"policy compiled in {time.monotonic() - start:.1f} s, before its first parameters",
             source=source,
         )
+
+
+def first_evaluation_at(actor_steps: int, every: int) -> int:
+    """The first evaluation point (a multiple of `every`) at or after `actor_steps`: 0 for a
+    new run; for a resumed one, the point it stopped before (or at: evaluated again, with the
+    same parameters, when a run stopped exactly there)."""
+    return -(-actor_steps // every) * every
 
 
 def evaluate(loop: ActingLoop, episodes: int, should_stop: StopFn = lambda: False) -> list[dict]:
@@ -327,7 +343,10 @@ class LearnerNode:
 
 
 class ActorNode:
-    """An actor and its environment loop, acting until the program stops."""
+    """An actor and its environment loop, acting until the program stops or the counts it
+    reported reach `max_actor_steps` (then it waits for the coordinator's stop, so the run
+    ends within `DISTRIBUTED_COUNT_EVERY` steps per actor of the limit, not a stop's latency
+    of steps later)."""
 
     def __init__(
         self,
@@ -349,19 +368,33 @@ class ActorNode:
             counter,
             logger_factory,
             should_stop=_stop_requested,
+            count_every=DISTRIBUTED_COUNT_EVERY,
         )
+        self._max_actor_steps = int(experiment.config.max_actor_steps)
         warm_up(self._loop, environment_spec, f"actor_{index}")
 
+    def limit_reached(self) -> bool:
+        """Whether the counts this actor last reported reach `max_actor_steps`."""
+        return int(self._loop.counts.get("actor_steps", 0)) >= self._max_actor_steps
+
     def run(self) -> None:
+        import launchpad as lp
+
         # A write the replay holds back (its rate limiter, a full queue) is given up at a
         # stop, so the node ends by itself instead of by the launcher's SIGKILL.
         with contextlib.suppress(WriteAbandonedError):
-            self._loop.run(_stop_requested)
+            self._loop.run(lambda: _stop_requested() or self.limit_reached())
+        if not _stop_requested():  # the limit: the coordinator stops the program
+            self._loop.flush_counts()
+            while not _stop_requested():
+                lp.wait_for_stop(0.5)
         leave_node_process()
 
 
 class EvaluatorNode:
-    """Evaluates once at start, then after every `evaluation.every_actor_steps` actor steps."""
+    """Evaluates at 0 actor steps and at every multiple of `evaluation.every_actor_steps`
+    (once the counter node shows it: actors report every `DISTRIBUTED_COUNT_EVERY` steps, and
+    this node looks once a second)."""
 
     def __init__(
         self,
@@ -384,17 +417,22 @@ class EvaluatorNode:
             counter,
             logger_factory,
             evaluation=True,
+            count_every=DISTRIBUTED_COUNT_EVERY,
         )
         warm_up(self._loop, environment_spec, f"evaluator_{index}")
 
     def run_evaluations(self, should_stop: StopFn, sleep: Callable[[float], bool]) -> None:
-        """Evaluates whenever `every_actor_steps` more actor steps were counted."""
-        next_at = 0
+        """Evaluates whenever the actor steps pass the next multiple of `every_actor_steps`
+        (a resumed run: the first multiple at or after its counts)."""
+        every = int(self._evaluation.every_actor_steps)
+        next_at = None
         while not should_stop():
             actor_steps = int(self._counter.get_counts().get("actor_steps", 0))
+            if next_at is None:
+                next_at = first_evaluation_at(actor_steps, every)
             if actor_steps >= next_at:
                 evaluate(self._loop, self._evaluation.episodes, should_stop)
-                next_at = actor_steps + self._evaluation.every_actor_steps
+                next_at = (actor_steps // every + 1) * every
             elif sleep(1.0):
                 break
 

@@ -27,7 +27,13 @@ from magi_lp.runtime import seeding
 from magi_lp.runtime.experiment import Experiment
 from magi_lp.runtime.learner_runner import LearnerRunner
 from magi_lp.runtime.loggers import ProgressBar
-from magi_lp.runtime.nodes import evaluate, make_acting_loop, make_learner_runner, new_counter
+from magi_lp.runtime.nodes import (
+    evaluate,
+    first_evaluation_at,
+    make_acting_loop,
+    make_learner_runner,
+    new_counter,
+)
 
 
 @dataclasses.dataclass
@@ -139,7 +145,8 @@ def run_single_process(
     logger_factory: Any,
     progress: bool = True,
 ) -> SingleProcessResult:
-    """Runs `experiment` in this process until `config.max_actor_steps` actor steps.
+    """Runs `experiment` in this process until exactly `config.max_actor_steps` actor steps
+    (with `envs_per_actor` = k, within k - 1 of it: the k environments step together).
 
     Resumes from the latest checkpoint in `workdir` when there is one. Ctrl-C stops the run
     after a final checkpoint; the same command resumes it.
@@ -182,7 +189,6 @@ def run_single_process(
         frames_per_step=experiment.frames_per_step,
         disable=None if progress else True,
     )
-    # The counter only moves at episode ends; the bar follows every step.
     learning = InterleavedLearning(
         learner, schedule, replay.has_items, on_step=lambda steps: bar.update(start_steps + steps)
     )
@@ -208,20 +214,32 @@ def run_single_process(
     evaluation_returns: list[float] = []
     episodes = 0
     stopped_by_user = False
-    next_evaluation = start_steps
+    every = int(config.evaluation.every_actor_steps)
+    limit = int(config.max_actor_steps)
+    # Evaluations at 0 and every multiple of `every`, and at the limit; the actor counts
+    # every step, so each happens at exactly that many actor steps (mid-episode, as the
+    # official DrQ-v2's does; the training episode goes on after it).
+    next_evaluation = first_evaluation_at(start_steps, every)
+    last_evaluated = None
+
+    def run_evaluation() -> None:
+        nonlocal last_evaluated
+        rows = evaluate(evaluator, config.evaluation.episodes)
+        evaluation_returns.extend(row["episode_return"] for row in rows)
+        last_evaluated = actor_steps()
+
     try:
-        while actor_steps() < config.max_actor_steps:
+        while actor_steps() < limit:
             if evaluator is not None and actor_steps() >= next_evaluation:
-                rows = evaluate(evaluator, config.evaluation.episodes)
-                evaluation_returns.extend(row["episode_return"] for row in rows)
-                next_evaluation = actor_steps() + config.evaluation.every_actor_steps
-            # One episode, or with envs_per_actor > 1 the step(s) until some episode ends.
-            rows = actor.run(num_episodes=1)
+                run_evaluation()
+                next_evaluation = (actor_steps() // every + 1) * every
+            stop_at = min(limit, next_evaluation) if evaluator is not None else limit
+            rows = actor.run(lambda stop_at=stop_at: actor_steps() >= stop_at)
             episodes += len(rows)
-            bar.update(actor_steps(), rows[-1]["episode_return"])
-        if evaluator is not None:
-            rows = evaluate(evaluator, config.evaluation.episodes)
-            evaluation_returns.extend(row["episode_return"] for row in rows)
+            if rows:
+                bar.update(actor_steps(), rows[-1]["episode_return"])
+        if evaluator is not None and last_evaluated != actor_steps():
+            run_evaluation()
     except KeyboardInterrupt:
         stopped_by_user = True
     finally:
