@@ -131,3 +131,12 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 def column(rows: list[dict[str, str]], key: str) -> list[float]:
     """The non-empty values of one column, as floats."""
     return [float(row[key]) for row in rows if row.get(key) not in (None, "")]
+
+
+def checkpoint_counts(workdir: Path) -> dict[str, int]:
+    """The program's step counts saved with the newest learner checkpoint of `workdir`."""
+    from magi_lp.runtime.checkpointing import Checkpointer
+    from magi_lp.runtime.nodes import checkpoint_dir
+
+    _, metadata = Checkpointer(checkpoint_dir(workdir)).restore()
+    return {key: int(value) for key, value in metadata["counts"].items()}

@@ -22,10 +22,9 @@ from pathlib import Path
 import pytest
 
 from magi_lp.launch import processes
-from magi_lp.runtime.checkpointing import Checkpointer
-from magi_lp.runtime.nodes import DISTRIBUTED_COUNT_EVERY, checkpoint_dir
+from magi_lp.runtime.nodes import DISTRIBUTED_COUNT_EVERY
 from projects.drq_v2 import tiny
-from tests.e2e_utils import MARK_VAR, assert_no_leftovers, read_csv
+from tests.e2e_utils import MARK_VAR, assert_no_leftovers, checkpoint_counts, read_csv
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ["host-main.sh", "host-a1.sh", "host-a2.sh"]
@@ -103,8 +102,7 @@ ACTORS = 2  # tests/multihost_config.py
 def _actor_steps(workdir: Path) -> tuple[int, int]:
     """Episodes the actors logged, and the actor steps the final checkpoint counted."""
     rows = [read_csv(workdir / "logs" / f"actor_{i}" / "logs.csv") for i in range(ACTORS)]
-    _, metadata = Checkpointer(checkpoint_dir(workdir)).restore()
-    return sum(len(r) for r in rows), int(metadata["counts"]["actor_steps"])
+    return sum(len(r) for r in rows), checkpoint_counts(workdir)["actor_steps"]
 
 
 def _checkpoints(workdir: Path) -> list[int]:
