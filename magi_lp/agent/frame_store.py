@@ -649,7 +649,9 @@ class DeviceFrameStore:
                 self._flush_locked()
             if not (self._visible[1] > 0).all():
                 raise RuntimeError("frame store: sample() before every shard has a transition")
-            visible = jax.device_put(self._visible, self._replicated)
+            # A copy: jax 0.4.30's CPU client aliases a NumPy array it is given (the device
+            # value follows later writes to it), and `_visible` changes at every flush.
+            visible = jax.device_put(self._visible.copy(), self._replicated)
             step = self.sampled_batches if step is None else step
             batch = self._sample(self._state, visible, key, np.int32(step))
             self.sampled_batches += 1
