@@ -98,6 +98,7 @@ class SlurmSettings:
     extra_sbatch: str = ""  # more #SBATCH options, ';'-separated ("--mem=0;--mail-type=END")
     setup: str = ""  # shell lines run before the nodes start, ';'-separated ("module load cuda")
     address_suffix: str = ""  # appended to SLURM node names to reach the private network ("-ib")
+    submit: bool = True  # sbatch the prepared job (False, or no sbatch here: print the command)
 
 
 @dataclasses.dataclass(frozen=True)

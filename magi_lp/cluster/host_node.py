@@ -14,7 +14,10 @@ launcher (see `magi_lp.cluster.stop_board`):
   traceback is in its log), and the coordinator with 1 when the program stopped because a
   node died; the engine (srun, the Kubernetes Job, the host script) collects these codes;
 - the node gets SIGTERM if the process that started it dies (Linux), and kills any process
-  it started before it exits.
+  it started before it exits;
+- SIGTERM (an engine stopping the job: `scancel`, a time limit, preemption) starts the
+  program's tiered stop through the coordinator rather than ending this node at once, so
+  the learner's final save still finds the counter.
 
 The environment (the placement plan's env for the group) is set by whoever starts the
 command; this module reads the node's identity from the job's manifest.json.
@@ -147,6 +150,7 @@ def _run_node(manifest: dict[str, Any], job_dir: Path, group: str, task: int, na
         address = control_ref.resolve(control["port"])
         StopWatcher(name, address, settings, stop_event, report=_say).start()
     install(board, name)
+    _stop_in_tiers_on_sigterm(board, name, control_ref, control["port"], stop_event)
 
     import cloudpickle
 
@@ -168,6 +172,44 @@ def _run_node(manifest: dict[str, Any], job_dir: Path, group: str, task: int, na
             code = 1
     _say(f"node {name} exits with code {code}")
     return code
+
+
+def _stop_in_tiers_on_sigterm(
+    board: Any, name: str, control: Any, port: int, stop_event: threading.Event
+) -> None:
+    """SIGTERM starts the program's tiered stop instead of stopping this node at once.
+
+    An engine stops a job by sending SIGTERM to every node at the same moment (`scancel`, a
+    SLURM time limit or preemption, `kubectl delete`). Launchpad's own handler would stop
+    each node right away, so the counter and the replay would be gone before the learner's
+    final save (which then has no step counts). Instead the coordinator begins the stop and
+    every other node asks it to, then goes on until the board tells its tier to stop, as
+    at the step limit. A node that cannot reach the coordinator stops at once.
+    """
+    asked = threading.Event()
+
+    def stop() -> None:
+        if board is not None:
+            board.begin_stop("SIGTERM: the engine stops the job (scancel, time limit, ...)")
+            return
+        try:
+            import courier
+
+            client = courier.Client(control.resolve(port), call_timeout=5.0)
+            client.request_stop(name, "SIGTERM from the engine (scancel, time limit, ...)")
+            _say(f"node {name}: SIGTERM; asked the coordinator to stop the program in tiers")
+        except Exception as error:  # no coordinator to follow: stop alone
+            _say(f"node {name}: SIGTERM and no coordinator ({type(error).__name__}); stopping")
+            stop_event.set()
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        del signum, frame
+        if not asked.is_set():
+            asked.set()
+            # Not here: the main thread may hold the board's lock when the signal arrives.
+            threading.Thread(target=stop, name="magi_lp-sigterm", daemon=True).start()
+
+    signal.signal(signal.SIGTERM, on_sigterm)
 
 
 def _kill_children() -> None:

@@ -24,6 +24,8 @@ import importlib.util
 import os
 import re
 import shlex
+import shutil
+import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -371,10 +373,45 @@ def run(
     program = build_program(plan.placement)
     job_dir = prepare_job(program, job)
     folder = Path(workdir) / CLUSTER_DIR
+    # SLURM opens the job's --output (in the log folder) before the script runs, and does
+    # not make its folder: without it the job fails at once, with no output anywhere.
+    Path(job.paths.log_dir).mkdir(parents=True, exist_ok=True)
     for path in write_files(files, folder):
         console.say(f"wrote {path}")
     console.say(f"prepared the program for {len(job.nodes)} nodes in {job_dir}")
+    if job.engine == "slurm" and job.settings.get("submit", True) and shutil.which("sbatch"):
+        return submit_sbatch(job, folder)
     console.say(f"to start it: {start_command(job, folder)}")
+    return 0
+
+
+def submit_sbatch(job: ClusterJob, folder: Path) -> int:
+    """`sbatch` the prepared job: 0 and the job id in one line, or 1 and what SLURM said.
+
+    A request the cluster can never satisfy (GPUs it lacks, more nodes than it has, an
+    unknown partition) is refused by sbatch at once, before anything is queued.
+    """
+    script = folder / f"{job.name}.sbatch"
+    try:
+        result = subprocess.run(
+            ["sbatch", "--parsable", str(script)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=job.paths.project_dir,
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        console.error(f"sbatch {script} failed: {error}; start it by hand: sbatch {script}")
+        return 1
+    said = " ".join(result.stderr.split())
+    if result.returncode != 0:
+        console.error(f"SLURM refused the job: {said or f'sbatch exited {result.returncode}'}")
+        return 1
+    job_id = result.stdout.strip().split(";")[0]
+    console.say(
+        f"submitted batch job {job_id}: output {job.paths.log_dir}/slurm-{job_id}.out, node "
+        f"logs {job.paths.log_dir}/<group>/<task>; stop it with scancel {job_id}"
+    )
     return 0
 
 

@@ -5,17 +5,22 @@ Shape of the script:
   them; a single `#SBATCH` block for one host): the whole node (`--exclusive`), its GPUs
   (`--gres=gpu:N`), `--ntasks` = the nodes it runs. A host whose config gives an address
   gets `--nodelist=<address>`;
-- the names SLURM allocated are exported as MAGI_LP_HOST_<HOST> (plus
-  `hosts.slurm.address_suffix`) before any step starts; nodes read them when they resolve an
-  address, so the pickled program does not depend on the allocation;
+- the addresses of the nodes SLURM allocated are exported as MAGI_LP_HOST_<HOST> before any
+  step starts: the node's NodeAddr (`scontrol show node`; SLURM sets it to the name where
+  slurm.conf gives none), or its name plus `hosts.slurm.address_suffix` when that is set.
+  Nodes read them when they resolve an address, so the pickled program does not depend on
+  the allocation;
 - one `srun` step per launch group, in the background: `--het-group` picks its host,
   `--ntasks` its nodes, `env <the group's env>` the placement plan's variables, and the
   node's task id is SLURM_PROCID. GPU steps ask for all the host's GPUs with `--overlap`
   (nodes pick theirs with CUDA_VISIBLE_DEVICES, numbered as on the host); CPU steps ask
   for `--cpus-per-task` when the plan knows it;
+- each step is named after its launch group (`squeue -s`, `scancel <job>.<step>`);
 - the script waits for every step and reports each failed one by name with its exit code
-  (srun's own lines name the failed task); it exits 1 if any failed. Stopping goes through
-  the coordinator's stop board; `scancel` sends SIGTERM to every node.
+  (srun's own lines name the failed task), then the coordinator's lines saying why the
+  program stopped (a dead node by name); it exits 1 if any step failed. Stopping goes
+  through the coordinator's stop board; `scancel` sends SIGTERM to every node and to this
+  script, which traps it to go on reporting, and the nodes stop in tiers (host_node).
 """
 
 from __future__ import annotations
@@ -75,15 +80,36 @@ def render_sbatch(job: ClusterJob) -> str:
     lines += ["", *_split(settings.get("setup", "")), "set -u", *preamble(job), ""]
 
     suffix = settings.get("address_suffix", "")
-    lines.append("# Where the nodes of each host are reached: the node SLURM allocated to it.")
+    lines += [
+        "# Where the nodes of each host are reached: the node SLURM allocated to it, at its",
+        "# NodeAddr (slurm.conf; the node's name where none is set)"
+        + (f", or its name + {suffix!r} (hosts.slurm.address_suffix)." if suffix else "."),
+        "node_address() {  # node_address NODELIST",
+        "  local name address",
+        '  name=$(scontrol show hostnames "$1" | head -n 1)',
+    ]
+    if suffix:
+        lines.append(f'  echo "$name{suffix}"')
+    else:
+        lines += [
+            "  address=$(scontrol show node \"$name\" 2>/dev/null | tr ' ' '\\n' \\",
+            "    | sed -n 's/^NodeAddr=//p' | head -n 1)",
+            '  echo "${address:-$name}"',
+        ]
+    lines.append("}")
     for position, host in enumerate(hosts):
         if host.address:
             lines.append(f"# host {host.name}: {host.address} (from the config)")
             continue
         nodelist = f"SLURM_JOB_NODELIST_HET_GROUP_{position}" if het else "SLURM_JOB_NODELIST"
-        lines.append(
-            f'export {host.host_var}="$(scontrol show hostnames "${nodelist}" | head -n 1){suffix}"'
-        )
+        lines += [
+            f'export {host.host_var}="$(node_address "${nodelist}")"',
+            f'[ -n "${host.host_var}" ] || {{ echo "magi_lp: no address for host {host.name} '
+            f'(its node list: ${nodelist})" >&2; exit 1; }}',
+        ]
+    allocated = [f"{h.name} at ${h.host_var}" for h in hosts if not h.address]
+    if allocated:
+        lines.append(f'echo "magi_lp: job ${{SLURM_JOB_ID:-}}: {", ".join(allocated)}" >&2')
     lines.append("")
     for host in hosts:
         for group in job.groups_on(host.name):
@@ -96,7 +122,12 @@ def render_sbatch(job: ClusterJob) -> str:
     for position, host in enumerate(hosts):
         for group in job.groups_on(host.name):
             options = [f"--het-group={position}"] if het else []
-            options += ["--nodes=1", f"--ntasks={len(group.nodes)}", "--kill-on-bad-exit=0"]
+            options += [
+                f"--job-name={group.launch_group}",
+                "--nodes=1",
+                f"--ntasks={len(group.nodes)}",
+                "--kill-on-bad-exit=0",
+            ]
             if group.gpus:
                 options += [f"--gres=gpu:{host.gpus}", "--overlap"]
             else:
@@ -110,8 +141,13 @@ def render_sbatch(job: ClusterJob) -> str:
                 f'  env "${{{shell_name(group.launch_group)}[@]}}" \\\n'
                 f'  {command} --log_dir "$LOGS"'
             )
+    coordinator_log = f"$LOGS/{job.coordinator}"
     lines += [
         'echo "magi_lp: started ${#pids[@]} srun steps; node logs: $LOGS/<group>/<task>" >&2',
+        "# scancel (or the time limit) SIGTERMs every node and this script: the nodes stop in",
+        "# tiers through the coordinator; this script stays to report how each step ended.",
+        "trap 'echo \"magi_lp: SIGTERM: the job is being stopped; the nodes stop in tiers through"
+        " the coordinator\" >&2' TERM",
         "",
         "status=0",
         'for i in "${!pids[@]}"; do',
@@ -122,6 +158,9 @@ def render_sbatch(job: ClusterJob) -> str:
         "    status=1",
         "  fi",
         "done",
+        "# The coordinator's verdict: which node stopped the program, and why.",
+        f'grep -h -e "stopping the program" -e "presumed dead" -e "stopped because" '
+        f'"{coordinator_log}" 2>/dev/null | sed "s/^/magi_lp: coordinator: /" >&2',
         'echo "magi_lp: all ${#pids[@]} steps ended; exit code $status" >&2',
         'exit "$status"',
     ]
