@@ -13,7 +13,8 @@ PY312     := $(VENV312)/bin/python
 # CPU) and the agents' single-process runs (tests/test_current_stack.py).
 PY312_TESTS ?= tests/test_plan.py tests/test_resources.py tests/test_gpu_inventory.py \
 	tests/test_checkpointing.py tests/test_replay_plan.py tests/test_transition_replay.py \
-	tests/test_learner.py tests/test_drq_learning.py tests/test_current_stack.py
+	tests/test_learner.py tests/test_drq_learning.py tests/test_current_stack.py \
+	tests/test_learn_check.py
 JAX       ?=
 WORKDIR   ?= runs/reacher_hard_distributed
 CONFIG    ?= configs/reacher_hard_distributed.py
@@ -23,8 +24,13 @@ PYTEST_ARGS ?=
 GPU_CHECK_PYTHON ?= $(PY)
 GPU_CHECK_ARGS ?=
 GPU_LEARN_ARGS ?=
+# `make learn-check`: a checkout of facebookresearch/drqv2 (at c0c650b; never committed here),
+# the seeds and tasks to have (runs already kept under runs/learn_check are not repeated).
+DRQV2     ?= ../drqv2
+SEEDS     ?= 1,2,3
+TASKS     ?= cartpole_balance
 
-.PHONY: setup setup312 run test test-launchpad test-current test-fast lint format bench bench-quick gpu-check gpu-learn gpu-check-wheels gpu-learn-wheels golden clean
+.PHONY: setup setup312 run test test-launchpad test-current test-fast lint format bench bench-quick gpu-check gpu-learn gpu-check-wheels gpu-learn-wheels golden clean slurm-up slurm-down learn-check
 
 setup:
 	@bash scripts/setup_venv.sh $(VENV) $(JAX)
@@ -68,6 +74,22 @@ bench-quick: setup
 # scripts that --render writes for configs/cluster_example.py); review the diff, commit it.
 golden: setup
 	$(PY) -m magi_lp.cluster --golden
+
+# A SLURM cluster of three nodes on this machine (root; installs slurm-wlm and munge once),
+# as the tests start it: its folder, where each command runs, is printed (docs/cluster.md).
+slurm-up:
+	$(or $(wildcard $(PY)),python3) scripts/slurm_cluster.py up
+
+# Stops it by the PIDs recorded in its folder and removes the folder (SLURM_DIR=: one of several).
+slurm-down:
+	$(or $(wildcard $(PY)),python3) scripts/slurm_cluster.py down $(SLURM_DIR)
+
+# This DrQ-v2 (one process, .venv312, device store) beside the official PyTorch one at the
+# same reduced settings, one core each, SEEDS x TASKS: BENCHMARKS.md's learning-check figure.
+# The official agent's venv (.venv-official, Python 3.11, CPU torch) is set up on first use.
+learn-check: setup setup312
+	bash scripts/setup_official_venv.sh .venv-official
+	$(PY) -m benchmarks.learn_check --official $(DRQV2) --seeds $(SEEDS) --tasks $(TASKS)
 
 # Set up the venv only when the check runs with it.
 gpu-check: $(if $(filter $(PY),$(GPU_CHECK_PYTHON)),setup)

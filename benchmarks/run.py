@@ -69,6 +69,7 @@ FIGURES = (
     Figure("replay_sampling", "benchmarks.replay_sampling", 300, 600),
     Figure("device_store", "benchmarks.device_store", 300, 900),
     Figure("make_run_stores", "benchmarks.make_run_stores", 400, 900),
+    Figure("learn_check", "benchmarks.learn_check", 0, 0, stored="benchmarks/learn_check.json"),
 )
 BY_NAME = {figure.name: figure for figure in FIGURES}
 

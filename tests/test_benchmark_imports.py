@@ -15,7 +15,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 OURS = ("magi_lp", "projects", "benchmarks")
-FILES = sorted((REPO / "benchmarks").glob("*.py")) + sorted((REPO / "scripts").glob("*.py"))
+FILES = sorted((REPO / "benchmarks").rglob("*.py")) + sorted((REPO / "scripts").glob("*.py"))
 
 
 def _missing(module_name: str, names: list[str]) -> list[str]:

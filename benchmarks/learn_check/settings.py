@@ -1,0 +1,75 @@
+"""What `make learn-check` runs: the settings both agents share, and where each run lives.
+
+Both agents are the paper's DrQ-v2 (networks, learning rate, stddev schedule, n-step 3,
+action repeat 2, frame stack 3, random-shift augmentation pad 4, 4000 seed frames, one update
+every 2 agent steps) with three things reduced so that a run fits one CPU core in about
+40 minutes: the rendered image (32x32, not 84x84), the batch (32, not 256) and the replay
+(100k transitions, not 1M: a run stores at most 25k), for 50k frames. Evaluation: 10 episodes
+at 0 and every 10k frames, as the paper's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from benchmarks import common
+
+ACTION_REPEAT = 2
+AGENTS = ("magi_lp", "official")
+DEFAULT_TASKS = ("cartpole_balance",)
+DEFAULT_SEEDS = (1, 2, 3)
+OUT = common.REPO / "runs" / "learn_check"
+"""Run folders (logs, checkpoints; git-ignored)."""
+RESULT = "result.json"
+"""Each finished run writes this into its folder; a folder without it is run again."""
+KEPT = common.REPO / "benchmarks" / "learn_check" / "results"
+"""Finished runs' results, committed: seeds accumulate across machines and sessions."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """The shared settings of one comparison (frames count environment frames)."""
+
+    image_size: int = 32
+    batch_size: int = 32
+    frames: int = 50_000
+    eval_every_frames: int = 10_000
+    eval_episodes: int = 10
+    seed_frames: int = 4_000
+    replay_size: int = 100_000
+    episode_frames: int = 0  # 0: the task's own (1000 frames); shorter only for checks (ours)
+
+    def reduced(self) -> str:
+        """What differs from the paper, in words (for the figure)."""
+        return (
+            f"{self.image_size}x{self.image_size} pixels (paper: 84x84), batch "
+            f"{self.batch_size} (256), replay {self.replay_size:,} (1M), "
+            f"{self.frames:,} frames"
+        )
+
+
+FULL = Settings()
+TINY = Settings(
+    image_size=32,
+    batch_size=8,
+    frames=2_400,
+    eval_every_frames=1_200,
+    eval_episodes=1,
+    # The official replay samples finished episodes only (1000 frames each): updates start
+    # once one is in.
+    seed_frames=1_200,
+    replay_size=5_000,
+    episode_frames=200,
+)
+"""A check that the command works (tests): not a learning result."""
+
+
+def run_dir(out: Path, agent: str, task: str, seed: int) -> Path:
+    """The folder of one (agent, task, seed) run."""
+    return Path(out) / agent / task / f"seed_{seed}"
+
+
+def kept_result(kept: Path, agent: str, task: str, seed: int) -> Path:
+    """Where a finished run's result is kept (committed with the figure)."""
+    return Path(kept) / agent / task / f"seed_{seed}.json"
