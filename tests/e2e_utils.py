@@ -133,6 +133,17 @@ def column(rows: list[dict[str, str]], key: str) -> list[float]:
     return [float(row[key]) for row in rows if row.get(key) not in (None, "")]
 
 
+TD3_TINY = [
+    "--config.agent.min_replay_size=200",
+    "--config.agent.batch_size=32",
+    "--config.agent.hidden_sizes=(32,32)",  # an update takes ~1-2 ms
+    "--config.evaluation.episodes=1",
+    "--config.evaluation.every_actor_steps=100000",
+    "--config.logging.time_delta=0.0",
+]
+"""TD3 (configs/td3_cartpole.py) at test sizes, for the entry-point tests."""
+
+
 def checkpoint_counts(workdir: Path) -> dict[str, int]:
     """The program's step counts saved with the newest learner checkpoint of `workdir`."""
     from magi_lp.runtime.checkpointing import Checkpointer

@@ -20,7 +20,7 @@ import pytest
 
 from magi_lp.runtime.nodes import DISTRIBUTED_COUNT_EVERY
 from projects.drq_v2 import tiny
-from tests.e2e_utils import MARK_VAR, checkpoint_counts, read_csv
+from tests.e2e_utils import MARK_VAR, TD3_TINY, checkpoint_counts, read_csv
 from tests.slurm_cluster import (
     job_state,
     slurm_cluster,  # noqa: F401  (the fixture)
@@ -34,16 +34,7 @@ pytestmark = pytest.mark.integration
 
 DRQ = ["--config=tests/slurm_config.py", *tiny.flags(), "--config.variable_update_period=10"]
 DRQ += ["--config.logging.time_delta=0.0"]
-TD3 = [
-    "--config=tests/slurm_config.py:td3",
-    "--config.env.action_repeat=4",  # 250-step episodes
-    "--config.agent.min_replay_size=200",
-    "--config.agent.batch_size=32",
-    "--config.agent.hidden_sizes=(32,32)",
-    "--config.evaluation.episodes=1",
-    "--config.evaluation.every_actor_steps=100000",
-    "--config.logging.time_delta=0.0",
-]
+TD3 = ["--config=tests/slurm_config.py:td3", "--config.env.action_repeat=4", *TD3_TINY]
 
 
 def _submit(cluster, workdir: Path, args: list[str], entry: str = "projects/drq_v2/lp_main.py"):
@@ -103,6 +94,17 @@ def _wait_for(condition, timeout: float, what: str, cluster, job_id: str) -> Non
         time.sleep(0.5)
 
 
+def _completed_at_its_limit(cluster, workdir: Path, job_id: str) -> None:
+    """The job ends COMPLETED with every step's exit code 0, stopped by the coordinator at
+    the step limit."""
+    wait_for_end(cluster, job_id, 240)
+    state, code = job_state(cluster, job_id)
+    output = _output(workdir, job_id)
+    assert (state, code) == ("COMPLETED", "0:0"), output[-3000:]
+    assert "magi_lp: all 6 steps ended; exit code 0" in output
+    assert "stopping the program (lp.stop() in coordinator/0)" in output
+
+
 def _assert_nothing_left(cluster) -> None:
     left = wait_until_nothing_left(cluster)
     assert not left, f"left running in the cluster: {left}"
@@ -159,12 +161,7 @@ def test_scancel_stops_cleanly_and_a_resubmission_resumes_to_completion(slurm_cl
     # Room for the steps counted at the stop beyond the logged ones (cut episodes).
     limit = count_before + 250
     result, job_id = _submit(cluster, workdir, [*DRQ, f"--config.max_actor_steps={limit}"])
-    wait_for_end(cluster, job_id, 240)
-    state, code = job_state(cluster, job_id)
-    output = _output(workdir, job_id)
-    assert (state, code) == ("COMPLETED", "0:0"), output[-3000:]
-    assert "magi_lp: all 6 steps ended; exit code 0" in output
-    assert "stopping the program (lp.stop() in coordinator/0)" in output
+    _completed_at_its_limit(cluster, workdir, job_id)
     new_rows = [
         row
         for label, rows in _actor_rows_by_label(workdir).items()
@@ -233,14 +230,8 @@ def test_td3_runs_through_the_cluster_to_its_step_limit(slurm_cluster, tmp_path)
     _, job_id = _submit(
         cluster, workdir, [*TD3, "--config.max_actor_steps=500"], entry="projects/td3/lp_main.py"
     )
-    wait_for_end(cluster, job_id, 240)
-    state, code = job_state(cluster, job_id)
-    output = _output(workdir, job_id)
-    assert (state, code) == ("COMPLETED", "0:0"), output[-3000:]
-    assert "magi_lp: all 6 steps ended; exit code 0" in output
-    # Stopped at its step limit by the coordinator, within what the 2 actors take between
-    # two reports to the counter.
-    assert "stopping the program (lp.stop() in coordinator/0)" in output
+    _completed_at_its_limit(cluster, workdir, job_id)
+    # Within what the 2 actors take between two reports to the counter.
     assert 500 <= checkpoint_counts(workdir)["actor_steps"] < 500 + 2 * DISTRIBUTED_COUNT_EVERY
     assert read_csv(workdir / "logs/learner/logs.csv"), "the learner logged no update"
     assert _checkpoints(workdir), "no learner checkpoint"

@@ -18,6 +18,7 @@ import pytest
 from magi_lp.launch import isolation
 from magi_lp.runtime.nodes import DISTRIBUTED_COUNT_EVERY
 from tests.e2e_utils import (
+    TD3_TINY,
     checkpoint_counts,
     column,
     marked_processes,
@@ -29,16 +30,8 @@ from tests.e2e_utils import (
 pytestmark = pytest.mark.integration
 
 CONFIG = "configs/td3_cartpole.py"
-# cartpole episodes are 1000 agent steps; small networks keep an update ~1-2 ms.
-TINY = [
-    "--config.agent.min_replay_size=200",
-    "--config.agent.batch_size=32",
-    "--config.agent.hidden_sizes=(32,32)",
-    "--config.evaluation.episodes=1",
-    "--config.evaluation.every_actor_steps=100000",
-    "--config.logging.time_delta=0.0",
-    "--config.debug.check_devices=True",  # every policy call and update checks its devices
-]
+# cartpole episodes are 1000 agent steps; every policy call and update checks its devices.
+TINY = [*TD3_TINY, "--config.debug.check_devices=True"]
 
 
 def _workdir_args(workdir: Path) -> list[str]:
