@@ -138,7 +138,7 @@ def _plot(path: Path, comparison: dict, settings: Settings) -> str:
     import matplotlib.pyplot as plt
 
     tasks = sorted(comparison["tasks"])
-    figure, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4), squeeze=False)
+    figure, axes = plt.subplots(1, len(tasks), figsize=(6.5 * len(tasks), 4.5), squeeze=False)
     x = comparison["points"]
     for axis, task in zip(axes[0], tasks, strict=True):
         for name, color in zip(AGENTS, ("C0", "C1"), strict=True):
@@ -153,7 +153,7 @@ def _plot(path: Path, comparison: dict, settings: Settings) -> str:
         axis.set_xlabel("frames")
         axis.set_ylabel("evaluation return (10 episodes)")
         axis.legend(fontsize=8)
-    figure.suptitle(f"DrQ-v2, one CPU core each: {settings.reduced()}", fontsize=9)
+    figure.suptitle(f"DrQ-v2, one CPU core each\n{settings.reduced()}", fontsize=9)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
