@@ -70,7 +70,7 @@ def test_auc_ratio_interval_and_final_range():
             "goal_seeds": 3,
         }
     )
-    assert "AUC ratio (this / official): **1.25**" in page
+    assert "AUC ratio (this / official): **1.250**" in page
     assert "| magi_lp | 2 | 100 (100-100) | 250 (200-300) | 400 (300-500) | 250 |" in page
 
 

@@ -189,7 +189,7 @@ def write(kept: Path, settings: Settings, tiny: bool, out: Path) -> str:
         if found:
             low, high = found["auc_ratio_95"]
             parts.append(
-                f"{task}: AUC ratio {found['auc_ratio']:.2f} [{low:.2f}, {high:.2f}] over "
+                f"{task}: AUC ratio {found['auc_ratio']:.3f} [{low:.2f}, {high:.2f}] over "
                 f"{found['seeds'][0]} / {found['seeds'][1]} seeds"
             )
         else:
@@ -211,7 +211,7 @@ def summary(result: dict) -> tuple[str, str, str]:
             low, high = found["auc_ratio_95"]
             seeds = found["seeds"]
             return (
-                f"{task}: AUC ratio {found['auc_ratio']:.2f} (95% [{low:.2f}, {high:.2f}])",
+                f"{task}: AUC ratio {found['auc_ratio']:.3f} (95% [{low:.2f}, {high:.2f}])",
                 f"official DrQ-v2, {seeds[0]} / {seeds[1]} seeds, {result['reduced']}",
                 f"goal >= {result['goal_ratio']} with >= {result['goal_seeds']} seeds",
             )
@@ -261,7 +261,7 @@ def report(result: dict) -> str:
             fps_text = f" Training frames/s ratio: {fps_ratio:.2f}x." if fps_ratio else ""
             lines += [
                 "",
-                f"AUC ratio (this / official): **{found['auc_ratio']:.2f}**, 95% bootstrap "
+                f"AUC ratio (this / official): **{found['auc_ratio']:.3f}**, 95% bootstrap "
                 f"interval [{low:.2f}, {high:.2f}] (goal >= {result['goal_ratio']} with >= "
                 f"{result['goal_seeds']} seeds per agent). Final mean {found['final_mean']:.0f}: "
                 f"{inside} the official seeds' range {lo:.0f}-{hi:.0f}.{fps_text}",
