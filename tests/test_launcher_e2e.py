@@ -19,9 +19,8 @@ import psutil
 import pytest
 
 from magi_lp.launch import processes
-from magi_lp.runtime.checkpointing import Checkpointer
 from magi_lp.runtime.nodes import DISTRIBUTED_COUNT_EVERY
-from tests.e2e_utils import MARK_VAR, REPO, column, marked_processes, read_csv
+from tests.e2e_utils import MARK_VAR, REPO, checkpoint_counts, column, marked_processes, read_csv
 
 pytestmark = pytest.mark.integration
 
@@ -79,11 +78,6 @@ def _wait_for(condition, process, log: Path, timeout: float = 240) -> None:
         time.sleep(0.5)
 
 
-def _saved_counts(workdir: Path) -> dict:
-    _, _, metadata = Checkpointer(workdir / "checkpoints/learner").restore_newest_readable()
-    return metadata["counts"]
-
-
 @pytest.mark.timeout(600)
 def test_ctrl_c_saves_the_final_counts_and_a_relaunch_repeats_no_step(tmp_path, mark):
     workdir, tmp = tmp_path / "run", tmp_path / "tmp"
@@ -103,7 +97,7 @@ def test_ctrl_c_saves_the_final_counts_and_a_relaunch_repeats_no_step(tmp_path, 
     # The saved counts are the counter's at the stop: at least the last count an actor
     # logged, plus the steps of the episodes the stop cut (reported every 20 steps).
     logged = max(_actor_steps(workdir))
-    counts = _saved_counts(workdir)
+    counts = checkpoint_counts(workdir)
     assert counts["actor_steps"] >= logged, (counts, logged)
     assert not marked_processes(mark)
     assert not list(tmp.iterdir()), f"left in the temp dir: {list(tmp.iterdir())}"
@@ -118,7 +112,7 @@ def test_ctrl_c_saves_the_final_counts_and_a_relaunch_repeats_no_step(tmp_path, 
     assert len(steps) == len(set(steps)), "an actor_steps value was logged twice"
     resumed = set(steps) - set(before)
     assert resumed and min(resumed) > counts["actor_steps"], (sorted(resumed), counts)
-    final = _saved_counts(workdir)["actor_steps"]
+    final = checkpoint_counts(workdir)["actor_steps"]
     assert target <= final < target + 2 * DISTRIBUTED_COUNT_EVERY, (final, target)
     assert max(steps) <= final
     assert (workdir / "nodes/learner/0.1").is_file(), "the first launch's node log was not kept"

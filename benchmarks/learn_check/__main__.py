@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import queue
-import shutil
 import subprocess
 import sys
 import threading
@@ -33,7 +32,6 @@ from benchmarks.learn_check.settings import (
     FULL,
     KEPT,
     OUT,
-    RESULT,
     TINY,
     kept_result,
     run_dir,
@@ -79,11 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         for task in _names(args.tasks):
             for agent in agents:
                 folder = run_dir(out, agent, task, seed)
-                keep = kept_result(kept, agent, task, seed)
-                if (folder / RESULT).is_file() and not keep.is_file():  # finished, not kept
-                    keep.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(folder / RESULT, keep)
-                if not keep.is_file() and not args.report_only:
+                if not kept_result(kept, agent, task, seed).is_file() and not args.report_only:
                     jobs.put((agent, task, seed, folder))
     print(f"learn_check: {jobs.qsize()} run(s) to do ({settings.reduced()}); kept in {out}")
 

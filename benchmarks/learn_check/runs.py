@@ -57,6 +57,8 @@ def _run(command: list[str], env: dict[str, str], log: Path, cwd: Path) -> tuple
 def ours_command(settings: Settings, task: str, seed: int, workdir: Path) -> list[str]:
     """`projects/drq_v2/main.py` on the current stack's device store, at `settings`."""
     steps = settings.frames // ACTION_REPEAT
+    episode = settings.episode_frames
+    cut = [f"--config.env.max_episode_frames={episode}"] if episode else []
     return [
         str(VENV312 / "bin" / "python"),
         str(common.REPO / "projects" / "drq_v2" / "main.py"),
@@ -74,10 +76,7 @@ def ours_command(settings: Settings, task: str, seed: int, workdir: Path) -> lis
         "--config.replay.store=device",
         "--config.logging.tensorboard=False",
         "--config.env.video.every_evaluations=0",
-        *(
-            [f"--config.env.max_episode_frames={settings.episode_frames}"]
-            * bool(settings.episode_frames)
-        ),
+        *cut,
     ]
 
 

@@ -102,8 +102,7 @@ class ActingLoop:
         self._episodes: list[_Episode | None] = [None] * len(self._environments)
         self._steps = 0  # every environment's steps, since the loop was made
         self._count_every = count_every
-        self._uncounted = 0  # environment steps taken but not yet given to the counter
-        self._loop_steps_uncounted = 0  # loop steps since the last increment
+        self._uncounted = 0  # loop steps (k environment steps each) not yet counted
         self.counts: dict[str, Any] = {}  # the counter's counts after the last increment
 
     def close(self) -> None:
@@ -147,11 +146,10 @@ class ActingLoop:
             if timestep.last():
                 ended.append(index)
         self._steps += len(episodes)
-        self._uncounted += len(episodes)
-        self._loop_steps_uncounted += 1
+        self._uncounted += 1
         if self._should_update:
             self._actor.update()
-        if ended or self._loop_steps_uncounted >= self._count_every:
+        if ended or self._uncounted >= self._count_every:
             self.flush_counts(episodes=len(ended))
         if not ended:
             return []
@@ -181,9 +179,9 @@ class ActingLoop:
     def flush_counts(self, episodes: int = 0) -> dict[str, Any]:
         """Gives the counter the steps taken since the last increment (and `episodes` ended
         episodes); returns and keeps (`counts`) the counts it answers with."""
-        self.counts = self._counter.increment(steps=self._uncounted, episodes=episodes)
+        steps = self._uncounted * len(self._environments)
+        self.counts = self._counter.increment(steps=steps, episodes=episodes)
         self._uncounted = 0
-        self._loop_steps_uncounted = 0
         return self.counts
 
     def run(

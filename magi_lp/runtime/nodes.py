@@ -221,6 +221,11 @@ def first_evaluation_at(actor_steps: int, every: int) -> int:
     return -(-actor_steps // every) * every
 
 
+def next_evaluation_after(actor_steps: int, every: int) -> int:
+    """The first evaluation point (a multiple of `every`) after one at `actor_steps`."""
+    return (actor_steps // every + 1) * every
+
+
 def evaluate(loop: ActingLoop, episodes: int, should_stop: StopFn = lambda: False) -> list[dict]:
     """Pulls fresh parameters (blocking) and runs `episodes` evaluation episodes."""
     loop.actor.update(wait=True)
@@ -432,7 +437,7 @@ class EvaluatorNode:
                 next_at = first_evaluation_at(actor_steps, every)
             if actor_steps >= next_at:
                 evaluate(self._loop, self._evaluation.episodes, should_stop)
-                next_at = (actor_steps // every + 1) * every
+                next_at = next_evaluation_after(actor_steps, every)
             elif sleep(1.0):
                 break
 

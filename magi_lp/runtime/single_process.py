@@ -33,6 +33,7 @@ from magi_lp.runtime.nodes import (
     make_acting_loop,
     make_learner_runner,
     new_counter,
+    next_evaluation_after,
 )
 
 
@@ -232,7 +233,7 @@ def run_single_process(
         while actor_steps() < limit:
             if evaluator is not None and actor_steps() >= next_evaluation:
                 run_evaluation()
-                next_evaluation = (actor_steps() // every + 1) * every
+                next_evaluation = next_evaluation_after(actor_steps(), every)
             stop_at = min(limit, next_evaluation) if evaluator is not None else limit
             rows = actor.run(lambda stop_at=stop_at: actor_steps() >= stop_at)
             episodes += len(rows)
