@@ -71,7 +71,7 @@ def _runner(name: str, experiment: Any, spec: Any, replay_client: Any) -> tuple[
 
     from magi_lp.agent.actor import GenericActor
     from magi_lp.agent.variable_client import VariableClient
-    from magi_lp.runtime import replay as replay_lib
+    from magi_lp.replay.stores import resolve_store
 
     config = experiment.config
     builder = experiment.builder
@@ -86,7 +86,7 @@ def _runner(name: str, experiment: Any, spec: Any, replay_client: Any) -> tuple[
     else:
         policy = builder.make_policy(networks, spec, False)
     adder = (
-        replay_lib.make_adder(experiment, spec, replay_client, writer=0)
+        resolve_store(experiment.builder, experiment.config).make_adder(spec, replay_client, 0)
         if name == "drq_replay"
         else None
     )
@@ -96,7 +96,7 @@ def _runner(name: str, experiment: Any, spec: Any, replay_client: Any) -> tuple[
 
 
 def measure(quick: bool) -> dict:
-    from magi_lp.runtime import replay as replay_lib
+    from magi_lp.replay.stores.reverb_frames import FRAME_TABLE
 
     core = pin_to_one_core()
     experiment, spec, server, client = steady_state_replay()
@@ -114,7 +114,7 @@ def measure(quick: bool) -> dict:
         runners[name] = (run, count)
 
     samples = timed_rounds(runners, steps, rounds, repeat)
-    items = int(client.server_info()[replay_lib.FRAME_TABLE].current_size)
+    items = int(client.server_info()[FRAME_TABLE].current_size)
     server.stop()
     return {
         "core": core,

@@ -27,22 +27,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.common import (
-    StepCounting,
-    acting_runner,
-    cpu_only_env,
-    figure_main,
-    fmt,
-    pin_to_one_core,
-    policy_source,
-    progress,
-    rates_against_raw,
-    rates_table,
-    raw_runner,
-    single_thread_env,
-    steady_state_replay,
-    timed_rounds,
-)
+from benchmarks import common
+from benchmarks.common import fmt
 
 TITLE = "Batched actor: frames/s of one actor process with k environments vs the raw environment"
 ENVS = (1, 4, 8, 16)
@@ -50,7 +36,7 @@ GOAL = 0.95  # of raw frames/s per core, with k >= 4
 
 
 def subprocess_env() -> dict[str, str]:
-    return {**cpu_only_env(), **single_thread_env()}
+    return {**common.cpu_only_env(), **common.single_thread_env()}
 
 
 def _runner(k: int, experiment: Any, spec: Any, replay_client: Any) -> tuple[Any, list[int]]:
@@ -59,41 +45,42 @@ def _runner(k: int, experiment: Any, spec: Any, replay_client: Any) -> tuple[Any
 
     from magi_lp.agent.actor import BatchedActor, GenericActor
     from magi_lp.agent.variable_client import VariableClient
-    from magi_lp.runtime import replay as replay_lib
+    from magi_lp.replay.stores import resolve_store
     from magi_lp.runtime.seeding import node_seed
 
     config = experiment.config
     builder = experiment.builder
     count = [0]
     environments = [
-        StepCounting(
+        common.StepCounting(
             experiment.environment_factory(node_seed(config.seed, "actor", 0, j), False), count
         )
         for j in range(max(k, 1))
     ]
     if k == 0:
-        return raw_runner(environments[0], spec.actions.shape, count)
+        return common.raw_runner(environments[0], spec.actions.shape, count)
 
-    networks, source = policy_source(experiment, spec)
+    networks, source = common.policy_source(experiment, spec)
     policy = builder.make_policy(networks, spec, False)
     period = max(1, round(config.variable_update_period / k))
     client = VariableClient(source, "policy", update_period=period)
     repeat = int(config.env.action_repeat)
+    store = resolve_store(experiment.builder, experiment.config)
     if k == 1:
         actor = GenericActor(
             policy,
             jax.random.PRNGKey(1),
             client,
-            replay_lib.make_adder(experiment, spec, replay_client, writer=0),
+            store.make_adder(spec, replay_client, 0),
         )
     else:
         actor = BatchedActor(
             policy,
             list(jax.random.split(jax.random.PRNGKey(1), k)),
             client,
-            [replay_lib.make_adder(experiment, spec, replay_client, writer=j) for j in range(k)],
+            [store.make_adder(spec, replay_client, j) for j in range(k)],
         )
-    return acting_runner(environments, actor, count, repeat)
+    return common.acting_runner(environments, actor, count, repeat)
 
 
 def _name(k: int) -> str:
@@ -107,8 +94,8 @@ def _label(k: int) -> str:
 
 
 def measure(quick: bool) -> dict:
-    core = pin_to_one_core()
-    experiment, spec, server, client = steady_state_replay()
+    core = common.pin_to_one_core()
+    experiment, spec, server, client = common.steady_state_replay()
     config = experiment.config
     repeat = int(config.env.action_repeat)
 
@@ -117,12 +104,14 @@ def measure(quick: bool) -> dict:
     variants = (0, *ENVS)
     runners = {}
     for k in variants:
-        progress(f"building and warming up {_name(k)}")
+        common.progress(f"building and warming up {_name(k)}")
         run, count = _runner(k, experiment, spec, client)
         run(2 * max(k, 8))  # compiles the policy, first parameter pull, first Reverb writes
         runners[_name(k)] = (run, count)
 
-    rates = rates_against_raw(timed_rounds(runners, steps, rounds, repeat, "env_steps"))
+    rates = common.rates_against_raw(
+        common.timed_rounds(runners, steps, rounds, repeat, "env_steps")
+    )
     server.stop()
     return {
         "core": core,
@@ -164,7 +153,7 @@ def report(result: dict) -> str:
         f"(k=1: **{fmt(variants['k=1']['cpu_ratio_to_raw'], 3)}**). Goal >= "
         f"{result['goal_ratio']} with k >= 4: **{'met' if met else 'missed'}**.",
         "",
-        *rates_table((_label(v["envs"]), v) for v in variants.values()),
+        *common.rates_table((_label(v["envs"]), v) for v in variants.values()),
         "",
         f"How: one process pinned to core {result['core']}, one XLA/BLAS/TF thread (the actor "
         f"node's plan env), reacher_hard at {result['image_size']}x{result['image_size']}, "
@@ -184,4 +173,4 @@ def report(result: dict) -> str:
 
 
 if __name__ == "__main__":
-    figure_main(measure)
+    common.figure_main(measure)

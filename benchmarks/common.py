@@ -215,12 +215,12 @@ def steady_state_replay() -> SteadyStateReplay:
     actor benchmark measures acting and inserting, never waiting for a learner."""
     import reverb
 
-    from magi_lp.runtime import replay as replay_lib
-    from magi_lp.runtime.single_process import without_rate_limit
+    from magi_lp.replay.reverb_seam import without_rate_limit
+    from magi_lp.replay.stores import resolve_store
 
     experiment = steady_state_experiment()
     spec = experiment.get_environment_spec()
-    tables = replay_lib.make_replay_tables(experiment, spec)
+    tables = resolve_store(experiment.builder, experiment.config).make_tables(spec)
     server = reverb.Server([without_rate_limit(table) for table in tables])
     return SteadyStateReplay(experiment, spec, server, reverb.Client(f"localhost:{server.port}"))
 

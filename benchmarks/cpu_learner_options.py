@@ -45,7 +45,7 @@ def worker(updates: int, batch_size: int, image: int, donate: bool) -> dict:
     import jax
     import numpy as np
 
-    from magi_lp.agent.frame_window import FrameTransition
+    from magi_lp.replay.frame_window import FrameTransition
     from projects.drq_v2.config import get_agent_config, replay_schedule
     from projects.drq_v2.learning import init_training_state, make_update_fn
     from projects.drq_v2.networks import make_networks

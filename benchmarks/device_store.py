@@ -46,7 +46,7 @@ def _cpu() -> float:
 
 
 def _spec(capacity: int, batch: int = BATCH):
-    from magi_lp.agent.frame_store import FrameReplaySpec
+    from magi_lp.replay.spec import FrameReplaySpec
 
     return FrameReplaySpec(
         frame_shape=FRAME,
@@ -76,7 +76,7 @@ def _fill(store, steps: int, writers: int = 1) -> None:
 
 _SERVER = r"""
 import sys, time, reverb
-from magi_lp.agent.frame_queue import make_step_queue_table
+from magi_lp.replay.frame_queue import make_step_queue_table
 server = reverb.Server([make_step_queue_table("steps", int(sys.argv[1]))])
 print(server.port, flush=True)
 time.sleep(3600)
@@ -84,8 +84,8 @@ time.sleep(3600)
 
 _WRITER = r"""
 import sys, numpy as np, dm_env, reverb
-from magi_lp.agent.frame_queue import QueueFrameAdder
-from magi_lp.agent.frame_store import FrameReplaySpec
+from magi_lp.replay.frame_queue import QueueFrameAdder
+from magi_lp.replay.spec import FrameReplaySpec
 spec = FrameReplaySpec(frame_shape=(84, 84, 3), frame_stack=3, n_step=3, discount=0.99,
                        capacity=10, batch_size=8, action_shape=(6,))
 client = reverb.Client(f"localhost:{sys.argv[1]}")
@@ -112,9 +112,9 @@ def measure_drain(steps: int) -> dict:
     import psutil
     import reverb
 
-    from magi_lp.agent.frame_queue import QueueDrainer
-    from magi_lp.agent.frame_store import DeviceFrameStore
-    from magi_lp.agent.replay_schedule import RatioGate, ReplaySchedule
+    from magi_lp.replay.frame_queue import QueueDrainer
+    from magi_lp.replay.frame_store import DeviceFrameStore
+    from magi_lp.replay.schedule import RatioGate, ReplaySchedule
 
     env = dict(os.environ, PYTHONPATH=str(REPO))
     server = subprocess.Popen(
@@ -162,7 +162,7 @@ def measure_drain(steps: int) -> dict:
 def measure_sample(capacity: int, batches: int) -> dict:
     import jax
 
-    from magi_lp.agent.frame_store import DeviceFrameStore
+    from magi_lp.replay.frame_store import DeviceFrameStore
 
     store = DeviceFrameStore(_spec(capacity), writers=1)
     _fill(store, capacity)
@@ -195,7 +195,7 @@ def measure_insert(capacities: tuple[int, ...], repeats: int) -> dict:
     """A donated 64-frame insert's time into stores of different sizes."""
     import jax
 
-    from magi_lp.agent.frame_store import DeviceFrameStore
+    from magi_lp.replay.frame_store import DeviceFrameStore
 
     out = {}
     frames = np.random.default_rng(2).integers(0, 256, (64, *FRAME), np.uint8)
@@ -223,7 +223,7 @@ def measure_big(transitions: int) -> dict:
     """A store of more than 2^31 frame bytes, written and read at its last rows."""
     import jax
 
-    from magi_lp.agent.frame_store import DeviceFrameStore
+    from magi_lp.replay.frame_store import DeviceFrameStore
 
     spec = _spec(transitions, batch=8)
     store = DeviceFrameStore(spec, writers=1)
@@ -271,7 +271,7 @@ def measure_learner(batch: int, updates: int) -> dict:
     """DrQ-v2's learner fed by the store vs its update on a batch already on the device."""
     import jax
 
-    from magi_lp.agent.frame_store import DeviceFrameStore, DeviceReplayIterator
+    from magi_lp.replay.frame_store import DeviceFrameStore, DeviceReplayIterator, transition_shape
     from magi_lp.runtime.config import experiment_defaults  # noqa: F401  (the stack loads)
     from projects.drq_v2.config import get_agent_config, replay_schedule
     from projects.drq_v2.learner import DrQLearner
@@ -293,7 +293,7 @@ def measure_learner(batch: int, updates: int) -> dict:
         DeviceReplayIterator(store, jax.random.PRNGKey(1)),
         jax.random.PRNGKey(0),
         observations,
-        example_batch=spec.transition_shape(),
+        example_batch=transition_shape(spec),
     )
     for _ in range(2):
         learner.step()

@@ -72,7 +72,7 @@ def _batch(batch_size: int, image_size: int, before: bool) -> Any:
     import numpy as np
     from acme import types
 
-    from magi_lp.agent.frame_window import FrameTransition, window_observations
+    from magi_lp.replay.frame_window import FrameTransition, window_observations
 
     rng = np.random.default_rng(0)
     frames = rng.integers(0, 256, (batch_size, 3 + 3, image_size, image_size, 3), np.uint8)

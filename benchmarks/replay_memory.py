@@ -6,7 +6,7 @@ Renders real reacher_hard transitions once (the project's pixel environment: act
 server process, waits for it to settle, inserts the same transitions (n-step 3) and reads the
 growth of the server's resident memory (VmRSS) per item stored:
 
-  frame_replay  magi_lp.agent.frame_replay: the DrQ builder's adder and table; every rendered
+  frame_replay  magi_lp.replay.frame_replay: the DrQ builder's adder and table; every rendered
                 frame is stored once and stacks are rebuilt at sample time.
   acme_nstep    Acme's NStepTransitionAdder on stacked observations: each step's stacked
                 observation is stored once and shared by the items that use it as o_t and
@@ -40,18 +40,8 @@ import tempfile
 import time
 from collections.abc import Sequence
 
-from benchmarks.common import (
-    REPO,
-    cpu_only_env,
-    figure_main,
-    fmt,
-    marked_env,
-    process_cpu_seconds,
-    progress,
-    ratio,
-    rss_bytes,
-    steady_state_experiment,
-)
+from benchmarks import common
+from benchmarks.common import cpu_only_env, fmt, process_cpu_seconds, progress, ratio
 
 TITLE = "Replay RAM per stored transition (84x84, frame stack 3)"
 LAYOUTS = ("frame_replay", "acme_nstep", "naive_copy")
@@ -71,7 +61,7 @@ def subprocess_env() -> dict[str, str]:
 def _experiment():
     # Steady state: with the paper's min_replay_size (2,000) the adder's unchunked first
     # items would be half of the 4,000 transitions measured here, and ~0.2% of a 1M replay.
-    return steady_state_experiment()
+    return common.steady_state_experiment()
 
 
 def environment_spec():
@@ -94,15 +84,13 @@ def _table(layout: str, max_size: int):
     from acme import types
     from acme.adders.reverb import NStepTransitionAdder
 
-    from magi_lp.runtime import replay as replay_lib
-
     spec = environment_spec()
     if layout == "frame_replay":
         # The builder's own table (FIFO, max_size = replay_buffer_size, not rate limited
         # as in one process; the limiter does not change what an item costs).
-        from magi_lp.runtime.single_process import without_rate_limit
+        from magi_lp.replay.reverb_seam import without_rate_limit
 
-        (table,) = replay_lib.make_replay_tables(_experiment(), spec)
+        (table,) = _store_of(_experiment()).make_tables(spec)
         return without_rate_limit(table)
     if layout == "acme_nstep":
         signature = NStepTransitionAdder.signature(spec)
@@ -160,14 +148,13 @@ def render_episodes(transitions: int, seed: int = 0) -> list[list]:
 
 
 def _insert(layout: str, client, episodes: list[list], chunk_length: int) -> None:
-    from magi_lp.runtime import replay as replay_lib
 
     if layout == "naive_copy":
         _insert_copies(client, episodes, chunk_length)
         return
     if layout == "frame_replay":
         # The builder's adder, as actors make it (chunks of DEFAULT_CHUNK_LENGTH frames).
-        adder = replay_lib.make_adder(_experiment(), environment_spec(), client, writer=0)
+        adder = _store_of(_experiment()).make_adder(environment_spec(), client, 0)
     else:
         from acme.adders.reverb import NStepTransitionAdder
 
@@ -233,7 +220,7 @@ def stop_server(server: subprocess.Popen) -> None:
 
 def _settled_rss(pid: int, seconds: float = 1.0) -> int:
     time.sleep(seconds)
-    return rss_bytes(pid)
+    return common.rss_bytes(pid)
 
 
 def sample_rate(layout: str, client, batches: int) -> tuple[float, float]:
@@ -243,12 +230,11 @@ def sample_rate(layout: str, client, batches: int) -> tuple[float, float]:
     `make_reverb_dataset` (batch 256, 2 readers). CPU time counts every thread of this process
     (Reverb readers, tf.data), so it stays meaningful on a shared machine; the rate does not.
     """
-    from magi_lp.runtime import replay as replay_lib
 
     if layout == "frame_replay":
-        iterator = replay_lib.make_learner_replay(
-            _experiment(), environment_spec(), replay_client=client
-        ).iterator
+        iterator = (
+            _store_of(_experiment()).make_learner_replay(environment_spec(), client, None).iterator
+        )
     else:
         from acme.datasets.reverb import make_reverb_dataset
 
@@ -277,7 +263,7 @@ def measure_layout(
     import reverb
 
     with tempfile.TemporaryDirectory() as checkpoint_dir:
-        env = marked_env(cpu_only_env())
+        env = common.marked_env(cpu_only_env())
         server = subprocess.Popen(
             [
                 sys.executable,
@@ -288,7 +274,7 @@ def measure_layout(
                 str(max_size),
                 checkpoint_dir,
             ],
-            cwd=REPO,
+            cwd=common.REPO,
             env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -463,4 +449,11 @@ if __name__ == "__main__":
     elif len(sys.argv) > 1 and sys.argv[1] == "table":
         table_main(sys.argv[2:])
     else:
-        figure_main(measure)
+        common.figure_main(measure)
+
+
+def _store_of(experiment):
+    """The replay store the runners would resolve for `experiment`."""
+    from magi_lp.replay.stores import resolve_store
+
+    return resolve_store(experiment.builder, experiment.config)

@@ -58,12 +58,12 @@ def subprocess_env() -> dict[str, str]:
 
 def _dataset(config, client, pipeline: str, threads: int):
     """The DrQ builder's dataset (its table and settings) with `threads` sampling threads."""
-    from magi_lp.agent.frame_replay import make_frame_replay_dataset
-    from magi_lp.runtime import replay as replay_lib
+    from magi_lp.replay.frame_replay import make_frame_replay_dataset
+    from magi_lp.replay.stores.reverb_frames import FRAME_TABLE
 
     return make_frame_replay_dataset(
         client.server_address,
-        replay_lib.FRAME_TABLE,
+        FRAME_TABLE,
         batch_size=BATCH_SIZE,
         frame_stack=int(config.env.frame_stack),
         n_step=int(config.agent.n_step),
@@ -97,7 +97,7 @@ def time_device_stacking(n_step: int, frame_stack: int, repeats: int) -> dict:
     import jax
     import numpy as np
 
-    from magi_lp.agent.frame_window import window_observations
+    from magi_lp.replay.frame_window import window_observations
 
     frames = np.zeros((BATCH_SIZE, frame_stack + n_step, 84, 84, 3), np.uint8)
     stack = jax.jit(window_observations, static_argnums=1)

@@ -25,18 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import (
-    OUT_DIR_VAR,
-    REPO,
-    cpu_only_env,
-    entry_point,
-    figure_main,
-    fmt,
-    marked_env,
-    progress,
-    started,
-    tail,
-)
+from benchmarks import common
+from benchmarks.common import cpu_only_env, fmt
 
 TITLE = "Learning check: TD3 on cartpole/balance"
 CONFIG = "configs/td3_cartpole.py"
@@ -99,7 +89,7 @@ def measure(quick: bool) -> dict:
     budget = _budget(quick)
     with tempfile.TemporaryDirectory(prefix="magi_lp_bench_td3_") as root:
         workdir = Path(root) / "run"
-        command = entry_point(
+        command = common.entry_point(
             "projects/td3/main.py",
             CONFIG,
             workdir,
@@ -113,18 +103,18 @@ def measure(quick: bool) -> dict:
             "--config.logging.time_delta=0.0",  # keep every evaluation episode's row
         )
         log = Path(root) / "main.log"
-        progress(f"TD3 cartpole/balance, {budget} actor steps")
+        common.progress(f"TD3 cartpole/balance, {budget} actor steps")
         start = time.monotonic()
-        with started(command, marked_env(cpu_only_env()), log) as process:
+        with common.started(command, common.marked_env(cpu_only_env()), log) as process:
             process.wait()
         seconds = time.monotonic() - start
         if process.returncode != 0:
-            raise RuntimeError(f"td3 main.py exited {process.returncode}:\n{tail(log)}")
+            raise RuntimeError(f"td3 main.py exited {process.returncode}:\n{common.tail(log)}")
         points = evaluations(workdir / "logs" / "evaluator_0" / "logs.csv")
         learner_rows = (workdir / "logs" / "learner" / "logs.csv").read_text().count("\n") - 1
     reached = next((p for p in points if p["mean_return"] >= THRESHOLD), None)
     # Next to the page run.py writes (its --out-dir), else next to this file.
-    out_dir = Path(os.environ.get(OUT_DIR_VAR, str(REPO)))
+    out_dir = Path(os.environ.get(common.OUT_DIR_VAR, str(common.REPO)))
     png = out_dir / "benchmarks" / PNG
     plot(points, THRESHOLD, png, f"TD3 cartpole/balance, {budget} actor steps")
     return {
@@ -199,4 +189,4 @@ def report(result: dict) -> str:
 
 
 if __name__ == "__main__":
-    figure_main(measure)
+    common.figure_main(measure)

@@ -30,7 +30,7 @@ _EXPORTS = {
     "experiment_defaults": "magi_lp.runtime.config",
     "Experiment": "magi_lp.runtime.experiment",
     "AgentBuilder": "magi_lp.agent.builder",
-    "ReplaySchedule": "magi_lp.agent.replay_schedule",
+    "ReplaySchedule": "magi_lp.replay.schedule",
     "ActorCore": "magi_lp.agent.actor_core",
     "Learner": "magi_lp.agent.learner",
     "JaxLearner": "magi_lp.agent.learner",

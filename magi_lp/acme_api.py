@@ -16,6 +16,25 @@ Either way the classes are acme's own (`acme_api.core.Actor is acme.core.Actor` 
 import), so code written against Acme runs on both stacks. Import Acme's types from here,
 never from `acme` directly (`lint-imports` keeps it so), except in modules that need
 Launchpad or Reverb anyway (`acme.adders.reverb`, `acme.datasets`).
+
+This is the one place of the dm-acme 0.4.0 internals magi_lp relies on. Each, with what
+breaks if an upgrade changes it:
+
+- The module layout of `_EXPORTS` below (`acme.specs`, `acme.types`, `acme.core`,
+  `acme.adders.base`, `acme.utils.counting`, `acme.utils.loggers.*`, `acme.wrappers.*`) and
+  that those leaves import nothing that needs Launchpad: the bare load registers the packages
+  and imports them one by one. If it changes: `import magi_lp.acme_api` fails on the current
+  stack (Python 3.12), with the missing module's name; the Launchpad stack is unaffected.
+- That `import acme` fails with `ModuleNotFoundError` naming `launchpad` where Launchpad is
+  missing (`_acme_imports_whole`). If it changes (another missing module first): that error
+  is raised as it is, not papered over.
+- `acme.wrappers.single_precision._convert_value`, replaced under NumPy >= 2
+  (`_fix_single_precision_for_numpy2`): dm-acme 0.4.0 converts with `np.array(x,
+  copy=False)`, which NumPy 2 refuses for float64 input. If it changes: the import fails
+  under NumPy 2 with one RuntimeError naming the attribute (check the new conversion).
+
+Exercised by tests/test_acme_seam.py on both stacks (the bare load on Python 3.12, the
+NumPy 2 conversion) and by every test that imports Acme's types.
 """
 
 from __future__ import annotations
@@ -121,6 +140,11 @@ def _fix_single_precision_for_numpy2() -> None:
 
     if int(np.__version__.split(".")[0]) < 2:
         return
+    if not hasattr(single_precision, "_convert_value"):
+        raise RuntimeError(
+            "acme.wrappers.single_precision no longer has _convert_value; magi_lp supports "
+            "dm-acme 0.4.0 (magi_lp/acme_api.py lists what it relies on)."
+        )
 
     def convert_value(nested_value):
         def convert(value):

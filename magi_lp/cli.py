@@ -35,6 +35,7 @@ from magi_lp import console
 from magi_lp.errors import ConfigError
 from magi_lp.launch.node_lifetime import quiet_gym_notice
 from magi_lp.placement.xla_flags import check_xla_flags
+from magi_lp.replay.plan import plan_replay_store
 from magi_lp.runtime.config import (
     capacity_warnings,
     check_isolation_allows_logging,
@@ -42,7 +43,6 @@ from magi_lp.runtime.config import (
     stop_stages,
     validate_experiment_config,
 )
-from magi_lp.runtime.replay_plan import plan_replay_store
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Experiment config file (ml_collections).", lock_config=True

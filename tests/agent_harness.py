@@ -44,6 +44,7 @@ def actor_and_evaluator(
     `acme.core.Actor`s its acting loops drive (`envs_per_actor` = 1)."""
     from magi_lp.acme_api import counting
     from magi_lp.agent.actor import OneEnvironment
+    from magi_lp.replay.stores import resolve_store
     from magi_lp.runtime.nodes import make_acting_loop
 
     experiment.config.variable_update_period = update_period
@@ -54,6 +55,7 @@ def actor_and_evaluator(
             experiment,
             spec,
             0,
+            resolve_store(experiment.builder, experiment.config),
             replay_client,
             learner,
             counting.Counter(),
@@ -73,7 +75,7 @@ def queue_dataset(address: str, table: str, **kwargs: Any) -> Any:
     ends 500 ms after the queue runs dry instead of waiting for more; `kwargs` are
     `make_frame_replay_dataset`'s (frame_stack, n_step, discount) and any override.
     """
-    from magi_lp.agent.frame_replay import make_frame_replay_dataset
+    from magi_lp.replay.frame_replay import make_frame_replay_dataset
 
     settings = {"batch_size": 1, "num_parallel_calls": 1, "rate_limiter_timeout_ms": 500}
     return make_frame_replay_dataset(address, table, **{**settings, **kwargs})

@@ -14,9 +14,9 @@ import numpy as np
 from dm_env import specs
 
 from magi_lp.placement.resources import resource_spec
+from magi_lp.replay.reverb_seam import without_rate_limit
 from magi_lp.runtime.config import NODE_GROUPS, experiment_defaults
 from magi_lp.runtime.experiment import Experiment
-from magi_lp.runtime.single_process import without_rate_limit
 from projects.td3.builder import TD3Builder
 from projects.td3.config import get_agent_config
 from projects.td3.networks import make_networks

@@ -22,7 +22,7 @@ from acme.utils import counting
 
 from magi_lp.agent.actor import BatchedActor
 from magi_lp.agent.actor_core import ActorCore
-from magi_lp.agent.frame_replay import FrameStackAdder, frame_replay_signature
+from magi_lp.replay.frame_replay import FrameStackAdder, frame_replay_signature
 from magi_lp.runtime.acting_loop import ActingLoop
 from magi_lp.runtime.single_process import run_single_process
 from tests.agent_harness import n_step_transitions, queue_dataset

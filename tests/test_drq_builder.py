@@ -25,13 +25,14 @@ from absl import flags
 from acme import specs
 from ml_collections import config_flags
 
-from magi_lp.agent.frame_replay import frame_transition_shape
 from magi_lp.errors import ConfigError
 from magi_lp.placement.resources import ResourceSpec, resource_spec
-from magi_lp.runtime import replay as replay_lib
+from magi_lp.replay.frame_replay import frame_transition_shape
+from magi_lp.replay.reverb_seam import without_rate_limit
+from magi_lp.replay.stores import resolve_store
+from magi_lp.replay.stores.reverb_frames import FRAME_TABLE
 from magi_lp.runtime.config import experiment_defaults, validate_experiment_config
 from magi_lp.runtime.experiment import Experiment
-from magi_lp.runtime.single_process import without_rate_limit
 from projects.drq_v2.acting import GLOBAL_AGENT_STEPS, make_actor_core
 from projects.drq_v2.builder import DrQBuilder
 from projects.drq_v2.config import TASK_DIFFICULTY, get_agent_config, validate_config
@@ -49,6 +50,11 @@ N_STEP = 3
 STACK = 3
 ACTION_REPEAT = 2
 GAMMA = 0.99
+
+
+def _store_of(experiment):
+    """The replay store the runners would resolve for `experiment`."""
+    return resolve_store(experiment.builder, experiment.config)
 
 
 def _replay_experiment(builder, *, num_actors: int = 1, store: str = "reverb") -> Experiment:
@@ -117,7 +123,7 @@ def test_replay_schedule_counts_agent_steps_from_frames(environment_spec):
 
     config = _tiny_agent_config()
     builder = DrQBuilder(config, frame_stack=STACK, action_repeat=ACTION_REPEAT, image_size=IMAGE)
-    (table,) = replay_lib.make_replay_tables(_replay_experiment(builder), environment_spec)
+    (table,) = _store_of(_replay_experiment(builder)).make_tables(environment_spec)
     info = table.info
     assert info.max_size == 1_000
     assert info.rate_limiter_info.min_size_to_sample == 10
@@ -141,7 +147,7 @@ def test_each_replay_writer_sends_its_share_of_the_first_items_at_once(writers, 
     )
     experiment = _replay_experiment(builder, num_actors=writers)
     # Connects on its first add.
-    adder = replay_lib.make_adder(experiment, spec, reverb.Client("localhost:1"), writer=0)
+    adder = _store_of(experiment).make_adder(spec, reverb.Client("localhost:1"), 0)
     assert adder._eager_items == eager
 
 
@@ -154,11 +160,11 @@ def test_table_adder_dataset_learner_and_actors_on_a_real_server(environment_spe
     config = _tiny_agent_config()
     builder = DrQBuilder(config, frame_stack=STACK, action_repeat=ACTION_REPEAT, image_size=IMAGE)
     experiment = _replay_experiment(builder)
-    tables = replay_lib.make_replay_tables(experiment, environment_spec)
+    tables = _store_of(experiment).make_tables(environment_spec)
     server = reverb.Server([without_rate_limit(table) for table in tables])
     try:
         client = reverb.Client(f"localhost:{server.port}")
-        adder = replay_lib.make_adder(experiment, environment_spec, client, writer=0)
+        adder = _store_of(experiment).make_adder(environment_spec, client, 0)
 
         # One real pixel episode of 30 agent steps, recorded for the reference.
         environment = _environment(seed=1, max_episode_frames=60)
@@ -178,12 +184,10 @@ def test_table_adder_dataset_learner_and_actors_on_a_real_server(environment_spe
         assert len(actions) == 30 and timestep.discount == 1.0  # a time limit, not a failure
         # Random actions tell the transitions apart.
         index = {_key(action): t for t, action in enumerate(actions)}
-        table = client.server_info()[replay_lib.FRAME_TABLE]
+        table = client.server_info()[FRAME_TABLE]
         assert table.current_size == 30 - N_STEP + 1
 
-        dataset = replay_lib.make_learner_replay(
-            experiment, environment_spec, replay_client=client
-        ).iterator
+        dataset = _store_of(experiment).make_learner_replay(environment_spec, client, None).iterator
         batch = next(dataset)
         # Only each transition's unique frames travel; the update stacks them on its device.
         assert batch.frames.shape == (BATCH, STACK + N_STEP, IMAGE, IMAGE, 3)

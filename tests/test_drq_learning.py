@@ -7,7 +7,7 @@ import pytest
 from dm_env import specs
 
 from magi_lp.acme_api import types
-from magi_lp.agent.frame_window import FrameTransition
+from magi_lp.replay.frame_window import FrameTransition
 from projects.drq_v2.acting import GLOBAL_AGENT_STEPS, make_actor_core
 from projects.drq_v2.config import get_agent_config, replay_schedule
 from projects.drq_v2.learner import DrQLearner

@@ -13,13 +13,13 @@ import jax
 import numpy as np
 import pytest
 
-from magi_lp.agent.frame_store import DeviceFrameStore, DeviceReplayIterator, StoreAdder
-from magi_lp.agent.frame_window import WriteAbandonedError
-from magi_lp.agent.replay_schedule import RatioGate, ReplaySchedule
+from magi_lp.replay.frame_store import DeviceFrameStore, DeviceReplayIterator, StoreAdder
+from magi_lp.replay.schedule import RatioGate, ReplaySchedule
+from magi_lp.replay.spec import WriteAbandonedError
 from tests.test_frame_store import as_keys, episodes, feed, make_spec, reference
 
 reverb = pytest.importorskip("reverb")
-from magi_lp.agent.frame_queue import (  # noqa: E402  (after the Reverb check)
+from magi_lp.replay.frame_queue import (  # noqa: E402  (after the Reverb check)
     QueueDrainer,
     QueueFrameAdder,
     failure_of,
@@ -227,7 +227,7 @@ def test_direct_writes_need_no_queue_and_sample_without_a_gate():
 def test_a_writer_held_back_by_the_reverb_rate_limiter_gives_up_at_a_stop(start_writer):
     """The Reverb store's adder, blocked by its table's rate limiter (nobody samples), ends
     within its poll once told to stop: no node needs SIGKILL for it."""
-    from magi_lp.agent.frame_replay import FrameStackAdder, make_frame_replay_table
+    from magi_lp.replay.frame_replay import FrameStackAdder, make_frame_replay_table
 
     spec = make_spec(capacity=500)
     from acme import specs

@@ -19,16 +19,15 @@ import pytest
 import reverb
 from acme import specs
 
-from magi_lp.agent.frame_replay import (
+from magi_lp.errors import ConfigError
+from magi_lp.replay.frame_replay import (
     FrameStackAdder,
     default_chunk_length,
     frame_replay_signature,
-    frame_shape_from_observation,
     make_frame_replay_dataset,
     make_frame_replay_table,
 )
-from magi_lp.agent.frame_window import window_observations
-from magi_lp.errors import ConfigError
+from magi_lp.replay.frame_window import frame_shape_from_observation, window_observations
 from tests.agent_harness import n_step_transitions, queue_dataset
 
 H, W, C = 8, 8, 3

@@ -8,8 +8,9 @@ import jax
 import numpy as np
 import pytest
 
-from magi_lp.agent.frame_store import DeviceFrameStore, FrameReplaySpec, StoreAdder
 from magi_lp.errors import ConfigError
+from magi_lp.replay.frame_store import DeviceFrameStore, StoreAdder
+from magi_lp.replay.spec import FrameReplaySpec
 from tests.e2e_utils import run_on_host_devices
 
 H, W, C = 6, 5, 3
@@ -222,7 +223,7 @@ def test_same_transitions_as_the_reverb_frame_replay_bit_for_bit():
     """Both stores fed the same episodes (two writers, interleaved, with terminations,
     episodes shorter than n) hold the same set of (window, action, reward, discount)."""
     reverb = pytest.importorskip("reverb")
-    from magi_lp.agent.frame_replay import FrameStackAdder, frame_replay_signature
+    from magi_lp.replay.frame_replay import FrameStackAdder, frame_replay_signature
     from tests.agent_harness import queue_dataset
 
     data = [episodes(11, [7, 2, 12, 3, 30]), episodes(12, [9, 4, 11, 1, 25])]
@@ -280,7 +281,8 @@ def test_same_transitions_as_the_reverb_frame_replay_bit_for_bit():
 _TWO_DEVICE_PROBE = r"""
 import json, jax, numpy as np, dm_env
 from magi_lp.agent.data_parallel import compiled_collectives
-from magi_lp.agent.frame_store import DeviceFrameStore, FrameReplaySpec, StoreAdder
+from magi_lp.replay.frame_store import DeviceFrameStore, StoreAdder
+from magi_lp.replay.spec import FrameReplaySpec
 
 spec = FrameReplaySpec(frame_shape=(6, 5, 3), frame_stack=3, n_step=3, discount=0.99,
                        capacity=50, batch_size=8, action_shape=(2,))

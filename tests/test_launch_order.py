@@ -18,6 +18,7 @@ from dm_env import specs
 from magi_lp.agent.actor import BatchedActor, GenericActor
 from magi_lp.agent.learner import JaxLearner
 from magi_lp.agent.variable_client import VariableClient
+from magi_lp.replay.stores import resolve_store
 from magi_lp.runtime.loggers import LoggerFactory
 from magi_lp.runtime.nodes import LearnerNode
 from projects.drq_v2.acting import GLOBAL_AGENT_STEPS, make_actor_core
@@ -66,8 +67,9 @@ def test_learner_node_serves_before_it_builds_and_callers_wait_for_the_build(tmp
     server = reverb.Server(experiment.builder.make_replay_tables(spec))
     request.addfinalizer(server.stop)
     client = reverb.Client(f"localhost:{server.port}")
+    store = resolve_store(experiment.builder, config)
     start = time.monotonic()
-    node = LearnerNode(experiment, spec, client, counter, str(tmp_path), factory)
+    node = LearnerNode(experiment, store, spec, client, counter, str(tmp_path), factory)
     assert node._runner is None  # nothing built: Launchpad can start serving at once
     assert time.monotonic() - start < 5.0
     pulled = []
@@ -82,7 +84,7 @@ def test_learner_node_serves_before_it_builds_and_callers_wait_for_the_build(tmp
     def broken():
         raise ValueError("bad network")
 
-    failing = LearnerNode(experiment, spec, client, counter, str(tmp_path), factory)
+    failing = LearnerNode(experiment, store, spec, client, counter, str(tmp_path), factory)
     failing._make_runner = broken
     with pytest.raises(ValueError, match="bad network"):
         failing._build()

@@ -13,8 +13,8 @@ from magi_lp.errors import ConfigError
 from magi_lp.placement.gpu_inventory import GpuInventory
 from magi_lp.placement.jax_build import JaxBuild
 from magi_lp.placement.plan import make_plan
+from magi_lp.replay.plan import plan_replay_store
 from magi_lp.runtime.config import placement_requests
-from magi_lp.runtime.replay_plan import plan_replay_store
 from projects.drq_v2.experiment import make_experiment
 from projects.drq_v2.tasks import make_config
 from tests.e2e_utils import marked_processes, run_entry_point

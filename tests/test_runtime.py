@@ -20,9 +20,10 @@ import reverb
 from absl import flags
 from absl.testing import absltest
 
-from magi_lp.agent.replay_schedule import ReplaySchedule
 from magi_lp.agent.variable_client import VariableClient
 from magi_lp.placement.gpu_inventory import GpuInventory
+from magi_lp.replay.reverb_seam import without_rate_limit
+from magi_lp.replay.schedule import ReplaySchedule
 from magi_lp.runtime import nodes
 from magi_lp.runtime.checkpointing import Checkpointer
 from magi_lp.runtime.config import NODE_GROUPS, make_placement_plan
@@ -30,7 +31,7 @@ from magi_lp.runtime.learner_runner import LearnerRunner
 from magi_lp.runtime.loggers import LoggerFactory
 from magi_lp.runtime.nodes import checkpoint_dir
 from magi_lp.runtime.program import build_program
-from magi_lp.runtime.single_process import run_single_process, without_rate_limit
+from magi_lp.runtime.single_process import run_single_process
 from tests.e2e_utils import read_csv
 from tests.runtime_toys import EPISODE_STEPS, toy_config, toy_experiment
 

@@ -17,9 +17,9 @@ from acme import specs, types
 from acme.adders import reverb as adders_reverb
 
 from magi_lp.placement.resources import ResourceSpec
+from magi_lp.replay.reverb_seam import without_rate_limit
 from magi_lp.runtime.config import experiment_defaults
 from magi_lp.runtime.experiment import Experiment
-from magi_lp.runtime.single_process import without_rate_limit
 from projects.td3.builder import TD3Builder
 from projects.td3.config import get_agent_config
 from projects.td3.environment import make_environment

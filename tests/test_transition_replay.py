@@ -1,4 +1,4 @@
-"""The host n-step transition replay (magi_lp/agent/transition_replay.py): what a state agent
+"""The host n-step transition replay (magi_lp/replay/transition_replay.py): what a state agent
 learns from in one process without Reverb.
 
 Runs on both stacks. Where Reverb is installed, the transitions are compared with those Acme's
@@ -14,11 +14,8 @@ import numpy as np
 import pytest
 
 from magi_lp.acme_api import specs, types
-from magi_lp.agent.transition_replay import (
-    TransitionAdder,
-    TransitionReplay,
-    TransitionReplaySpec,
-)
+from magi_lp.replay.spec import TransitionReplaySpec
+from magi_lp.replay.transition_replay import TransitionAdder, TransitionReplay
 
 OBS = specs.Array((3,), np.float32, "observation")
 ENV_SPEC = specs.EnvironmentSpec(

@@ -101,8 +101,8 @@ def run_learner(
     import itertools
 
     jax, np, config, networks, obs = _drq_networks(image, tiny_net)
-    from magi_lp.agent.frame_window import FrameTransition
     from magi_lp.agent.prefetch import DevicePrefetcher
+    from magi_lp.replay.frame_window import FrameTransition
     from projects.drq_v2.config import replay_schedule
     from projects.drq_v2.learning import init_training_state, make_update_fn
 

@@ -21,10 +21,9 @@ import jax
 
 from magi_lp.acme_api import adders, counting, loggers, specs
 from magi_lp.agent.actor_core import ActorCore
-from magi_lp.agent.frame_store import FrameReplaySpec
 from magi_lp.agent.learner import Learner
-from magi_lp.agent.replay_schedule import ReplaySchedule
-from magi_lp.agent.transition_replay import TransitionReplaySpec
+from magi_lp.replay.schedule import ReplaySchedule
+from magi_lp.replay.spec import FrameReplaySpec, TransitionReplaySpec
 
 if TYPE_CHECKING:  # Reverb is not installed on the current stack (one process only)
     import reverb
@@ -99,7 +98,7 @@ class AgentBuilder(abc.ABC, Generic[Networks, Sample]):
 
         Where Reverb is missing (the current stack: Python 3.12, no Launchpad) the
         single-process runner then serves the agent from a host-memory replay of n-step
-        `acme.types.Transition`s (`magi_lp.agent.transition_replay`), the batches Acme's
+        `acme.types.Transition`s (`magi_lp.replay.transition_replay`), the batches Acme's
         `NStepTransitionAdder` and `make_reverb_dataset` give; with Reverb it uses the agent's
         own tables (the three methods below). `environment_spec` is None when the toolkit
         plans, before any environment exists. The default (None): the agent needs Reverb.

@@ -144,7 +144,7 @@ class JaxLearner(Learner, Generic[State]):
             state = jax.device_put(state, self._device)
         self._state = state
         put = jax.device_put if self.data_parallel is None else self.data_parallel.put_batch
-        # A replay on the learner's own device (magi_lp.agent.frame_store) hands out batches
+        # A replay on the learner's own device (magi_lp.replay.frame_store) hands out batches
         # already there, split as the update wants them: nothing to copy or prefetch.
         if getattr(iterator, "on_device", False):
             prefetch = 0

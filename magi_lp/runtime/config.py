@@ -19,8 +19,10 @@ import ml_collections
 
 from magi_lp.config_schema import fail_unless, typed_section, unknown_key
 from magi_lp.errors import ConfigError
+from magi_lp.placement.node_memory import NODE_RSS_GIB, node_counts
 from magi_lp.placement.plan import GroupRequest
 from magi_lp.placement.resources import ResourceSpec, resource_spec
+from magi_lp.replay.stores import FRAME_STORES
 
 NODE_GROUPS = ("replay", "counter", "learner", "actor", "evaluator", "coordinator")
 """The node groups of every program, in the order the program graph adds them."""
@@ -73,12 +75,13 @@ class CheckpointSettings:
         fail_unless(self.every_minutes > 0, "checkpoint.every_minutes", "> 0", self.every_minutes)
 
 
-REPLAY_STORES = ("auto", "device", "reverb")
+REPLAY_STORES = ("auto", *FRAME_STORES)
+"""`replay.store`: 'auto' (the plan chooses) or a store of `magi_lp.replay.stores`."""
 
 
 @dataclasses.dataclass(frozen=True)
 class ReplaySettings:
-    """`config.replay`: where a pixel agent's frame replay lives (magi_lp.agent.frame_store).
+    """`config.replay`: where a pixel agent's frame replay lives (magi_lp.replay.frame_store).
 
     Only agents whose builder gives a `frame_replay` spec use it (DrQ-v2); others (TD3)
     keep their own Reverb tables.
@@ -267,18 +270,6 @@ def check_isolation_allows_logging(config: ml_collections.ConfigDict) -> None:
         )
 
 
-def node_counts(config: ml_collections.ConfigDict) -> dict[str, int]:
-    """How many nodes each node group of the program has, in program order."""
-    return {
-        "replay": 1,
-        "counter": 1,
-        "learner": 1,
-        "actor": int(config.num_actors),
-        "evaluator": int(config.num_evaluators),
-        "coordinator": 1,
-    }
-
-
 LEARNER_BATCH_KEY = "agent.batch_size"
 """Where an agent config gives the learner's batch. The learner's update is data-parallel over
 all of its devices, so the plan refuses a device count that does not divide this batch
@@ -324,19 +315,6 @@ def make_placement_plan(config: ml_collections.ConfigDict, inventory: Any = None
         placement_requests(config), inventory if inventory is not None else query_inventory()
     )
 
-
-# Resident memory of one node after start-up (TensorFlow, JAX, Reverb and dm_control loaded),
-# GiB, rounded up from the status view's RSS column (status.csv) of a tiny DrQ-v2 run on the
-# 2-core CPU machine: counter, replay and coordinator 0.53-0.55, actors and evaluator 0.79,
-# a tiny learner 0.83. A learner's networks and the replay's data come on top.
-NODE_RSS_GIB: dict[str, float] = {
-    "replay": 0.6,
-    "counter": 0.6,
-    "learner": 1.0,
-    "actor": 0.8,
-    "evaluator": 0.8,
-    "coordinator": 0.6,
-}
 
 # Groups whose nodes keep a core busy all the time.
 _BUSY_GROUPS = ("learner", "actor", "evaluator")

@@ -27,19 +27,18 @@ from magi_lp.acme_api import counting, specs
 from magi_lp.agent.actor import BatchedActor, GenericActor
 from magi_lp.agent.builder import POLICY_VARIABLES
 from magi_lp.agent.device_check import DeviceCheck
-from magi_lp.agent.frame_window import WriteAbandonedError
 from magi_lp.agent.learner import JaxLearner
 from magi_lp.agent.variable_client import VariableClient
 from magi_lp.console import say
 from magi_lp.launch.node_lifetime import hold_exit
-from magi_lp.runtime import replay as replay_lib
+from magi_lp.replay.spec import WriteAbandonedError
+from magi_lp.replay.store import LearnerReplay, ReplayStore
 from magi_lp.runtime import seeding
 from magi_lp.runtime.acting_loop import ActingLoop
 from magi_lp.runtime.checkpointing import Checkpointer, CheckpointWriteError
 from magi_lp.runtime.experiment import Experiment
 from magi_lp.runtime.learner_runner import LearnerRunner, ReplayCheckpoint
 from magi_lp.runtime.node_devices import prepare_node_process
-from magi_lp.runtime.replay import LearnerReplay
 
 StopFn = Callable[[], bool]
 
@@ -73,7 +72,7 @@ def make_learner_runner(
 ) -> LearnerRunner:
     """The agent's learner, restored from the workdir's latest checkpoint if there is one.
 
-    `replay` is the learner's side of the replay (`magi_lp.runtime.replay.make_learner_replay`).
+    `replay` is the learner's side of the replay (`ReplayStore.make_learner_replay`).
     `counter` is the program's counter (a Courier handle, or the in-process counter): the
     learner counts under the prefix "learner", and checkpoints save and restore its counts.
     With `checkpoint.replay` a device store is saved beside each learner checkpoint and
@@ -114,7 +113,8 @@ def make_acting_loop(
     experiment: Experiment,
     environment_spec: specs.EnvironmentSpec,
     index: int,
-    replay_client: Any,
+    store: ReplayStore | None,
+    replay: Any,
     variable_source: Any,
     counter: Any,
     logger_factory: Callable[..., Any],
@@ -133,7 +133,9 @@ def make_acting_loop(
     Evaluators step one environment, write nothing to replay, make the experiment's
     evaluation observers, and count as "evaluator". With `config.debug.check_devices` every
     policy call checks its arrays' devices. `should_stop` lets the adders give up a write
-    the replay holds back once the program stops (`frame_replay.WriteAbandonedError`).
+    the replay holds back once the program stops (`spec.WriteAbandonedError`).
+    `store` makes the adders (None for an evaluator); `replay` is what they write to: the
+    Reverb client, or in one process the store's `LearnerReplay`.
     `count_every`: loop steps between two counter increments (`ActingLoop`).
     """
     config = experiment.config
@@ -166,9 +168,7 @@ def make_acting_loop(
             list(jax.random.split(key, k)),
             variables,
             [
-                replay_lib.make_adder(
-                    experiment, environment_spec, replay_client, index * k + j, should_stop
-                )
+                store.make_adder(environment_spec, replay, index * k + j, should_stop)
                 for j in range(k)
             ],
             device_check=check,
@@ -178,11 +178,7 @@ def make_acting_loop(
             policy,
             key,
             variables,
-            None
-            if evaluation
-            else replay_lib.make_adder(
-                experiment, environment_spec, replay_client, index, should_stop
-            ),
+            None if evaluation else store.make_adder(environment_spec, replay, index, should_stop),
             device_check=check,
         )
     if evaluation:
@@ -234,6 +230,7 @@ def evaluate(loop: ActingLoop, episodes: int, should_stop: StopFn = lambda: Fals
 
 def _make_learner_node_runner(
     experiment: Experiment,
+    store: ReplayStore,
     environment_spec: specs.EnvironmentSpec,
     replay_client: Any,
     counter: Any,
@@ -242,11 +239,8 @@ def _make_learner_node_runner(
 ) -> tuple[LearnerRunner, LearnerReplay]:
     """The learner node's replay side (a device store starts draining the queue at once)
     and its runner."""
-    replay = replay_lib.make_learner_replay(
-        experiment,
-        environment_spec,
-        replay_client=replay_client,
-        key=seeding.node_key(experiment.config.seed, "replay"),
+    replay = store.make_learner_replay(
+        environment_spec, replay_client, seeding.node_key(experiment.config.seed, "replay")
     )
     runner = make_learner_runner(
         experiment, environment_spec, replay, counter, workdir, logger_factory
@@ -266,25 +260,12 @@ class LearnerNode:
     their first parameters the moment they exist, and compile their policy meanwhile.
     """
 
-    def __init__(
-        self,
-        experiment: Experiment,
-        environment_spec: specs.EnvironmentSpec,
-        replay_client: Any,
-        counter: Any,
-        workdir: str,
-        logger_factory: Callable[..., Any],
-    ):
+    def __init__(self, *build: Any):
+        """`build`: what the learner is made of, as `_make_learner_node_runner` takes it
+        (experiment, replay store, environment spec, Reverb client, counter, workdir, logger
+        factory)."""
         prepare_node_process()
-        self._make_runner = functools.partial(
-            _make_learner_node_runner,
-            experiment,
-            environment_spec,
-            replay_client,
-            counter,
-            workdir,
-            logger_factory,
-        )
+        self._make_runner = functools.partial(_make_learner_node_runner, *build)
         self._built = threading.Event()
         self._runner: LearnerRunner | None = None
         self._replay: LearnerReplay | None = None
@@ -356,6 +337,7 @@ class ActorNode:
     def __init__(
         self,
         experiment: Experiment,
+        store: ReplayStore,
         environment_spec: specs.EnvironmentSpec,
         index: int,
         replay_client: Any,
@@ -368,6 +350,7 @@ class ActorNode:
             experiment,
             environment_spec,
             index,
+            store,
             replay_client,
             variable_source,
             counter,
@@ -417,6 +400,7 @@ class EvaluatorNode:
             experiment,
             environment_spec,
             index,
+            None,
             None,
             variable_source,
             counter,

@@ -19,7 +19,8 @@ import reverb
 from magi_lp.acme_api import specs
 from magi_lp.console import say
 from magi_lp.placement.plan import PlacementPlan
-from magi_lp.runtime import replay as replay_lib
+from magi_lp.replay.store import ReplayStore
+from magi_lp.replay.stores import resolve_store
 from magi_lp.runtime.experiment import Experiment
 from magi_lp.runtime.node_devices import prepare_node_process
 from magi_lp.runtime.nodes import (
@@ -36,10 +37,10 @@ from magi_lp.runtime.nodes import (
 _RPC_TIMEOUT_S = 120.0
 
 
-def _replay_tables(experiment: Experiment, environment_spec: specs.EnvironmentSpec) -> list:
+def _replay_tables(store: ReplayStore, environment_spec: specs.EnvironmentSpec) -> list:
     prepare_node_process()
     # The frame replay, the device store's step queue, or the builder's own tables.
-    return replay_lib.make_replay_tables(experiment, environment_spec)
+    return store.make_tables(environment_spec)
 
 
 class ReplayNode(lp.ReverbNode):
@@ -139,6 +140,7 @@ def build_program(
     """
     config = experiment.config
     environment_spec = experiment.get_environment_spec()
+    store = resolve_store(experiment.builder, config)  # every node uses this one
     program = lp.Program(name)
 
     # Always give Reverb a checkpoint folder in the workdir: without one it makes a temp
@@ -147,7 +149,7 @@ def build_program(
     # coordinator's request), and read back on relaunch.
     colocated = bool(config.colocate_learner_and_replay)
     replay_node = ReplayNode(
-        functools.partial(_replay_tables, experiment, environment_spec),
+        functools.partial(_replay_tables, store, environment_spec),
         checkpoint_ctor=functools.partial(replay_checkpointer, workdir),
         own_process=not colocated,
         checkpoint_at_stop=bool(config.checkpoint.reverb) and not colocated,
@@ -160,6 +162,7 @@ def build_program(
     learner_node = lp.CourierNode(
         LearnerNode,
         experiment,
+        store,
         environment_spec,
         replay_node.create_handle(),
         counter,
@@ -185,6 +188,7 @@ def build_program(
                 lp.CourierNode(
                     ActorNode,
                     experiment,
+                    store,
                     environment_spec,
                     index,
                     replay,

@@ -21,8 +21,8 @@ from typing import Any
 
 import dm_env
 
-from magi_lp.agent.replay_schedule import ReplaySchedule
-from magi_lp.runtime import replay as replay_lib
+from magi_lp.replay.schedule import ReplaySchedule
+from magi_lp.replay.stores import resolve_store
 from magi_lp.runtime import seeding
 from magi_lp.runtime.experiment import Experiment
 from magi_lp.runtime.learner_runner import LearnerRunner
@@ -47,46 +47,6 @@ class SingleProcessResult:
     evaluation_returns: list[float]
     resumed_from_step: int | None
     stopped_by_user: bool
-
-
-def _selector(options: Any) -> Any:
-    """The Reverb item selector a table's `TableInfo` describes."""
-    import reverb  # a device-store run never imports Reverb
-
-    kind = options.WhichOneof("distribution")
-    if kind == "prioritized":
-        return reverb.selectors.Prioritized(options.prioritized.priority_exponent)
-    if kind == "heap":
-        return reverb.selectors.MinHeap() if options.heap.min_heap else reverb.selectors.MaxHeap()
-    simple = {
-        "fifo": reverb.selectors.Fifo,
-        "lifo": reverb.selectors.Lifo,
-        "uniform": reverb.selectors.Uniform,
-    }
-    if kind not in simple:
-        raise ValueError(f"cannot rebuild a Reverb table with selector {kind!r}")
-    return simple[kind]()
-
-
-def without_rate_limit(table: Any) -> Any:
-    """The same Reverb table (name, selectors, size, signature) with a limiter that never
-    blocks.
-
-    Reverb 0.7.0 has no `Table.replace`, so the table is rebuilt from its `info`; sampling
-    only waits for the first item (`MinSize(1)`).
-    """
-    import reverb
-
-    info = table.info
-    return reverb.Table(
-        name=info.name,
-        sampler=_selector(info.sampler_options),
-        remover=_selector(info.remover_options),
-        max_size=info.max_size,
-        rate_limiter=reverb.rate_limiters.MinSize(1),
-        max_times_sampled=info.max_times_sampled,
-        signature=info.signature,
-    )
 
 
 class InterleavedLearning:
@@ -157,28 +117,23 @@ def run_single_process(
     environment_spec = experiment.get_environment_spec()
     schedule = builder.replay_schedule()
 
-    server = None
-    key = seeding.node_key(config.seed, "replay")
-    if replay_lib.uses_reverb(experiment, environment_spec, single_process=True):
+    server = client = None
+    store = resolve_store(builder, config, single_process=True)
+    if store.uses_reverb:
         import reverb
 
+        from magi_lp.replay.reverb_seam import without_rate_limit
         from magi_lp.runtime.program import replay_checkpointer
 
-        tables = replay_lib.make_replay_tables(experiment, environment_spec)
+        tables = store.make_tables(environment_spec)
         server = reverb.Server(
             [without_rate_limit(t) for t in tables], checkpointer=replay_checkpointer(workdir)
         )
-        replay = replay_lib.make_learner_replay(
-            experiment,
-            environment_spec,
-            replay_client=reverb.Client(f"localhost:{server.port}"),
-            single_process=True,
-            key=key,
-        )
-    else:  # a toolkit store the actor writes directly (device frames, host transitions)
-        replay = replay_lib.make_learner_replay(
-            experiment, environment_spec, single_process=True, key=key
-        )
+        client = reverb.Client(f"localhost:{server.port}")
+    # Otherwise a toolkit store the actor writes directly (device frames, host transitions).
+    replay = store.make_learner_replay(
+        environment_spec, client, seeding.node_key(config.seed, "replay")
+    )
     counter = new_counter()
     learner = make_learner_runner(
         experiment, environment_spec, replay, counter, workdir, logger_factory
@@ -197,6 +152,7 @@ def run_single_process(
         experiment,
         environment_spec,
         0,
+        store,
         replay,
         learner,
         counter,
@@ -206,7 +162,15 @@ def run_single_process(
     evaluator = None
     if config.num_evaluators > 0:
         evaluator = make_acting_loop(
-            experiment, environment_spec, 0, None, learner, counter, logger_factory, evaluation=True
+            experiment,
+            environment_spec,
+            0,
+            None,
+            None,
+            learner,
+            counter,
+            logger_factory,
+            evaluation=True,
         )
 
     def actor_steps() -> int:

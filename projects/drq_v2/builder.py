@@ -2,7 +2,7 @@
 The runners call each method in the process that owns the piece.
 
 Replay: DrQ-v2 only says what it stores (`frame_replay`: 84x84 RGB frames stacked 3, n-step
-3 transitions, 1M of them); the toolkit serves it (`magi_lp.runtime.replay`): the device
+3 transitions, 1M of them); the toolkit serves it (`magi_lp.replay.stores`): the device
 frame store on the learner's device, or the Reverb frame replay, as `config.replay.store`
 chooses. Either way each rendered frame is stored once, the n-step return and bootstrap
 discount come with each transition, and the learner gets each transition's unique frames
@@ -32,8 +32,9 @@ import numpy as np
 
 from magi_lp import ActorCore, AgentBuilder, ReplaySchedule
 from magi_lp.acme_api import counting, loggers, specs
-from magi_lp.agent.frame_store import FrameReplaySpec
-from magi_lp.agent.frame_window import FrameTransition, frame_shape_from_observation
+from magi_lp.replay.frame_store import transition_shape
+from magi_lp.replay.frame_window import FrameTransition, frame_shape_from_observation
+from magi_lp.replay.spec import FrameReplaySpec
 from projects.drq_v2.acting import DrQActorState, make_actor_core
 from projects.drq_v2.config import replay_schedule, validate_config
 from projects.drq_v2.learner import DrQLearner
@@ -102,7 +103,7 @@ class DrQBuilder(AgentBuilder[DrQNetworks, FrameTransition]):
         counter: counting.Counter,
     ) -> DrQLearner:
         # The update compiles while actors fill the replay, for batches shaped like these.
-        example_batch = self.frame_replay(environment_spec).transition_shape()
+        example_batch = transition_shape(self.frame_replay(environment_spec))
         return DrQLearner(
             networks,
             self._config,

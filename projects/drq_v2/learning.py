@@ -2,7 +2,7 @@
 soft target update) and an Acme-style `Learner` around it.
 
 Batch contract (what the replay must deliver to `update`): a
-`magi_lp.agent.frame_window.FrameTransition`, what the DrQ builder's replay yields, or an
+`magi_lp.replay.frame_window.FrameTransition`, what the DrQ builder's replay yields, or an
 `acme.types.Transition` (any object with these attributes):
 
     frames            uint8   [B, frame_stack + n, H, W, 3]  FrameTransition: the unique
@@ -38,13 +38,13 @@ import ml_collections
 import optax
 
 from magi_lp import ReplaySchedule
-from magi_lp.agent.frame_window import window_observations
 from magi_lp.agent.twin_critic import (
     clipped_double_q_target,
     soft_update,
     twin_critic_loss,
     twin_critic_metrics,
 )
+from magi_lp.replay.frame_window import window_observations
 from projects.drq_v2.augmentations import random_shift
 from projects.drq_v2.networks import DrQNetworks, sample_action
 

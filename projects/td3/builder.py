@@ -17,7 +17,7 @@ import ml_collections
 
 from magi_lp import ActorCore, AgentBuilder, ReplaySchedule
 from magi_lp.acme_api import adders, counting, loggers, specs
-from magi_lp.agent.transition_replay import TransitionReplaySpec
+from magi_lp.replay.spec import TransitionReplaySpec
 from projects.td3.acting import TD3ActorState, make_actor_core
 from projects.td3.config import validate_config
 from projects.td3.learning import TD3Learner

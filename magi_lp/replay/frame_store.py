@@ -1,12 +1,12 @@
 """A pixel replay held on the learner's own device(s): unique frames + an n-step index.
 
-Why: the Reverb frame replay (`magi_lp.agent.frame_replay`) stores each frame once, but
+Why: the Reverb frame replay (`magi_lp.replay.frame_replay`) stores each frame once, but
 dm-reverb 0.7.0 Snappy-compresses every chunk and decompresses the chunks of every sampled
 item again, so at DrQ-v2's replay ratio (256 samples per 2 inserted steps) each frame is
 decompressed about a thousand times: ~46 CPU ms per 256-batch at 84x84, one core per ~22
 updates/s. Here the learner holds the frames where its update runs, and a batch is a gather
 on the device. Each step reaches the store once (from the Reverb queue in a distributed run,
-`magi_lp.agent.frame_queue`; straight from the actor in one process, `StoreAdder`).
+`magi_lp.replay.frame_queue`; straight from the actor in one process, `StoreAdder`).
 
 Layout (one shard per learner device; a one-device learner has one shard):
 
@@ -44,8 +44,6 @@ Imports no Reverb and no TensorFlow: a single-process run on a current stack use
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -56,8 +54,9 @@ import numpy as np
 from absl import logging
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
-from magi_lp.agent.frame_window import FrameTransition, NewestFrames
 from magi_lp.errors import ConfigError
+from magi_lp.replay.frame_window import FrameTransition, NewestFrames
+from magi_lp.replay.spec import FrameReplaySpec
 
 try:  # jax >= 0.6 exports it at the top level; 0.4.x only under experimental
     from jax import shard_map as _shard_map
@@ -69,101 +68,25 @@ SHARD_AXIS = "batch"
 (`magi_lp.agent.data_parallel.BATCH_AXIS`), so a sampled batch is already split as the
 update wants it."""
 
-FRAME_SLACK_DIVISOR = 32
-"""Frame rows beyond the transition capacity: N / 32 (see the module docstring)."""
-
 MAX_STAGED_STEPS = 256
 """Steps a shard stages on the host before `add` flushes them by itself."""
 
 
-@dataclasses.dataclass(frozen=True)
-class FrameReplaySpec:
-    """What a pixel agent stores: all the toolkit needs to serve it batches.
+def transition_shape(spec: FrameReplaySpec, batch_size: int | None = None) -> FrameTransition:
+    """A batch of `spec` as `jax.ShapeDtypeStruct`s: lets a learner compile before data
+    exists."""
+    batch = spec.batch_size if batch_size is None else batch_size
 
-    An agent gives this (`AgentBuilder.frame_replay`); the toolkit picks the store (this
-    device store, or the Reverb frame replay) and hands the learner `FrameTransition`
-    batches either way.
+    def leaf(shape: Sequence[int], dtype: Any) -> jax.ShapeDtypeStruct:
+        return jax.ShapeDtypeStruct((batch, *shape), np.dtype(dtype))
 
-    Attributes:
-      frame_shape: one rendered frame, (H, W, C), uint8.
-      frame_stack: frames per observation (stacked along channels, oldest first).
-      n_step: agent steps per transition.
-      discount: gamma of the n-step return.
-      capacity: transitions kept (oldest removed first).
-      batch_size: transitions per learner batch.
-      action_shape, action_dtype: the environment's action spec.
-      extras: what the actor passes as `extras` with its action: a pytree of
-        `jax.ShapeDtypeStruct` (often empty).
-    """
-
-    frame_shape: tuple[int, ...]
-    frame_stack: int
-    n_step: int
-    discount: float
-    capacity: int
-    batch_size: int
-    action_shape: tuple[int, ...] = ()
-    action_dtype: str = "float32"
-    extras: Any = ()
-
-    def __post_init__(self) -> None:
-        if len(self.frame_shape) != 3:
-            raise ConfigError(f"frame_shape must be (H, W, C), got {self.frame_shape!r}")
-        for name in ("frame_stack", "n_step", "capacity", "batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
-        if not 0.0 < self.discount <= 1.0:
-            raise ConfigError(f"discount must be in (0, 1], got {self.discount!r}")
-
-    @property
-    def window(self) -> int:
-        """Frames one transition needs: frame_stack + n_step."""
-        return self.frame_stack + self.n_step
-
-    @property
-    def frame_nbytes(self) -> int:
-        """Bytes of one frame."""
-        return math.prod(self.frame_shape)
-
-    def frame_capacity(self, writers_per_shard: int = 1) -> int:
-        """Frame rows of one shard of `capacity` transitions (see the module docstring)."""
-        return (
-            self.capacity
-            + -(-self.capacity // FRAME_SLACK_DIVISOR)
-            + max(1, writers_per_shard) * self.window
-        )
-
-    def index_nbytes(self) -> int:
-        """Bytes of one transition's index row (frame slots, action, reward, discount, extras)."""
-        action = math.prod(self.action_shape) * np.dtype(self.action_dtype).itemsize
-        extras = sum(
-            math.prod(leaf.shape) * np.dtype(leaf.dtype).itemsize
-            for leaf in jax.tree_util.tree_leaves(self.extras)
-        )
-        return 4 * self.window + 4 + 4 + action + extras
-
-    def nbytes(self, writers: int = 1, shards: int = 1) -> int:
-        """Bytes the device store of this spec takes over all shards (each shard holds
-        `capacity` transitions of its own writers)."""
-        per_shard = -(-max(1, writers) // shards)
-        frames = self.frame_capacity(per_shard) * self.frame_nbytes
-        return shards * (frames + self.capacity * self.index_nbytes())
-
-    def transition_shape(self, batch_size: int | None = None) -> FrameTransition:
-        """A batch as `jax.ShapeDtypeStruct`s: lets a learner compile before data exists."""
-        batch = self.batch_size if batch_size is None else batch_size
-
-        def leaf(shape: Sequence[int], dtype: Any) -> jax.ShapeDtypeStruct:
-            return jax.ShapeDtypeStruct((batch, *shape), np.dtype(dtype))
-
-        return FrameTransition(
-            frames=leaf((self.window, *self.frame_shape), np.uint8),
-            action=leaf(self.action_shape, self.action_dtype),
-            reward=leaf((), np.float32),
-            discount=leaf((), np.float32),
-            extras=jax.tree_util.tree_map(lambda s: leaf(s.shape, s.dtype), self.extras),
-        )
+    return FrameTransition(
+        frames=leaf((spec.window, *spec.frame_shape), np.uint8),
+        action=leaf(spec.action_shape, spec.action_dtype),
+        reward=leaf((), np.float32),
+        discount=leaf((), np.float32),
+        extras=jax.tree_util.tree_map(lambda s: leaf(s.shape, s.dtype), spec.extras),
+    )
 
 
 def n_step_return(
@@ -770,7 +693,7 @@ class DeviceReplayIterator:
         Args:
           store: the store to sample.
           key: the sampling key (folded with the batch index on the device).
-          gate: a `magi_lp.agent.replay_schedule.RatioGate`; None samples whenever the store
+          gate: a `magi_lp.replay.schedule.RatioGate`; None samples whenever the store
             has data (the single-process runner interleaves by the schedule itself).
           failure: the writer side's error, if it died (raised here instead of waiting).
         """

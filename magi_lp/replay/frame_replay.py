@@ -14,7 +14,7 @@ for a million transitions. Here every rendered frame is stored once:
 - The dataset computes the n-step return and the bootstrap discount from the window at
   sample time, in the tf.data pipeline, and either stacks both observations there
   (`stack_on_host=True`: `acme.types.Transition`s) or hands the learner the window itself
-  (`stack_on_host=False`: `magi_lp.agent.frame_window.FrameTransition`s, stacked on the
+  (`stack_on_host=False`: `magi_lp.replay.frame_window.FrameTransition`s, stacked on the
   learner's device by `window_observations`). Stacking is a channels-last transpose of the
   whole batch: on the host it costs more CPU than Reverb's reading (96 vs 40 CPU ms per
   256-item batch at 84x84, 2 readers), on a device it is one fused copy in the update.
@@ -69,13 +69,9 @@ import tree
 from absl import logging
 
 from magi_lp.acme_api import adders, specs, types
-from magi_lp.agent.frame_window import (
-    FrameTransition,
-    NewestFrames,
-    WriteAbandonedError,
-    frame_shape_from_observation,  # noqa: F401  (re-exported: tests, older callers)
-)
 from magi_lp.errors import ConfigError
+from magi_lp.replay.frame_window import FrameTransition, NewestFrames
+from magi_lp.replay.spec import WriteAbandonedError
 
 CHUNK_TARGET_BYTES = 2 * 65536
 """Raw frame bytes per chunk by default: two of Snappy's independent 64 KiB blocks."""

@@ -24,7 +24,7 @@ import importlib.util
 from typing import Any
 
 from magi_lp.errors import ConfigError
-from magi_lp.runtime.config import NODE_RSS_GIB, node_counts
+from magi_lp.placement.node_memory import NODE_RSS_GIB, node_counts
 
 GIB = 1 << 30
 

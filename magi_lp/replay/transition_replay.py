@@ -22,7 +22,6 @@ transitions), sampled uniformly with replacement; sampling a batch is a gather o
 from __future__ import annotations
 
 import collections
-import dataclasses
 from typing import Any
 
 import dm_env
@@ -30,28 +29,7 @@ import numpy as np
 import tree
 
 from magi_lp.acme_api import adders, specs, types
-
-
-@dataclasses.dataclass(frozen=True)
-class TransitionReplaySpec:
-    """What a state-based agent stores: its builder's `transition_replay` answer.
-
-    Attributes:
-      capacity: transitions kept (FIFO).
-      batch_size: transitions per sampled batch.
-      n_step: steps summed into each transition's reward.
-      discount: the agent's per-step discount g.
-    """
-
-    capacity: int
-    batch_size: int
-    n_step: int
-    discount: float
-
-    def __post_init__(self):
-        for name in ("capacity", "batch_size", "n_step"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"TransitionReplaySpec.{name} must be >= 1")
+from magi_lp.replay.spec import TransitionReplaySpec
 
 
 def _zeros(spec: specs.Array, capacity: int) -> np.ndarray:

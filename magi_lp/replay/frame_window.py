@@ -3,7 +3,7 @@
 A pixel transition (o_t, a_t, R_t, d_t, o_{t+n}) with observations of `frame_stack` frames
 needs the `frame_stack + n_step` consecutive frames f_{t-S+1} .. f_{t+n} (S = frame_stack):
 o_t is the first S of them and o_{t+n} the last S. The frame replay
-(`magi_lp.agent.frame_replay`) stores each frame once and can hand the learner either
+(`magi_lp.replay.frame_replay`) stores each frame once and can hand the learner either
 stacked observations or that window. Stacking on the host is a channels-last transpose of
 every batch ([B, S, H, W, C] -> [B, H, W, S*C]), the costliest step of host-side sampling
 (about 56 of 96 CPU ms per 256-item batch at 84x84); on the learner's device, inside the
@@ -78,11 +78,6 @@ def frame_shape_from_observation(observation_shape: Any, frame_stack: int) -> tu
         )
     height, width, channels = observation_shape
     return (int(height), int(width), int(channels) // frame_stack)
-
-
-class WriteAbandonedError(Exception):
-    """A replay write held back (a rate limiter, a full queue) was given up because the
-    program is stopping: the acting loop ends and the node exits without being killed."""
 
 
 class NewestFrames:

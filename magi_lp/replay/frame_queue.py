@@ -29,10 +29,12 @@ import tree
 from absl import logging
 
 from magi_lp.acme_api import adders
-from magi_lp.agent.frame_replay import flush_or_stop
-from magi_lp.agent.frame_store import DeviceFrameStore, FrameReplaySpec
-from magi_lp.agent.frame_window import NewestFrames
-from magi_lp.agent.replay_schedule import RatioGate
+from magi_lp.replay import reverb_seam
+from magi_lp.replay.frame_replay import flush_or_stop
+from magi_lp.replay.frame_store import DeviceFrameStore
+from magi_lp.replay.frame_window import NewestFrames
+from magi_lp.replay.schedule import RatioGate
+from magi_lp.replay.spec import FrameReplaySpec
 
 DRAIN_FLUSH_STEPS = 64
 """Steps the drain writes before it applies them on the device (the learner also flushes
@@ -149,9 +151,9 @@ class QueueDrainer:
     as the `RatioGate` allows. An error on this thread is kept and raised by the learner's
     next batch (`error`). `close()` cancels a read blocked on an empty queue.
 
-    Reads through Reverb 0.7.0's `Client._client.NewSampler`, the object behind the public
-    `Client.sample` generator: the generator cannot be cancelled from another thread, and a
-    stop must not wait for an actor to write.
+    Reads through a cancellable sampler (`reverb_seam.open_sampler`): the public
+    `Client.sample` generator cannot be cancelled from another thread, and a stop must not
+    wait for an actor to write.
     """
 
     def __init__(
@@ -195,9 +197,7 @@ class QueueDrainer:
             if self._closed.is_set():
                 return None
             # The server may still be starting in a fresh program: NewSampler connects lazily.
-            self._sampler = self._client._client.NewSampler(
-                self._table, np.iinfo(np.int32).max, self._in_flight
-            )
+            self._sampler = reverb_seam.open_sampler(self._client, self._table, self._in_flight)
             return self._sampler
 
     def _run(self) -> None:
@@ -217,7 +217,7 @@ class QueueDrainer:
                     if self._closed.is_set():
                         return  # cancelled by close()
                     raise
-                step = self._unflatten(columns[4:])
+                step = self._unflatten(columns[reverb_seam.SAMPLER_KEY_COLUMNS :])
                 self._gate.add_inserted(self._write(step))
                 self.steps += 1
                 staged += 1

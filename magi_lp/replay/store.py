@@ -1,0 +1,128 @@
+"""The store protocol: what every replay store makes, in the process that owns each piece.
+
+A store is one class (`ReplayStore`), the way an agent is one `AgentBuilder`: the replay
+node's Reverb tables, each actor's adder, the learner's batches (a `LearnerReplay`, with the
+store's checkpoint and status numbers) and the bytes it takes on the learner's device. The
+program graph (`magi_lp.runtime.program`) and the single-process runner
+(`magi_lp.runtime.single_process`) get one resolved store (`magi_lp.replay.stores.resolve_store`)
+and call these methods; neither asks which store it is. Implementations import their heavy
+modules (JAX, Reverb, TensorFlow) inside the methods, so the list of stores loads in the
+entry points before anything heavy.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Iterator
+from typing import Any
+
+StopFn = Callable[[], bool]
+
+
+def never() -> bool:
+    """A program that is never stopping (a run in one thread, a benchmark)."""
+    return False
+
+
+class LearnerReplay:
+    """The learner's side of a store: its batches, and what goes with them.
+
+    This base serves a store the Reverb server holds (nothing to save with the learner's
+    checkpoint; the probe asks Reverb for its numbers). Stores the toolkit holds itself
+    override `saves`, `save`, `restore` and `info`.
+
+    Attributes:
+      iterator: the learner's batches.
+      client: the Reverb client (None where the store uses no Reverb).
+    """
+
+    saves = False
+    """Whether `checkpoint.replay` has something to save (a store the toolkit holds)."""
+
+    def __init__(self, iterator: Iterator[Any], client: Any = None):
+        self.iterator = iterator
+        self.client = client
+
+    def info(self) -> dict[str, Any]:
+        """The store's numbers for the status view (empty: the probe asks Reverb)."""
+        return {}
+
+    def has_items(self) -> bool:
+        """Whether a batch can be sampled without waiting for data (one process)."""
+        tables = self.client.server_info().values()
+        return all(table.current_size > 0 for table in tables)
+
+    def save(self) -> Any:
+        """The store's checkpoint state (`checkpoint.replay`)."""
+        raise NotImplementedError(f"{type(self).__name__} is saved by Reverb, not the learner")
+
+    def restore(self, saved: Any) -> None:
+        """Takes a saved store back."""
+        raise NotImplementedError(f"{type(self).__name__} is restored by Reverb, not the learner")
+
+    def start(self) -> None:
+        """Starts taking actors' steps (after a restore: they go into the restored store)."""
+
+    def close(self) -> None:
+        """Ends the learner's waits (a prompt stop)."""
+
+
+class ReplayStore(abc.ABC):
+    """One replay store: every piece of it, made in the process that owns the piece.
+
+    Constructed once per run from the agent's builder and the experiment config (picklable:
+    Launchpad ships it to every node that calls it). `single_process`: the runner interleaves
+    acting and learning in one thread, so nothing may block on a rate limit.
+    """
+
+    name: str = ""
+    """The store's `replay.store` value (agents' own stores: a description)."""
+
+    def __init__(self, builder: Any, config: Any, *, single_process: bool = False):
+        self.builder = builder
+        self.config = config
+        self.single_process = single_process
+
+    uses_reverb: bool = True
+    """Whether a Reverb server holds (part of) it: the replay node, or one in-process."""
+
+    @property
+    def writers(self) -> int:
+        """Adders writing at once: every environment of every actor."""
+        actors = 1 if self.single_process else int(self.config.num_actors)
+        return actors * int(self.config.envs_per_actor)
+
+    def make_tables(self, environment_spec: Any) -> list:
+        """The Reverb tables of the replay node (or of the single-process runner's server)."""
+        del environment_spec
+        return []
+
+    @abc.abstractmethod
+    def make_adder(
+        self, environment_spec: Any, replay: Any, writer: int, should_stop: StopFn = never
+    ) -> Any:
+        """Writer `writer`'s adder (actor index x envs_per_actor + environment index).
+
+        Args:
+          replay: a Reverb client (a distributed program), or this store's `LearnerReplay`
+            (one process: the actor writes where the learner samples).
+          should_stop: whether the program is stopping: an adder then gives up a write the
+            replay holds back (`magi_lp.replay.spec.WriteAbandonedError`) instead of blocking.
+        """
+
+    @abc.abstractmethod
+    def make_learner_replay(
+        self, environment_spec: Any, replay_client: Any, key: Any
+    ) -> LearnerReplay:
+        """The learner's side. `replay_client`: the Reverb client (None where the store uses
+        no Reverb); `key`: a JAX key for a store that samples on the device."""
+
+    def nbytes(self, shards: int = 1) -> int:
+        """Bytes the store takes on the learner's device(s) (0: it lives elsewhere)."""
+        del shards
+        return 0
+
+
+def reverb_client_of(replay: Any) -> Any:
+    """The Reverb client behind `replay` (a client, or a `LearnerReplay` in one process)."""
+    return replay.client if isinstance(replay, LearnerReplay) else replay
