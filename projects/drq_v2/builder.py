@@ -35,16 +35,13 @@ from magi_lp.acme_api import counting, loggers, specs
 from magi_lp.agent.frame_store import FrameReplaySpec
 from magi_lp.agent.frame_window import FrameTransition, frame_shape_from_observation
 from projects.drq_v2.acting import DrQActorState, make_actor_core
-from projects.drq_v2.config import replay_schedule, validate_config
+from projects.drq_v2.config import replay_schedule
 from projects.drq_v2.learner import DrQLearner
 from projects.drq_v2.networks import DrQNetworks
 
 
 class DrQBuilder(AgentBuilder[DrQNetworks, FrameTransition]):
     """Builds DrQ-v2's pieces from the agent config; holds nothing heavier than configs."""
-
-    # Both entry points call this before any process starts.
-    validate_config = staticmethod(validate_config)
 
     def __init__(
         self,

@@ -240,8 +240,9 @@ def get_env_config(domain: str = "reacher", task: str = "hard") -> ml_collection
 
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
-    """Checks `config.agent` and `config.env` before any process starts (both entry points,
-    through `DrQBuilder.validate_config`): the one check of DrQ-v2's keys.
+    """Checks `config.agent` and `config.env` before any process starts (main.py and
+    lp_main.py pass it to the toolkit's entry point, which runs it once, before anything
+    heavy is imported): the one check of DrQ-v2's keys.
 
     The task name is checked against dm_control's suite (about a second to import) so that a
     typo is refused before the launch, not by every node after theirs.
