@@ -18,7 +18,7 @@ import dataclasses
 
 import ml_collections
 
-from magi_lp.agent.replay_schedule import ReplaySchedule
+from magi_lp import ReplaySchedule
 from magi_lp.agent.suite_tasks import check_suite_task
 from magi_lp.config_schema import as_config, check, check_project_sections, in_range
 
