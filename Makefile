@@ -30,7 +30,7 @@ DRQV2     ?= ../drqv2
 SEEDS     ?= 1,2,3
 TASKS     ?= cartpole_balance
 
-.PHONY: setup setup312 run test test-launchpad test-current test-fast lint format bench bench-quick gpu-check gpu-learn gpu-check-wheels gpu-learn-wheels golden clean slurm-up slurm-down learn-check
+.PHONY: setup setup312 run test test-launchpad test-current test-fast lint format docs bench bench-quick gpu-check gpu-learn gpu-check-wheels gpu-learn-wheels golden clean slurm-up slurm-down learn-check
 
 setup:
 	@bash scripts/setup_venv.sh $(VENV) $(JAX)
@@ -63,6 +63,14 @@ lint: setup
 format: setup
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
+
+# What the docs show of the tree and of the results, regenerated (after moving a module,
+# adding a package, or results.json changing): docs/architecture.md's module table, README's
+# Layout and README's headline table (tests/test_architecture_doc.py, tests/test_readme.py).
+docs: setup
+	$(PY) scripts/module_table.py --write
+	$(PY) scripts/readme_layout.py --write
+	$(PY) -m benchmarks.run --readme
 
 bench: setup
 	$(PY) -m benchmarks.run

@@ -2,6 +2,7 @@
 
     python -m benchmarks.run [--quick] [--only name,...] [--out-dir .]
     make bench / make bench-quick
+    python -m benchmarks.run --readme    # README's headline table from results.json (make docs)
 
 Each figure runs in its own fresh Python process (`python -m benchmarks.<module>`) with the
 environment variables it asks for (e.g. JAX_PLATFORMS=cpu, one-thread XLA for the actor
@@ -15,6 +16,10 @@ the measured page. With --only, the named figures are re-measured and merged int
 existing results.json; the page is rebuilt from all stored results (each figure says when,
 where and in which mode it was measured). Quick mode uses small sizes to check that
 everything works: its numbers are not the figures.
+
+README.md's headline table is rendered here too (`readme_table`: the `HEADLINE` figures'
+rows of BENCHMARKS.md's summary, from the same results.json), by a full run and by
+`--readme`, which runs nothing; tests/test_readme.py fails while README holds another table.
 
 The GPU check (figure 7) is not run here: `make gpu-check` measures it on a GPU machine and
 writes benchmarks/gpu_check.json, which this script only reads ("not measured: no GPU machine
@@ -38,6 +43,9 @@ from benchmarks import common
 
 RESULTS = Path("benchmarks") / "results.json"
 PAGE = Path("BENCHMARKS.md")
+README = Path("README.md")
+README_BEGIN = "<!-- headline table: make docs (python -m benchmarks.run --readme) -->"
+README_END = "<!-- end of headline table -->"
 QUICK_OUT_DIR = "benchmarks/quick"  # ignored by git
 
 
@@ -72,6 +80,21 @@ FIGURES = (
     Figure("learn_check", "benchmarks.learn_check", 0, 0, stored="benchmarks/learn_check.json"),
 )
 BY_NAME = {figure.name: figure for figure in FIGURES}
+HEADLINE = (
+    "learn_check",
+    "replay_memory",
+    "device_store",
+    "actor_throughput",
+    "launch_latency",
+    "actor_scaling",
+    "learner_updates",
+    "td3_learning",
+    "gpu_check",
+    "batched_actor",
+    "data_parallel_learner",
+)
+"""README's headline figures, in its order. The replay's cost is the device store's (figure
+11, which compares it with the Reverb frame replay's figure 10)."""
 
 
 def _now() -> str:
@@ -233,6 +256,26 @@ def write_page(out_dir: Path, results: dict) -> Path:
     return page
 
 
+def readme_table(results: dict) -> str:
+    """README's headline table: each `HEADLINE` figure's row of BENCHMARKS.md's summary."""
+    number = {figure.name: n for n, figure in enumerate(FIGURES, start=1)}
+    rows = ["| figure | measured | against | ratio |", "| --- | --- | --- | --- |"]
+    for name in HEADLINE:
+        module = importlib.import_module(BY_NAME[name].module)
+        title = f"{number[name]}. {module.TITLE}"
+        link = f"BENCHMARKS.md#{_anchor(number[name], module.TITLE)}"
+        rows.append(f"| [{title}]({link}) | {_summary(module, results['figures'].get(name))}")
+    return "\n".join(rows)
+
+
+def write_readme(results: dict, readme: Path = common.REPO / README) -> None:
+    """Replaces README's headline table (between its markers) with `readme_table(results)`."""
+    text = readme.read_text()
+    start = text.index(README_BEGIN) + len(README_BEGIN)
+    end = text.index(README_END)
+    readme.write_text(text[:start] + "\n\n" + readme_table(results) + "\n\n" + text[end:])
+
+
 def _run_times(results: dict) -> str:
     parts = [
         f"all figures, {mode} mode: {run['seconds']:.0f} s ({run['at']})"
@@ -273,7 +316,16 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help=f"where BENCHMARKS.md goes (default: . in full mode, {QUICK_OUT_DIR} with --quick)",
     )
+    parser.add_argument(
+        "--readme",
+        action="store_true",
+        help="only render README.md's headline table from benchmarks/results.json (runs nothing)",
+    )
     args = parser.parse_args(argv)
+    if args.readme:
+        write_readme(json.loads((common.REPO / RESULTS).read_text()))
+        print(f"wrote {README}'s headline table from {RESULTS}")
+        return 0
     names = [n.strip() for n in args.only.split(",") if n.strip()] or list(BY_NAME)
     unknown = [n for n in names if n not in BY_NAME]
     if unknown:
@@ -322,6 +374,8 @@ def main(argv: list[str] | None = None) -> int:
             }
         results_path.write_text(json.dumps(results, indent=2, default=str) + "\n")
         write_page(out_dir, results)
+        if out_dir.resolve() == common.REPO.resolve():  # the measured page, not a quick check
+            write_readme(results)
     print(f"wrote {out_dir / PAGE} and {results_path} in {time.monotonic() - start:.0f} s")
     failed = [n for n in names if figures[n].get("status") == "error"]
     if failed:

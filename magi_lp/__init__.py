@@ -7,14 +7,17 @@ The public API, for agent projects and configs (`from magi_lp import AgentBuilde
     experiment_defaults              every toolkit config key with its default
     Experiment                       builder + environment/network factories + config
     AgentBuilder, ReplaySchedule     what an agent project implements; its replay ratio
+    FrameReplaySpec                  what a pixel agent stores (`AgentBuilder.frame_replay`)
+    TransitionReplaySpec             what a state agent stores without Reverb
     ActorCore                        acting as pure functions
     Learner, JaxLearner              what the runners drive; the base for a jitted update
     distributed_main                 the body of a project's lp_main.py
     single_process_main              the body of a project's main.py
 
 The layers underneath (docs/architecture.md): `magi_lp.placement` (spec -> per-node env, no
-ML framework), `magi_lp.launch` (local processes, isolation), `magi_lp.agent` (the seam an
-agent implements), `magi_lp.runtime` (nodes, program graph, runners, logs, checkpoints).
+ML framework), `magi_lp.launch` (local processes, isolation), `magi_lp.replay` (what an agent
+stores and the stores that hold it), `magi_lp.agent` (the seam an agent implements),
+`magi_lp.runtime` (nodes, program graph, runners, logs, checkpoints).
 Names load on first use, so `import magi_lp.placement` never pulls in JAX or TensorFlow.
 """
 
@@ -31,6 +34,8 @@ _EXPORTS = {
     "Experiment": "magi_lp.runtime.experiment",
     "AgentBuilder": "magi_lp.agent.builder",
     "ReplaySchedule": "magi_lp.replay.schedule",
+    "FrameReplaySpec": "magi_lp.replay.spec",
+    "TransitionReplaySpec": "magi_lp.replay.spec",
     "ActorCore": "magi_lp.agent.actor_core",
     "Learner": "magi_lp.agent.learner",
     "JaxLearner": "magi_lp.agent.learner",

@@ -2,7 +2,8 @@
 
 A project's `lp_main.py` / `main.py` only supplies `make_experiment(config) -> Experiment`
 (or `make_experiment(config, workdir=...)` when it writes files of its own, e.g. videos)
-and calls `distributed_main` / `single_process_main`. Flags:
+and its config checks (`validate_config`, run once, before anything heavy is imported), and
+calls `distributed_main` / `single_process_main`. Flags:
   --config path/to/config.py   (ml_collections config file; --config.<key>=value overrides)
   --workdir DIR                 (logs, checkpoints, node outputs; reused to resume)
   --dry_run                     (lp_main only: print the placement plan and exit)
@@ -102,7 +103,9 @@ def _checked_inputs(
 ) -> tuple[Any, Path]:
     """The config (every key checked, the project's own included) and the workdir path.
 
-    Nothing is created here: a refused run leaves no workdir behind (`_make_workdir`).
+    The toolkit's keys first, then the project's (`validate_config`, its one run): all before
+    anything heavy is imported. Nothing is created here: a refused run leaves no workdir
+    behind (`_make_workdir`).
     """
     path = _config_path()
     if not path:
@@ -130,14 +133,6 @@ def _make_workdir(workdir: Path) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise ConfigError(f"--workdir {workdir} cannot be created ({error.strerror}).") from None
-
-
-def _checked_experiment(make_experiment: MakeExperiment, config: Any, workdir: Path) -> Any:
-    """`make_experiment`, then the builder's own config checks (for projects whose entry point
-    passes no `validate_config`); both before any process starts."""
-    experiment = _make(make_experiment, config, workdir)
-    experiment.builder.validate_config(config)
-    return experiment
 
 
 def _resource_notices(config: Any) -> list[str]:
@@ -248,7 +243,7 @@ def _run_distributed(
     from magi_lp.launch.launcher import launch
     from magi_lp.runtime.program import build_program
 
-    experiment = _checked_experiment(make_experiment, config, workdir)
+    experiment = _make(make_experiment, config, workdir)
     _make_workdir(workdir)
     program = build_program(experiment, plan, workdir=str(workdir), logger_factory=logger_factory)
     from magi_lp.runtime.probe import make_status_monitor
@@ -280,7 +275,7 @@ def _run_on_hosts(make_experiment: MakeExperiment, config: Any, workdir: Path, n
         from magi_lp.runtime.program import build_program
 
         logger_factory = LoggerFactory.from_config(str(workdir), config.logging)
-        experiment = _checked_experiment(make_experiment, config, workdir)
+        experiment = _make(make_experiment, config, workdir)
         _make_workdir(workdir)
         return build_program(experiment, plan, workdir=str(workdir), logger_factory=logger_factory)
 
@@ -326,7 +321,7 @@ def _run_single_process(
     from magi_lp.runtime.loggers import LoggerFactory
 
     logger_factory = LoggerFactory.from_config(str(workdir), config.logging)
-    experiment = _checked_experiment(make_experiment, config, workdir)
+    experiment = _make(make_experiment, config, workdir)
     _make_workdir(workdir)
     console.say(f"workdir: {workdir}")
     result = single_process.run_single_process(
@@ -514,9 +509,10 @@ def distributed_main(
     Args:
       make_experiment: `config -> Experiment` (or `(config, workdir=...) -> Experiment`).
       validate_config: the project's checks of its own keys (`config.agent`, `config.env`),
-        run right after the toolkit's, before anything heavy is imported or any process
-        starts; raise `ConfigError` naming the key and the fix. The builder's
-        `validate_config` runs too, once the experiment is made.
+        e.g. `magi_lp.config_schema.check_project_sections` on its dataclasses: the one
+        place a project wires them. Run once, right after the toolkit's checks, before
+        anything heavy is imported or any process starts; it raises `ConfigError` naming the
+        key and the fix. None: the project has no keys of its own to check.
     """
     _main(_run_distributed, make_experiment, validate_config)
 

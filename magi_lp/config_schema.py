@@ -5,7 +5,9 @@ agent's (`config.agent`, `config.env`, in the project's `config.py`), is declare
 frozen dataclass: each field is a key with its type and default, and `__post_init__`
 checks ranges. `typed_section(cls, values, prefix)` checks a ConfigDict against it, so a
 typo, a missing key, a wrong type or a value out of range is refused before any process
-starts, with one line naming the key by its full name:
+starts, with one line naming the key by its full name. Every refused value has one shape
+(`refusal`): the key in full, what is allowed, the value given, then the fix where there is
+one:
 
     @dataclasses.dataclass(frozen=True)
     class TD3Settings:
@@ -22,8 +24,11 @@ starts, with one line naming the key by its full name:
 
 Field types: bool, int, float, str, unions of them (`int | None`), `tuple[int, ...]` (a
 list or tuple on the command line) and a nested dataclass (a sub-section, checked under
-`<prefix><field>.`). Imports only the standard library, ml_collections and
-`magi_lp.errors`: the entry points check a config before importing JAX or TensorFlow.
+`<prefix><field>.`). A field declared with `allowed(words, default=...)` takes any value
+its `__post_init__` accepts (e.g. `"auto"`, a count or a list of ids; `magi_lp.placement.
+resources.ResourceSpec`): it checks the type itself, and `check` refuses it in those words.
+Imports only the standard library, ml_collections and `magi_lp.errors`: the entry points
+check a config before importing JAX or TensorFlow.
 """
 
 from __future__ import annotations
@@ -43,24 +48,70 @@ EXPERIMENT_DEFAULTS = "magi_lp.runtime.config.experiment_defaults()"
 """Where a complete toolkit config comes from (the default advice for a missing key)."""
 
 
-def fail_unless(ok: bool, key: str, allowed: str, value: Any) -> None:
-    """Refuses `value` unless `ok`: "<key> must be <allowed>, got <value>." (key in full)."""
+_ALLOWED = "magi_lp.allowed"  # the field metadata key of `allowed`'s words
+_FIELD = object()  # `check`'s value: the field's own
+
+
+def refusal(key: str, allowed: str, value: Any, fix: str = "") -> str:
+    """The one shape of a refused config value: "<key> must be <allowed>, got <value>", then
+    "; <fix>" where there is one, else "." (`key` in full: "resources.learner.gpus")."""
+    return f"{key} must be {allowed}, got {value!r}" + (f"; {fix}" if fix else ".")
+
+
+def fail_unless(ok: bool, key: str, allowed: str, value: Any, fix: str = "") -> None:
+    """Refuses `value` unless `ok`, as `refusal` words it (key in full)."""
     if not ok:
-        raise ConfigError(f"{key} must be {allowed}, got {value!r}.")
+        raise ConfigError(refusal(key, allowed, value, fix))
 
 
 class OutOfRangeError(ConfigError):
-    """A field's value is out of its range; `typed_section` names it in full, with the fix."""
+    """A field's value is out of its range; `typed_section` names it in full, with the fix.
 
-    def __init__(self, key: str, allowed: str, value: Any):
-        super().__init__(f"{key} must be {allowed}, got {value!r}")
-        self.key, self.allowed, self.value = key, allowed, value
+    `key` is the field ("gpus") or an item below it ("env.SEED"); `owner` the class, which
+    names the key where the settings were made directly, not from a config section."""
+
+    def __init__(self, key: str, allowed: str, value: Any, fix: str = "", owner: str = ""):
+        super().__init__(refusal(f"{owner}.{key}" if owner else key, allowed, value, fix))
+        self.key, self.allowed, self.value, self.fix = key, allowed, value, fix
 
 
-def check(settings: Any, key: str, ok: bool, allowed: str) -> None:
-    """In `__post_init__`: refuses field `key` of `settings` unless `ok` ("must be <allowed>")."""
-    if not ok:
-        raise OutOfRangeError(key, allowed, getattr(settings, key))
+def allowed(words: str, **field_kwargs: Any) -> Any:
+    """A dataclass field whose values `words` describe ("'auto', a count >= 1, or a list of
+    GPU ids"): declared once, used by every refusal of the field. Its `__post_init__` checks
+    its type too (`typed_section` leaves that to it), so it may take values of several kinds.
+    `field_kwargs` as for `dataclasses.field` (`default=...`)."""
+    return dataclasses.field(metadata={_ALLOWED: words}, **field_kwargs)
+
+
+def choices(options: Iterable[Any]) -> str:
+    """The words for a field that takes one of `options`: "one of 'cpu', 'gpu'"."""
+    return "one of " + ", ".join(repr(option) for option in options)
+
+
+def is_one_of(value: Any, options: Iterable[Any]) -> bool:
+    """Whether `value` is one of `options` (True is never 1)."""
+    return not isinstance(value, bool) and value in tuple(options)
+
+
+def check(
+    settings: Any,
+    key: str,
+    ok: bool,
+    allowed: str | None = None,
+    *,
+    fix: str = "",
+    value: Any = _FIELD,
+) -> None:
+    """In `__post_init__`: refuses field `key` of `settings` unless `ok` ("must be <allowed>";
+    by default the words its `allowed` declaration gives), with `fix` where there is one.
+    `key` may name an item below the field ("env.SEED"); `value` is then that item."""
+    if ok:
+        return
+    field = key.split(".", 1)[0]
+    if allowed is None:
+        allowed = {f.name: f for f in dataclasses.fields(settings)}[field].metadata[_ALLOWED]
+    value = getattr(settings, field) if value is _FIELD else value
+    raise OutOfRangeError(key, allowed, value, fix, owner=type(settings).__name__)
 
 
 def in_range(
@@ -107,7 +158,7 @@ def as_config(settings: Any) -> ml_collections.ConfigDict:
 def unknown_key(prefix: str, key: str, known: Iterable[str]) -> ConfigError:
     """The error for a key the section does not have, with the closest known one."""
     known = sorted(known)
-    close = difflib.get_close_matches(key, known, n=1)
+    close = difflib.get_close_matches(str(key), known, n=1)
     hint = f" Did you mean {prefix}{close[0]}?" if close else ""
     return ConfigError(f"{prefix}{key} is not a known config key.{hint} Known: {', '.join(known)}.")
 
@@ -160,12 +211,12 @@ def _flag_value(value: Any) -> str:
     return repr(value)
 
 
-def _ending(cls: type, name: str, key: str, suggest_defaults: bool) -> str:
-    """How a refusal ends: with the key's default as the fix where asked for, else a period."""
+def _default_fix(cls: type, name: str, key: str, suggest_defaults: bool) -> str:
+    """A refusal's fix where none is more specific: the key's default as a flag, if asked for."""
     field = {f.name: f for f in dataclasses.fields(cls)}[name]
     if not suggest_defaults or field.default is dataclasses.MISSING:
-        return "."
-    return f"; e.g. --config.{key}={_flag_value(field.default)} (the default)"
+        return ""
+    return f"e.g. --config.{key}={_flag_value(field.default)} (the default)"
 
 
 def check_project_sections(
@@ -208,7 +259,8 @@ def typed_section(
     """
     fixed = dict(fixed or {})
     hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls) if f.name not in fixed]
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in fixed}
+    names = list(fields)
     for key in values:
         if key not in names:
             raise unknown_key(prefix, key, names)
@@ -228,11 +280,12 @@ def typed_section(
                 suggest_defaults=suggest_defaults,
                 start_from=start_from,
             )
+        elif _ALLOWED in fields[name].metadata:
+            pass  # its __post_init__ checks the type too, in its declared words
         elif not _type_ok(value, annotation):
-            ending = _ending(cls, name, f"{prefix}{name}", suggest_defaults)
-            raise ConfigError(
-                f"{prefix}{name} must be {_describe(annotation)}, got {value!r}{ending}"
-            )
+            key = f"{prefix}{name}"
+            fix = _default_fix(cls, name, key, suggest_defaults)
+            raise ConfigError(refusal(key, _describe(annotation), value, fix))
         elif _sequence_item(annotation) is not None:
             value = tuple(value)
         kwargs[name] = value
@@ -240,5 +293,6 @@ def typed_section(
         return cls(**kwargs, **fixed)
     except OutOfRangeError as error:
         key = f"{prefix}{error.key}"
-        ending = _ending(cls, error.key, key, suggest_defaults)
-        raise ConfigError(f"{key} must be {error.allowed}, got {error.value!r}{ending}") from None
+        field = error.key.split(".", 1)[0]
+        fix = error.fix or _default_fix(cls, field, f"{prefix}{field}", suggest_defaults)
+        raise ConfigError(refusal(key, error.allowed, error.value, fix)) from None

@@ -20,7 +20,8 @@ def test_the_doc_holds_the_table_of_every_module():
     doc = module_table.DOC.read_text()
     table = module_table.table()
     assert f"{module_table.BEGIN}\n{table}\n{module_table.END}" in doc, (
-        "docs/architecture.md's module table is out of date: python scripts/module_table.py --write"
+        "docs/architecture.md's module table is out of date: run `make docs` "
+        "(python scripts/module_table.py --write)"
     )
     listed = {line.split("`")[1] for line in table.splitlines()[2:]}
     on_disk = {

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
-from tests.e2e_utils import marked_processes, run_entry_point
+from tests.e2e_utils import REPO, marked_processes, run_entry_point
 
 CONFIG = "configs/td3_cartpole.py"
 SCRIPT = "projects/td3/lp_main.py"
@@ -104,6 +107,43 @@ def test_drq_agent_values_are_refused_by_both_entry_points(tmp_path, script, con
     )
     assert result.returncode == 2, result.stderr
     assert f"error: agent.{expected} must be an integer >= 1, got 0; e.g." in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+# Run an entry point in this interpreter, then list the heavy libraries it had imported.
+_HEAVY_AFTER_REFUSAL = """
+import runpy, sys
+sys.argv = sys.argv[1:]
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+except SystemExit as stop:
+    heavy = {"jax", "jaxlib", "tensorflow", "reverb", "launchpad", "acme", "haiku", "mujoco"}
+    print("exit", stop.code, sorted({m.split(".")[0] for m in sys.modules} & heavy))
+"""
+
+
+@pytest.mark.parametrize(
+    ("script", "config", "key"),
+    [
+        ("projects/td3/lp_main.py", CONFIG, "batch_size"),
+        ("projects/td3/main.py", CONFIG, "n_step"),
+        ("projects/drq_v2/lp_main.py", "configs/reacher_hard_distributed.py", "hidden_dim"),
+        ("projects/drq_v2/main.py", "configs/reacher_hard.py", "batch_size"),
+    ],
+)
+def test_a_bad_agent_key_is_refused_once_before_any_heavy_import(tmp_path, script, config, key):
+    # The project's validate_config is wired once (its entry point passes it) and runs once,
+    # right after the toolkit's checks: before JAX, TensorFlow, Reverb or Launchpad load.
+    args = ["--config", config, "--workdir", str(tmp_path / "run"), f"--config.agent.{key}=0"]
+    result = subprocess.run(
+        [sys.executable, "-c", _HEAVY_AFTER_REFUSAL, script, *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.stdout.strip().splitlines()[-1] == "exit 2 []", result.stdout + result.stderr
+    assert result.stderr.count(f"error: agent.{key} must be an integer >= 1, got 0") == 1
     assert not (tmp_path / "run").exists()
 
 

@@ -94,7 +94,7 @@ def test_group_with_no_nodes_is_not_placed_or_checked():
 
 
 def test_negative_node_count_is_refused():
-    with pytest.raises(ConfigError, match="num_nodes=-1"):
+    with pytest.raises(ConfigError, match="num_nodes must be an integer >= 0, got -1"):
         req(-1)
 
 
@@ -596,9 +596,13 @@ def req_of(spec, num_nodes=1):
 
 
 def test_cpu_devices_on_a_gpu_node_is_refused():
-    with pytest.raises(ConfigError, match=r"resources\.learner\.cpu_devices=2 only applies"):
+    with pytest.raises(
+        ConfigError, match=r"resources\.learner\.cpu_devices must be 1 on a GPU node .*got 2"
+    ):
         ResourceSpec.from_config("learner", {"device": "gpu", "cpu_devices": 2})
-    with pytest.raises(ConfigError, match=r"resources\.learner\.cpu_devices=0 is invalid"):
+    with pytest.raises(
+        ConfigError, match=r"resources\.learner\.cpu_devices must be an integer >= 1, got 0"
+    ):
         ResourceSpec.from_config("learner", {"cpu_devices": 0})
 
 

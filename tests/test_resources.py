@@ -31,7 +31,7 @@ def test_unknown_key_is_refused_by_name_with_suggestion_and_valid_keys():
         ResourceSpec.from_config("learner", {"device": "gpu", "gpu_mem": 0.5})
     msg = str(err.value)
     assert "resources.learner.gpu_mem" in msg
-    assert "Did you mean 'gpu_memory'" in msg
+    assert "Did you mean resources.learner.gpu_memory?" in msg
     for key in ResourceSpec.field_names():
         assert key in msg
 
@@ -67,21 +67,37 @@ def test_bad_value_names_key_value_and_allowed(key, value, allowed):
     with pytest.raises(ConfigError) as err:
         ResourceSpec.from_config("actor", {key: value})
     msg = str(err.value)
-    assert f"resources.actor.{key}={value!r}" in msg
+    assert msg.startswith(f"resources.actor.{key} must be ")
+    assert f", got {value!r}" in msg
     assert allowed in msg
 
 
 def test_non_string_env_value_is_refused_with_the_fix():
-    with pytest.raises(ConfigError, match=r"resources\.actor\.env\.SEED=3 .*'3'"):
+    with pytest.raises(
+        ConfigError, match=r"resources\.actor\.env\.SEED must be a string, got 3; write '3'"
+    ):
         ResourceSpec.from_config("actor", {"env": {"SEED": 3}})
 
 
 @pytest.mark.parametrize(
     ("mapping", "fragment"),
     [
-        ({"device": "gpu", "gpu_memory": "grow", "preallocate": True}, "contradicts"),
-        ({"render": "osmesa", "render_gpu": 0}, "only applies to render='egl'"),
-        ({"device": "cpu", "tf_gpu": True}, "tf_gpu=True needs a GPU"),
+        (
+            {"device": "gpu", "gpu_memory": "grow", "preallocate": True},
+            r"preallocate must be False or None with gpu_memory='grow' .*contradicts.*got True",
+        ),
+        (
+            {"render": "osmesa", "render_gpu": 0},
+            r"render_gpu must be None unless render='egl' .*got 0; set render='egl'",
+        ),
+        (
+            {"device": "cpu", "tf_gpu": True},
+            r"tf_gpu must be False on a CPU node .*got True; set device='gpu'",
+        ),
+        (
+            {"device": "gpu", "cpu_devices": 3},
+            r"cpu_devices must be 1 on a GPU node .*got 3; set gpus=3",
+        ),
     ],
 )
 def test_contradictory_settings_are_refused(mapping, fragment):
@@ -90,7 +106,7 @@ def test_contradictory_settings_are_refused(mapping, fragment):
 
 
 def test_direct_construction_validates_too():
-    with pytest.raises(ConfigError, match=r"ResourceSpec\.gpu_memory=1\.5"):
+    with pytest.raises(ConfigError, match=r"ResourceSpec\.gpu_memory must be .*\(0, 1\].*got 1\.5"):
         ResourceSpec(device="gpu", gpu_memory=1.5)
 
 
@@ -228,7 +244,7 @@ def test_cpu_env_really_gives_jax_only_the_cpu(tmp_path):
 
 def test_cross_field_check_against_a_default_names_the_group():
     # device is left at its default ("cpu"), which tf_gpu=True contradicts.
-    with pytest.raises(ConfigError, match=r"resources\.evaluator\.tf_gpu=True"):
+    with pytest.raises(ConfigError, match=r"resources\.evaluator\.tf_gpu must be False .*got True"):
         ResourceSpec.from_config("evaluator", {"tf_gpu": True})
 
 

@@ -51,21 +51,6 @@ class AgentBuilder(abc.ABC, Generic[Networks, Sample]):
     actor nodes.
     """
 
-    @classmethod
-    def validate_config(cls, config: Any) -> None:
-        """Checks the project's own keys of the experiment config (`config.agent`, `config.env`).
-
-        Override it in every project (DrQ-v2 and TD3 point it at their `config.validate_config`,
-        which their entry points also pass to `distributed_main` / `single_process_main`, so
-        it runs before anything heavy is imported). Raise `magi_lp.ConfigError` with one line
-        naming the key as `agent.<key>` and the fix: declare the keys once as a dataclass and
-        check them with `magi_lp.config_schema.typed_section`, which writes such lines. Both
-        entry points call it before any process starts, so an out-of-range hyperparameter is
-        refused in seconds instead of crashing the learner once every node has started. The
-        default accepts anything.
-        """
-        del config
-
     @abc.abstractmethod
     def replay_schedule(self) -> ReplaySchedule:
         """When learning starts and how often the learner steps per actor step."""

@@ -1,1 +1,5 @@
-"""magi_lp.launch."""
+"""Local Launchpad processes: the Launchpad seam, supervision and exit reports, network
+isolation, process markers, the status monitor (Linux and Launchpad; no ML framework).
+
+`docs/architecture.md` lists each module; README's Layout shows this paragraph.
+"""

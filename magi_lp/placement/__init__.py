@@ -1,1 +1,5 @@
-"""magi_lp.placement."""
+"""Resource spec -> per-node env, GPU inventory, JAX build, placement plan (no JAX, TF,
+Reverb, Acme or Launchpad: it plans on a machine that has none of them).
+
+`docs/architecture.md` lists each module; README's Layout shows this paragraph.
+"""

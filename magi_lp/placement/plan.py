@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import tabulate
 
+from magi_lp.config_schema import fail_unless
 from magi_lp.errors import ConfigError
 from magi_lp.formatting import format_ranges
 from magi_lp.placement.gpu_inventory import GpuInventory, pick_identical, rank_by_load
@@ -60,13 +62,14 @@ class GroupRequest:
     batch_key: str = "batch_size"
 
     def __post_init__(self) -> None:
-        if isinstance(self.num_nodes, bool) or not isinstance(self.num_nodes, int):
-            raise ConfigError(f"num_nodes={self.num_nodes!r} is invalid; allowed: an int >= 0")
-        if self.num_nodes < 0:
-            raise ConfigError(f"num_nodes={self.num_nodes} is invalid; allowed: an int >= 0")
-        size = self.batch_size
-        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
-            raise ConfigError(f"{self.batch_key}={size!r} is invalid; allowed: an integer >= 1")
+        nodes, size = self.num_nodes, self.batch_size
+        fail_unless(_is_count(nodes) and nodes >= 0, "num_nodes", "an integer >= 0", nodes)
+        ok = size is None or (_is_count(size) and size >= 1)
+        fail_unless(ok, self.batch_key, "an integer >= 1", size)
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,9 +1,10 @@
 """What one node group needs (`ResourceSpec`) and the environment variables that give it.
 
 A spec is written by the user in `config.resources.<group>`; `ResourceSpec.from_config`
-refuses unknown keys and bad values by name, before anything starts. `spec_to_env` turns a
-spec plus the GPU ids a node sees (decided by `magi_lp.placement.plan`) into the string
-variables Launchpad applies to that node's process.
+refuses unknown keys and bad values by name, before anything starts, in the one shape of
+`magi_lp.config_schema` ("resources.learner.gpu_memory must be ..., got 2; e.g. ...").
+`spec_to_env` turns a spec plus the GPU ids a node sees (decided by
+`magi_lp.placement.plan`) into the string variables Launchpad applies to that node's process.
 
 Launchpad copies the launching shell's environment into every node and applies the
 overrides on top: a variable can be overridden but never removed. So `spec_to_env` sets
@@ -15,19 +16,29 @@ unset), so no export in the launching shell leaks into a node.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import ml_collections
 from ml_collections import config_dict
 
+from magi_lp.config_schema import (
+    allowed,
+    check,
+    choices,
+    fail_unless,
+    is_one_of,
+    typed_section,
+)
 from magi_lp.errors import ConfigError
 
 DEVICES = ("cpu", "gpu", "gpu_if_available")
 GPU_DISTRIBUTIONS = ("shared", "round_robin")
 ALLOCATORS = ("bfc", "platform")
 RENDERERS = ("egl", "osmesa", "none")
+GPU_MEMORY_WORDS = {"grow": "allocate on demand"}
+"""`gpu_memory`'s values besides a fraction and None, with what each does: a new one is one
+line here (and what it means, in `effective_preallocate` / `memory_fraction`)."""
 
 # MUJOCO_GL per `render`. "off" is in both dm_control's and mujoco's list of values that
 # disable rendering, so a state-only node never loads an OpenGL library.
@@ -101,24 +112,118 @@ class ResourceSpec:
       env: extra environment variables (str -> str), applied last, so they win.
     """
 
-    device: str = "cpu"
-    gpus: str | int | tuple[int, ...] = "auto"
-    gpu_distribution: str = "shared"
-    gpu_memory: float | str | None = None
-    preallocate: bool | None = None
-    allocator: str | None = None
-    tf_gpu: bool = False
-    render: str = "egl"
-    render_gpu: int | None = None
-    cpu_threads: int | None = None
-    cpu_devices: int = 1
-    xla_flags: str = ""
+    device: str = allowed(choices(DEVICES), default="cpu")
+    gpus: str | int | tuple[int, ...] = allowed(
+        "'auto', a count >= 1, or a list of distinct GPU ids >= 0", default="auto"
+    )
+    gpu_distribution: str = allowed(choices(GPU_DISTRIBUTIONS), default="shared")
+    gpu_memory: float | str | None = allowed(
+        "a fraction in (0, 1] of each GPU's memory, "
+        + "".join(f"{word!r} ({what}), " for word, what in GPU_MEMORY_WORDS.items())
+        + "or None (JAX's default: preallocate 75%)",
+        default=None,
+    )
+    preallocate: bool | None = allowed("True, False, or None", default=None)
+    allocator: str | None = allowed(choices((*ALLOCATORS, None)), default=None)
+    tf_gpu: bool = allowed("True or False", default=False)
+    render: str = allowed(choices(RENDERERS), default="egl")
+    render_gpu: int | None = allowed("a GPU id >= 0, or None", default=None)
+    cpu_threads: int | None = allowed("an integer >= 1, or None", default=None)
+    cpu_devices: int = allowed("an integer >= 1", default=1)
+    xla_flags: str = allowed("a string of '--flag=value' items", default="")
     # hash=False: a dict cannot be hashed; the spec stays comparable with ==.
-    env: Mapping[str, str] = dataclasses.field(default_factory=dict, hash=False)
+    env: Mapping[str, str] = allowed(
+        "a dict of variable names (without '=') -> strings", default_factory=dict, hash=False
+    )
 
     def __post_init__(self) -> None:
-        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        for name, value in _normalised(values, "ResourceSpec").items():
+        """Checks every field (config_schema's one-line refusals: `from_config` names them
+        `resources.<group>.<key>`) and writes each in its one canonical form."""
+        for key, options in (
+            ("device", DEVICES),
+            ("gpu_distribution", GPU_DISTRIBUTIONS),
+            ("render", RENDERERS),
+            ("allocator", (*ALLOCATORS, None)),
+        ):
+            check(self, key, is_one_of(getattr(self, key), options))
+        gpus = self.gpus
+        if isinstance(gpus, list | tuple):
+            check(self, "gpus", bool(gpus) and all(_is_int(i) and i >= 0 for i in gpus))
+            repeated = sorted({i for i in gpus if gpus.count(i) > 1})
+            fix = f"GPU {repeated[0]} is repeated; list each id once" if repeated else ""
+            check(self, "gpus", not repeated, fix=fix)
+            gpus = tuple(gpus)
+        else:
+            zero = _is_int(gpus) and gpus == 0
+            ok = gpus == "auto" or (_is_int(gpus) and gpus >= 1)
+            check(self, "gpus", ok, fix="use device='cpu' for no GPU" if zero else "")
+        memory = self.gpu_memory
+        fraction = isinstance(memory, int | float) and not isinstance(memory, bool)
+        word = isinstance(memory, str) and memory in GPU_MEMORY_WORDS
+        check(self, "gpu_memory", memory is None or word or (fraction and 0.0 < memory <= 1.0))
+        check(self, "preallocate", self.preallocate is None or isinstance(self.preallocate, bool))
+        check(self, "tf_gpu", isinstance(self.tf_gpu, bool))
+        check(
+            self,
+            "preallocate",
+            not (self.preallocate is True and memory == "grow"),
+            "False or None with gpu_memory='grow' (which contradicts preallocating)",
+            fix="give gpu_memory a fraction to preallocate, or drop preallocate",
+        )
+        render_gpu = self.render_gpu
+        check(self, "render_gpu", render_gpu is None or (_is_int(render_gpu) and render_gpu >= 0))
+        check(
+            self,
+            "render_gpu",
+            render_gpu is None or self.render == "egl",
+            f"None unless render='egl' (render is {self.render!r})",
+            fix="set render='egl' or render_gpu=None",
+        )
+        threads, cpu_devices = self.cpu_threads, self.cpu_devices
+        check(self, "cpu_threads", threads is None or (_is_int(threads) and threads >= 1))
+        check(self, "cpu_devices", _is_int(cpu_devices) and cpu_devices >= 1)
+        check(
+            self,
+            "cpu_devices",
+            not (self.device == "gpu" and cpu_devices > 1),
+            "1 on a GPU node (device='gpu': its devices are its gpus)",
+            fix=f"set gpus={cpu_devices} for a node on that many GPUs, or cpu_devices=1",
+        )
+        flags = "" if self.xla_flags is None else self.xla_flags
+        check(self, "xla_flags", isinstance(flags, str))
+        for token in flags.split():
+            # XLA silently ignores a token without "--", so a typo would do nothing.
+            fix = f"{token!r} does not start with '--' (XLA would ignore it)"
+            check(self, "xla_flags", token.startswith("--"), fix=fix)
+        env = {} if self.env is None else self.env
+        env = env.to_dict() if hasattr(env, "to_dict") else env
+        check(self, "env", isinstance(env, Mapping))
+        for name, value in env.items():
+            good_name = isinstance(name, str) and bool(name) and "=" not in name
+            check(self, "env", good_name, value=dict(env), fix=f"{name!r} is no variable name")
+            # Launchpad raises TypeError on a non-str value inside the launcher, too late.
+            check(
+                self,
+                f"env.{name}",
+                isinstance(value, str),
+                "a string",
+                value=value,
+                fix=f"write {str(value)!r}",
+            )
+        check(
+            self,
+            "tf_gpu",
+            not (self.device == "cpu" and self.tf_gpu),
+            "False on a CPU node (device='cpu')",
+            fix="set device='gpu' or tf_gpu=False",
+        )
+        canonical = {
+            "gpus": gpus,
+            "gpu_memory": float(memory) if fraction else memory,
+            "xla_flags": flags.strip(),
+            "env": dict(env),
+        }
+        for name, value in canonical.items():
             # Frozen: normalised values (tuple ids, float fraction, a private env copy)
             # are written once here, so every spec in the program has one canonical form.
             object.__setattr__(self, name, value)
@@ -141,25 +246,15 @@ class ResourceSpec:
             return cls()
         if hasattr(mapping, "to_dict"):  # ml_collections ConfigDict / FrozenConfigDict
             mapping = mapping.to_dict()
-        if not isinstance(mapping, Mapping):
-            raise ConfigError(
-                f"{where} must be a dict of ResourceSpec fields, got {type(mapping).__name__} "
-                f"{mapping!r}; valid keys: {', '.join(cls.field_names())}"
-            )
-        valid = cls.field_names()
-        for key in mapping:
-            if key not in valid:
-                close = difflib.get_close_matches(str(key), valid, n=1)
-                hint = f" Did you mean '{close[0]}'?" if close else ""
-                raise ConfigError(
-                    f"{where}.{key} is not a resource setting.{hint} Valid keys: {', '.join(valid)}"
-                )
+        keys = ", ".join(cls.field_names())
+        fail_unless(
+            isinstance(mapping, Mapping), where, f"a dict of ResourceSpec fields ({keys})", mapping
+        )
         # Checked over the full set of values, so that cross-field checks (tf_gpu needs a
         # GPU device, ...) see the defaults and still name the user's group.
         defaults = cls()
-        values = {name: getattr(defaults, name) for name in valid}
-        values.update(mapping)
-        return cls(**_normalised(values, where))
+        values = {name: getattr(defaults, name) for name in cls.field_names()}
+        return typed_section(cls, {**values, **mapping}, f"{where}.", suggest_defaults=True)
 
     @property
     def effective_preallocate(self) -> bool:
@@ -177,129 +272,6 @@ class ResourceSpec:
 def _is_int(value: Any) -> bool:
     # bool is an int subclass; `gpus=True` is a mistake, not the count 1.
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _bad(where: str, key: str, value: Any, allowed: str) -> ConfigError:
-    return ConfigError(f"{where}.{key}={value!r} is invalid; allowed: {allowed}")
-
-
-def _choice(where: str, key: str, value: Any, choices: Sequence[Any]) -> Any:
-    if value not in choices or isinstance(value, bool):
-        raise _bad(where, key, value, " | ".join(repr(c) for c in choices))
-    return value
-
-
-def _normalised(values: dict[str, Any], where: str) -> dict[str, Any]:
-    """Validates spec values and returns them in canonical form (raises ConfigError)."""
-    out = dict(values)
-    if "device" in out:
-        _choice(where, "device", out["device"], DEVICES)
-    if "gpu_distribution" in out:
-        _choice(where, "gpu_distribution", out["gpu_distribution"], GPU_DISTRIBUTIONS)
-    if "render" in out:
-        _choice(where, "render", out["render"], RENDERERS)
-    if "allocator" in out and out["allocator"] is not None:
-        _choice(where, "allocator", out["allocator"], (*ALLOCATORS, None))
-
-    if "gpus" in out:
-        gpus = out["gpus"]
-        allowed = "'auto', a count >= 1, or a list of distinct GPU ids >= 0"
-        if gpus == "auto":
-            pass
-        elif _is_int(gpus):
-            if gpus < 1:
-                raise _bad(where, "gpus", gpus, allowed + " (use device='cpu' for no GPU)")
-        elif isinstance(gpus, (list, tuple)):
-            if not gpus or not all(_is_int(i) and i >= 0 for i in gpus):
-                raise _bad(where, "gpus", gpus, allowed)
-            if len(set(gpus)) != len(gpus):
-                raise _bad(where, "gpus", gpus, allowed + " (an id is repeated)")
-            out["gpus"] = tuple(gpus)
-        else:
-            raise _bad(where, "gpus", gpus, allowed)
-
-    if "gpu_memory" in out:
-        mem = out["gpu_memory"]
-        allowed = "a fraction in (0, 1] of each GPU's memory, 'grow', or None (JAX default)"
-        if mem is None or mem == "grow":
-            pass
-        elif isinstance(mem, (int, float)) and not isinstance(mem, bool):
-            if not 0.0 < mem <= 1.0:
-                raise _bad(where, "gpu_memory", mem, allowed)
-            out["gpu_memory"] = float(mem)
-        else:
-            raise _bad(where, "gpu_memory", mem, allowed)
-
-    for key in ("preallocate",):
-        if key in out and out[key] is not None and not isinstance(out[key], bool):
-            raise _bad(where, key, out[key], "True, False, or None")
-    if "tf_gpu" in out and not isinstance(out["tf_gpu"], bool):
-        raise _bad(where, "tf_gpu", out["tf_gpu"], "True or False")
-    if out.get("preallocate") is True and out.get("gpu_memory") == "grow":
-        raise ConfigError(
-            f"{where}.preallocate=True contradicts {where}.gpu_memory='grow'; "
-            "give gpu_memory a fraction to preallocate, or drop preallocate"
-        )
-
-    if "render_gpu" in out and out["render_gpu"] is not None:
-        if not (_is_int(out["render_gpu"]) and out["render_gpu"] >= 0):
-            raise _bad(where, "render_gpu", out["render_gpu"], "a GPU id >= 0, or None")
-        if out.get("render", "egl") != "egl":
-            raise ConfigError(
-                f"{where}.render_gpu={out['render_gpu']!r} only applies to render='egl' "
-                f"(render is {out.get('render')!r}); set render='egl' or render_gpu=None"
-            )
-
-    threads = out.get("cpu_threads")
-    if threads is not None and not (_is_int(threads) and threads >= 1):
-        raise _bad(where, "cpu_threads", threads, "an integer >= 1, or None")
-    cpu_devices = out.get("cpu_devices", 1)
-    if not (_is_int(cpu_devices) and cpu_devices >= 1):
-        raise _bad(where, "cpu_devices", cpu_devices, "an integer >= 1")
-    if out.get("device") == "gpu" and cpu_devices > 1:
-        raise ConfigError(
-            f"{where}.cpu_devices={cpu_devices} only applies to a CPU node, but "
-            f"{where}.device='gpu' (its devices are its gpus); set {where}.gpus={cpu_devices} "
-            "for a node on that many GPUs, or cpu_devices=1"
-        )
-
-    if "xla_flags" in out:
-        flags = out["xla_flags"]
-        if flags is None:
-            flags = ""
-        if not isinstance(flags, str):
-            raise _bad(where, "xla_flags", flags, "a string of '--flag=value' items")
-        for token in flags.split():
-            # XLA silently ignores a token without "--", so a typo would do nothing.
-            if not token.startswith("--"):
-                raise _bad(where, "xla_flags", flags, f"'--flag=value' items ({token!r} is not)")
-        out["xla_flags"] = flags.strip()
-
-    if "env" in out:
-        env = out["env"]
-        if env is None:
-            env = {}
-        if hasattr(env, "to_dict"):
-            env = env.to_dict()
-        if not isinstance(env, Mapping):
-            raise _bad(where, "env", env, "a dict of str -> str")
-        for name, value in env.items():
-            # Launchpad raises TypeError on a non-str value inside the launcher, too late.
-            if not isinstance(name, str) or not name or "=" in name:
-                raise _bad(where, "env", dict(env), f"variable names without '=' ({name!r})")
-            if not isinstance(value, str):
-                raise ConfigError(
-                    f"{where}.env.{name}={value!r} is invalid; allowed: a string "
-                    f"(write {str(value)!r})"
-                )
-        out["env"] = dict(env)
-
-    if out.get("device") == "cpu" and out.get("tf_gpu") is True:
-        raise ConfigError(
-            f"{where}.tf_gpu=True needs a GPU, but {where}.device='cpu'; "
-            "set device='gpu' or tf_gpu=False"
-        )
-    return out
 
 
 def _thread_flags(cpu_threads: int | None) -> list[str]:

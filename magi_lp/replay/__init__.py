@@ -1,4 +1,6 @@
-"""The replay: what an agent stores, the stores that hold it, and the rule of its ratio.
+"""The replay: what an agent stores (spec), the replay schedule, the store protocol and its
+stores (device frame store, Reverb frame replay, an agent's own tables, host transitions), the
+store plan, and every Reverb internal in one seam.
 
 One room of the house, below the agent interface (`magi_lp.agent`) and above placement:
 

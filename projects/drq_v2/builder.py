@@ -30,22 +30,18 @@ import jax
 import ml_collections
 import numpy as np
 
-from magi_lp import ActorCore, AgentBuilder, ReplaySchedule
+from magi_lp import ActorCore, AgentBuilder, FrameReplaySpec, ReplaySchedule
 from magi_lp.acme_api import counting, loggers, specs
 from magi_lp.replay.frame_store import transition_shape
 from magi_lp.replay.frame_window import FrameTransition, frame_shape_from_observation
-from magi_lp.replay.spec import FrameReplaySpec
 from projects.drq_v2.acting import DrQActorState, make_actor_core
-from projects.drq_v2.config import replay_schedule, validate_config
+from projects.drq_v2.config import replay_schedule
 from projects.drq_v2.learner import DrQLearner
 from projects.drq_v2.networks import DrQNetworks
 
 
 class DrQBuilder(AgentBuilder[DrQNetworks, FrameTransition]):
     """Builds DrQ-v2's pieces from the agent config; holds nothing heavier than configs."""
-
-    # Both entry points call this before any process starts.
-    validate_config = staticmethod(validate_config)
 
     def __init__(
         self,

@@ -18,9 +18,9 @@ import dataclasses
 
 import ml_collections
 
+from magi_lp import ReplaySchedule
 from magi_lp.agent.suite_tasks import check_suite_task
 from magi_lp.config_schema import as_config, check, check_project_sections, in_range
-from magi_lp.replay.schedule import ReplaySchedule
 
 # Task -> difficulty group, as in the official `cfgs/task/*.yaml`. The group fixes the
 # exploration-noise schedule length and the training length.
@@ -240,8 +240,9 @@ def get_env_config(domain: str = "reacher", task: str = "hard") -> ml_collection
 
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
-    """Checks `config.agent` and `config.env` before any process starts (both entry points,
-    through `DrQBuilder.validate_config`): the one check of DrQ-v2's keys.
+    """Checks `config.agent` and `config.env` before any process starts (main.py and
+    lp_main.py pass it to the toolkit's entry point, which runs it once, before anything
+    heavy is imported): the one check of DrQ-v2's keys.
 
     The task name is checked against dm_control's suite (about a second to import) so that a
     typo is refused before the launch, not by every node after theirs.

@@ -1,4 +1,5 @@
-"""TD3 (Fujimoto et al. 2018) from proprioceptive states, on the magi_lp builder API.
+"""TD3 (Fujimoto et al. 2018) from proprioceptive states, on the magi_lp builder API: the
+template for a new agent project.
 
 A small second agent: it is what the toolkit's tests run end to end, and it shows the
 files a new agent project needs and nothing more:

@@ -15,11 +15,9 @@ from typing import TYPE_CHECKING, Any
 import jax
 import ml_collections
 
-from magi_lp import ActorCore, AgentBuilder, ReplaySchedule
+from magi_lp import ActorCore, AgentBuilder, ReplaySchedule, TransitionReplaySpec
 from magi_lp.acme_api import adders, counting, loggers, specs
-from magi_lp.replay.spec import TransitionReplaySpec
 from projects.td3.acting import TD3ActorState, make_actor_core
-from projects.td3.config import validate_config
 from projects.td3.learning import TD3Learner
 from projects.td3.networks import TD3Networks
 
@@ -32,9 +30,6 @@ TABLE = "priority_table"
 
 class TD3Builder(AgentBuilder[TD3Networks, Any]):
     """Builds TD3's pieces from the agent config; holds nothing heavier than the config."""
-
-    # Both entry points call this before any process starts.
-    validate_config = staticmethod(validate_config)
 
     def __init__(
         self,

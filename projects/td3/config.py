@@ -99,9 +99,10 @@ def get_env_config() -> ml_collections.ConfigDict:
 
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
-    """Checks `config.agent` and `config.env` before any process starts (both entry points,
-    through `TD3Builder.validate_config`): the one check of TD3's keys; the builder, learner
-    and environment trust what passed it."""
+    """Checks `config.agent` and `config.env` before any process starts (main.py and
+    lp_main.py pass it to the toolkit's entry point, which runs it once, before anything
+    heavy is imported): the one check of TD3's keys; the builder, learner and environment
+    trust what passed it."""
     sections = {"agent": TD3Settings, "env": TD3EnvSettings}
     check_project_sections(config, sections, defaults_module=__name__)
     check_suite_task(config.env.domain, config.env.task)
