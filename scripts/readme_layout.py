@@ -133,12 +133,14 @@ def layout() -> str:
 
 
 def main() -> int:
-    text = README.read_text()
-    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    if "--write" in sys.argv:
-        README.write_text(text[:start] + "\n" + layout() + "\n" + text[end:])
-    else:
-        print(layout())
+    """Prints the Layout block; with --write, puts it between README's markers."""
+    block = layout()
+    if "--write" not in sys.argv:
+        print(block)
+        return 0
+    before, rest = README.read_text().split(BEGIN, 1)
+    after = rest[rest.index(END) :]
+    README.write_text(f"{before}{BEGIN}\n{block}\n{after}")
     return 0
 
 
