@@ -11,6 +11,7 @@ apply before any framework allocates, and `run()` until the program stops.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 import sys
@@ -458,6 +459,7 @@ def leave_node_process(code: int = 0) -> None:
         raise SystemExit(code)
 
 
+@dataclasses.dataclass
 class CoordinatorNode:
     """Stops the program once actors have taken `max_actor_steps` steps.
 
@@ -466,29 +468,27 @@ class CoordinatorNode:
     learner's final checkpoint is the learner's own save at stop: the launcher stops it after
     the actors and before the counter, so that save holds the final counts (and a learner
     blocked waiting for replay saves the state of its last completed step).
+
+    Attributes (private ones are Courier handles, which Courier must not serve):
+      _counter: the counter node.
+      _learner: the learner's handle (not called here).
+      _replay: the Reverb client.
+      _max_actor_steps: the limit.
+      checkpoint_replay: checkpoint Reverb before the stop.
+      poll_seconds: how often the counts are read.
     """
 
-    def __init__(
-        self,
-        counter: Any,
-        learner: Any,
-        replay_client: Any,
-        max_actor_steps: int,
-        *,
-        checkpoint_replay: bool = False,
-        poll_seconds: float = 0.5,
-    ):
-        self._counter = counter
-        self._learner = learner
-        self._replay = replay_client
-        self._max_actor_steps = max_actor_steps
-        self._checkpoint_replay = checkpoint_replay
-        self._poll_seconds = poll_seconds
+    _counter: Any
+    _learner: Any
+    _replay: Any
+    _max_actor_steps: int
+    checkpoint_replay: bool = False
+    poll_seconds: float = 0.5
 
     def run(self) -> None:
         import launchpad as lp
 
-        while not lp.wait_for_stop(self._poll_seconds):
+        while not lp.wait_for_stop(self.poll_seconds):
             if self.limit_reached():
                 logging.info("Reached %d actor steps: stopping.", self._max_actor_steps)
                 self.finish()
@@ -502,7 +502,7 @@ class CoordinatorNode:
     def finish(self) -> None:
         """The replay checkpoint (when configured) before the stop."""
         start = time.monotonic()
-        if self._checkpoint_replay:
+        if self.checkpoint_replay:
             try:
                 path = self._replay.checkpoint()
                 logging.info("Replay checkpoint written to %s", path)
