@@ -28,6 +28,9 @@ DEVICES = ("cpu", "gpu", "gpu_if_available")
 GPU_DISTRIBUTIONS = ("shared", "round_robin")
 ALLOCATORS = ("bfc", "platform")
 RENDERERS = ("egl", "osmesa", "none")
+# gpu_memory's words: "auto" (sized from the node's compiled programs, `placement.memory`),
+# "grow" (allocate on demand).
+GPU_MEMORY_WORDS = ("auto", "grow")
 
 # MUJOCO_GL per `render`. "off" is in both dm_control's and mujoco's list of values that
 # disable rendering, so a state-only node never loads an OpenGL library.
@@ -79,7 +82,9 @@ class ResourceSpec:
       gpu_distribution: "shared" (every node sees all of `gpus`) or "round_robin" (node i
         sees only `gpus[i % len(gpus)]`).
       gpu_memory: fraction in (0, 1] of each visible GPU's total memory that JAX may use,
-        "grow" (allocate on demand), or None (JAX's default: preallocate 75%).
+        "auto" (the fraction the node's compiled programs need, reckoned before anything
+        starts: `magi_lp.placement.memory`), "grow" (allocate on demand), or None (JAX's
+        default: preallocate 75%).
       preallocate: whether JAX reserves its memory up front. None: true with a fraction or
         None, false with "grow".
       allocator: "bfc", "platform" (allocate and free exactly; slow, no fragmentation), or
@@ -170,7 +175,9 @@ class ResourceSpec:
 
     @property
     def memory_fraction(self) -> float | None:
-        """The fraction of each visible GPU this node may take; None for "grow"/default."""
+        """The fraction of each visible GPU this node may take; None for "grow"/default, and
+        for an "auto" the plan has not reckoned yet (`make_plan` puts the reckoned fraction
+        in its place)."""
         return self.gpu_memory if isinstance(self.gpu_memory, float) else None
 
 
@@ -220,8 +227,11 @@ def _normalised(values: dict[str, Any], where: str) -> dict[str, Any]:
 
     if "gpu_memory" in out:
         mem = out["gpu_memory"]
-        allowed = "a fraction in (0, 1] of each GPU's memory, 'grow', or None (JAX default)"
-        if mem is None or mem == "grow":
+        allowed = (
+            "a fraction in (0, 1] of each GPU's memory, 'auto' (reckoned from the node's "
+            "compiled programs), 'grow', or None (JAX default)"
+        )
+        if mem is None or mem in GPU_MEMORY_WORDS:
             pass
         elif isinstance(mem, (int, float)) and not isinstance(mem, bool):
             if not 0.0 < mem <= 1.0:

@@ -6,7 +6,7 @@ nodes. So the plan counts the store's bytes (`FrameReplaySpec.nbytes`: frames + 
 shard per learner device) against the learner's budget:
 
 - a GPU learner: its memory fraction (`resources.learner.gpu_memory`; JAX's default 0.75 when
-  unset; the free memory for 'grow') of its smallest GPU, per device;
+  unset; the free memory for 'grow' and 'auto') of its smallest GPU, per device;
 - a CPU learner: the host's RAM less the other nodes' resident memory
   (`config.NODE_RSS_GIB`), all shards together;
 
@@ -69,9 +69,11 @@ def _learner_budget(config: Any, plan: Any, single_process: bool) -> tuple[int, 
         gpus = [plan.inventory[i] for i in learner.gpu_ids]
         smallest = min(g.memory_total_bytes for g in gpus)
         fraction = learner.gpu_memory
-        if fraction == "grow":
+        if fraction in ("grow", "auto"):
+            # 'auto' is sized after this choice (magi_lp.runtime.memory_reckoning), from the
+            # store chosen here: the store may take the free memory, less the headroom.
             free = min(g.memory_total_bytes - g.memory_used_bytes for g in gpus)
-            setting, budget = "grow (free memory)", free
+            setting, budget = f"{fraction} (free memory)", free
         else:
             value = JAX_DEFAULT_FRACTION if fraction is None else float(fraction)
             setting = f"resources.learner.gpu_memory={fraction}"
