@@ -53,7 +53,10 @@ _GB = 1e9
 
 
 def gb(nbytes: float) -> str:
-    """Bytes in decimal GB, one decimal ("21.9 GB"), as the replay plan writes them."""
+    """Bytes in decimal GB with one decimal ("21.9 GB", as the replay plan writes them), or in
+    MB below 1 GB ("37 MB"), so that an actor's need does not read 0.0 GB."""
+    if abs(nbytes) < _GB:
+        return f"{nbytes / 1e6:.0f} MB"
     return f"{nbytes / _GB:.1f} GB"
 
 
@@ -120,16 +123,17 @@ class MemoryNeed:
         )
 
 
-def fix_for(group: str, need: MemoryNeed) -> str:
-    """What to change so that `group` needs less, in the config's keys."""
+def fix_for(group: str, need: MemoryNeed, *, alone: bool = False) -> str:
+    """What to change so that `group` needs less, in the config's keys (`alone`: the node
+    does not fit the GPU even by itself, so moving others away does not help)."""
     if group == "learner":
+        fixes = ["a smaller agent.batch_size"]
         if need.store:
-            return (
-                "a smaller agent.replay_buffer_size (the store), a smaller agent.batch_size, "
-                "replay.store=reverb, or fewer nodes on that GPU (num_actors, "
-                "resources.actor.gpus)"
-            )
-        return "a smaller agent.batch_size, or fewer nodes on that GPU"
+            fixes = ["a smaller agent.replay_buffer_size (the store)", *fixes]
+            fixes.append("replay.store=reverb")
+        if not alone:
+            fixes.append("fewer nodes on that GPU (num_actors, resources.actor.gpus)")
+        return ", ".join(fixes[:-1]) + f", or {fixes[-1]}" if len(fixes) > 1 else fixes[0]
     if group == "actor":
         return (
             "fewer actors per GPU (num_actors, resources.actor.gpus, gpu_distribution="
@@ -148,12 +152,14 @@ class GpuShare:
       pool: bytes of JAX's pool (its fraction times the GPU's memory, or the need for a
         node on demand; 0 where nothing is known: 'grow' without a reckoning).
       need: the reckoning, when there is one.
+      sized: whether the pool was sized from the reckoning (gpu_memory='auto').
     """
 
     group: str
     index: int
     pool: int
     need: MemoryNeed | None
+    sized: bool = False
 
 
 def check_gpu(
@@ -172,8 +178,10 @@ def check_gpu(
     left = total - used_by_others - contexts - sum(s.pool for s in shares)
     if left >= 0:
         return left, None
-    reckoned = [s for s in shares if s.need is not None]
-    biggest = max(reckoned or shares, key=lambda s: s.pool)
+    # The node to name: the biggest that was sized by its reckoning ('auto'), since that is
+    # what the user did not choose; else the biggest pool.
+    sized = [s for s in shares if s.need is not None and s.sized]
+    biggest = max(sized or shares, key=lambda s: s.pool)
     summary = summarise(shares)
     others = f", {gb(used_by_others)} used by other processes" if used_by_others else ""
     need = biggest.need

@@ -503,7 +503,8 @@ def make_plan(
 
     memory_lines: list[str] = []
     if memory:
-        memory_lines = _check_reckoned(on_gpu, inventory, memory)
+        auto = {g: r.spec.gpu_memory == "auto" for g, r in requests.items()}
+        memory_lines = _check_reckoned(on_gpu, inventory, memory, auto)
     _check_memory(on_gpu, inventory, notices)
     return PlacementPlan(
         groups=placements,
@@ -536,7 +537,8 @@ def _sized(
         raise ConfigError(
             f"{group} node needs {memory_lib.gb(need.total)} of GPU memory "
             f"({need.describe().split(' = ', 1)[1]}) but GPU {label} has "
-            f"{memory_lib.gb(smallest)}; lower it with {memory_lib.fix_for(group, need)}"
+            f"{memory_lib.gb(smallest)}; lower it with "
+            f"{memory_lib.fix_for(group, need, alone=True)}"
         )
     return dataclasses.replace(spec, gpu_memory=fraction)
 
@@ -567,6 +569,7 @@ def _check_reckoned(
     on_gpu: Mapping[int, list[tuple[str, int, ResourceSpec]]],
     inventory: GpuInventory,
     memory: Mapping[str, memory_lib.MemoryNeed],
+    requested_auto: Mapping[str, bool],
 ) -> list[str]:
     """Every GPU's nodes against its memory; returns one "what is left" line per GPU.
 
@@ -585,7 +588,8 @@ def _check_reckoned(
                 pool = int(JAX_DEFAULT_PREALLOCATED_FRACTION * gpu.memory_total_bytes)
             else:  # on demand: it takes what it needs, as far as the reckoning knows
                 pool = need.total if need is not None else 0
-            shares.append(memory_lib.GpuShare(group, index, pool, need))
+            sized = need is not None and requested_auto.get(group, False)
+            shares.append(memory_lib.GpuShare(group, index, pool, need, sized))
         left, refusal = memory_lib.check_gpu(
             gpu.label, gpu.memory_total_bytes, gpu.memory_used_bytes, shares
         )

@@ -95,9 +95,18 @@ def compile_programs(
     key = hashlib.sha256(
         pickle.dumps(
             (
-                repr(experiment.config.to_dict()),
+                # Where the programs run and which replay serves them do not change them
+                # (the requests carry the devices; the store is added by `needs_from`).
+                repr(
+                    {
+                        k: v
+                        for k, v in experiment.config.to_dict().items()
+                        if k not in ("resources", "replay")
+                    }
+                ),
                 type(experiment.builder).__qualname__,
                 sorted(requests.items()),
+                sys.executable,  # another Python has another JAX
                 env.get("JAX_PLATFORMS"),
                 env.get("CUDA_VISIBLE_DEVICES"),
             )
@@ -243,14 +252,29 @@ def size_gpu_memory(experiment: Any, plan: Any, store: Any = None) -> Any:
     """
     from magi_lp.placement.plan import make_plan
 
-    config = experiment.config
-    requests = _requests(config, plan)
-    if not requests:
+    needs = reckon_needs(experiment, plan, store)
+    if not needs:
         return plan
+    config = experiment.config
+    return make_plan(placement_requests(config), plan.inventory, plan.jax_build, memory=needs)
+
+
+def reckon_needs(experiment: Any, plan: Any, store: Any = None) -> dict[str, MemoryNeed]:
+    """Group -> `MemoryNeed` for every GPU group of `plan` with 'auto' or a fraction (compiled
+    once per process for the same programs); {} when there is none."""
+    requests, result = compile_for_plan(experiment, plan)
+    if not requests:
+        return {}
+    return needs_from(result, requests, experiment.builder, store)
+
+
+def compile_for_plan(experiment: Any, plan: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(what to compile per group, `program_memory`'s answer) for `plan`'s reckoned groups;
+    ({}, {}) when there is none. On the CPU unless CUDA is really here (module docstring)."""
+    requests = _requests(experiment.config, plan)
+    if not requests:
+        return {}, {}
     launch_group = None
     if _cuda_here(plan):
-        first = next(iter(requests))
-        launch_group = plan.launch_group(first, 0)
-    result = compile_programs(experiment, requests, _child_env(plan, launch_group))
-    needs = needs_from(result, requests, experiment.builder, store)
-    return make_plan(placement_requests(config), plan.inventory, plan.jax_build, memory=needs)
+        launch_group = plan.launch_group(next(iter(requests)), 0)
+    return requests, compile_programs(experiment, requests, _child_env(plan, launch_group))
