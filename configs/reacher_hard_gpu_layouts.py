@@ -20,8 +20,9 @@ reckoning and what is left on each GPU, and a layout that does not fit is refuse
 4gpu  `a0-l1,2`: actors on GPU 0 (four processes of 8 environments), the learner
       data-parallel over GPUs 1 and 2 (each update's batch of 256 split 128 + 128, gradients
       averaged, parameters replicated, one store shard per GPU; the plan checks that the two
-      GPUs are one model), the evaluator on GPU 3. Cleanba's 4-GPU layout puts the learner on 1,2,3; the
-      paper's batch of 256 does not split over 3 devices, which the plan refuses by name
+      GPUs are one model), the evaluator on GPU 3. Cleanba's 4-GPU layout puts the learner
+      on 1,2,3; the paper's batch of 256 does not split over 3 devices, which the plan
+      refuses by name
       (--config.resources.learner.gpus=[1,2,3] --config.agent.batch_size=255 would run).
 
 Every other setting is the paper's (projects/drq_v2/tasks.py); on a machine without the GPUs
