@@ -101,6 +101,25 @@ def test_make_plan_turns_auto_into_the_fraction_of_the_reckoning():
     assert "agent.replay_buffer_size" in str(refused.value)
 
 
+def test_auto_keeps_the_store_off_a_gpu_that_fixed_fractions_fill():
+    # Two GPU actors at 0.45 each leave 8.6 GB of the 85.9: not room for a 21.9 GB store.
+    config = make_config("reacher_hard", distributed=True)
+    config.num_actors = 2
+    config.resources.learner.device = "gpu"
+    config.resources.actor.device = "gpu"
+    config.resources.actor.gpu_memory = 0.45
+    config.resources.actor.preallocate = False
+    plan = make_plan(placement_requests(config), H100_80, CUDA12)
+    store = plan_replay_store(config, make_experiment(config).builder, plan, reverb_available=True)
+    assert store.store == "reverb"
+    assert "resources.learner.gpu_memory=auto (what the other nodes leave)" in store.line
+    config.resources.actor.gpu_memory = 0.1  # 68.7 GB left: the device store fits
+    config.replay.store = "auto"  # the first choice was written back
+    plan = make_plan(placement_requests(config), H100_80, CUDA12)
+    store = plan_replay_store(config, make_experiment(config).builder, plan, reverb_available=True)
+    assert store.store == "device"
+
+
 # --- reckoned from the programs, compiled on this CPU -------------------------------------
 
 
@@ -163,28 +182,55 @@ def test_the_reckoned_bytes_grow_with_the_batch(tiny_plan):
     assert big.compiled > small.compiled
     assert big.state == small.state and big.store == small.store
 
+    # On a GPU smaller than that need by itself, the batch is refused in one line.
+    config = shared_gpu_config(**{"agent.batch_size": 64})
+    config.resources.actor.device = "cpu"
+    tiny_gpu = GpuInventory((gpu(0, H100, total_gib=0.25),))
+    with pytest.raises(ConfigError) as refused:
+        sized(config, tiny_gpu)
+    message = str(refused.value)
+    assert "\n" not in message
+    # (Reverb serves the replay there: the need is the update's, without a store.)
+    assert message.startswith("learner node needs ") and "(update at batch 64" in message
+    assert "but GPU 0:NVIDIA H100 80GB HBM3 has 268 MB" in message
+    assert "agent.batch_size" in message and "fewer nodes" not in message
 
-def test_a_store_that_cannot_fit_beside_the_actors_is_refused_in_one_line(tiny_plan):
-    # A 20 GiB GPU: a 5M-transition store (16 GB) fits what the replay plan gives it, not
-    # beside two GPU actors that take 0.1 of the GPU each. The update is tiny_plan's.
+
+def test_a_store_that_cannot_fit_beside_the_actors_is_refused_in_one_line():
+    # A 20 GiB GPU, two GPU actors at 0.1 each: a 5M-transition store (16 GB) does not fit
+    # what they leave; refused before any compile, naming the key and the fix.
     config = shared_gpu_config(**{"agent.replay_buffer_size": 5_000_000, "replay.store": "device"})
     config.resources.actor.gpu_memory = 0.1
     small_gpu = GpuInventory((gpu(0, H100, total_gib=20),))
     plan = make_plan(placement_requests(config), small_gpu, CUDA12)
+    with pytest.raises(ConfigError) as refused:
+        plan_replay_store(config, make_experiment(config).builder, plan, reverb_available=True)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert message.startswith("replay.store=device: the device replay store needs 16.0 GB")
+    assert "gpu_memory=auto (what the other nodes leave)" in message
+    assert "agent.replay_buffer_size=" in message
+
+
+def test_nodes_that_do_not_fit_together_are_refused_naming_the_auto_node(tiny_plan):
+    # The actors' fractions (0.49 each) pass the sum check beside the learner's 0.004, but
+    # not with the reckoned learner and three CUDA contexts. The programs are tiny_plan's.
+    config = shared_gpu_config()
+    config.resources.actor.gpu_memory = 0.49
+    plan = make_plan(placement_requests(config), H100_80, CUDA12)
     experiment = make_experiment(config)
     store = plan_replay_store(config, experiment.builder, plan, reverb_available=True)
     requests, result = compile_for_plan(make_experiment(shared_gpu_config()), plan)
     needs = needs_from(result, requests, experiment.builder, store)
-    assert needs["learner"].store > 15e9
     with pytest.raises(ConfigError) as refused:
-        make_plan(placement_requests(config), small_gpu, CUDA12, memory=needs)
+        make_plan(placement_requests(config), H100_80, CUDA12, memory=needs)
     message = str(refused.value)
     assert "\n" not in message
-    assert message.startswith("GPU 0:NVIDIA H100 80GB HBM3 has 21.5 GB but its nodes need")
+    assert message.startswith("GPU 0:NVIDIA H100 80GB HBM3 has 85.9 GB but its nodes need 86.")
+    assert "actor 2 x 42.1 GB, 3 CUDA contexts 1.6 GB" in message
     learner = needs["learner"]
     assert f"learner node 0 needs {memory_lib.gb(learner.total)}" in message
-    assert f"store {memory_lib.gb(learner.store)}" in message
-    assert "agent.replay_buffer_size" in message and "num_actors" in message
+    assert "fewer nodes on that GPU (num_actors, resources.actor.gpus)" in message
 
 
 def test_td3_is_reckoned_through_the_same_builder_protocol():
@@ -241,4 +287,29 @@ def test_dry_run_of_make_runs_config_shows_the_reckoning_on_a_fake_h100(tmp_path
     assert 22.0 < total < 30.0  # the store, the update's working set, a 10% margin
     gpu_line = next(line for line in lines if line.startswith("  GPU 0:NVIDIA H100"))
     assert "left: " in gpu_line
+    assert not (tmp_path / "run").exists()
+
+    # A store bigger than the GPU leaves room for: one line, before anything starts.
+    refused = subprocess.run(
+        [
+            sys.executable,
+            "projects/drq_v2/lp_main.py",
+            "--config",
+            "configs/reacher_hard_distributed.py",
+            "--workdir",
+            str(tmp_path / "run"),
+            "--config.replay.store=device",
+            "--config.agent.replay_buffer_size=3000000",
+        ],
+        cwd=REPO,
+        env=env_with(pythonpath=[fakes, plugin, REPO]),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert refused.returncode == 2, refused.stderr
+    errors = [line for line in refused.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in refused.stderr, refused.stderr
+    assert "the device replay store needs 65.6 GB" in errors[0]
+    assert "agent.replay_buffer_size=" in errors[0]
     assert not (tmp_path / "run").exists()

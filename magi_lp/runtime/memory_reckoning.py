@@ -63,7 +63,24 @@ def _child_env(plan: Any, launch_group: str | None) -> dict[str, str]:
     return env
 
 
-def _requests(config: Any, plan: Any) -> dict[str, dict[str, Any]]:
+def _learner_batch(experiment: Any) -> int:
+    """The learner's batch: its replay spec's, else the config's `agent.batch_size`."""
+    builder = experiment.builder
+    for spec in (builder.frame_replay(None), builder.transition_replay(None)):
+        if spec is not None:
+            return int(spec.batch_size)
+    batch = experiment.config.get("agent", {}).get("batch_size", None)
+    if batch is None:
+        raise ConfigError(
+            f"resources.learner.gpu_memory: {type(builder).__name__}'s batch size is unknown "
+            "before its replay exists (no frame_replay / transition_replay, no "
+            "agent.batch_size); give resources.learner.gpu_memory a fraction or 'grow'"
+        )
+    return int(batch)
+
+
+def _requests(experiment: Any, plan: Any) -> dict[str, dict[str, Any]]:
+    config = experiment.config
     requests: dict[str, dict[str, Any]] = {}
     for group, placement in plan.needs_reckoning().items():
         if group not in RECKONED_GROUPS:
@@ -76,8 +93,8 @@ def _requests(config: Any, plan: Any) -> dict[str, dict[str, Any]]:
             continue
         if group == "learner":
             devices = placement.num_devices
-            batch = config.get("agent", {}).get("batch_size", None)
-            requests[group] = {"batch_size": max(1, int(batch or 1) // devices), "devices": devices}
+            batch = _learner_batch(experiment) // devices  # the plan checked that it divides
+            requests[group] = {"batch_size": max(1, batch), "devices": devices}
         else:
             envs = int(config.envs_per_actor) if group == "actor" else 1
             requests[group] = {"envs": envs, "evaluation": group == "evaluator"}
@@ -271,7 +288,7 @@ def reckon_needs(experiment: Any, plan: Any, store: Any = None) -> dict[str, Mem
 def compile_for_plan(experiment: Any, plan: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """(what to compile per group, `program_memory`'s answer) for `plan`'s reckoned groups;
     ({}, {}) when there is none. On the CPU unless CUDA is really here (module docstring)."""
-    requests = _requests(experiment.config, plan)
+    requests = _requests(experiment, plan)
     if not requests:
         return {}, {}
     launch_group = None
