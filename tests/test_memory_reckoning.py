@@ -183,8 +183,7 @@ def test_the_reckoned_bytes_grow_with_the_batch(tiny_plan):
     assert big.state == small.state and big.store == small.store
 
     # On a GPU smaller than that need by itself, the batch is refused in one line.
-    config = shared_gpu_config(**{"agent.batch_size": 64})
-    config.resources.actor.device = "cpu"
+    config = shared_gpu_config(**{"agent.batch_size": 64})  # the same programs: no compile
     tiny_gpu = GpuInventory((gpu(0, H100, total_gib=0.25),))
     with pytest.raises(ConfigError) as refused:
         sized(config, tiny_gpu)

@@ -50,7 +50,7 @@ def _cuda_here(plan: Any) -> bool:
 def _child_env(plan: Any, launch_group: str | None) -> dict[str, str]:
     env = dict(os.environ)
     if launch_group is not None:
-        env.update(plan.envs()[launch_group])
+        env.update(plan.envs()[launch_group])  # MAGI_LP_TF_GPU=0 among them
         # The process only compiles: it takes what it uses, and no fraction.
         env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
         env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = ""

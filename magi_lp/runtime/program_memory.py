@@ -161,6 +161,10 @@ def measure(experiment: Any, requests: dict[str, dict[str, Any]]) -> dict[str, A
 
 def main(argv: list[str]) -> int:
     """REQUEST (a pickle of (experiment, requests)) -> RESULT (JSON of `measure`)."""
+    from magi_lp.runtime.node_devices import prepare_node_process
+
+    # As in a node: TensorFlow (imported with the project) kept off the GPU, CUDA checked.
+    prepare_node_process()
     request_path, result_path = argv[1:3]
     with open(request_path, "rb") as f:
         experiment, requests = pickle.load(f)
