@@ -489,7 +489,8 @@ def make_plan(
                 node_indices=tuple(indices),
                 device=device,
                 gpu_ids=node_ids,
-                gpu_memory=node_spec.memory_fraction or spec.gpu_memory
+                # A reckoned 'auto' shows its fraction; an unsized one stays 'auto'.
+                gpu_memory=(node_spec.memory_fraction or spec.gpu_memory)
                 if device == "gpu"
                 else None,
                 preallocate=node_spec.effective_preallocate if device == "gpu" else None,

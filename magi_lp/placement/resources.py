@@ -85,8 +85,8 @@ class ResourceSpec:
         "auto" (the fraction the node's compiled programs need, reckoned before anything
         starts: `magi_lp.placement.memory`), "grow" (allocate on demand), or None (JAX's
         default: preallocate 75%).
-      preallocate: whether JAX reserves its memory up front. None: true with a fraction or
-        None, false with "grow".
+      preallocate: whether JAX reserves its memory up front. None: true with a fraction,
+        "auto" or None, false with "grow".
       allocator: "bfc", "platform" (allocate and free exactly; slow, no fragmentation), or
         None (JAX default, which is bfc).
       tf_gpu: whether TensorFlow in this node may use the GPU. Off by default: TF is only
