@@ -13,8 +13,12 @@ Where the programs compile: on the CPU, unless this machine has an NVIDIA device
 that serves CUDA; then in the first reckoned group's own env (its GPUs, preallocation off),
 so that the numbers are the GPU's. A CPU compile's temporaries differ from a GPU's (other
 fusions, no cuDNN workspaces): the margin is there for that, and `make gpu-check` measures
-by how much they differ. The same reckoning is kept for the rest of the process (tests and the
-isolation re-run ask again).
+by how much they differ.
+
+A reckoning is kept, in the process and in the system temp folder, under a key of what decides
+the programs (the config but its resources and replay sections, the requests, the Python and
+its jaxlib) and of the modification times of the toolkit's and the agent project's sources:
+the isolation re-run of the same command and a launch after its dry run do not compile again.
 """
 
 from __future__ import annotations
@@ -123,7 +127,8 @@ def compile_programs(
                 ),
                 type(experiment.builder).__qualname__,
                 sorted(requests.items()),
-                sys.executable,  # another Python has another JAX
+                sys.executable,  # another Python (or another jaxlib) has another XLA
+                _version("jaxlib"),
                 env.get("JAX_PLATFORMS"),
                 env.get("CUDA_VISIBLE_DEVICES"),
             )
@@ -170,6 +175,15 @@ def compile_programs(
     except OSError:
         pass  # only a cache
     return result
+
+
+def _version(package: str) -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return ""
 
 
 def _cache_path(key: str, experiment: Any) -> Path:
