@@ -14,6 +14,7 @@ PY312     := $(VENV312)/bin/python
 PY312_TESTS ?= tests/test_plan.py tests/test_resources.py tests/test_gpu_inventory.py \
 	tests/test_checkpointing.py tests/test_replay_plan.py tests/test_transition_replay.py \
 	tests/test_learner.py tests/test_drq_learning.py tests/test_current_stack.py \
+	tests/test_memory_reckoning.py \
 	tests/test_learn_check.py tests/test_acme_seam.py
 JAX       ?=
 WORKDIR   ?= runs/reacher_hard_distributed

@@ -304,7 +304,7 @@ def time_bare(folder: Path, nodes: int) -> dict:
 
 def measure(quick: bool) -> dict:
     from magi_lp.launch import isolation
-    from magi_lp.placement.node_memory import node_counts
+    from magi_lp.placement.host_memory import node_counts
 
     config = _load_config(CONFIG)
     groups = node_counts(config)

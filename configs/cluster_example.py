@@ -23,6 +23,10 @@ ADDRESSES = {"main": "10.0.0.2", "cpu1": "10.0.0.3", "cpu2": "10.0.0.4"}
 def get_config(launcher: str = ""):
     config = make_config("reacher_hard", distributed=True)
     config.num_actors = 16
+    # The learner alone on main's GPU with JAX's default share: gpu_memory='auto' (the task
+    # configs' default) is reckoned by the one-machine launcher only; on several hosts it
+    # would allocate on demand.
+    config.resources.learner.gpu_memory = None
     config.hosts = hosts_defaults()
     hosts = config.hosts
     hosts.name = "drq-reacher"

@@ -9,14 +9,20 @@ steps `envs_per_actor` environments and chooses all their actions in one call, b
 process that touches CUDA pays 300-700 MB for its context and a GPU runs one kernel after
 another anyway (rlstructures' advice: few acting processes, many environments each).
 
-1gpu  `a0-l0`: one GPU shared by all. The learner gets 0.6 of its memory, preallocated; two
-      actor processes of 8 environments get at most 0.1 each, allocated as they need it; the
-      plan checks that the fractions sum to at most 1. The evaluator acts on the CPU.
-4gpu  `a0-l1,2`: actors on GPU 0 (four processes of 8 environments, at most 0.2 each), the
-      learner data-parallel over GPUs 1 and 2 (each update's batch of 256 split 128 + 128,
-      gradients averaged, parameters replicated; the plan checks that the two GPUs are one
-      model), the evaluator on GPU 3. Cleanba's 4-GPU layout puts the learner on 1,2,3; the
-      paper's batch of 256 does not split over 3 devices, which the plan refuses by name
+Every GPU node's memory is `gpu_memory='auto'`: before launch the plan compiles the learner's
+update and an actor's batched policy step, and gives each node the fraction its programs,
+state and replay store need plus a margin (README, "GPU memory"); the dry run shows the
+reckoning and what is left on each GPU, and a layout that does not fit is refused in one line.
+
+1gpu  `a0-l0`: one GPU shared by all. The learner's memory is preallocated (its device store
+      of 1M transitions is most of it); two actor processes of 8 environments each allocate
+      as they need, up to their reckoning. The evaluator acts on the CPU.
+4gpu  `a0-l1,2`: actors on GPU 0 (four processes of 8 environments), the learner
+      data-parallel over GPUs 1 and 2 (each update's batch of 256 split 128 + 128, gradients
+      averaged, parameters replicated, one store shard per GPU; the plan checks that the two
+      GPUs are one model), the evaluator on GPU 3. Cleanba's 4-GPU layout puts the learner
+      on 1,2,3; the paper's batch of 256 does not split over 3 devices, which the plan
+      refuses by name
       (--config.resources.learner.gpus=[1,2,3] --config.agent.batch_size=255 would run).
 
 Every other setting is the paper's (projects/drq_v2/tasks.py); on a machine without the GPUs
@@ -40,18 +46,20 @@ def get_config(layout: str = "1gpu"):
     if layout == "1gpu":
         config.num_actors = 2
         config.envs_per_actor = 8
-        resources.learner = resource_spec(device="gpu", gpus=[0], gpu_memory=0.6, render="none")
+        resources.learner = resource_spec(device="gpu", gpus=[0], gpu_memory="auto", render="none")
         resources.actor = resource_spec(
-            device="gpu", gpus=[0], gpu_memory=0.1, preallocate=False, cpu_threads=1
+            device="gpu", gpus=[0], gpu_memory="auto", preallocate=False, cpu_threads=1
         )
     else:
         config.num_actors = 4
         config.envs_per_actor = 8
-        resources.learner = resource_spec(device="gpu", gpus=[1, 2], gpu_memory=0.9, render="none")
+        resources.learner = resource_spec(
+            device="gpu", gpus=[1, 2], gpu_memory="auto", render="none"
+        )
         resources.actor = resource_spec(
-            device="gpu", gpus=[0], gpu_memory=0.2, preallocate=False, cpu_threads=1
+            device="gpu", gpus=[0], gpu_memory="auto", preallocate=False, cpu_threads=1
         )
         resources.evaluator = resource_spec(
-            device="gpu", gpus=[3], gpu_memory=0.3, preallocate=False, cpu_threads=1
+            device="gpu", gpus=[3], gpu_memory="auto", preallocate=False, cpu_threads=1
         )
     return config

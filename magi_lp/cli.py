@@ -44,6 +44,7 @@ from magi_lp.runtime.config import (
     stop_stages,
     validate_experiment_config,
 )
+from magi_lp.runtime.memory_reckoning import size_gpu_memory
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Experiment config file (ml_collections).", lock_config=True
@@ -219,9 +220,12 @@ def _run_distributed(
         os.environ.get("XLA_FLAGS"),
     )
     # Where a pixel agent's frames live, against the learner's memory (sets replay.store).
-    store = plan_replay_store(config, _make(make_experiment, config, workdir).builder, plan)
+    planning = _make(make_experiment, config, workdir)
+    store = plan_replay_store(config, planning.builder, plan)
+    # Each GPU node's memory from its compiled programs ('auto'), checked GPU by GPU.
+    plan = size_gpu_memory(planning, plan, store)
     notices = [f"notice: {n}" for n in (*plan.notices, *_resource_notices(config))]
-    notices += [f"warning: {w}" for w in capacity_warnings(config)]
+    notices += [f"warning: {w}" for w in (*capacity_warnings(config), *plan.warnings)]
     if store is not None:
         notices.append(store.line)
     if _DRY_RUN.value:

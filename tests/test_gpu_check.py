@@ -220,7 +220,9 @@ def test_gpu_paths_with_an_injected_gpu(tmp_path, monkeypatch):
     # The 1-GPU shared layout: learner and two batched GPU actors at once, the plan's envs.
     shared = result["shared"]
     assert shared["device_split"] == "a0-l0" and shared["envs_per_actor"] == 8
-    assert shared["fractions"] == {"learner": 0.6, "actor": 0.1}
+    # gpu_memory='auto', sized from the compiled programs as lp_main sizes it.
+    assert 0.25 < shared["fractions"]["learner"] < 0.35  # mostly the 21.9 GB store
+    assert 0 < shared["fractions"]["actor"] < 0.01
     assert shared["learner"]["state"] == "done" and shared["learner"]["updates_per_second"] > 0
     assert len(shared["actors"]) == 1  # the layout's 2 actors, capped by max_actors
     for actor in shared["actors"]:
@@ -247,3 +249,77 @@ def test_benchmarks_page_says_not_measured_without_a_gpu_result(tmp_path):
     assert result["reason"] == "not measured: no GPU machine was available"
     section = run._section(7, missing, result)
     assert section.endswith("**not measured: no GPU machine was available**")
+
+
+# --- the reckoning part: gpu_memory='auto' against the measured peaks ----------------------
+
+
+def test_reckoning_report_says_reckoned_against_measured_per_process():
+    from benchmarks.gpu_check import reckoning
+
+    row = {
+        "ran": True,
+        "error": None,
+        "reckoned_bytes": 24.4e9,
+        "reckoned_with_context_bytes": 24.9e9,
+        "fraction": 0.29,
+        "nvml_peak_bytes": 23.0e9,
+        "jax_peak_bytes": 22.4e9,
+        "above_nvml": 24.9 / 23.0 - 1,
+        "above_jax": 24.4 / 22.4 - 1,
+        "how": "learner: ...",
+    }
+    result = {
+        "state": "done",
+        "goal_above": 0.15,
+        "layouts": {
+            "make_run": {"state": "done", "store": None, "groups": {"learner": row}},
+            "1gpu": {"state": "refused", "error": "GPU 0 ... lower it with ..."},
+        },
+    }
+    lines = reckoning.report_lines(result)
+    assert lines[0].startswith("**Memory reckoning**")
+    assert lines[1] == (
+        "- make_run, learner: ran at 0.29; reckoned 24.90 GB, NVML peak 23.00 GB (+8%); "
+        "JAX peak 22.40 GB (+9%)"
+    )
+    assert lines[2].startswith("- 1gpu: refused: ")
+    assert reckoning.report_lines({"state": "skipped", "reason": "needs a real GPU"}) == [
+        "**Memory reckoning**: needs a real GPU"
+    ]
+
+
+def test_reckoning_worker_runs_the_learner_on_its_store_on_the_cpu(tmp_path):
+    """The worker's real work (a device store sized as the plan sizes it, the learner's
+    updates through the builder) at tiny sizes, on the CPU."""
+    status = tmp_path / "learner.json"
+    tiny = {
+        "env.image_size": 32,
+        "agent.batch_size": 16,
+        "agent.feature_dim": 8,
+        "agent.hidden_dim": 32,
+        "agent.encoder_channels": 8,
+        "agent.replay_buffer_size": 1000,
+    }
+    sets = [arg for key, value in tiny.items() for arg in ("--set", f"{key}={value}")]
+    env = env_with({**os.environ, "JAX_PLATFORMS": "cpu", "MUJOCO_GL": "egl"}, pythonpath=[REPO])
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.gpu_check.reckoning",
+            "--worker",
+            "learner",
+            "make_run",
+            str(status),
+            "0",
+            *sets,
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(status.read_text())["state"] == "done"

@@ -33,6 +33,12 @@ of BENCHMARKS.md from it. Parts (all by default):
              on the first GPU, each in its own process with the plan's env: GPU MiB per
              process, learner updates/s and actions/s per actor while they share it (the
              layout's 2 actors, or --max-actors if fewer).
+  reckoning  `gpu_memory='auto'`: for `make run`'s config and the 1-GPU layout, each reckoned
+             node's bytes (the plan's reckoning) against the peak NVML lists for a process
+             doing that node's real work at its reckoned limit (learner: the device store at
+             full capacity and its updates; actors: the batched policy step), and JAX's
+             `peak_bytes_in_use` (`reckoning`). Needs Haiku and dm_control (skipped, saying
+             why, where they are missing). Not yet run on a GPU.
 
 Modules: `settings` (what is measured, where results go), `workloads` (what a worker process
 runs), `harness` (starting workers, NVML memory by process), `plan` (the config and placement

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import progress
+from benchmarks.gpu_check import reckoning
 from benchmarks.gpu_check.harness import EnvHook, NvmlProcesses, Worker, Workers, sample_peaks
 from benchmarks.gpu_check.plan import _shown_env, describe_plan, group_env, load_config, make_plan
 from benchmarks.gpu_check.settings import (
@@ -219,6 +220,12 @@ def run_check(
                 result["render"] = _render(workers, nvml, inventory)
             if "shared" in parts:
                 result["shared"] = _shared(workers, nvml, inventory)
+            if "reckoning" in parts:
+                result["reckoning"] = (
+                    reckoning.run_part(nvml, inventory, root or Path(tmp))
+                    if env_hook is None
+                    else {"state": "skipped", "reason": "needs a real GPU"}
+                )
         finally:
             workers.stop_all()
     return result
@@ -237,7 +244,7 @@ def _shared(workers: Workers, nvml: NvmlProcesses, inventory: Any) -> dict:
     gpu_id = inventory.gpus[0].index
     for group in ("learner", "actor"):
         config.resources[group].gpus = [gpu_id]
-    plan = make_plan(config, inventory)
+    plan = reckoning.sized_if_possible(config, make_plan(config, inventory))
     envs = int(config.envs_per_actor)
     num_actors = min(int(config.num_actors), workers.sizes["max_actors"])
     progress(

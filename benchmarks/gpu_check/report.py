@@ -197,6 +197,11 @@ def report(result: dict) -> str:
             )
         lines.append("")
     lines += _shared_report(result.get("shared"))
+    from benchmarks.gpu_check.reckoning import report_lines
+
+    reckoned = report_lines(result.get("reckoning"))
+    if reckoned:
+        lines += ["", *reckoned]
     return "\n".join(lines)
 
 

@@ -11,7 +11,7 @@ RESULT = REPO / "benchmarks" / "gpu_check.json"
 UNMEASURED = REPO / "benchmarks" / "logs" / "gpu_check.json"
 CONFIG = "configs/reacher_hard_distributed.py"
 NOT_MEASURED = "not measured: no GPU machine was available"
-PARTS = ("inventory", "learner", "cpu_node", "memory", "render", "shared")
+PARTS = ("inventory", "learner", "cpu_node", "memory", "render", "shared", "reckoning")
 SHARED_CONFIG = "configs/reacher_hard_gpu_layouts.py"
 VARIANTS = ("planned", "defaults", "gpu_actors")
 # The plan variant with actors on the GPU: a small cap each, no preallocation, so that

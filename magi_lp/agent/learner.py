@@ -164,6 +164,22 @@ class JaxLearner(Learner, Generic[State]):
         devices, and that host batches are numpy (`magi_lp.agent.device_check`)."""
         self._device_check = DeviceCheck.for_node(node, all_devices=True)
 
+    def compiled_update(self, example_batch: Any) -> Any:
+        """The update compiled for this learner's state and `example_batch` (a pytree of
+        `jax.ShapeDtypeStruct`) on its first device, without running it: what the GPU
+        memory reckoning reads XLA's memory analysis from (`magi_lp.runtime.program_memory`).
+        The program compiled ahead at construction is reused when it is for the same batch."""
+        compiling, self._compiling = self._compiling, None
+        if compiling is not None and compiling.exception() is None:
+            compiled = compiling.result()
+            try:
+                ahead = [a.shape for a in jax.tree_util.tree_leaves(compiled.args_info[0][1])]
+            except (AttributeError, IndexError, TypeError):  # another jax's layout
+                ahead = None
+            if ahead == [a.shape for a in jax.tree_util.tree_leaves(example_batch)]:
+                return compiled
+        return _compile(self._update, self._state, example_batch)
+
     @abc.abstractmethod
     def variables(self, state: State) -> Mapping[str, Any]:
         """The variable collections actors and evaluators may pull, by name."""

@@ -11,6 +11,12 @@ The plan also checks the JAX build (`jax_build.detect_jax_build`, read from pack
 on a machine with a GPU but a CPU-only jaxlib, a `gpu` group is refused and a
 `gpu_if_available` group runs on the CPU with a notice, instead of a node dying at start.
 
+GPU memory: a group's `gpu_memory='auto'` becomes each node's fraction of its GPU when
+`make_plan` is given the groups' reckoned needs (`magi_lp.placement.memory`, compiled by
+`magi_lp.runtime.memory_reckoning` before anything starts); the plan then checks every GPU's
+nodes against its memory (pools and CUDA contexts), warns where a user's fraction is below
+the reckoning, and the dry run shows the reckoning and what is left on each GPU.
+
 This module imports neither Launchpad nor JAX, so `--dry_run` and the tests stay fast.
 """
 
@@ -25,6 +31,7 @@ import tabulate
 from magi_lp.config_schema import fail_unless
 from magi_lp.errors import ConfigError
 from magi_lp.formatting import format_ranges
+from magi_lp.placement import memory as memory_lib
 from magi_lp.placement.gpu_inventory import GpuInventory, pick_identical, rank_by_load
 from magi_lp.placement.jax_build import (
     JaxBuild,
@@ -88,6 +95,8 @@ class GroupPlacement:
       env: the environment overrides for these nodes.
       jax_backend: the backend JAX makes the default in these nodes ("cuda" or "cpu").
       cpu_devices: JAX devices a CPU node sees (`ResourceSpec.cpu_devices`); 1 on a GPU.
+      memory_auto: the spec said gpu_memory='auto' (`gpu_memory` then holds the reckoned
+        fraction, or 'auto' where the plan was made without a reckoning).
     """
 
     group: str
@@ -101,6 +110,7 @@ class GroupPlacement:
     env: Mapping[str, str] = dataclasses.field(hash=False)
     jax_backend: str = "cpu"
     cpu_devices: int = 1
+    memory_auto: bool = False
 
     @property
     def num_devices(self) -> int:
@@ -125,12 +135,27 @@ class PlacementPlan:
       notices: one-line messages the entry point prints (e.g. a GPU fallback to CPU).
       inventory: the GPUs the plan was made against.
       jax_build: the JAX build the plan was made against.
+      memory: node group -> its reckoned GPU memory need (`make_plan(memory=...)`).
+      memory_lines: what is left on each GPU after its nodes (with a reckoning).
+      warnings: one-line warnings the entry point prints (a fraction below the reckoning).
     """
 
     groups: Mapping[str, GroupPlacement]
     notices: tuple[str, ...]
     inventory: GpuInventory
     jax_build: JaxBuild = dataclasses.field(default_factory=JaxBuild)
+    memory: Mapping[str, memory_lib.MemoryNeed] = dataclasses.field(default_factory=dict)
+    memory_lines: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    def needs_reckoning(self) -> dict[str, GroupPlacement]:
+        """Node group -> a GPU placement of it whose memory a reckoning sizes or checks:
+        gpu_memory 'auto' or a fraction ('grow' and JAX's default have no limit to check)."""
+        out: dict[str, GroupPlacement] = {}
+        for p in self.groups.values():
+            if p.device == "gpu" and (p.memory_auto or isinstance(p.gpu_memory, float)):
+                out.setdefault(p.group, p)
+        return out
 
     def launch_group(self, group: str, node_index: int) -> str:
         """The launch group node `node_index` of logical group `group` belongs in."""
@@ -215,6 +240,7 @@ class PlacementPlan:
         if emptied:
             out.append(f"set to '' (library default) where not shown: {', '.join(emptied)}")
         out.append(f"JAX build: {self.jax_build.describe()}")
+        out += memory_lib.reckoning_lines(self.memory, self.memory_lines)
         return "\n".join(out)
 
 
@@ -226,6 +252,14 @@ def _describe_memory(p: GroupPlacement) -> str:
     if p.device != "gpu":
         return "-"
     cap = JAX_DEFAULT_PREALLOCATED_FRACTION
+    if p.memory_auto and not isinstance(p.gpu_memory, float):
+        return f"auto, not reckoned: on demand, up to {cap:g}"
+    if p.memory_auto:
+        return (
+            f"{p.gpu_memory:g} prealloc (auto)"
+            if p.preallocate
+            else f"up to {p.gpu_memory:g} (auto)"
+        )
     if isinstance(p.gpu_memory, float):
         return f"{p.gpu_memory:g} prealloc" if p.preallocate else f"up to {p.gpu_memory:g}"
     # Without a fraction JAX caps its allocator at 75% of the GPU, preallocated or not.
@@ -361,6 +395,7 @@ def make_plan(
     requests: Mapping[str, GroupRequest],
     inventory: GpuInventory,
     jax_build: JaxBuild | None = None,
+    memory: Mapping[str, memory_lib.MemoryNeed] | None = None,
 ) -> PlacementPlan:
     """Resolves and validates every node group's placement against `inventory`.
 
@@ -370,6 +405,11 @@ def make_plan(
       inventory: the machine's GPUs (`query_inventory()`; tests inject their own).
       jax_build: what the installed JAX can run on; None: `detect_jax_build()` (tests
         inject their own). GPU nodes need one that serves CUDA.
+      memory: node group -> its reckoned need per node (`magi_lp.runtime.memory_reckoning`).
+        A group with gpu_memory='auto' gets the fraction of its GPU that holds it; every GPU
+        is then checked against its nodes' pools and CUDA contexts, and a user's fraction
+        below its group's reckoning is a warning. None: 'auto' groups are left unsized
+        (on demand, with a notice), as for a first plan that says what to reckon.
 
     Returns:
       The plan; `plan.notices` holds choices the user should see (CPU fallbacks, ...).
@@ -381,11 +421,14 @@ def make_plan(
         set of the size asked for; memory fractions on one GPU summing over 1.0; two or
         more nodes on a GPU with JAX's default 75% preallocation; a bad render_gpu; a
         launch group name that collides with another group; a `batch_size` the group's
-        device count does not divide.
+        device count does not divide; with `memory`: a GPU whose nodes need more than it has
+        (naming the node, its need and what to change).
     """
     if jax_build is None:
         jax_build = detect_jax_build()
     notices: list[str] = []
+    warnings: list[str] = []
+    memory = dict(memory or {})
     placements: dict[str, GroupPlacement] = {}
     planned_load: dict[int, float] = {}
     # GPU id -> [(group, node index, spec)] of the nodes computing on it.
@@ -408,10 +451,12 @@ def make_plan(
             else:
                 per_node = [(ids[i % len(ids)],) for i in range(request.num_nodes)]
             for index, node_ids in enumerate(per_node):
+                node_spec = _sized(group, spec, node_ids, inventory, memory.get(group))
                 for gpu_id in node_ids:
-                    load = planned_load.get(gpu_id, 0.0) + _budget_fraction(spec)
+                    load = planned_load.get(gpu_id, 0.0) + _budget_fraction(node_spec)
                     planned_load[gpu_id] = load
-                    on_gpu.setdefault(gpu_id, []).append((group, index, spec))
+                    on_gpu.setdefault(gpu_id, []).append((group, index, node_spec))
+            _note_memory(group, spec, per_node[0], inventory, memory.get(group), notices, warnings)
         else:
             # Without render_gpu a CPU node sees no GPU, so EGL falls back to Mesa's
             # software renderer. No notice: most CPU groups (replay, counter) never render.
@@ -435,7 +480,10 @@ def make_plan(
                     f"launch group {name!r} (from node group {group!r}) collides with another "
                     f"group of that name; rename the node group {group!r} or the other one"
                 )
-            env = spec_to_env(spec, node_ids, group=group)
+            node_spec = spec
+            if device == "gpu":
+                node_spec = _sized(group, spec, node_ids, inventory, memory.get(group))
+            env = spec_to_env(node_spec, node_ids, group=group)
             if device == "gpu":
                 env = _with_pinned_ptxas(env, spec, jax_build)
             placements[name] = GroupPlacement(
@@ -444,19 +492,125 @@ def make_plan(
                 node_indices=tuple(indices),
                 device=device,
                 gpu_ids=node_ids,
-                gpu_memory=spec.gpu_memory if device == "gpu" else None,
-                preallocate=spec.effective_preallocate if device == "gpu" else None,
+                # A reckoned 'auto' shows its fraction; an unsized one stays 'auto'.
+                gpu_memory=(node_spec.memory_fraction or spec.gpu_memory)
+                if device == "gpu"
+                else None,
+                preallocate=node_spec.effective_preallocate if device == "gpu" else None,
                 render_gpu=spec.render_gpu if spec.render == "egl" else None,
                 env=env,
                 jax_backend=jax_backend(env, jax_build),
                 cpu_devices=spec.cpu_devices if device == "cpu" else 1,
+                memory_auto=device == "gpu" and spec.gpu_memory == "auto",
             )
             _check_batch_divides(group, request, placements[name])
 
+    memory_lines: list[str] = []
+    if memory:
+        auto = {g: r.spec.gpu_memory == "auto" for g, r in requests.items()}
+        memory_lines = _check_reckoned(on_gpu, inventory, memory, auto)
     _check_memory(on_gpu, inventory, notices)
     return PlacementPlan(
-        groups=placements, notices=tuple(notices), inventory=inventory, jax_build=jax_build
+        groups=placements,
+        notices=tuple(notices),
+        inventory=inventory,
+        jax_build=jax_build,
+        memory={g: n for g, n in memory.items() if any(p.group == g for p in placements.values())},
+        memory_lines=tuple(memory_lines),
+        warnings=tuple(warnings),
     )
+
+
+def _sized(
+    group: str,
+    spec: ResourceSpec,
+    gpu_ids: Sequence[int],
+    inventory: GpuInventory,
+    need: memory_lib.MemoryNeed | None,
+) -> ResourceSpec:
+    """`spec` for a node on `gpu_ids`, its 'auto' replaced by the reckoned fraction (or, with
+    no reckoning, by allocation on demand); other specs as they are."""
+    if spec.gpu_memory != "auto":
+        return spec
+    if need is None:
+        return dataclasses.replace(spec, gpu_memory="grow", preallocate=False)
+    smallest = min(inventory[i].memory_total_bytes for i in gpu_ids)
+    fraction = need.fraction_of(smallest)
+    if fraction > 1.0:
+        label = inventory[min(gpu_ids, key=lambda i: inventory[i].memory_total_bytes)].label
+        raise ConfigError(
+            f"{group} node needs {memory_lib.gb(need.total)} of GPU memory "
+            f"({need.describe().split(' = ', 1)[1]}) but GPU {label} has "
+            f"{memory_lib.gb(smallest)}; lower it with "
+            f"{memory_lib.fix_for(group, need, alone=True)}"
+        )
+    return dataclasses.replace(spec, gpu_memory=fraction)
+
+
+def _note_memory(
+    group: str,
+    spec: ResourceSpec,
+    gpu_ids: Sequence[int],
+    inventory: GpuInventory,
+    need: memory_lib.MemoryNeed | None,
+    notices: list[str],
+    warnings: list[str],
+) -> None:
+    """A notice for an unsized 'auto', a warning for a user's fraction below the reckoning."""
+    if spec.gpu_memory == "auto" and need is None:
+        notices.append(
+            f"{group}: resources.{group}.gpu_memory='auto' was not reckoned for this plan; "
+            "its nodes allocate GPU memory on demand"
+        )
+    elif need is not None and spec.memory_fraction is not None and gpu_ids:
+        smallest = min(inventory[i].memory_total_bytes for i in gpu_ids)
+        warning = memory_lib.below_reckoning(group, spec.memory_fraction, smallest, need)
+        if warning:
+            warnings.append(warning)
+
+
+def _check_reckoned(
+    on_gpu: Mapping[int, list[tuple[str, int, ResourceSpec]]],
+    inventory: GpuInventory,
+    memory: Mapping[str, memory_lib.MemoryNeed],
+    requested_auto: Mapping[str, bool],
+) -> list[str]:
+    """Every GPU's nodes against its memory; returns one "what is left" line per GPU.
+
+    Raises:
+      ConfigError: one line naming the node that needs the most, its need and the fix.
+    """
+    lines = []
+    for gpu_id in sorted(on_gpu):
+        gpu = inventory[gpu_id]
+        shares = []
+        for group, index, spec in on_gpu[gpu_id]:
+            need = memory.get(group)
+            if spec.memory_fraction is not None:
+                pool = int(spec.memory_fraction * gpu.memory_total_bytes)
+            elif spec.effective_preallocate:
+                pool = int(JAX_DEFAULT_PREALLOCATED_FRACTION * gpu.memory_total_bytes)
+            else:  # on demand: it takes what it needs, as far as the reckoning knows
+                pool = need.total if need is not None else 0
+            sized = need is not None and requested_auto.get(group, False)
+            shares.append(memory_lib.GpuShare(group, index, pool, need, sized))
+        left, refusal = memory_lib.check_gpu(
+            gpu.label, gpu.memory_total_bytes, gpu.memory_used_bytes, shares
+        )
+        if refusal:
+            raise ConfigError(refusal)
+        used = (
+            f", {memory_lib.gb(gpu.memory_used_bytes)} in use already"
+            if gpu.memory_used_bytes
+            else ""
+        )
+        lines.append(
+            f"GPU {gpu.label}: {memory_lib.gb(gpu.memory_total_bytes)}{used}; "
+            f"{memory_lib.summarise(shares)}, {len(shares)} CUDA context(s) "
+            f"{memory_lib.gb(len(shares) * memory_lib.CUDA_CONTEXT_BYTES)}; "
+            f"left: {memory_lib.gb(left)}"
+        )
+    return lines
 
 
 def _check_batch_divides(group: str, request: GroupRequest, placement: GroupPlacement) -> None:

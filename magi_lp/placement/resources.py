@@ -36,9 +36,13 @@ DEVICES = ("cpu", "gpu", "gpu_if_available")
 GPU_DISTRIBUTIONS = ("shared", "round_robin")
 ALLOCATORS = ("bfc", "platform")
 RENDERERS = ("egl", "osmesa", "none")
-GPU_MEMORY_WORDS = {"grow": "allocate on demand"}
+GPU_MEMORY_WORDS = {
+    "auto": "reckoned from the node's compiled programs before anything starts",
+    "grow": "allocate on demand",
+}
 """`gpu_memory`'s values besides a fraction and None, with what each does: a new one is one
-line here (and what it means, in `effective_preallocate` / `memory_fraction`)."""
+line here (and what it means, in `effective_preallocate` / `memory_fraction`; 'auto' becomes
+a fraction in `make_plan`, from `magi_lp.placement.memory`)."""
 
 # MUJOCO_GL per `render`. "off" is in both dm_control's and mujoco's list of values that
 # disable rendering, so a state-only node never loads an OpenGL library.
@@ -90,9 +94,11 @@ class ResourceSpec:
       gpu_distribution: "shared" (every node sees all of `gpus`) or "round_robin" (node i
         sees only `gpus[i % len(gpus)]`).
       gpu_memory: fraction in (0, 1] of each visible GPU's total memory that JAX may use,
-        "grow" (allocate on demand), or None (JAX's default: preallocate 75%).
-      preallocate: whether JAX reserves its memory up front. None: true with a fraction or
-        None, false with "grow".
+        "auto" (the fraction the node's compiled programs need, reckoned before anything
+        starts: `magi_lp.placement.memory`), "grow" (allocate on demand), or None (JAX's
+        default: preallocate 75%).
+      preallocate: whether JAX reserves its memory up front. None: true with a fraction,
+        "auto" or None, false with "grow".
       allocator: "bfc", "platform" (allocate and free exactly; slow, no fragmentation), or
         None (JAX default, which is bfc).
       tf_gpu: whether TensorFlow in this node may use the GPU. Off by default: TF is only
@@ -265,7 +271,9 @@ class ResourceSpec:
 
     @property
     def memory_fraction(self) -> float | None:
-        """The fraction of each visible GPU this node may take; None for "grow"/default."""
+        """The fraction of each visible GPU this node may take; None for "grow"/default, and
+        for an "auto" the plan has not reckoned yet (`make_plan` puts the reckoned fraction
+        in its place)."""
         return self.gpu_memory if isinstance(self.gpu_memory, float) else None
 
 

@@ -6,7 +6,8 @@ nodes. So the plan counts the store's bytes (`FrameReplaySpec.nbytes`: frames + 
 shard per learner device) against the learner's budget:
 
 - a GPU learner: its memory fraction (`resources.learner.gpu_memory`; JAX's default 0.75 when
-  unset; the free memory for 'grow') of its smallest GPU, per device;
+  unset; the free memory for 'grow'; for 'auto', what the other nodes' fractions leave) of
+  its smallest GPU, per device;
 - a CPU learner: the host's RAM less the other nodes' resident memory
   (`config.NODE_RSS_GIB`), all shards together;
 
@@ -24,7 +25,7 @@ import importlib.util
 from typing import Any
 
 from magi_lp.errors import ConfigError
-from magi_lp.placement.node_memory import NODE_RSS_GIB, node_counts
+from magi_lp.placement.host_memory import NODE_RSS_GIB, node_counts
 
 GIB = 1 << 30
 
@@ -72,6 +73,11 @@ def _learner_budget(config: Any, plan: Any, single_process: bool) -> tuple[int, 
         if fraction == "grow":
             free = min(g.memory_total_bytes - g.memory_used_bytes for g in gpus)
             setting, budget = "grow (free memory)", free
+        elif learner.memory_auto:
+            # Sized after this choice (magi_lp.runtime.memory_reckoning), from the store chosen
+            # here: the store may take what the other nodes' fractions leave free.
+            budget = min(_left_beside(plan, learner, g) for g in gpus)
+            setting = "resources.learner.gpu_memory=auto (what the other nodes leave)"
         else:
             value = JAX_DEFAULT_FRACTION if fraction is None else float(fraction)
             setting = f"resources.learner.gpu_memory={fraction}"
@@ -93,6 +99,16 @@ def _learner_budget(config: Any, plan: Any, single_process: bool) -> tuple[int, 
     where = f"this host's {_gb(total)} RAM{beside} (the learner's cpu)"
     shards = 1 if single_process else max(1, learner.num_devices)
     return int(total - others), where, shards
+
+
+def _left_beside(plan: Any, learner: Any, gpu: Any) -> int:
+    """Bytes of `gpu` neither in use nor given by a fraction to another node of the plan."""
+    taken = sum(
+        float(p.gpu_memory) * gpu.memory_total_bytes * len(p.node_indices)
+        for p in plan.groups.values()
+        if p is not learner and gpu.index in p.gpu_ids and isinstance(p.gpu_memory, float)
+    )
+    return int(gpu.memory_total_bytes - gpu.memory_used_bytes - taken)
 
 
 def plan_replay_store(

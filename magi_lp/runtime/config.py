@@ -19,7 +19,7 @@ import ml_collections
 
 from magi_lp.config_schema import fail_unless, typed_section, unknown_key
 from magi_lp.errors import ConfigError
-from magi_lp.placement.node_memory import NODE_RSS_GIB, node_counts
+from magi_lp.placement.host_memory import NODE_RSS_GIB, node_counts
 from magi_lp.placement.plan import GroupRequest
 from magi_lp.placement.resources import ResourceSpec, resource_spec
 from magi_lp.replay.stores import FRAME_STORES

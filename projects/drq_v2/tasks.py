@@ -111,10 +111,13 @@ def make_config(task_name: str, distributed: bool = False) -> ml_collections.Con
     )
     # Resources: the toolkit's defaults (experiment_defaults(); actors and the evaluator on
     # the CPU rendering with EGL, the rest on the CPU rendering nothing) but for the learner,
-    # which takes a GPU when there is one (JAX's default share of it: it is alone on it;
-    # --config.resources.learner.gpu_memory=0.5 to share), else the CPU, and the plan prints
-    # a one-line notice. It renders nothing: it gets the spec, not an environment.
-    config.resources.learner = resource_spec(device="gpu_if_available", render="none")
+    # which takes a GPU when there is one, else the CPU, and the plan prints a one-line
+    # notice. On a GPU its memory is what its compiled update, state and replay store need
+    # ('auto', reckoned before launch; --config.resources.learner.gpu_memory=0.5 for a fixed
+    # share). It renders nothing: it gets the spec, not an environment.
+    config.resources.learner = resource_spec(
+        device="gpu_if_available", gpu_memory="auto", render="none"
+    )
 
     config.env = env  # with its evaluation video (env.video: projects/drq_v2/video.py)
     config.agent = agent

@@ -1,4 +1,4 @@
-"""What each node group of a program holds in host memory, and how many nodes each has.
+"""Host memory: what each node group of a program holds in RAM, and how many nodes each has.
 
 Shared by the capacity warnings (`magi_lp.runtime.config`) and the replay's plan
 (`magi_lp.replay.plan`), which counts the other nodes' memory against a device store on a
