@@ -15,10 +15,10 @@ so that the numbers are the GPU's. A CPU compile's temporaries differ from a GPU
 fusions, no cuDNN workspaces): the margin is there for that, and `make gpu-check` measures
 by how much they differ.
 
-A reckoning is kept, in the process and in the system temp folder, under a key of what decides
-the programs (the config but its resources and replay sections, the requests, the Python and
-its jaxlib) and of the modification times of the toolkit's and the agent project's sources:
-the isolation re-run of the same command and a launch after its dry run do not compile again.
+A reckoning is kept in the process, and handed to the network-isolated re-run of the same
+command through its environment, under a key of what decides the programs (the config but its
+resources and replay sections, the requests, the Python and its jaxlib): that re-run does not
+compile again. Nothing is written outside the run's temporary folder (removed at once).
 """
 
 from __future__ import annotations
@@ -44,6 +44,9 @@ TIMEOUT_S = 600
 """How long the compiling process may take."""
 
 _CACHE: dict[str, dict[str, Any]] = {}
+
+_HANDED_DOWN = "MAGI_LP_GPU_MEMORY_RECKONING"
+"""The environment variable that hands the last reckoning to this command's re-run."""
 
 
 def _cuda_here(plan: Any) -> bool:
@@ -134,14 +137,16 @@ def compile_programs(
             )
         )
     ).hexdigest()
-    cached = _cache_path(key, experiment)
     if key in _CACHE:
         return _CACHE[key]
-    if cached.exists():
+    handed_down = os.environ.get(_HANDED_DOWN)
+    if handed_down:
         try:
-            _CACHE[key] = json.loads(cached.read_text())
-            return _CACHE[key]
-        except (OSError, ValueError):
+            kept = json.loads(handed_down)
+            if kept.get("key") == key:
+                _CACHE[key] = kept["result"]
+                return _CACHE[key]
+        except (ValueError, KeyError, AttributeError):
             pass
     with tempfile.TemporaryDirectory(prefix="magi_lp-memory-") as folder:
         request_path = Path(folder) / "request.pkl"
@@ -169,11 +174,10 @@ def compile_programs(
             )
         result = json.loads(result_path.read_text())
     _CACHE[key] = result
-    try:
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        cached.write_text(json.dumps(result))
-    except OSError:
-        pass  # only a cache
+    # The network-isolated re-run of this command (`magi_lp.launch.isolation`) inherits the
+    # environment: it takes the reckoning from there instead of compiling again. Nothing is
+    # kept on disk.
+    os.environ[_HANDED_DOWN] = json.dumps({"key": key, "result": result})
     return result
 
 
@@ -184,24 +188,6 @@ def _version(package: str) -> str:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
         return ""
-
-
-def _cache_path(key: str, experiment: Any) -> Path:
-    """Where a reckoning is kept between processes (the isolation re-run, a launch after its
-    dry run): the system temp folder, under a name that changes with the request and with
-    any edit of the toolkit's or the agent project's sources."""
-    import importlib
-
-    folders = [Path(__file__).resolve().parents[1]]
-    module = importlib.import_module(type(experiment.builder).__module__)
-    if getattr(module, "__file__", None):
-        folders.append(Path(module.__file__).resolve().parent)
-    stamp = hashlib.sha256(key.encode())
-    for folder in folders:
-        for path in sorted(folder.rglob("*.py")):
-            stamp.update(f"{path}:{path.stat().st_mtime_ns}".encode())
-    name = f"magi_lp-memory-{os.getuid()}"
-    return Path(tempfile.gettempdir()) / name / f"{stamp.hexdigest()[:32]}.json"
 
 
 def _store_bytes(builder: Any, store: Any, devices: int) -> tuple[int, str]:
