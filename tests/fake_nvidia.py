@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -187,3 +189,37 @@ def env_with(
     if path:
         env["PATH"] = os.pathsep.join([*(str(p) for p in path), env.get("PATH", "")])
     return env
+
+
+DRQ_LP_MAIN = "projects/drq_v2/lp_main.py"
+"""`make run`'s entry point, and its config."""
+DRQ_CONFIG = "configs/reacher_hard_distributed.py"
+
+
+def lp_main_on_fake_gpus(
+    tmp_path: Path,
+    args: Sequence[str],
+    *,
+    plugin: bool = True,
+    gpus: int = 1,
+    config: str = DRQ_CONFIG,
+    timeout: float = 120,
+) -> tuple[subprocess.CompletedProcess, Path]:
+    """DrQ-v2's `lp_main.py` with `config` and `args` on `gpus` fake 80 GB H100s (NVML), and
+    with `plugin` a fake CUDA plugin for JAX; returns the result and the run's workdir."""
+    from tests.e2e_utils import REPO
+
+    fakes = write_fake_pynvml(tmp_path / "nvml", gpus=[(H100, 80)] * gpus)
+    folders = [fakes]
+    if plugin:
+        folders.append(write_fake_cuda_plugin(tmp_path / "plugin"))
+    workdir = tmp_path / "run"
+    result = subprocess.run(
+        [sys.executable, DRQ_LP_MAIN, "--config", config, "--workdir", str(workdir), *args],
+        cwd=REPO,
+        env=env_with(pythonpath=[*folders, REPO]),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    return result, workdir

@@ -9,9 +9,6 @@ for the same programs compile them once."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from magi_lp.errors import ConfigError
@@ -26,7 +23,7 @@ from projects.drq_v2 import tiny
 from projects.drq_v2.experiment import make_experiment
 from projects.drq_v2.tasks import make_config
 from tests.e2e_utils import REPO
-from tests.fake_nvidia import CUDA12, H100, env_with, gpu, write_fake_cuda_plugin, write_fake_pynvml
+from tests.fake_nvidia import CUDA12, H100, gpu, lp_main_on_fake_gpus
 
 GIB = 1 << 30
 H100_80 = GpuInventory((gpu(0, H100, total_gib=80),))
@@ -256,24 +253,7 @@ def test_td3_is_reckoned_through_the_same_builder_protocol():
 
 
 def test_dry_run_of_make_runs_config_shows_the_reckoning_on_a_fake_h100(tmp_path):
-    fakes = write_fake_pynvml(tmp_path / "nvml", gpus=[(H100, 80)])
-    plugin = write_fake_cuda_plugin(tmp_path / "plugin")
-    result = subprocess.run(
-        [
-            sys.executable,
-            "projects/drq_v2/lp_main.py",
-            "--config",
-            "configs/reacher_hard_distributed.py",
-            "--workdir",
-            str(tmp_path / "run"),
-            "--dry_run",
-        ],
-        cwd=REPO,
-        env=env_with(pythonpath=[fakes, plugin, REPO]),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result, workdir = lp_main_on_fake_gpus(tmp_path, ["--dry_run"], timeout=300)
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "replay: device store on the learner's device, 21.9 GB" in out
@@ -286,24 +266,12 @@ def test_dry_run_of_make_runs_config_shows_the_reckoning_on_a_fake_h100(tmp_path
     assert 22.0 < total < 30.0  # the store, the update's working set, a 10% margin
     gpu_line = next(line for line in lines if line.startswith("  GPU 0:NVIDIA H100"))
     assert "left: " in gpu_line
-    assert not (tmp_path / "run").exists()
+    assert not workdir.exists()
 
     # A store bigger than the GPU leaves room for: one line, before anything starts.
-    refused = subprocess.run(
-        [
-            sys.executable,
-            "projects/drq_v2/lp_main.py",
-            "--config",
-            "configs/reacher_hard_distributed.py",
-            "--workdir",
-            str(tmp_path / "run"),
-            "--config.replay.store=device",
-            "--config.agent.replay_buffer_size=3000000",
-        ],
-        cwd=REPO,
-        env=env_with(pythonpath=[fakes, plugin, REPO]),
-        capture_output=True,
-        text=True,
+    refused, _ = lp_main_on_fake_gpus(
+        tmp_path,
+        ["--config.replay.store=device", "--config.agent.replay_buffer_size=3000000"],
         timeout=300,
     )
     assert refused.returncode == 2, refused.stderr
@@ -311,4 +279,4 @@ def test_dry_run_of_make_runs_config_shows_the_reckoning_on_a_fake_h100(tmp_path
     assert len(errors) == 1 and "Traceback" not in refused.stderr, refused.stderr
     assert "the device replay store needs 65.6 GB" in errors[0]
     assert "agent.replay_buffer_size=" in errors[0]
-    assert not (tmp_path / "run").exists()
+    assert not workdir.exists()

@@ -1,8 +1,6 @@
 """Placement plans over injected GPU inventories and JAX builds."""
 
 import dataclasses
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,10 +17,8 @@ from tests.fake_nvidia import (
     NO_GPU,
     RTX3060,
     RTX3080,
-    env_with,
     gpu,
-    write_fake_cuda_plugin,
-    write_fake_pynvml,
+    lp_main_on_fake_gpus,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -495,27 +491,11 @@ def test_plan_reads_the_installed_jax_build_when_none_is_given():
 
 # --- the entry point, with a fake driver (NVML) and, where said, a fake CUDA plugin -----
 
-DRQ = "projects/drq_v2/lp_main.py"
-DRQ_CONFIG = "configs/reacher_hard_distributed.py"
-
 
 def _lp_main(tmp_path, args, *, plugin):
-    fakes = write_fake_pynvml(tmp_path / "nvml", gpus=[("NVIDIA H100 80GB HBM3", 80)])
-    folders = [fakes]
-    if plugin:
-        folders.append(write_fake_cuda_plugin(tmp_path / "plugin"))
     if detect_jax_build().serves_cuda and not plugin:
         pytest.skip("this Python has a real CUDA plugin")
-    env = env_with(pythonpath=[*folders, REPO])
-    workdir = tmp_path / "run"
-    return subprocess.run(
-        [sys.executable, DRQ, "--config", DRQ_CONFIG, "--workdir", str(workdir), *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    ), workdir
+    return lp_main_on_fake_gpus(tmp_path, args, plugin=plugin)
 
 
 def test_entry_point_refuses_gpu_without_cuda_jax_before_spawning(tmp_path):
@@ -689,23 +669,8 @@ def test_shipped_gpu_layouts_plan_on_one_and_four_gpus():
 
 
 def test_dry_run_shows_the_split_of_the_four_gpu_layout(tmp_path):
-    fakes = write_fake_pynvml(tmp_path / "nvml", gpus=[("NVIDIA H100 80GB HBM3", 80)] * 4)
-    plugin = write_fake_cuda_plugin(tmp_path / "plugin")
-    result = subprocess.run(
-        [
-            sys.executable,
-            DRQ,
-            "--config",
-            "configs/reacher_hard_gpu_layouts.py:4gpu",
-            "--workdir",
-            str(tmp_path / "run"),
-            "--dry_run",
-        ],
-        cwd=REPO,
-        env=env_with(pythonpath=[fakes, plugin, REPO]),
-        capture_output=True,
-        text=True,
-        timeout=120,
+    result, _ = lp_main_on_fake_gpus(
+        tmp_path, ["--dry_run"], gpus=4, config="configs/reacher_hard_gpu_layouts.py:4gpu"
     )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()

@@ -211,8 +211,8 @@ def _learner_work(experiment: Any, environment_spec: Any, networks: Any) -> None
     import jax
     import numpy as np
 
-    from magi_lp.acme_api import counting, loggers
     from magi_lp.replay.frame_store import DeviceFrameStore, DeviceReplayIterator
+    from magi_lp.runtime.program_memory import make_quiet_learner
 
     config = experiment.config
     builder = experiment.builder
@@ -227,13 +227,8 @@ def _learner_work(experiment: Any, environment_spec: Any, networks: Any) -> None
             frame = rng.integers(0, 255, spec.frame_shape, np.uint8)
             store.add(writer, frame, action, 0.0, 1.0, last=t == spec.window + 7)
     store.flush()
-    learner = builder.make_learner(
-        random_key=jax.random.PRNGKey(0),
-        networks=networks,
-        dataset=DeviceReplayIterator(store, jax.random.PRNGKey(1)),
-        environment_spec=environment_spec,
-        logger=loggers.NoOpLogger(),
-        counter=counting.Counter(),
+    learner = make_quiet_learner(
+        builder, networks, environment_spec, DeviceReplayIterator(store, jax.random.PRNGKey(1))
     )
     for _ in range(UPDATES):
         learner.step()
@@ -246,19 +241,12 @@ def _actor_work(
     import jax
     import numpy as np
 
-    from magi_lp.acme_api import counting, loggers
     from magi_lp.agent.builder import POLICY_VARIABLES
+    from magi_lp.runtime.program_memory import make_quiet_learner
 
     builder = experiment.builder
     with jax.default_device(jax.devices("cpu")[0]):  # the learner's state is not the actor's
-        learner = builder.make_learner(
-            random_key=jax.random.PRNGKey(0),
-            networks=networks,
-            dataset=iter(()),
-            environment_spec=environment_spec,
-            logger=loggers.NoOpLogger(),
-            counter=counting.Counter(),
-        )
+        learner = make_quiet_learner(builder, networks, environment_spec)
         params = learner.get_variables([POLICY_VARIABLES])[0]
     params = jax.device_put(params, jax.devices()[0])
     policy = builder.make_policy(networks, environment_spec, group == "evaluator")

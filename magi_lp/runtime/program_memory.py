@@ -92,6 +92,25 @@ def learner_batch_shape(builder: Any, environment_spec: Any, batch_size: int) ->
     )
 
 
+def make_quiet_learner(
+    builder: Any, networks: Any, environment_spec: Any, dataset: Any = (), seed: int = 0
+) -> Any:
+    """The agent's learner over `dataset` (default: none, for a learner never stepped), with
+    no logger and a counter of its own: what a measurement builds outside a program."""
+    import jax
+
+    from magi_lp.acme_api import counting, loggers
+
+    return builder.make_learner(
+        random_key=jax.random.PRNGKey(seed),
+        networks=networks,
+        dataset=iter(dataset),
+        environment_spec=environment_spec,
+        logger=loggers.NoOpLogger(),
+        counter=counting.Counter(),
+    )
+
+
 def measure(experiment: Any, requests: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Compiles each requested group's program; returns its memory analysis and sizes.
 
@@ -102,7 +121,6 @@ def measure(experiment: Any, requests: dict[str, dict[str, Any]]) -> dict[str, A
     """
     import jax
 
-    from magi_lp.acme_api import counting, loggers
     from magi_lp.agent.builder import POLICY_VARIABLES
     from magi_lp.agent.learner import MAX_UPDATES_IN_FLIGHT, JaxLearner
 
@@ -110,14 +128,7 @@ def measure(experiment: Any, requests: dict[str, dict[str, Any]]) -> dict[str, A
     environment_spec = experiment.get_environment_spec()
     networks = experiment.network_factory(environment_spec)
     # Every program needs the learner: actors act with the parameters it serves.
-    learner = builder.make_learner(
-        random_key=jax.random.PRNGKey(0),
-        networks=networks,
-        dataset=iter(()),
-        environment_spec=environment_spec,
-        logger=loggers.NoOpLogger(),
-        counter=counting.Counter(),
-    )
+    learner = make_quiet_learner(builder, networks, environment_spec)
     if not isinstance(learner, JaxLearner):
         raise ValueError(
             f"{type(builder).__name__}.make_learner gives a {type(learner).__name__}, not a "
