@@ -44,7 +44,8 @@ WIDTH = 96
 
 
 def _files() -> list[str]:
-    """The repository's files, tracked or new (not ignored), relative to the root."""
+    """The repository's files, tracked or new (not ignored), relative to the root, each once
+    (during a merge git lists a conflicted file once per side)."""
     out = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
         cwd=ROOT,
@@ -52,7 +53,7 @@ def _files() -> list[str]:
         text=True,
         check=True,
     ).stdout
-    return [line for line in out.splitlines() if (ROOT / line).exists()]
+    return sorted({line for line in out.splitlines() if (ROOT / line).exists()})
 
 
 def _docstring(path: Path) -> str:
