@@ -26,6 +26,7 @@ from typing import Any
 
 from magi_lp.errors import ConfigError
 from magi_lp.placement.host_memory import NODE_RSS_GIB, node_counts
+from magi_lp.replay.stores.device import DeviceStore
 
 GIB = 1 << 30
 
@@ -148,13 +149,13 @@ def plan_replay_store(
                 "`transition_replay` (magi_lp.agent.builder)"
             )
         return None
-    writers = int(config.envs_per_actor) * (1 if single_process else int(config.num_actors))
+    device_store = DeviceStore(builder, config, single_process=single_process)
     if plan is None:
         budget, where, shards = _single_process_budget()
     else:
         budget, where, shards = _learner_budget(config, plan, single_process)
     budget = int(budget - max(HEADROOM * budget, MIN_HEADROOM_BYTES))
-    nbytes = spec.nbytes(writers, shards)
+    nbytes = device_store.nbytes(shards)
     fits = nbytes <= budget
     frames = "x".join(str(d) for d in spec.frame_shape)
     size = f"{spec.capacity:,} transitions of {frames} frames"
