@@ -142,10 +142,10 @@ def test_the_learner_is_sized_from_its_compiled_update_and_its_store(tiny_plan):
     learner = plan.memory["learner"]
     assert store.store == "device"
     # The store's bytes are FrameReplaySpec.nbytes (2 actors write), plus one staged insert.
-    from magi_lp.replay.frame_store import MAX_STAGED_STEPS, _bucket
+    from magi_lp.replay.frame_store import staged_insert_bytes
 
     spec = make_experiment(tiny_config()).builder.frame_replay(None)
-    staged = _bucket(MAX_STAGED_STEPS) * (spec.frame_nbytes + spec.index_nbytes())
+    staged = staged_insert_bytes(spec)
     assert learner.store == spec.nbytes(writers=2, shards=1) + staged == store.nbytes + staged
     assert learner.state > 0 and learner.compiled > 0 and learner.batches > 0
     assert learner.compiled_on.startswith("cpu, jax ")

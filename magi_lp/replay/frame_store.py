@@ -256,6 +256,12 @@ def _bucket(count: int) -> int:
     return max(8, 1 << max(0, count - 1).bit_length())
 
 
+def staged_insert_bytes(spec: FrameReplaySpec) -> int:
+    """Device bytes of the largest insert a shard applies at once (`MAX_STAGED_STEPS` rows of
+    frames and index, padded to their bucket): what a flush holds beside the store."""
+    return _bucket(MAX_STAGED_STEPS) * (spec.frame_nbytes + spec.index_nbytes())
+
+
 class DeviceFrameStore:
     """The device store: host bookkeeping (`_Shard` per device) + the arrays on the devices.
 

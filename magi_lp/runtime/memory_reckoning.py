@@ -195,10 +195,10 @@ def _store_bytes(builder: Any, store: Any, devices: int) -> tuple[int, str]:
     plan counted them), with the host writes staged for one insert."""
     if store is None or store.store != "device":
         return 0, ""
-    from magi_lp.replay.frame_store import MAX_STAGED_STEPS, _bucket
+    from magi_lp.replay.frame_store import staged_insert_bytes
 
     spec = builder.frame_replay(None)
-    staged = _bucket(MAX_STAGED_STEPS) * (spec.frame_nbytes + spec.index_nbytes())
+    staged = staged_insert_bytes(spec)
     per_device = -(-store.nbytes // devices) + staged
     return per_device, f"store {spec.capacity:,} transitions"
 
