@@ -16,6 +16,8 @@ import abc
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from magi_lp import console
+
 StopFn = Callable[[], bool]
 
 
@@ -28,8 +30,8 @@ class LearnerReplay:
     """The learner's side of a store: its batches, and what goes with them.
 
     This base serves a store the Reverb server holds (nothing to save with the learner's
-    checkpoint; the probe asks Reverb for its numbers). Stores the toolkit holds itself
-    override `saves`, `save`, `restore` and `info`.
+    checkpoint; the probe asks Reverb for its numbers). Stores the toolkit holds itself use
+    `HeldLearnerReplay`.
 
     Attributes:
       iterator: the learner's batches.
@@ -67,6 +69,40 @@ class LearnerReplay:
         """Ends the learner's waits (a prompt stop)."""
 
 
+class HeldLearnerReplay(LearnerReplay):
+    """The learner's side of a store the toolkit holds itself (`held`: the device frame store
+    or the host transition replay): saved with the learner's checkpoint, its numbers in the
+    status view.
+
+    `held` has `size`, `inserted`, `sampled_batches`, `spec.batch_size`, `save()` and
+    `restore(saved)`.
+    """
+
+    saves = True
+
+    def __init__(self, iterator: Iterator[Any], held: Any, client: Any = None):
+        super().__init__(iterator, client)
+        self.held = held
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "replay_size": self.held.size,
+            "replay_inserted": self.held.inserted,  # transitions
+            "replay_sampled": self.held.sampled_batches * self.held.spec.batch_size,
+        }
+
+    def save(self) -> Any:
+        return self.held.save()
+
+    def restore(self, saved: Any) -> None:
+        self.held.restore(saved)
+        console.say(
+            f"replay restored: {self.held.size} transitions "
+            f"({self.held.inserted} inserted, {self.held.sampled_batches} batches sampled)",
+            source="checkpoint",
+        )
+
+
 class ReplayStore(abc.ABC):
     """One replay store: every piece of it, made in the process that owns the piece.
 
@@ -78,13 +114,13 @@ class ReplayStore(abc.ABC):
     name: str = ""
     """The store's `replay.store` value (agents' own stores: a description)."""
 
+    uses_reverb: bool = True
+    """Whether a Reverb server holds (part of) it: the replay node, or one in-process."""
+
     def __init__(self, builder: Any, config: Any, *, single_process: bool = False):
         self.builder = builder
         self.config = config
         self.single_process = single_process
-
-    uses_reverb: bool = True
-    """Whether a Reverb server holds (part of) it: the replay node, or one in-process."""
 
     @property
     def writers(self) -> int:

@@ -11,24 +11,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from magi_lp import console
-from magi_lp.replay.store import LearnerReplay, ReplayStore, StopFn, never
+from magi_lp.replay.store import HeldLearnerReplay, ReplayStore, StopFn, never
 
 STEP_QUEUE = "steps"
 """The Reverb queue that carries actors' steps to the learner's device store."""
 
 
-class DeviceLearnerReplay(LearnerReplay):
+class DeviceLearnerReplay(HeldLearnerReplay):
     """The device store on the learner's side, with its replay ratio and drain thread
-    (distributed only), its checkpoint and its numbers.
+    (distributed only).
 
     Attributes:
-      store: the `DeviceFrameStore`.
+      store: the `DeviceFrameStore` (`held`).
       gate: the replay ratio the learner enforces (distributed), else None.
       drainer: the thread moving steps from the queue into the store (distributed), else None.
     """
-
-    saves = True
 
     def __init__(
         self,
@@ -39,36 +36,24 @@ class DeviceLearnerReplay(LearnerReplay):
         gate: Any = None,
         drainer: Any = None,
     ):
-        super().__init__(iterator, client)
+        super().__init__(iterator, store, client)
         self.store = store
         self.gate = gate
         self.drainer = drainer
 
     def info(self) -> dict[str, Any]:
-        return {
-            "replay_size": self.store.size,
-            "replay_inserted": self.store.inserted,  # transitions
-            "replay_sampled": self.store.sampled_batches * self.store.spec.batch_size,
-            "replay_steps_added": self.store.steps_added,  # frames, episode starts included
-        }
+        # frames, episode starts included
+        return {**super().info(), "replay_steps_added": self.store.steps_added}
 
     def has_items(self) -> bool:
         self.store.flush()
         return self.store.ready()
 
-    def save(self) -> Any:
-        return self.store.save()
-
     def restore(self, saved: Any) -> None:
         """Takes a saved store back, with the replay ratio's counts."""
-        self.store.restore(saved)
+        super().restore(saved)
         if self.gate is not None:
             self.gate.restore(self.store.inserted, self.store.sampled_batches)
-        console.say(
-            f"replay restored: {self.store.size} transitions "
-            f"({self.store.inserted} inserted, {self.store.sampled_batches} batches sampled)",
-            source="checkpoint",
-        )
 
     def start(self) -> None:
         if self.drainer is not None:

@@ -10,39 +10,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from magi_lp import console
-from magi_lp.replay.store import LearnerReplay, ReplayStore, StopFn, never
+from magi_lp.replay.store import HeldLearnerReplay, ReplayStore, StopFn, never
 
 
-class HostLearnerReplay(LearnerReplay):
-    """The host replay on the learner's side, with its checkpoint and numbers."""
-
-    saves = True
+class HostLearnerReplay(HeldLearnerReplay):
+    """The host replay on the learner's side (`held`, also `host`)."""
 
     def __init__(self, host: Any):
-        super().__init__(_batches(host))
+        super().__init__(_batches(host), host)
         self.host = host
-
-    def info(self) -> dict[str, Any]:
-        return {
-            "replay_size": self.host.size,
-            "replay_inserted": self.host.inserted,
-            "replay_sampled": self.host.sampled_batches * self.host.spec.batch_size,
-        }
 
     def has_items(self) -> bool:
         return self.host.ready(self.host.spec.batch_size)
-
-    def save(self) -> Any:
-        return self.host.save()
-
-    def restore(self, saved: Any) -> None:
-        self.host.restore(saved)
-        console.say(
-            f"replay restored: {self.host.size} transitions "
-            f"({self.host.inserted} inserted, {self.host.sampled_batches} batches sampled)",
-            source="checkpoint",
-        )
 
 
 def _batches(host: Any) -> Iterator[Any]:
