@@ -148,6 +148,8 @@ class JaxLearner(Learner, Generic[State]):
         # already there, split as the update wants them: nothing to copy or prefetch.
         if getattr(iterator, "on_device", False):
             prefetch = 0
+        self.prefetch_depth = prefetch
+        """Batches kept ready on the device ahead of the update (0: none)."""
         self._iterator = (
             DevicePrefetcher(iterator, size=prefetch, put=put) if prefetch else iterator
         )

@@ -18,7 +18,6 @@ the policy's parameters, as JSON. Nothing runs on the device but the parameters'
 
 from __future__ import annotations
 
-import inspect
 import json
 import pickle
 import sys
@@ -140,13 +139,12 @@ def measure(experiment: Any, requests: dict[str, dict[str, Any]]) -> dict[str, A
         if group == "learner":
             batch = learner_batch_shape(builder, environment_spec, int(request["batch_size"]))
             compiled = learner.compiled_update(batch)
-            prefetch = inspect.signature(JaxLearner.__init__).parameters["prefetch"].default
             out["groups"][group] = {
                 "analysis": _analysis(compiled),
                 "state": _nbytes(learner.state),
                 "batch": _nbytes(batch),
                 "updates_in_flight": MAX_UPDATES_IN_FLIGHT,
-                "prefetch": int(prefetch),
+                "prefetch": int(learner.prefetch_depth),
             }
         else:
             envs = int(request["envs"])
