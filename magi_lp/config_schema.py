@@ -88,6 +88,12 @@ def choices(options: Iterable[Any]) -> str:
     return "one of " + ", ".join(repr(option) for option in options)
 
 
+def is_int(value: Any) -> bool:
+    """Whether `value` is an int (bool is an int subclass, but `gpus=True` is a mistake, not
+    the count 1)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def is_one_of(value: Any, options: Iterable[Any]) -> bool:
     """Whether `value` is one of `options` (True is never 1)."""
     return not isinstance(value, bool) and value in tuple(options)

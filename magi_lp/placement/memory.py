@@ -107,8 +107,8 @@ class MemoryNeed:
         steps = math.ceil(self.total / device_bytes / FRACTION_STEP - 1e-9)
         return round(steps * FRACTION_STEP, 6)
 
-    def describe(self) -> str:
-        """One line: the need and how it was reckoned."""
+    def breakdown(self) -> str:
+        """How the need was reckoned: "compiled peak ... + margin ... (program; compiled on)"."""
         parts = [
             f"compiled peak {gb(self.compiled)}",
             f"state {gb(self.state)}",
@@ -117,10 +117,11 @@ class MemoryNeed:
         if self.store:
             parts.append(f"store {gb(self.store)}")
         parts.append(f"margin {gb(self.margin)}")
-        return (
-            f"{self.group}: {gb(self.total)} per node = {' + '.join(parts)} "
-            f"({self.program}; compiled on {self.compiled_on})"
-        )
+        return f"{' + '.join(parts)} ({self.program}; compiled on {self.compiled_on})"
+
+    def describe(self) -> str:
+        """One line: the need and how it was reckoned."""
+        return f"{self.group}: {gb(self.total)} per node = {self.breakdown()}"
 
 
 def fix_for(group: str, need: MemoryNeed, *, alone: bool = False) -> str:
@@ -187,8 +188,7 @@ def check_gpu(
     need = biggest.need
     fix = fix_for(biggest.group, need) if need is not None else "lower the fractions"
     what = (
-        f"{biggest.group} node {biggest.index} needs {gb(need.total)} "
-        f"({need.describe().split(' = ', 1)[1]})"
+        f"{biggest.group} node {biggest.index} needs {gb(need.total)} ({need.breakdown()})"
         if need is not None
         else f"{biggest.group} node {biggest.index} takes {gb(biggest.pool)}"
     )
@@ -218,7 +218,7 @@ def below_reckoning(group: str, fraction: float, device_bytes: int, need: Memory
         return None
     return (
         f"resources.{group}.gpu_memory={fraction:g} gives each {group} node {gb(given)}, "
-        f"below the {gb(need.total)} reckoned for it ({need.describe().split(' = ', 1)[1]}); "
+        f"below the {gb(need.total)} reckoned for it ({need.breakdown()}); "
         f"it may run out of memory: set resources.{group}.gpu_memory='auto' "
         f"(or at least {need.fraction_of(device_bytes):g})"
     )

@@ -24,11 +24,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import tabulate
 
-from magi_lp.config_schema import fail_unless
+from magi_lp.config_schema import fail_unless, is_int
 from magi_lp.errors import ConfigError
 from magi_lp.formatting import format_ranges
 from magi_lp.placement import memory as memory_lib
@@ -70,13 +69,9 @@ class GroupRequest:
 
     def __post_init__(self) -> None:
         nodes, size = self.num_nodes, self.batch_size
-        fail_unless(_is_count(nodes) and nodes >= 0, "num_nodes", "an integer >= 0", nodes)
-        ok = size is None or (_is_count(size) and size >= 1)
+        fail_unless(is_int(nodes) and nodes >= 0, "num_nodes", "an integer >= 0", nodes)
+        ok = size is None or (is_int(size) and size >= 1)
         fail_unless(ok, self.batch_key, "an integer >= 1", size)
-
-
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -450,8 +445,11 @@ def make_plan(
                 per_node = [ids] * request.num_nodes
             else:
                 per_node = [(ids[i % len(ids)],) for i in range(request.num_nodes)]
-            for index, node_ids in enumerate(per_node):
-                node_spec = _sized(group, spec, node_ids, inventory, memory.get(group))
+            # Each node's spec, its 'auto' sized for the GPUs it sees.
+            node_specs = [
+                _sized(group, spec, node_ids, inventory, memory.get(group)) for node_ids in per_node
+            ]
+            for index, (node_ids, node_spec) in enumerate(zip(per_node, node_specs, strict=True)):
                 for gpu_id in node_ids:
                     load = planned_load.get(gpu_id, 0.0) + _budget_fraction(node_spec)
                     planned_load[gpu_id] = load
@@ -461,6 +459,7 @@ def make_plan(
             # Without render_gpu a CPU node sees no GPU, so EGL falls back to Mesa's
             # software renderer. No notice: most CPU groups (replay, counter) never render.
             per_node = [()] * request.num_nodes
+            node_specs = [spec] * request.num_nodes
 
         overridden = sorted(set(spec.env) & set(MANAGED_VARIABLES))
         if overridden:
@@ -480,9 +479,7 @@ def make_plan(
                     f"launch group {name!r} (from node group {group!r}) collides with another "
                     f"group of that name; rename the node group {group!r} or the other one"
                 )
-            node_spec = spec
-            if device == "gpu":
-                node_spec = _sized(group, spec, node_ids, inventory, memory.get(group))
+            node_spec = node_specs[indices[0]]  # nodes that see the same GPUs: the same size
             env = spec_to_env(node_spec, node_ids, group=group)
             if device == "gpu":
                 env = _with_pinned_ptxas(env, spec, jax_build)
@@ -540,7 +537,7 @@ def _sized(
         label = inventory[min(gpu_ids, key=lambda i: inventory[i].memory_total_bytes)].label
         raise ConfigError(
             f"{group} node needs {memory_lib.gb(need.total)} of GPU memory "
-            f"({need.describe().split(' = ', 1)[1]}) but GPU {label} has "
+            f"({need.breakdown()}) but GPU {label} has "
             f"{memory_lib.gb(smallest)}; lower it with "
             f"{memory_lib.fix_for(group, need, alone=True)}"
         )

@@ -27,6 +27,7 @@ from magi_lp.config_schema import (
     check,
     choices,
     fail_unless,
+    is_int,
     is_one_of,
     typed_section,
 )
@@ -154,14 +155,14 @@ class ResourceSpec:
             check(self, key, is_one_of(getattr(self, key), options))
         gpus = self.gpus
         if isinstance(gpus, list | tuple):
-            check(self, "gpus", bool(gpus) and all(_is_int(i) and i >= 0 for i in gpus))
+            check(self, "gpus", bool(gpus) and all(is_int(i) and i >= 0 for i in gpus))
             repeated = sorted({i for i in gpus if gpus.count(i) > 1})
             fix = f"GPU {repeated[0]} is repeated; list each id once" if repeated else ""
             check(self, "gpus", not repeated, fix=fix)
             gpus = tuple(gpus)
         else:
-            zero = _is_int(gpus) and gpus == 0
-            ok = gpus == "auto" or (_is_int(gpus) and gpus >= 1)
+            zero = is_int(gpus) and gpus == 0
+            ok = gpus == "auto" or (is_int(gpus) and gpus >= 1)
             check(self, "gpus", ok, fix="use device='cpu' for no GPU" if zero else "")
         memory = self.gpu_memory
         fraction = isinstance(memory, int | float) and not isinstance(memory, bool)
@@ -177,7 +178,7 @@ class ResourceSpec:
             fix="give gpu_memory a fraction to preallocate, or drop preallocate",
         )
         render_gpu = self.render_gpu
-        check(self, "render_gpu", render_gpu is None or (_is_int(render_gpu) and render_gpu >= 0))
+        check(self, "render_gpu", render_gpu is None or (is_int(render_gpu) and render_gpu >= 0))
         check(
             self,
             "render_gpu",
@@ -186,8 +187,8 @@ class ResourceSpec:
             fix="set render='egl' or render_gpu=None",
         )
         threads, cpu_devices = self.cpu_threads, self.cpu_devices
-        check(self, "cpu_threads", threads is None or (_is_int(threads) and threads >= 1))
-        check(self, "cpu_devices", _is_int(cpu_devices) and cpu_devices >= 1)
+        check(self, "cpu_threads", threads is None or (is_int(threads) and threads >= 1))
+        check(self, "cpu_devices", is_int(cpu_devices) and cpu_devices >= 1)
         check(
             self,
             "cpu_devices",
@@ -275,11 +276,6 @@ class ResourceSpec:
         for an "auto" the plan has not reckoned yet (`make_plan` puts the reckoned fraction
         in its place)."""
         return self.gpu_memory if isinstance(self.gpu_memory, float) else None
-
-
-def _is_int(value: Any) -> bool:
-    # bool is an int subclass; `gpus=True` is a mistake, not the count 1.
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _thread_flags(cpu_threads: int | None) -> list[str]:

@@ -17,14 +17,10 @@ from typing import Any
 import numpy as np
 import tree
 
-from magi_lp.config_schema import fail_unless
+from magi_lp.config_schema import fail_unless, is_int
 
 FRAME_SLACK_DIVISOR = 32
 """Frame rows beyond the transition capacity: N / 32 (`magi_lp.replay.frame_store`)."""
-
-
-def _count_ok(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, (int, np.integer)) and value >= 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +60,7 @@ class FrameReplaySpec:
         )
         for name in ("frame_stack", "n_step", "capacity", "batch_size"):
             value = getattr(self, name)
-            fail_unless(_count_ok(value), f"{where}.{name}", "an integer >= 1", value)
+            fail_unless(is_int(value) and value >= 1, f"{where}.{name}", "an integer >= 1", value)
         fail_unless(0.0 < self.discount <= 1.0, f"{where}.discount", "in (0, 1]", self.discount)
 
     @property
@@ -121,7 +117,12 @@ class TransitionReplaySpec:
     def __post_init__(self) -> None:
         for name in ("capacity", "batch_size", "n_step"):
             value = getattr(self, name)
-            fail_unless(_count_ok(value), f"{type(self).__name__}.{name}", "an integer >= 1", value)
+            fail_unless(
+                is_int(value) and value >= 1,
+                f"{type(self).__name__}.{name}",
+                "an integer >= 1",
+                value,
+            )
 
 
 class WriteAbandonedError(Exception):
