@@ -25,7 +25,8 @@ from magi_lp.placement.resources import ResourceSpec, resource_spec
 from magi_lp.replay.stores import FRAME_STORES
 
 NODE_GROUPS = ("replay", "counter", "learner", "actor", "evaluator", "coordinator")
-"""The node groups of every program, in the order the program graph adds them."""
+"""The node groups of every program, in the order the plan and the dry run's table list them
+(the program graph adds the counter first: `runtime/program.py`'s `build_program`)."""
 
 ISOLATION_MODES = ("auto", "required", "off")
 

@@ -1,8 +1,11 @@
 """The distributed program: a Launchpad graph that reads as the list of its nodes.
 
-`build_program` follows Acme's `make_distributed_experiment`: replay, counter, learner,
-actors, evaluators, coordinator, each added to the launch group the placement plan assigns,
-so every node runs with its own resource spec's environment.
+`build_program` follows Acme's `make_distributed_experiment`, adding the counter, the replay,
+the learner (the replay inside the learner's process when `colocate_learner_and_replay`), the
+actors, the evaluators and the coordinator, in that order: the counter first, because
+`add_node` returns the handle the learner and every later node are built with (the replay's
+handle comes from its node before it is added). Each goes to the launch group the placement
+plan assigns, so every node runs with its own resource spec's environment.
 """
 
 from __future__ import annotations
