@@ -471,7 +471,6 @@ class CoordinatorNode:
 
     Attributes (private ones are Courier handles, which Courier must not serve):
       _counter: the counter node.
-      _learner: the learner's handle (not called here).
       _replay: the Reverb client.
       _max_actor_steps: the limit.
       checkpoint_replay: checkpoint Reverb before the stop.
@@ -479,7 +478,6 @@ class CoordinatorNode:
     """
 
     _counter: Any
-    _learner: Any
     _replay: Any
     _max_actor_steps: int
     checkpoint_replay: bool = False

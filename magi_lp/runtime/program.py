@@ -220,7 +220,6 @@ def build_program(
             lp.CourierNode(
                 CoordinatorNode,
                 counter,
-                learner,
                 replay,
                 config.max_actor_steps,
                 checkpoint_replay=bool(config.checkpoint.reverb) and colocated,
