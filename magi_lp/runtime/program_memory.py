@@ -23,9 +23,6 @@ import pickle
 import sys
 from typing import Any
 
-GROUPS = ("learner", "actor", "evaluator")
-"""The node groups whose programs are compiled here."""
-
 
 def _nbytes(tree: Any) -> int:
     import jax
