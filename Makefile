@@ -65,13 +65,16 @@ format: setup
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-# What the docs show of the tree and of the results, regenerated (after moving a module,
-# adding a package, or results.json changing): docs/architecture.md's module table, README's
-# Layout and README's headline table (tests/test_architecture_doc.py, tests/test_readme.py).
+# What the docs show of the tree, of the results and of the commands, regenerated (after moving
+# a module, adding a package, results.json changing, or a message changing): docs/architecture.md's
+# module table, README's Layout, its headline table and its command samples, each from running
+# its command now (about a minute: two compile DrQ-v2's update) (tests/test_architecture_doc.py,
+# tests/test_readme.py).
 docs: setup
 	$(PY) scripts/module_table.py --write
 	$(PY) scripts/readme_layout.py --write
 	$(PY) -m benchmarks.run --readme
+	$(PY) scripts/readme_samples.py --write
 
 bench: setup
 	$(PY) -m benchmarks.run

@@ -35,7 +35,7 @@ FOLDERS = {
     "scripts": "Set-up (setup_venv.sh, setup_venv312.sh, setup_official_venv.sh, "
     "choose_jax_build.py, gpu_check_wheels.sh, gpu_learn_wheels.sh), the one-machine SLURM "
     "cluster (slurm_cluster.py: make slurm-up / slurm-down) and the generated docs "
-    "(module_table.py, readme_layout.py: make docs)",
+    "(module_table.py, readme_layout.py, readme_samples.py: make docs)",
     "tests": "Pytest (`make test`, `make test-fast`); golden/: the cluster renderers' files",
 }
 FIRST = ("magi_lp", "projects")  # then the other folders, alphabetically
