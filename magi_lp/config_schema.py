@@ -7,7 +7,10 @@ checks ranges. `typed_section(cls, values, prefix)` checks a ConfigDict against 
 typo, a missing key, a wrong type or a value out of range is refused before any process
 starts, with one line naming the key by its full name. Every refused value has one shape
 (`refusal`): the key in full, what is allowed, the value given, then the fix where there is
-one:
+one. A refusal that is not about one key's value (a plan that does not fit the machine, two
+settings that contradict each other, a name that is not there) has the second shape
+(`fact_refusal`): what is refused, the facts that rule it out, the fix. Every `ConfigError`
+in magi_lp and the projects is worded by one of the two (tests/test_config_errors.py):
 
     @dataclasses.dataclass(frozen=True)
     class TD3Settings:
@@ -56,6 +59,27 @@ def refusal(key: str, allowed: str, value: Any, fix: str = "") -> str:
     """The one shape of a refused config value: "<key> must be <allowed>, got <value>", then
     "; <fix>" where there is one, else "." (`key` in full: "resources.learner.gpus")."""
     return f"{key} must be {allowed}, got {value!r}" + (f"; {fix}" if fix else ".")
+
+
+def fact_refusal(what: str, facts: str, fix: str) -> str:
+    """The second shape, for a refusal that is not about one key's value: "<what>: <facts>;
+    <fix>", e.g. "GPU 3 is not on this machine: GPUs present are 0, 1; use ids from that
+    list". `what` names the setting(s) in full, `facts` what rules it out ("" when `what`
+    says it all: "<what>; <fix>"), `fix` what to change (never empty)."""
+    return f"{what}: {facts}; {fix}" if facts else f"{what}; {fix}"
+
+
+def refusal_at(place: str, error: ConfigError) -> str:
+    """`error`, a refusal in one of the two shapes, said of one `place` of several (a host of
+    the cluster): "host a1: <error>"."""
+    return f"{place}: {error}"
+
+
+def did_you_mean(name: str, known: Iterable[str], *, prefix: str = "", otherwise: str) -> str:
+    """The fix for `name`, which is not among `known`: "did you mean <prefix><closest>?", or
+    `otherwise` where none is close."""
+    close = difflib.get_close_matches(str(name), sorted(known), n=1)
+    return f"did you mean {prefix}{close[0]}?" if close else otherwise
 
 
 def fail_unless(ok: bool, key: str, allowed: str, value: Any, fix: str = "") -> None:
@@ -164,9 +188,9 @@ def as_config(settings: Any) -> ml_collections.ConfigDict:
 def unknown_key(prefix: str, key: str, known: Iterable[str]) -> ConfigError:
     """The error for a key the section does not have, with the closest known one."""
     known = sorted(known)
-    close = difflib.get_close_matches(str(key), known, n=1)
-    hint = f" Did you mean {prefix}{close[0]}?" if close else ""
-    return ConfigError(f"{prefix}{key} is not a known config key.{hint} Known: {', '.join(known)}.")
+    fix = did_you_mean(key, known, prefix=prefix, otherwise="use one of those")
+    facts = f"the known keys are {', '.join(known)}"
+    return ConfigError(fact_refusal(f"{prefix}{key} is not a known config key", facts, fix))
 
 
 def _sequence_item(annotation: Any) -> Any:
@@ -273,12 +297,15 @@ def typed_section(
     kwargs = {}
     for name in names:
         if name not in values:
-            raise ConfigError(f"{prefix}{name} is missing; start from {start_from}.")
+            raise ConfigError(
+                fact_refusal(f"{prefix}{name} is missing", "", f"start from {start_from}")
+            )
         value, annotation = values[name], hints[name]
         if dataclasses.is_dataclass(annotation):
             if not isinstance(value, Mapping | ml_collections.ConfigDict):
                 keys = ", ".join(f.name for f in dataclasses.fields(annotation))
-                raise ConfigError(f"{prefix}{name} must be a section with keys {keys}.")
+                allowed_words = f"a section with keys {keys}"
+                raise ConfigError(refusal(f"{prefix}{name}", allowed_words, value))
             value = typed_section(
                 annotation,
                 value,

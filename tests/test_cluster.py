@@ -121,15 +121,18 @@ def test_explicit_counts_and_uneven_spreads():
     [
         (
             {"learner": "mian"},
-            "hosts.place.learner='mian': no host 'mian' in hosts.machines. Did you mean 'main'?",
+            "hosts.place.learner='mian' names host 'mian', which is not in hosts.machines: "
+            "the hosts are main, a1, a2; did you mean main?",
         ),
-        ({"actor": "a3"}, "no host 'a3' in hosts.machines. Hosts: main, a1, a2"),
-        ({"actor": ""}, "hosts.place.actor is empty but there are 3 hosts"),
-        ({"actor": "a1:1,a2:2"}, "places 3 nodes but group actor has 4; make the counts sum to 4"),
-        ({"actor": "a1:2,a2"}, "give a node count for every host or for none"),
+        ({"actor": "a3"}, "not in hosts.machines: the hosts are main, a1, a2; use one of those"),
+        ({"actor": ""}, "hosts.place.actor is empty: there are 3 hosts"),
+        ({"actor": "a1:1,a2:2"}, "places 3 nodes: group actor has 4; make the counts sum to 4"),
+        ({"actor": "a1:2,a2"}, "node counts for some hosts: they go with every host or with none"),
+        ({"actor": "a1:0,a2"}, "the node count of host a1 in hosts.place.actor must be an integer"),
         ({"actor": "a1,a1"}, "names host 'a1' twice"),
         ({"learner": "a1,a2"}, "spreads 1 node(s) over 2 hosts"),
-        ({"actr": "a1"}, "hosts.place.actr: no node group 'actr'. Did you mean hosts.place.actor?"),
+        ({"actr": "a1"}, "hosts.place.actr names no node group: the node groups are replay, "),
+        ({"actr": "a1"}, "; did you mean hosts.place.actor?"),
     ],
 )
 def test_bad_placements_name_the_key_and_the_fix(place, message):
@@ -158,7 +161,7 @@ def test_ports_must_not_collide_where_hosts_share_a_port_space():
 
 def test_ports_beyond_the_range_are_refused():
     hosts = [HostSpec("main", "10.0.0.2", base_port=65533), HostSpec("a1", "10.0.0.3")]
-    with pytest.raises(ConfigError, match="port 65536, outside 1024-65535"):
+    with pytest.raises(ConfigError, match=re.escape("port 65536: outside 1024-65535; lower hosts")):
         _plan({**SERVERS_ON_MAIN, "actor": "a1"}, hosts)
 
 
@@ -175,12 +178,13 @@ def test_gpu_groups_are_checked_against_the_gpus_of_their_host():
     requests = _requests(learner={"device": "gpu"})
     with pytest.raises(ConfigError) as error:
         _plan({**SERVERS_ON_MAIN, "actor": "a1"}, hosts, requests=requests, jax_build=cuda)
-    assert str(error.value).startswith("host main: resources.learner.device='gpu' but no GPU")
+    assert str(error.value).startswith("host main: resources.learner.device='gpu': no GPU was")
     # Known GPUs: ids are checked.
     hosts[0] = HostSpec("main", "10.0.0.2", gpus=2)
     requests = _requests(learner={"device": "gpu", "gpus": [3]})
     with pytest.raises(
-        ConfigError, match=re.escape("host main: resources.learner.gpus=[3]: no GPU")
+        ConfigError,
+        match=re.escape("host main: GPU 3 is not on this machine (resources.learner.gpus=[3])"),
     ):
         _plan({**SERVERS_ON_MAIN, "actor": "a1"}, hosts, requests=requests, jax_build=cuda)
     requests = _requests(learner={"device": "gpu", "gpus": [1], "gpu_memory": 0.5})
@@ -224,7 +228,7 @@ def _config(**machines: dict):
 @pytest.mark.parametrize(
     "change, message",
     [
-        (lambda c: c.hosts.update({"base_prot": 1}), "hosts.base_prot is not a known config key."),
+        (lambda c: c.hosts.update({"base_prot": 1}), "hosts.base_prot is not a known config key:"),
         (
             lambda c: c.hosts.update({"base_port": 80}),
             "hosts.base_port must be a port in 1024-65535",
@@ -604,8 +608,8 @@ def test_render_writes_the_files_and_bad_input_is_one_line(tmp_path):
     )
     assert result.returncode == 2
     assert result.stderr.strip() == (
-        "error: hosts.place.actor='cpu1,cpu3': no host 'cpu3' in hosts.machines. Did you mean "
-        "'cpu2'? Hosts: cpu1, cpu2, main"
+        "error: hosts.place.actor='cpu1,cpu3' names host 'cpu3', which is not in hosts.machines: "
+        "the hosts are cpu1, cpu2, main; did you mean cpu2?"
     )
     result = _lp_main(
         "--config",

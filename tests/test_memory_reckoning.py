@@ -94,7 +94,9 @@ def test_make_plan_turns_auto_into_the_fraction_of_the_reckoning():
     with pytest.raises(ConfigError) as refused:  # more than the whole GPU
         make_plan(requests, H100_80, CUDA12, memory={"learner": need(store=90 * GIB)})
     assert "\n" not in str(refused.value)
-    assert str(refused.value).startswith("learner node needs 106.3 GB of GPU memory")
+    assert str(refused.value).startswith(
+        "resources.learner.gpu_memory='auto': a learner node needs 106.3 GB of GPU memory"
+    )
     assert "agent.replay_buffer_size" in str(refused.value)
 
 
@@ -187,7 +189,8 @@ def test_the_reckoned_bytes_grow_with_the_batch(tiny_plan):
     message = str(refused.value)
     assert "\n" not in message
     # (Reverb serves the replay there: the need is the update's, without a store.)
-    assert message.startswith("learner node needs ") and "(update at batch 64" in message
+    assert message.startswith("resources.learner.gpu_memory='auto': a learner node needs ")
+    assert "(update at batch 64" in message
     assert "but GPU 0:NVIDIA H100 80GB HBM3 has 268 MB" in message
     assert "agent.batch_size" in message and "fewer nodes" not in message
 

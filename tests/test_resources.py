@@ -31,7 +31,7 @@ def test_unknown_key_is_refused_by_name_with_suggestion_and_valid_keys():
         ResourceSpec.from_config("learner", {"device": "gpu", "gpu_mem": 0.5})
     msg = str(err.value)
     assert "resources.learner.gpu_mem" in msg
-    assert "Did you mean resources.learner.gpu_memory?" in msg
+    assert "did you mean resources.learner.gpu_memory?" in msg
     for key in ResourceSpec.field_names():
         assert key in msg
 
@@ -222,7 +222,9 @@ def test_cpu_spec_given_gpu_ids_is_a_bug():
 
 
 def test_render_gpu_must_be_visible_to_a_gpu_node():
-    with pytest.raises(ConfigError, match=r"resources\.learner\.render_gpu=3 .*\[0, 1\]"):
+    with pytest.raises(
+        ConfigError, match=r"resources\.learner\.render_gpu must be .* \[0, 1\] .*got 3"
+    ):
         spec_to_env(ResourceSpec(device="gpu", render_gpu=3), (0, 1), group="learner")
 
 

@@ -28,13 +28,13 @@ Pure Python: no Launchpad, no ML framework (see magi_lp.placement).
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import ipaddress
 import re
 from collections.abc import Mapping, Sequence
 
 import tabulate
 
+from magi_lp.config_schema import did_you_mean, fact_refusal, is_int, refusal, refusal_at
 from magi_lp.errors import ConfigError
 from magi_lp.formatting import format_ranges
 from magi_lp.placement.gpu_inventory import GpuInfo, GpuInventory
@@ -74,17 +74,40 @@ class HostSpec:
         where = f"hosts.machines.{self.name}"
         if not isinstance(self.name, str) or not HOST_NAME.match(self.name):
             raise ConfigError(
-                f"hosts.machines: host name {self.name!r} is invalid; use lower-case letters, "
-                "digits and '-', starting with a letter (at most 32 characters), e.g. 'main' "
-                "or 'actors-1'"
+                refusal(
+                    "a host's name in hosts.machines",
+                    "lower-case letters, digits and '-', starting with a letter (at most 32 "
+                    "characters)",
+                    self.name,
+                    "e.g. 'main' or 'actors-1'",
+                )
             )
         if not isinstance(self.address, str) or any(c.isspace() for c in self.address):
-            raise ConfigError(f"{where}.address={self.address!r} is invalid; give an IP or name")
-        if self.gpus is not None and (isinstance(self.gpus, bool) or self.gpus < 0):
-            raise ConfigError(f"{where}.gpus={self.gpus!r} is invalid; allowed: an int >= 0")
+            raise ConfigError(
+                refusal(
+                    f"{where}.address",
+                    "an IP address or a host name",
+                    self.address,
+                    "e.g. '10.0.0.2', or '' where the engine provides it",
+                )
+            )
+        if self.gpus is not None and not (is_int(self.gpus) and self.gpus >= 0):
+            raise ConfigError(
+                refusal(
+                    f"{where}.gpus",
+                    "an integer >= 0, or None (unknown)",
+                    self.gpus,
+                    "give the number of GPUs the host has",
+                )
+            )
         if self.base_port is not None and not MIN_PORT <= self.base_port <= MAX_PORT:
             raise ConfigError(
-                f"{where}.base_port={self.base_port} is outside {MIN_PORT}-{MAX_PORT}"
+                refusal(
+                    f"{where}.base_port",
+                    f"a port in {MIN_PORT}-{MAX_PORT}",
+                    self.base_port,
+                    "pick one in that range, or None for hosts.base_port",
+                )
             )
 
     def inventory(self) -> GpuInventory:
@@ -224,13 +247,20 @@ def parse_place(
     """
     where = f"hosts.place.{group}"
     if not isinstance(text, str):
-        raise ConfigError(f"{where}={text!r} must be a string such as 'main' or 'a1,a2'")
+        raise ConfigError(
+            refusal(
+                where, "a string such as 'main' or 'a1,a2'", text, "name the hosts of the group"
+            )
+        )
     parts = [p.strip() for p in text.split(",") if p.strip()]
     if not parts:
         if len(hosts) > 1:
             raise ConfigError(
-                f"{where} is empty but there are {len(hosts)} hosts ({', '.join(hosts)}); "
-                f"say which run group {group}, e.g. {where}='{hosts[0]}'"
+                fact_refusal(
+                    f"{where} is empty",
+                    f"there are {len(hosts)} hosts ({', '.join(hosts)})",
+                    f"say which run group {group}, e.g. {where}='{hosts[0]}'",
+                )
             )
         parts = [hosts[0]]
     names, counts = [], []
@@ -238,35 +268,54 @@ def parse_place(
         name, _, count = part.partition(":")
         name = name.strip()
         if name not in hosts:
-            close = difflib.get_close_matches(name, hosts, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
             raise ConfigError(
-                f"{where}={text!r}: no host {name!r} in hosts.machines.{hint} "
-                f"Hosts: {', '.join(hosts)}"
+                fact_refusal(
+                    f"{where}={text!r} names host {name!r}, which is not in hosts.machines",
+                    f"the hosts are {', '.join(hosts)}",
+                    did_you_mean(name, hosts, otherwise="use one of those"),
+                )
             )
         if name in names:
-            raise ConfigError(f"{where}={text!r} names host {name!r} twice")
+            raise ConfigError(
+                fact_refusal(f"{where}={text!r} names host {name!r} twice", "", "name it once")
+            )
         names.append(name)
         if count:
             if not count.strip().isdigit() or int(count) < 1:
-                raise ConfigError(f"{where}={text!r}: {part!r} needs a node count >= 1")
+                raise ConfigError(
+                    refusal(
+                        f"the node count of host {name} in {where}",
+                        "an integer >= 1",
+                        count.strip(),
+                        f"e.g. {where}='{name}:2'",
+                    )
+                )
             counts.append(int(count))
     if counts and len(counts) != len(names):
         raise ConfigError(
-            f"{where}={text!r}: give a node count for every host or for none "
-            f"(e.g. '{names[0]}:2,{names[-1]}:2')"
+            fact_refusal(
+                f"{where}={text!r} gives node counts for some hosts",
+                "they go with every host or with none",
+                f"e.g. '{names[0]}:2,{names[-1]}:2'",
+            )
         )
     if counts:
         if sum(counts) != num_nodes:
             raise ConfigError(
-                f"{where}={text!r} places {sum(counts)} nodes but group {group} has "
-                f"{num_nodes}; make the counts sum to {num_nodes}"
+                fact_refusal(
+                    f"{where}={text!r} places {sum(counts)} nodes",
+                    f"group {group} has {num_nodes}",
+                    f"make the counts sum to {num_nodes}",
+                )
             )
         return list(zip(names, counts, strict=True))
     if len(names) > num_nodes:
         raise ConfigError(
-            f"{where}={text!r} spreads {num_nodes} node(s) over {len(names)} hosts; "
-            f"name at most {num_nodes} host(s)"
+            fact_refusal(
+                f"{where}={text!r} spreads {num_nodes} node(s) over {len(names)} hosts",
+                "a host named there runs at least one",
+                f"name at most {num_nodes} host(s)",
+            )
         )
     share, extra = divmod(num_nodes, len(names))
     return [(name, share + (1 if i < extra else 0)) for i, name in enumerate(names)]
@@ -343,20 +392,43 @@ def make_host_plan(
         jax_build = detect_jax_build()
     if not hosts:
         raise ConfigError(
-            "hosts.machines is empty; name at least one host, e.g. "
-            "config.hosts.machines.main = magi_lp.cluster.host_plan.machine(address='10.0.0.2')"
+            fact_refusal(
+                "hosts.machines is empty",
+                "",
+                "name at least one host, e.g. config.hosts.machines.main = "
+                "magi_lp.cluster.config.machine(address='10.0.0.2')",
+            )
         )
     names = [h.name for h in hosts]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
-        raise ConfigError(f"hosts.machines: host name(s) {duplicates} appear twice")
+        raise ConfigError(
+            fact_refusal(
+                f"hosts.machines names {', '.join(duplicates)} twice",
+                "",
+                "give each host its own name",
+            )
+        )
     if not MIN_PORT <= base_port <= MAX_PORT:
-        raise ConfigError(f"hosts.base_port={base_port} is outside {MIN_PORT}-{MAX_PORT}")
+        raise ConfigError(
+            refusal(
+                "hosts.base_port",
+                f"a port in {MIN_PORT}-{MAX_PORT}",
+                base_port,
+                "pick one in that range",
+            )
+        )
     for group in place:
         if group not in requests and group not in ports_per_node:
-            close = difflib.get_close_matches(group, list(ports_per_node), n=1)
-            hint = f" Did you mean hosts.place.{close[0]}?" if close else ""
-            raise ConfigError(f"hosts.place.{group}: no node group {group!r}.{hint}")
+            raise ConfigError(
+                fact_refusal(
+                    f"hosts.place.{group} names no node group",
+                    f"the node groups are {', '.join(ports_per_node)}",
+                    did_you_mean(
+                        group, ports_per_node, prefix="hosts.place.", otherwise="use one of those"
+                    ),
+                )
+            )
 
     # host -> group -> the logical indices of that group's nodes there.
     shares: dict[str, dict[str, list[int]]] = {h.name: {} for h in hosts}
@@ -388,7 +460,7 @@ def make_host_plan(
         try:
             plan = make_plan(host_requests, inventory, jax_build)
         except ConfigError as error:
-            raise ConfigError(f"host {host.name}: {error}") from None
+            raise ConfigError(refusal_at(f"host {host.name}", error)) from None
         notices.extend(f"host {host.name}: {n}" for n in plan.notices)
         for placement in plan.groups.values():
             indices = share[placement.group]
@@ -397,8 +469,11 @@ def make_host_plan(
                 name = f"{name}@{host.name}"
             if name in groups:
                 raise ConfigError(
-                    f"launch group {name!r} appears on two hosts; rename node group "
-                    f"{placement.group!r}"
+                    fact_refusal(
+                        f"launch group {name!r} appears on two hosts",
+                        "",
+                        f"rename node group {placement.group!r}",
+                    )
                 )
             global_indices = tuple(indices[i] for i in placement.node_indices)
             groups[name] = dataclasses.replace(
@@ -460,17 +535,23 @@ def _check_ports(nodes: Sequence[PlacedNode], hosts: Sequence[HostSpec]) -> None
         for port in node.ports:
             if not MIN_PORT <= port <= MAX_PORT:
                 raise ConfigError(
-                    f"node {node.name} on host {node.host} would serve on port {port}, "
-                    f"outside {MIN_PORT}-{MAX_PORT}; lower hosts.base_port "
-                    f"(or hosts.machines.{node.host}.base_port)"
+                    fact_refusal(
+                        f"node {node.name} on host {node.host} would serve on port {port}",
+                        f"outside {MIN_PORT}-{MAX_PORT}",
+                        f"lower hosts.base_port (or hosts.machines.{node.host}.base_port)",
+                    )
                 )
             key = (_address_key(host), port)
             other = used.get(key)
             if other is not None:
                 same = "this machine's loopback" if key[0] == "loopback" else host.address
                 raise ConfigError(
-                    f"port {port}: nodes {other.name} (host {other.host}) and {node.name} "
-                    f"(host {node.host}) would both serve on it at {same}; give host "
-                    f"{node.host} another hosts.machines.{node.host}.base_port (or address)"
+                    fact_refusal(
+                        f"port {port}",
+                        f"nodes {other.name} (host {other.host}) and {node.name} (host "
+                        f"{node.host}) would both serve on it at {same}",
+                        f"give host {node.host} another hosts.machines.{node.host}.base_port "
+                        "(or address)",
+                    )
                 )
             used[key] = node

@@ -37,6 +37,9 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 
+from magi_lp.config_schema import fact_refusal
+from magi_lp.errors import ConfigError
+
 MARGIN_FRACTION = 0.10
 """Margin on top of the reckoned bytes (see the module docstring)."""
 
@@ -163,22 +166,23 @@ class GpuShare:
     sized: bool = False
 
 
-def check_gpu(
-    label: str, total: int, used_by_others: int, shares: Sequence[GpuShare]
-) -> tuple[int, str | None]:
-    """What is left of a GPU after its nodes' pools and CUDA contexts, and a refusal line
-    when they do not fit (None when they do).
+def check_gpu(label: str, total: int, used_by_others: int, shares: Sequence[GpuShare]) -> int:
+    """What is left of a GPU after its nodes' pools and CUDA contexts.
 
     Args:
       label: the GPU in words ("0:NVIDIA H100 80GB HBM3").
       total: its memory, bytes.
       used_by_others: bytes other processes already hold on it (NVML).
       shares: the planned nodes on it.
+
+    Raises:
+      ConfigError: they do not fit; one line naming the node that needs the most, its need
+        and the fix.
     """
     contexts = CUDA_CONTEXT_BYTES * len(shares)
     left = total - used_by_others - contexts - sum(s.pool for s in shares)
     if left >= 0:
-        return left, None
+        return left
     # The node to name: the biggest that was sized by its reckoning ('auto'), since that is
     # what the user did not choose; else the biggest pool.
     sized = [s for s in shares if s.need is not None and s.sized]
@@ -192,10 +196,13 @@ def check_gpu(
         if need is not None
         else f"{biggest.group} node {biggest.index} takes {gb(biggest.pool)}"
     )
-    return left, (
-        f"GPU {label} has {gb(total)} but its nodes need {gb(total - left - used_by_others)} "
-        f"({summary}, {len(shares)} CUDA contexts {gb(contexts)}{others}): {what}; "
-        f"lower it with {fix}"
+    raise ConfigError(
+        fact_refusal(
+            f"GPU {label} has {gb(total)} but its nodes need {gb(total - left - used_by_others)} "
+            f"({summary}, {len(shares)} CUDA contexts {gb(contexts)}{others})",
+            what,
+            f"lower it with {fix}",
+        )
     )
 
 

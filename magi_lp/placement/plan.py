@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 
 import tabulate
 
-from magi_lp.config_schema import fail_unless, is_int
+from magi_lp.config_schema import fact_refusal, fail_unless, is_int, refusal
 from magi_lp.errors import ConfigError
 from magi_lp.formatting import format_ranges
 from magi_lp.placement import memory as memory_lib
@@ -292,8 +292,11 @@ def _resolve_device(
         fix = "`make setup JAX=cuda12` installs the CUDA build (requirements-cuda12.txt)"
         if spec.device == "gpu":
             raise ConfigError(
-                f"resources.{group}.device='gpu': {found} ({jax_build.describe()}); {fix}, "
-                f"or set resources.{group}.device='cpu' or 'gpu_if_available'"
+                fact_refusal(
+                    f"resources.{group}.device='gpu'",
+                    f"{found} ({jax_build.describe()})",
+                    f"{fix}, or set resources.{group}.device='cpu' or 'gpu_if_available'",
+                )
             )
         notices.append(
             f"{group}: {found} ({jax_build.describe()}); device='gpu_if_available' runs its "
@@ -303,9 +306,12 @@ def _resolve_device(
     why = inventory.reason or "NVML listed no device"
     if spec.device == "gpu":
         raise ConfigError(
-            f"resources.{group}.device='gpu' but no GPU was found ({why}); set "
-            f"resources.{group}.device='cpu', or 'gpu_if_available' to use a GPU only "
-            "when one is present"
+            fact_refusal(
+                f"resources.{group}.device='gpu'",
+                f"no GPU was found ({why})",
+                f"set resources.{group}.device='cpu', or 'gpu_if_available' to use a GPU only "
+                "when one is present",
+            )
         )
     notices.append(
         f"{group}: no GPU found ({why}); device='gpu_if_available' runs its "
@@ -327,25 +333,44 @@ def _resolve_gpus(
     if isinstance(spec.gpus, tuple):
         missing = [i for i in spec.gpus if inventory.get(i) is None]
         if missing:
+            gpus = f"GPU {missing[0]} is" if len(missing) == 1 else f"GPUs {missing} are"
             raise ConfigError(
-                f"{where}={list(spec.gpus)}: no GPU with id {missing} on this machine; "
-                f"GPUs present: {inventory.describe()}. Use ids from that list, or 'auto'"
+                fact_refusal(
+                    f"{gpus} not on this machine ({where}={list(spec.gpus)})",
+                    f"the GPUs present are {inventory.describe()}",
+                    "use ids from that list, or 'auto'",
+                )
             )
         return spec.gpus
     if isinstance(spec.gpus, int) and spec.gpus > len(inventory):
         raise ConfigError(
-            f"{where}={spec.gpus} but this machine has {len(inventory)} GPU(s): "
-            f"{inventory.describe()}; ask for at most {len(inventory)}"
+            refusal(
+                where,
+                f"at most {len(inventory)}, the GPUs on this machine ({inventory.describe()})",
+                spec.gpus,
+                f"ask for at most {len(inventory)}, or 'auto'",
+            )
         )
     if round_robin:
         # One GPU per node, so the models need not match: take the least loaded.
         count = spec.gpus if isinstance(spec.gpus, int) else min(num_nodes, len(inventory))
         return tuple(sorted(g.index for g in rank_by_load(inventory, planned_load)[:count]))
     count = spec.gpus if isinstance(spec.gpus, int) else 1
-    try:
-        return pick_identical(inventory, count, planned_load)
-    except ConfigError as err:
-        raise ConfigError(f"{where}={spec.gpus!r}: {err}") from None
+    models = inventory.models()
+    if all(len(ids) < count for ids in models.values()):
+        most = max(len(ids) for ids in models.values())
+        present = ", ".join(
+            f"{len(ids)} x {name} (ids {list(ids)})" for name, ids in models.items()
+        )
+        raise ConfigError(
+            refusal(
+                where,
+                f"at most {most} (pmap needs GPUs of one model; here: {present})",
+                spec.gpus,
+                "ask for fewer GPUs, or list ids of one model",
+            )
+        )
+    return pick_identical(inventory, count, planned_load)
 
 
 def _check_one_model(group: str, ids: Sequence[int], inventory: GpuInventory) -> None:
@@ -356,10 +381,13 @@ def _check_one_model(group: str, ids: Sequence[int], inventory: GpuInventory) ->
         f"{name}: {[i for i in ids_ if i in ids]}" for name, ids_ in inventory.models().items()
     )
     raise ConfigError(
-        f"resources.{group}.gpus={list(ids)}: one node would see GPUs of different models "
-        f"({', '.join(inventory[i].label for i in ids)}), and pmap needs identical GPUs. "
-        f"List ids of one model ({by_model}), or set "
-        f"resources.{group}.gpu_distribution='round_robin' so each node sees one GPU"
+        refusal(
+            f"resources.{group}.gpus",
+            f"ids of one GPU model (pmap needs identical GPUs; here: {by_model})",
+            list(ids),
+            f"list ids of one model, or set resources.{group}.gpu_distribution='round_robin' "
+            "so each node sees one GPU",
+        )
     )
 
 
@@ -376,12 +404,20 @@ def _check_render_gpu(
             notices.append(f"{group}: no GPU to render on; EGL uses Mesa's software renderer")
             return dataclasses.replace(spec, render_gpu=None)
         raise ConfigError(
-            f"{where}={spec.render_gpu} but no GPU was found ({inventory.reason}); set "
-            f"{where}=None to render with Mesa's software EGL, or render='osmesa'"
+            fact_refusal(
+                f"{where}={spec.render_gpu}",
+                f"no GPU was found ({inventory.reason})",
+                f"set {where}=None to render with Mesa's software EGL, or render='osmesa'",
+            )
         )
     if inventory.get(spec.render_gpu) is None:
         raise ConfigError(
-            f"{where}={spec.render_gpu}: no such GPU; GPUs present: {inventory.describe()}"
+            refusal(
+                where,
+                f"the id of a GPU on this machine ({inventory.describe()})",
+                spec.render_gpu,
+                "use an id from that list, or None",
+            )
         )
     return spec
 
@@ -431,7 +467,9 @@ def make_plan(
 
     for group, request in requests.items():
         if not isinstance(group, str) or not group:
-            raise ConfigError(f"node group name {group!r} is invalid; use a non-empty string")
+            raise ConfigError(
+                refusal("a node group's name", "a non-empty string", group, "name the group")
+            )
         if request.num_nodes == 0:
             continue  # e.g. num_evaluators=0: nothing to place, nothing to validate against
         spec = request.spec
@@ -476,8 +514,11 @@ def make_plan(
             name = group if len(by_ids) == 1 else f"{group}_gpu{'-'.join(map(str, node_ids))}"
             if name in placements or (name != group and name in requests):
                 raise ConfigError(
-                    f"launch group {name!r} (from node group {group!r}) collides with another "
-                    f"group of that name; rename the node group {group!r} or the other one"
+                    fact_refusal(
+                        f"launch group {name!r} (from node group {group!r}) collides",
+                        "another group has that name",
+                        f"rename the node group {group!r} or the other one",
+                    )
                 )
             node_spec = node_specs[indices[0]]  # nodes that see the same GPUs: the same size
             env = spec_to_env(node_spec, node_ids, group=group)
@@ -536,10 +577,12 @@ def _sized(
     if fraction > 1.0:
         label = inventory[min(gpu_ids, key=lambda i: inventory[i].memory_total_bytes)].label
         raise ConfigError(
-            f"{group} node needs {memory_lib.gb(need.total)} of GPU memory "
-            f"({need.breakdown()}) but GPU {label} has "
-            f"{memory_lib.gb(smallest)}; lower it with "
-            f"{memory_lib.fix_for(group, need, alone=True)}"
+            fact_refusal(
+                f"resources.{group}.gpu_memory='auto'",
+                f"a {group} node needs {memory_lib.gb(need.total)} of GPU memory "
+                f"({need.breakdown()}) but GPU {label} has {memory_lib.gb(smallest)}",
+                f"lower the need with {memory_lib.fix_for(group, need, alone=True)}",
+            )
         )
     return dataclasses.replace(spec, gpu_memory=fraction)
 
@@ -591,11 +634,9 @@ def _check_reckoned(
                 pool = need.total if need is not None else 0
             sized = need is not None and requested_auto.get(group, False)
             shares.append(memory_lib.GpuShare(group, index, pool, need, sized))
-        left, refusal = memory_lib.check_gpu(
+        left = memory_lib.check_gpu(
             gpu.label, gpu.memory_total_bytes, gpu.memory_used_bytes, shares
         )
-        if refusal:
-            raise ConfigError(refusal)
         used = (
             f", {memory_lib.gb(gpu.memory_used_bytes)} in use already"
             if gpu.memory_used_bytes
@@ -623,9 +664,13 @@ def _check_batch_divides(group: str, request: GroupRequest, placement: GroupPlac
     )
     fit = next(n for n in range(devices - 1, 0, -1) if size % n == 0)
     raise ConfigError(
-        f"{request.batch_key}={size} does not split evenly over the {devices} devices of "
-        f"{group} ({which}), and its update is data-parallel over all of them; use a multiple "
-        f"of {devices} (e.g. {(size // devices + 1) * devices}) or {fit} device(s)"
+        fact_refusal(
+            f"{request.batch_key}={size} does not split evenly over the {devices} devices of "
+            f"{group} ({which})",
+            "its update is data-parallel over all of them",
+            f"use a multiple of {devices} (e.g. {(size // devices + 1) * devices}) or {fit} "
+            "device(s)",
+        )
     )
 
 
@@ -677,19 +722,25 @@ def _check_memory(
             if defaulted:
                 keys = " and ".join(f"resources.{g}.gpu_memory" for g in defaulted)
                 raise ConfigError(
-                    f"GPU {label} is shared by {len(nodes)} nodes ({summary}), and {keys} "
-                    f"is None with preallocation on, so JAX would preallocate "
-                    f"{JAX_DEFAULT_PREALLOCATED_FRACTION:.0%} of the GPU in each; set a "
-                    f"fraction (e.g. {1 / len(nodes):.2g} each to share it equally) or 'grow'"
+                    fact_refusal(
+                        f"GPU {label} is shared by {len(nodes)} nodes ({summary})",
+                        f"{keys} is None with preallocation on, so JAX would preallocate "
+                        f"{JAX_DEFAULT_PREALLOCATED_FRACTION:.0%} of the GPU in each",
+                        f"set a fraction (e.g. {1 / len(nodes):.2g} each to share it equally) "
+                        "or 'grow'",
+                    )
                 )
         total = sum(_budget_fraction(spec) for _, _, spec in nodes)
         if total > 1.0 + _EPS:
             groups = sorted({g for g, _, _ in nodes})
             keys = ", ".join(f"resources.{g}.gpu_memory" for g in groups)
             raise ConfigError(
-                f"GPU {label}: the memory fractions of the nodes sharing it sum to "
-                f"{total:.3g} > 1.0 ({summary}); lower {keys} so they sum to at most 1.0, "
-                "or use 'grow'"
+                fact_refusal(
+                    f"GPU {label}",
+                    f"the memory fractions of the nodes sharing it sum to {total:.3g} > 1.0 "
+                    f"({summary})",
+                    f"lower {keys} so they sum to at most 1.0, or use 'grow'",
+                )
             )
         used = inventory[gpu_id].memory_used_fraction
         if total > 0 and total + used > 1.0 + _EPS:

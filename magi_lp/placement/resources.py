@@ -26,9 +26,12 @@ from magi_lp.config_schema import (
     allowed,
     check,
     choices,
+    did_you_mean,
+    fact_refusal,
     fail_unless,
     is_int,
     is_one_of,
+    refusal,
     typed_section,
 )
 from magi_lp.errors import ConfigError
@@ -321,7 +324,13 @@ def spec_to_env(
     if spec.device == "cpu" and gpu_ids:
         raise ValueError(f"{where}: a device='cpu' node was given GPU ids {gpu_ids}")
     if spec.device == "gpu" and not gpu_ids:
-        raise ConfigError(f"{where}.device='gpu' but the node was given no GPU")
+        raise ConfigError(
+            fact_refusal(
+                f"{where}.device='gpu'",
+                "the node was given no GPU",
+                f"give it GPU ids (make_plan does), or set {where}.device='cpu'",
+            )
+        )
     on_gpu = bool(gpu_ids)
 
     env: dict[str, str] = {
@@ -353,9 +362,12 @@ def spec_to_env(
         if spec.render == "egl" and spec.render_gpu is not None:
             if spec.render_gpu not in gpu_ids:
                 raise ConfigError(
-                    f"{where}.render_gpu={spec.render_gpu} is not among the GPUs this node "
-                    f"sees {list(gpu_ids)}, and EGL only lists visible GPUs; set render_gpu "
-                    f"to one of {list(gpu_ids)} or None"
+                    refusal(
+                        f"{where}.render_gpu",
+                        f"one of the GPUs this node sees, {list(gpu_ids)} (EGL lists only those)",
+                        spec.render_gpu,
+                        f"set it to one of {list(gpu_ids)}, or None",
+                    )
                 )
             render_index = gpu_ids.index(spec.render_gpu)
     else:
@@ -426,9 +438,13 @@ def resource_spec(**settings: Any) -> ml_collections.ConfigDict:
     defaults = ResourceSpec()
     unknown = sorted(set(settings) - set(ResourceSpec.field_names()))
     if unknown:
+        fields = ResourceSpec.field_names()
         raise ConfigError(
-            f"resource setting {unknown[0]!r} is not a ResourceSpec field; valid: "
-            f"{', '.join(ResourceSpec.field_names())}"
+            fact_refusal(
+                f"resource_spec() keyword {unknown[0]!r} is not a ResourceSpec field",
+                f"the fields are {', '.join(fields)}",
+                did_you_mean(unknown[0], fields, otherwise="use one of those"),
+            )
         )
     spec = ml_collections.ConfigDict()
     for field in dataclasses.fields(ResourceSpec):
