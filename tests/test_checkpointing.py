@@ -221,7 +221,8 @@ def test_mismatched_target_is_refused_by_name(tmp_path):
     ckpt.save(1, make_state(0, width=8))
     # Orbax alone would silently pad/truncate into the wider arrays.
     with pytest.raises(
-        ConfigError, match=r"\(6 differences\).*'opt_state\.0\.mu\.encoder\.w' has shape \(4, 8\)"
+        ConfigError,
+        match=r"state: 6 differences: .*'opt_state\.0\.mu\.encoder\.w' has shape \(4, 8\)",
     ):
         ckpt.restore(make_state(0, width=16))
     extra = make_state(0)

@@ -47,6 +47,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 
 from magi_lp import console
+from magi_lp.config_schema import fact_refusal, fail_unless, is_int
 from magi_lp.errors import ConfigError
 
 _STATE = "state"
@@ -122,8 +123,9 @@ class Checkpointer:
 
     def __init__(self, directory: str | os.PathLike, *, max_to_keep: int = 3):
         """Args: the checkpoint folder (created if missing), how many steps to keep (>= 1)."""
-        if max_to_keep < 1:
-            raise ConfigError(f"checkpoint max_to_keep must be >= 1, got {max_to_keep}")
+        ok = is_int(max_to_keep) and max_to_keep >= 1
+        fix = "e.g. max_to_keep=3 (the default)"
+        fail_unless(ok, "Checkpointer.max_to_keep", "an integer >= 1", max_to_keep, fix)
         self._directory = os.path.abspath(os.fspath(directory))
         self._manager = ocp.CheckpointManager(
             self._directory,
@@ -352,11 +354,13 @@ class Checkpointer:
                     f"{wanted_shapes[name]} in the state to restore"
                 )
         if problems:
-            shown = "; ".join(problems[:5]) + ("; ..." if len(problems) > 5 else "")
+            shown = ", ".join(problems[:5]) + (", ..." if len(problems) > 5 else "")
             raise ConfigError(
-                f"checkpoint {self._directory}/{step} does not match this run's state "
-                f"({len(problems)} differences): {shown}. "
-                "Relaunch with the config it was saved with, or use a new --workdir"
+                fact_refusal(
+                    f"checkpoint {self._directory}/{step} does not match this run's state",
+                    f"{len(problems)} differences: {shown}",
+                    "relaunch with the config it was saved with, or use a new --workdir",
+                )
             )
 
     def close(self) -> None:
@@ -411,11 +415,8 @@ class PeriodicCheckpointer:
         clock: Callable[[], float] = time.monotonic,
     ):
         """Args: where to save, how often (minutes, > 0), how to read the state."""
-        if not every_minutes > 0:
-            raise ConfigError(
-                f"checkpoint.every_minutes must be > 0, got {every_minutes}; "
-                "e.g. --config.checkpoint.every_minutes=10"
-            )
+        fix = "e.g. --config.checkpoint.every_minutes=10"
+        fail_unless(every_minutes > 0, "checkpoint.every_minutes", "> 0", every_minutes, fix)
         self._checkpointer = checkpointer
         self._period_s = float(every_minutes) * 60.0
         self._get_state = get_state

@@ -42,7 +42,7 @@ from absl import logging
 
 from magi_lp import console
 from magi_lp.acme_api import loggers as acme_loggers
-from magi_lp.config_schema import typed_section
+from magi_lp.config_schema import fact_refusal, fail_unless, typed_section
 from magi_lp.errors import ConfigError
 from magi_lp.formatting import format_duration
 from magi_lp.runtime.config import LoggingSettings
@@ -82,8 +82,11 @@ def _csv_cell(value: Any) -> Any:
 def _require_wandb() -> None:
     if importlib.util.find_spec("wandb") is None:
         raise ConfigError(
-            "logging.wandb is on but the `wandb` package is not installed: "
-            "`pip install wandb`, or set --config.logging.wandb=False"
+            fact_refusal(
+                "logging.wandb is on",
+                "the `wandb` package is not installed",
+                "`pip install wandb`, or set --config.logging.wandb=False",
+            )
         )
 
 
@@ -517,8 +520,9 @@ def make_logger(
     Raises:
       ConfigError: W&B is turned on but not installed, or `time_delta` is negative.
     """
-    if time_delta < 0:
-        raise ConfigError(f"logging.time_delta must be >= 0 seconds, got {time_delta}")
+    fail_unless(
+        time_delta >= 0, "logging.time_delta", ">= 0 seconds", time_delta, "0 keeps every row"
+    )
     if wandb:
         _require_wandb()
     workdir = os.fspath(workdir)
