@@ -58,7 +58,8 @@ def test_auto_picks_the_device_store_where_it_fits():
     config = distributed(**{"agent.replay_buffer_size": 2000})
     store = store_for(config, reverb_available=True)
     assert store.store == "device" and config.replay.store == "device"
-    assert store.line.startswith("replay: device store on the learner's device, 0.0 GB")
+    # A small store reads in MB (placement.memory.gb), not as 0.0 GB.
+    assert store.line.startswith("replay: device store on the learner's device, 44 MB (2,000 ")
 
 
 def test_a_gpu_learner_counts_the_store_against_its_memory_fraction():

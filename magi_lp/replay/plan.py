@@ -24,8 +24,10 @@ import dataclasses
 import importlib.util
 from typing import Any
 
+from magi_lp.config_schema import fact_refusal
 from magi_lp.errors import ConfigError
 from magi_lp.placement.host_memory import NODE_RSS_GIB, node_counts
+from magi_lp.placement.memory import gb
 from magi_lp.replay.stores.device import DeviceStore
 
 GIB = 1 << 30
@@ -60,10 +62,6 @@ class ReplayStorePlan:
     line: str
 
 
-def _gb(nbytes: float) -> str:
-    return f"{nbytes / 1e9:.1f} GB"
-
-
 def _learner_budget(config: Any, plan: Any, single_process: bool) -> tuple[int, str, int]:
     """(bytes the store may take, where, shards)."""
     learner = next(p for p in plan.groups.values() if p.group == "learner")
@@ -84,7 +82,7 @@ def _learner_budget(config: Any, plan: Any, single_process: bool) -> tuple[int, 
             setting = f"resources.learner.gpu_memory={fraction}"
             budget = int(value * smallest)
         ids = ",".join(str(i) for i in learner.gpu_ids)
-        where = f"GPU {ids} at {setting} of {_gb(smallest)}"
+        where = f"GPU {ids} at {setting} of {gb(smallest)}"
         shards = len(learner.gpu_ids)
         return budget * shards, where, shards
     import psutil
@@ -97,7 +95,7 @@ def _learner_budget(config: Any, plan: Any, single_process: bool) -> tuple[int, 
         others = sum(NODE_RSS_GIB[g] * n for g, n in counts.items()) * GIB
         count = sum(counts.values()) - 1
     beside = f" beside {count} other nodes" if count else ""
-    where = f"this host's {_gb(total)} RAM{beside} (the learner's cpu)"
+    where = f"this host's {gb(total)} RAM{beside} (the learner's cpu)"
     shards = 1 if single_process else max(1, learner.num_devices)
     return int(total - others), where, shards
 
@@ -137,16 +135,22 @@ def plan_replay_store(
     asked = config.replay.store
     if asked == "reverb" and not reverb_available:
         raise ConfigError(
-            "replay.store=reverb: Reverb is not installed here (it installs only on Python "
-            "3.10: `make setup`); use replay.store=auto or device"
+            fact_refusal(
+                "replay.store=reverb",
+                "Reverb is not installed here (it installs only on Python 3.10: `make setup`)",
+                "use replay.store=auto or device",
+            )
         )
     spec = builder.frame_replay(None)
     if spec is None:
         if single_process and not reverb_available and builder.transition_replay(None) is None:
             raise ConfigError(
-                f"{type(builder).__name__} keeps its replay in Reverb, which is not installed "
-                "here: run it on the Python 3.10 stack (`make setup`), or give its builder a "
-                "`transition_replay` (magi_lp.agent.builder)"
+                fact_refusal(
+                    f"{type(builder).__name__} keeps its replay in Reverb",
+                    "Reverb is not installed here",
+                    "run it on the Python 3.10 stack (`make setup`), or give its builder a "
+                    "`transition_replay` (magi_lp.agent.builder)",
+                )
             )
         return None
     device_store = DeviceStore(builder, config, single_process=single_process)
@@ -165,14 +169,14 @@ def plan_replay_store(
     if fits:
         store = "device"
         line = (
-            f"replay: device store on the learner's device, {_gb(nbytes)} ({size}); "
-            f"room: {_gb(budget)} on {where}"
+            f"replay: device store on the learner's device, {gb(nbytes)} ({size}); "
+            f"room: {gb(budget)} on {where}"
         )
     elif asked == "auto" and reverb_available:
         store = "reverb"
         line = (
             f"replay: reverb frame replay in the replay node ({size}; auto: the device store "
-            f"needs {_gb(nbytes)}, {where} has room for {_gb(budget)})"
+            f"needs {gb(nbytes)}, {where} has room for {gb(budget)})"
         )
     else:
         fitting = max(1, int(spec.capacity * budget / max(nbytes, 1) * 0.95))
@@ -182,9 +186,12 @@ def plan_replay_store(
             else "more memory for the learner (Reverb, the other store, is not installed here)"
         )
         raise ConfigError(
-            f"replay.store={asked}: the device replay store needs {_gb(nbytes)} ({size}) "
-            f"but {where} has room for {_gb(budget)}; set agent.replay_buffer_size={fitting} "
-            f"or less, or use {other}"
+            fact_refusal(
+                f"replay.store={asked}",
+                f"the device replay store needs {gb(nbytes)} ({size}) but {where} has room "
+                f"for {gb(budget)}",
+                f"set agent.replay_buffer_size={fitting} or less, or use {other}",
+            )
         )
     config.replay.store = store
     return ReplayStorePlan(store, nbytes, budget, where, line)
@@ -203,11 +210,11 @@ def _single_process_budget() -> tuple[int, str, int]:
     if len(inventory) and detect_jax_build().serves_cuda:
         gpu = inventory[inventory.ids[0]]
         fraction = float(os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION", JAX_DEFAULT_FRACTION))
-        where = f"GPU {gpu.index} at {fraction:g} of {_gb(gpu.memory_total_bytes)}"
+        where = f"GPU {gpu.index} at {fraction:g} of {gb(gpu.memory_total_bytes)}"
         return int(fraction * gpu.memory_total_bytes), where, 1
     total = psutil.virtual_memory().total
     return (
         int(total - NODE_RSS_GIB["learner"] * GIB),
-        f"this host's {_gb(total)} RAM (the learner's cpu)",
+        f"this host's {gb(total)} RAM (the learner's cpu)",
         1,
     )
