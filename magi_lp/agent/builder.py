@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import jax
 
+from magi_lp import console
 from magi_lp.acme_api import adders, counting, loggers, specs
 from magi_lp.agent.actor_core import ActorCore
 from magi_lp.agent.learner import Learner
@@ -49,7 +50,26 @@ class AgentBuilder(abc.ABC, Generic[Networks, Sample]):
     Each method is called in the process that will own the piece: replay tables in the
     replay node, the learner and its dataset in the learner node, policies and adders in
     actor nodes.
+
+    A project's own config keys are checked by the entry point, not here: pass the check as
+    `distributed_main(make_experiment, validate_config=...)` / `single_process_main(...)`
+    (`magi_lp.cli`), which runs it before JAX is imported.
     """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "validate_config" in vars(cls):
+            # AgentBuilder.validate_config went (the entry point checks a project's keys
+            # before the builder's module, which imports JAX, is loaded), so an override is
+            # never called: say so once, where the class is defined.
+            console.say(
+                f"warning: {cls.__module__}.{cls.__qualname__}.validate_config is never "
+                "called (AgentBuilder has no validate_config); pass it to the entry point "
+                "instead: distributed_main(make_experiment, validate_config=...) or "
+                "single_process_main(make_experiment, validate_config=...) (magi_lp.cli), "
+                "which runs it before anything heavy is imported",
+                source="builder",
+            )
 
     @abc.abstractmethod
     def replay_schedule(self) -> ReplaySchedule:
