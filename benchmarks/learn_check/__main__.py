@@ -1,30 +1,36 @@
 """`make learn-check`: this DrQ-v2 beside the official one, same settings, same machine.
 
-    python -m benchmarks.learn_check --official PATH [--seeds 1,2,3] [--tasks cartpole_balance]
+    python -m benchmarks.learn_check --official PATH [--tasks cartpole_balance]
         [--cores 0,1] [--agents magi_lp,official] [--out runs/learn_check] [--report-only]
     python -m benchmarks.learn_check --tiny --agents magi_lp --out DIR   # a check of the command
 
-Runs every (agent, task, seed) whose result is not kept yet (benchmarks/learn_check/results/,
-committed), one per core at a time (each run pinned to its core; its logs under --out), this
-project's and the official run of a seed side by side; then
-writes benchmarks/learn_check.json (curves, AUC ratio with its bootstrap interval, frames/s)
-and the CSV and PNG beside it, and `python -m benchmarks.run --only learn_check` renders the
-figure into benchmarks/results.json and BENCHMARKS.md. Seeds accumulate: a later call with
-more seeds runs only the new ones.
+Runs every preregistered (agent, task, seed) (`settings.SEEDS`, fixed before the runs) whose
+result is not kept yet (benchmarks/learn_check/results/, committed), one per core at a time
+(each run pinned to its core; its logs under --out). A run cut short (this command killed,
+the machine's session ended) continues from its checkpoint on the next call: call it again.
+Then writes benchmarks/learn_check.json (the verdict, curves, AUC ratio with its bootstrap
+interval, frames/s, each run's provenance and the unfinished runs' state) and the CSV and PNG
+beside it; `python -m benchmarks.run --only learn_check` renders the figure into
+benchmarks/results.json and BENCHMARKS.md (done here when every run is finished).
+
+Exit code: 0 the goal held (both agents learned, AUC ratio >= 0.9), 1 it did not, 3 runs
+are unfinished (run again to continue them), 2 the official checkout is missing.
+`--seeds` runs other seeds too, but only the preregistered ones are counted.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import queue
+import signal
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
 from benchmarks import common
-from benchmarks.learn_check import comparison, official
-from benchmarks.learn_check.runs import run_one
+from benchmarks.learn_check import comparison, official, runs
 from benchmarks.learn_check.settings import (
     AGENTS,
     DEFAULT_SEEDS,
@@ -54,6 +60,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--agents", default=",".join(AGENTS))
     parser.add_argument("--cores", default="0,1", help="one run at a time on each")
     parser.add_argument("--out", default=str(OUT))
+    parser.add_argument(
+        "--kept",
+        default="",
+        help="where finished results are kept (default: the repository's, for --tiny "
+        "OUT/results); background.sh runs from a pinned worktree and keeps them here",
+    )
     parser.add_argument("--tiny", action="store_true", help="tiny settings: checks the command")
     parser.add_argument("--report-only", action="store_true", help="run nothing; report")
     args = parser.parse_args(argv)
@@ -71,24 +83,39 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     out = Path(args.out)
     # Tiny checks keep their results beside their runs; real ones in the repository.
-    kept = out / "results" if args.tiny else KEPT
+    kept = Path(args.kept) if args.kept else out / "results" if args.tiny else KEPT
     jobs: queue.Queue = queue.Queue()
     for seed in _ints(args.seeds):
         for task in _names(args.tasks):
             for agent in agents:
                 folder = run_dir(out, agent, task, seed)
-                if not kept_result(kept, agent, task, seed).is_file() and not args.report_only:
+                if not _kept(kept, agent, task, seed, settings) and not args.report_only:
                     jobs.put((agent, task, seed, folder))
     print(f"learn_check: {jobs.qsize()} run(s) to do ({settings.reduced()}); kept in {out}")
+    stopping = threading.Event()
+
+    def stop(signum, frame):  # SIGTERM: stop the runs at a checkpoint; they resume
+        stopping.set()
+        runs.stop_all()
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        return _run_and_report(args, settings, agents, checkout, out, kept, jobs, stopping)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run_and_report(args, settings, agents, checkout, out, kept, jobs, stopping) -> int:
+    """Works through `jobs` on the cores; writes the comparison; returns the exit code."""
 
     def work(core: int) -> None:
-        while True:
+        while not stopping.is_set():
             try:
                 agent, task, seed, folder = jobs.get_nowait()
             except queue.Empty:
                 return
             print(f"learn_check: core {core}: {agent} {task} seed {seed} -> {folder}", flush=True)
-            result = run_one(agent, settings, task, seed, folder, core, checkout, kept)
+            result = runs.run_one(agent, settings, task, seed, folder, core, checkout, kept)
             print(
                 f"learn_check: {agent} {task} seed {seed}: exit {result['exit_code']}, "
                 f"{result['wall_s']:.0f} s, evaluations {result['evaluations']}",
@@ -98,17 +125,35 @@ def main(argv: list[str] | None = None) -> int:
     workers = [threading.Thread(target=work, args=(core,)) for core in _ints(args.cores)]
     for worker in workers:
         worker.start()
-    for worker in workers:
-        worker.join()
-    summary = comparison.write(kept, settings, args.tiny, out)
-    print(f"learn_check: {summary}")
-    if not args.tiny and str(out) == str(OUT):
+    try:
+        for worker in workers:
+            while worker.is_alive():
+                worker.join(timeout=1.0)
+    except KeyboardInterrupt:
+        stopping.set()
+        runs.stop_all()
+        for worker in workers:
+            worker.join()
+    result = comparison.write(kept, settings, args.tiny, out, tuple(_names(args.tasks)))
+    print(f"learn_check: verdict {result['verdict']}: {result['line']}")
+    print(f"learn_check: wrote {', '.join(result['files'])}")
+    finished = result["verdict"] != comparison.INCOMPLETE
+    if not args.tiny and Path(kept).resolve() == KEPT.resolve() and finished:
         subprocess.run(
             [sys.executable, "-m", "benchmarks.run", "--only", "learn_check"],
             cwd=common.REPO,
             check=False,
         )
-    return 0
+    return comparison.EXIT[result["verdict"]]
+
+
+def _kept(kept: Path, agent: str, task: str, seed: int, settings) -> bool:
+    """Whether a finished result of this run at these settings is kept."""
+    path = kept_result(kept, agent, task, seed)
+    if not path.is_file():
+        return False
+    saved = json.loads(path.read_text()).get("settings", {})
+    return comparison.same_settings(saved, settings)
 
 
 if __name__ == "__main__":

@@ -1,37 +1,54 @@
-"""The comparison, stated: curves (mean and each seed), the AUC ratio with a bootstrap
-interval over seeds, where our final return lies among the official seeds', frames/s.
+"""The comparison, stated so that it can fail: curves (mean and each seed), whether each
+agent learned, the AUC ratio with a bootstrap interval over seeds, frames/s.
 
-AUC is a run's mean evaluation return over the evaluation points (0, 10k, ..., the last
-frame): the area under its curve over the frames, up to a constant. The ratio is our mean AUC
-over the official mean AUC; its 95% interval resamples each agent's seeds with replacement.
+- Only the preregistered seeds count (`settings.SEEDS`, fixed before the runs): a run of
+  another seed is listed and left out, and the verdict waits until every preregistered seed
+  of both agents has reached its last evaluation.
+- Learned (`learned`): an agent's mean final return is >= `LEARN_FACTOR` x its mean return
+  at frame 0 and >= `LEARN_MIN[task]`. Both agents must have learned, else the check fails:
+  two flat curves are not two agents learning alike.
+- AUC is a run's mean evaluation return over the evaluation points after frame 0 (frame 0 is
+  the untrained policy; on cartpole_balance it scores about 350, a learner that never
+  updates would bank it). The ratio is our mean AUC over the official mean AUC; its 95%
+  interval resamples each agent's seeds with replacement. Goal: ratio >= `GOAL_RATIO`.
+- The verdict is "held", "not held" or "incomplete"; `python -m benchmarks.learn_check`
+  exits 0, 1 or 3 for them (`EXIT`).
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import datetime
+import functools
 import importlib.util
 import json
 import random
 from pathlib import Path
 
 from benchmarks import common
-from benchmarks.learn_check.settings import AGENTS, Settings
+from benchmarks.learn_check.settings import AGENTS, SEEDS, Settings
 
 JSON = common.REPO / "benchmarks" / "learn_check.json"
 CSV = common.REPO / "benchmarks" / "learn_check_curves.csv"
 PNG = common.REPO / "benchmarks" / "learn_check_curves.png"
 GOAL_RATIO = 0.9
-GOAL_SEEDS = 3
+LEARN_FACTOR = 2.0
+LEARN_MIN = {"cartpole_balance": 700.0}
+"""A final mean below this has not learned the task (cartpole_balance: the pole held for
+most of the episode; the untrained policy scores about 350)."""
 BOOTSTRAP_DRAWS = 10_000
+HELD, NOT_HELD, INCOMPLETE = "held", "not held", "incomplete"
+EXIT = {HELD: 0, NOT_HELD: 1, INCOMPLETE: 3}
 
 
 def load_runs(kept: Path) -> list[dict]:
-    """Every kept result under `kept` (agent/task/seed_N.json)."""
+    """Every kept result under `kept` (agent/task/seed_N.json; failure records excluded)."""
     return [json.loads(path.read_text()) for path in sorted(Path(kept).glob("*/*/seed_*.json"))]
 
 
 def _points(settings: Settings) -> list[int]:
+    """Every evaluation point, frame 0 first (the table's columns)."""
     return list(range(0, settings.frames + 1, settings.eval_every_frames))
 
 
@@ -47,6 +64,11 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
+def auc(curve: list[float]) -> float:
+    """Mean return over the evaluation points after frame 0 (`curve[0]` is frame 0)."""
+    return _mean(curve[1:])
+
+
 def bootstrap_ratio(ours: list[float], theirs: list[float], seed: int = 0) -> tuple[float, float]:
     """95% interval of mean(ours) / mean(theirs), each agent's seeds resampled."""
     rng = random.Random(seed)
@@ -58,57 +80,144 @@ def bootstrap_ratio(ours: list[float], theirs: list[float], seed: int = 0) -> tu
 
 
 def same_settings(saved: dict, settings: Settings) -> bool:
-    """Whether a run's saved settings are `settings` (a key it predates: at its default)."""
+    """Whether a run's saved settings are `settings` (a key it predates: at its default;
+    how often ours saves a checkpoint does not change what it learns, and is not compared)."""
     try:
-        return Settings(**saved) == settings
+        found = Settings(**saved)
     except TypeError:  # a key this version does not know
         return False
+    return dataclasses.replace(found, checkpoint_minutes=settings.checkpoint_minutes) == settings
 
 
-def compare(runs: list[dict], settings: Settings) -> dict:
-    """Per task: each agent's curves and frames/s, and the AUC comparison."""
+def learned(task: str, start_mean: float, final_mean: float, episode_frames: int = 0) -> dict:
+    """The learning rule: final >= LEARN_FACTOR x start and >= LEARN_MIN[task] (scaled by
+    the episode's length where a check cuts it short: `episode_frames`, 0 for the task's
+    1000)."""
+    floor = LEARN_MIN.get(task, 0.0) * (episode_frames or 1000) / 1000
+    need = max(LEARN_FACTOR * start_mean, floor)
+    return {
+        "learned": final_mean >= need,
+        "start_mean": start_mean,
+        "final_mean": final_mean,
+        "needed": need,
+        "rule": f"final mean >= {LEARN_FACTOR:g} x frame-0 mean and >= {floor:g}",
+    }
+
+
+def frozen(run: dict) -> dict:
+    """A learner that never updates: the run's frame-0 return carried to every point (the
+    negative control the comparison must fail)."""
+    evaluations = sorted((int(f), float(v)) for f, v in run["evaluations"])
+    start = evaluations[0][1]
+    return {**run, "evaluations": [(frame, start) for frame, _ in evaluations]}
+
+
+def compare(runs: list[dict], settings: Settings, seeds: tuple[int, ...] = SEEDS) -> dict:
+    """Per task: each agent's curves, frames/s and learning, and the AUC comparison with
+    its verdict (over the preregistered `seeds` only)."""
     points = _points(settings)
     tasks: dict[str, dict] = {}
     for run in runs:
         if not same_settings(run.get("settings", {}), settings):
             continue  # a run at other settings is not part of this comparison
+        agents = tasks.setdefault(run["task"], {})
         curve = _curve(run, points)
+        if run["seed"] not in seeds:
+            agents.setdefault("not_counted", []).append(
+                {"agent": run["agent"], "seed": run["seed"], "why": "not a preregistered seed"}
+            )
+            continue
         if curve is None:
             continue
-        agent = tasks.setdefault(run["task"], {}).setdefault(
-            run["agent"], {"seeds": [], "curves": [], "fps": [], "versions": run["versions"]}
+        agent = agents.setdefault(
+            run["agent"],
+            {"seeds": [], "curves": [], "fps": [], "versions": run["versions"], "runs": []},
         )
         agent["seeds"].append(run["seed"])
         agent["curves"].append(curve)
-        agent["fps"].append(run["train_frames_per_s"])
+        agent["fps"].append(run.get("train_frames_per_s"))
+        agent["runs"].append(provenance(run))
     for task, agents in tasks.items():
-        for agent in agents.values():
+        for name in AGENTS:
+            agent = agents.get(name)
+            if agent is None:
+                continue
             columns = list(zip(*agent["curves"], strict=True))
             agent["mean"] = [_mean(list(c)) for c in columns]
             agent["min"] = [min(c) for c in columns]
             agent["max"] = [max(c) for c in columns]
-            agent["auc"] = [_mean(curve) for curve in agent["curves"]]
+            agent["auc"] = [auc(curve) for curve in agent["curves"]]
             fps = [f for f in agent["fps"] if f]
             agent["train_frames_per_s"] = _mean(fps) if fps else None
-        if set(AGENTS) <= set(agents):
-            ours, theirs = agents["magi_lp"], agents["official"]
-            low, high = bootstrap_ratio(ours["auc"], theirs["auc"])
-            final = ours["mean"][-1]
-            agents["comparison"] = {
-                "auc_ratio": _mean(ours["auc"]) / _mean(theirs["auc"]),
-                "auc_ratio_95": [low, high],
-                "final_mean": final,
-                "official_final_range": [theirs["min"][-1], theirs["max"][-1]],
-                "final_inside_official_range": theirs["min"][-1] <= final <= theirs["max"][-1],
-                "seeds": [len(ours["seeds"]), len(theirs["seeds"])],
-                "fps_ratio": (
-                    ours["train_frames_per_s"] / theirs["train_frames_per_s"]
-                    if ours["train_frames_per_s"] and theirs["train_frames_per_s"]
-                    else None
-                ),
-            }
+            agent["learning"] = learned(
+                task, agent["mean"][0], agent["mean"][-1], settings.episode_frames
+            )
+            agent["missing_seeds"] = sorted(set(seeds) - set(agent["seeds"]))
+        agents["comparison"] = verdict(agents, seeds)
         tasks[task] = agents
-    return {"points": points, "tasks": tasks}
+    return {"points": points, "seeds": list(seeds), "tasks": tasks}
+
+
+def verdict(agents: dict, seeds: tuple[int, ...]) -> dict:
+    """Held, not held or incomplete, and why; the ratio and interval once both agents have
+    every preregistered seed."""
+    missing = {
+        name: sorted(set(seeds) - set(agents[name]["seeds"])) if name in agents else list(seeds)
+        for name in AGENTS
+    }
+    if any(missing.values()):
+        return {"verdict": INCOMPLETE, "missing_seeds": missing, "why": "runs not finished"}
+    ours, theirs = agents["magi_lp"], agents["official"]
+    low, high = bootstrap_ratio(ours["auc"], theirs["auc"])
+    ratio = _mean(ours["auc"]) / _mean(theirs["auc"])
+    why = [
+        f"{name} did not learn ({agents[name]['learning']['final_mean']:.0f} < "
+        f"{agents[name]['learning']['needed']:.0f})"
+        for name in AGENTS
+        if not agents[name]["learning"]["learned"]
+    ]
+    if ratio < GOAL_RATIO:
+        why.append(f"AUC ratio {ratio:.3f} < {GOAL_RATIO}")
+    final = ours["mean"][-1]
+    return {
+        "verdict": NOT_HELD if why else HELD,
+        "why": "; ".join(why) or f"both learned and AUC ratio {ratio:.3f} >= {GOAL_RATIO}",
+        "auc_ratio": ratio,
+        "auc_ratio_95": [low, high],
+        "final_mean": final,
+        "official_final_range": [theirs["min"][-1], theirs["max"][-1]],
+        "final_inside_official_range": theirs["min"][-1] <= final <= theirs["max"][-1],
+        "seeds": [len(ours["seeds"]), len(theirs["seeds"])],
+        "fps_ratio": (
+            ours["train_frames_per_s"] / theirs["train_frames_per_s"]
+            if ours["train_frames_per_s"] and theirs["train_frames_per_s"]
+            else None
+        ),
+    }
+
+
+def provenance(run: dict) -> dict:
+    """What made one kept run: its launches' commits and code, the machine, wall time."""
+    attempts = run.get("attempts", [])
+    head = _head_code()
+    other_code = [a["attempt"] for a in attempts if a.get("code") != head]
+    return {
+        "seed": run["seed"],
+        "commits": sorted({a.get("commit", "?")[:12] for a in attempts}) or ["not recorded"],
+        "dirty": any(a.get("dirty") for a in attempts) if attempts else None,
+        "machine": run.get("machine"),
+        "wall_s": run.get("wall_s"),
+        "launches": len(attempts),
+        # HEAD's agent and replay code made every launch: otherwise marked in the figure.
+        "head_code": bool(attempts) and not other_code,
+    }
+
+
+@functools.cache
+def _head_code() -> dict:
+    from benchmarks.learn_check.runs import code_state
+
+    return code_state()["code"]
 
 
 def _write_csv(path: Path, comparison: dict) -> None:
@@ -160,9 +269,103 @@ def _plot(path: Path, comparison: dict, settings: Settings) -> str:
     return str(path)
 
 
-def write(kept: Path, settings: Settings, tiny: bool, out: Path) -> str:
+def progress(out: Path, settings: Settings, tasks: tuple[str, ...], kept: Path) -> list[dict]:
+    """Each preregistered run's state: done (kept), in progress (its evaluations so far and
+    launches, from its folder under `out`), or not started; failed launches counted."""
+    from benchmarks.learn_check import runs
+    from benchmarks.learn_check.settings import failed_record, kept_result, run_dir
+
+    states = []
+    for task in tasks:
+        for seed in SEEDS:
+            for agent in AGENTS:
+                folder = run_dir(out, agent, task, seed)
+                failed = sorted(failed_record(kept, agent, task, seed, 0).parent.glob(
+                    f"seed_{seed}_attempt_*.json"
+                ))  # fmt: skip
+                state = {"agent": agent, "task": task, "seed": seed, "failed_launches": len(failed)}
+                path = kept_result(kept, agent, task, seed)
+                if path.is_file():
+                    done = json.loads(path.read_text())
+                    if same_settings(done.get("settings", {}), settings):
+                        state.update(state="done", evaluations=done["evaluations"])
+                        states.append(state)
+                        continue
+                attempts = runs.read_attempts(folder)
+                if not attempts:
+                    states.append({**state, "state": "not started", "evaluations": []})
+                    continue
+                reader = runs.ours_result if agent == "magi_lp" else runs.official_result
+                launches = [a["started"] for a in attempts]
+                try:
+                    found = reader(settings, folder / "work", launches)
+                except (OSError, ValueError, KeyError):
+                    found = {"evaluations": []}
+                states.append(
+                    {
+                        **state,
+                        "state": "in progress",
+                        "evaluations": found["evaluations"],
+                        "launches": len(attempts),
+                        "last_launch": attempts[-1].get("started_at"),
+                        "commits": sorted({a.get("commit", "?")[:12] for a in attempts}),
+                    }
+                )
+    return states
+
+
+SUPERSEDED = "superseded/32px_batch32_50k"
+"""The kept results of the first learn check (32x32, batch 32, 50k frames), superseded."""
+
+
+def superseded(kept: Path) -> dict | None:
+    """The first learn check's runs under today's rules: neither agent learned, and a learner
+    that never updates scored a ratio above 1 by the rule they were judged by."""
+    runs = load_runs(Path(kept) / SUPERSEDED)
+    if not runs:
+        return None
+    old = Settings(**{**runs[0]["settings"], "episode_frames": 0})
+    points = _points(old)
+    curves: dict[str, list[list[float]]] = {}
+    for run in runs:
+        curve = _curve(run, points)
+        if curve is not None:
+            curves.setdefault(run["agent"], []).append(curve)
+    if set(curves) != set(AGENTS):
+        return None
+    found: dict = {"settings": vars(old), "reduced": old.reduced(), "points": points}
+    for name, agent_curves in curves.items():
+        columns = list(zip(*agent_curves, strict=True))
+        means = [_mean(list(c)) for c in columns]
+        found[name] = {
+            "seeds": len(agent_curves),
+            "mean": means,
+            "learning": learned("cartpole_balance", means[0], means[-1]),
+        }
+
+    def ratio(ours: list[list[float]], theirs: list[list[float]], area) -> dict:
+        a, b = [area(c) for c in ours], [area(c) for c in theirs]
+        low, high = bootstrap_ratio(a, b)
+        return {"ratio": _mean(a) / _mean(b), "ratio_95": [low, high]}
+
+    with_zero = _mean  # the first check's AUC: every point, frame 0 included
+    frozen_ours = [[c[0]] * len(c) for c in curves["magi_lp"]]
+    found["old_rule"] = ratio(curves["magi_lp"], curves["official"], with_zero)
+    found["old_rule_frozen"] = ratio(frozen_ours, curves["official"], with_zero)
+    found["new_rule"] = ratio(curves["magi_lp"], curves["official"], auc)
+    return found
+
+
+def write(
+    kept: Path,
+    settings: Settings,
+    tiny: bool,
+    out: Path,
+    tasks: tuple[str, ...] = ("cartpole_balance",),
+) -> dict:
     """Compares the results kept in `kept`; writes the JSON, CSV and PNG (under `out` when
-    tiny, else benchmarks/learn_check.json, _curves.csv, _curves.png). Returns a summary."""
+    tiny, else benchmarks/learn_check.json, _curves.csv, _curves.png). Returns the result
+    (its `verdict`: held, not held or incomplete, and `line`, a summary)."""
     comparison = compare(load_runs(kept), settings)
     json_path, csv_path, png_path = (
         (Path(out) / "learn_check.json", Path(out) / "curves.csv", Path(out) / "curves.png")
@@ -170,31 +373,44 @@ def write(kept: Path, settings: Settings, tiny: bool, out: Path) -> str:
         else (JSON, CSV, PNG)
     )
     _write_csv(csv_path, comparison)
-    plot = _plot(png_path, comparison, settings)
+    plot = _plot(png_path, comparison, settings) if comparison["tasks"] else "no PNG (no runs)"
+    verdicts = [
+        comparison["tasks"].get(task, {}).get("comparison", {"verdict": INCOMPLETE})
+        for task in tasks
+    ]
+    names = [v["verdict"] for v in verdicts]
+    overall = NOT_HELD if NOT_HELD in names else INCOMPLETE if INCOMPLETE in names else HELD
+    parts = []
+    for task, found in zip(tasks, verdicts, strict=True):
+        if "auc_ratio" in found:
+            low, high = found["auc_ratio_95"]
+            parts.append(
+                f"{task}: {found['verdict']}: AUC ratio {found['auc_ratio']:.3f} "
+                f"[{low:.2f}, {high:.2f}] over {found['seeds'][0]} / {found['seeds'][1]} "
+                f"seeds; {found['why']}"
+            )
+        else:
+            parts.append(f"{task}: {found['verdict']} ({found.get('why', 'no runs')})")
     result = {
-        "status": "ok" if comparison["tasks"] else "skipped",
+        "status": "ok",
+        "verdict": overall,
+        "line": "; ".join(parts),
         "measured_at": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "commit": common.git_commit(),
         "machine": common.machine(),
         "settings": vars(settings),
         "reduced": settings.reduced(),
         "goal_ratio": GOAL_RATIO,
-        "goal_seeds": GOAL_SEEDS,
+        "learn_rule": f"final mean >= {LEARN_FACTOR:g} x frame-0 mean and >= the task's floor "
+        f"({LEARN_MIN})",
+        "preregistered": {"seeds": list(SEEDS), "tasks": list(tasks)},
+        "progress": [] if tiny else progress(Path(out), settings, tasks, kept),
+        "superseded": None if tiny else superseded(kept),
         **comparison,
     }
     json_path.write_text(json.dumps(result, indent=2) + "\n")
-    parts = []
-    for task, agents in sorted(comparison["tasks"].items()):
-        found = agents.get("comparison")
-        if found:
-            low, high = found["auc_ratio_95"]
-            parts.append(
-                f"{task}: AUC ratio {found['auc_ratio']:.3f} [{low:.2f}, {high:.2f}] over "
-                f"{found['seeds'][0]} / {found['seeds'][1]} seeds"
-            )
-        else:
-            parts.append(f"{task}: {', '.join(sorted(agents))} only")
-    return f"{'; '.join(parts) or 'no finished runs'}; wrote {json_path}, {csv_path}, {plot}"
+    result["files"] = [str(json_path), str(csv_path), plot]
+    return result
 
 
 # -- the figure on BENCHMARKS.md (benchmarks.run reads benchmarks/learn_check.json) --------
@@ -205,39 +421,64 @@ NOT_MEASURED = "not measured: `make learn-check` has not written benchmarks/lear
 
 def summary(result: dict) -> tuple[str, str, str]:
     """(number, comparison, ratio) for the page's table."""
+    seeds = len(result.get("preregistered", {}).get("seeds", []))
     for task, agents in sorted(result["tasks"].items()):
-        found = agents.get("comparison")
-        if found:
+        found = agents.get("comparison", {})
+        if "auc_ratio" in found:
             low, high = found["auc_ratio_95"]
-            seeds = found["seeds"]
             return (
-                f"{task}: AUC ratio {found['auc_ratio']:.3f} (95% [{low:.2f}, {high:.2f}])",
-                f"official DrQ-v2, {seeds[0]} / {seeds[1]} seeds, {result['reduced']}",
-                f"goal >= {result['goal_ratio']} with >= {result['goal_seeds']} seeds",
+                f"{task}: {found['verdict']}: AUC ratio {found['auc_ratio']:.3f} "
+                f"(95% [{low:.2f}, {high:.2f}])",
+                f"official DrQ-v2, {found['seeds'][0]} / {found['seeds'][1]} preregistered "
+                f"seeds, {result['reduced']}",
+                f"goal >= {result['goal_ratio']}, both agents learned",
             )
-    return "one agent only so far", "", ""
+    done = sum(1 for p in result.get("progress", []) if p["state"] == "done")
+    total = len(result.get("progress", []))
+    return (
+        f"in progress: {done} / {total} runs done (the 32x32 / batch 32 result is superseded: "
+        "neither agent learned there)",
+        f"official DrQ-v2, {seeds} preregistered seeds each, {result['reduced']}",
+        f"goal >= {result['goal_ratio']}, both agents learned",
+    )
+
+
+def _cells(values: list[float]) -> str:
+    return " | ".join(f"{v:.0f}" for v in values)
 
 
 def report(result: dict) -> str:
-    """The figure's section: what ran, the table per evaluation point, the verdict."""
+    """The figure's section: the preregistered check, its state or verdict, the runs'
+    provenance, and the superseded first check."""
+    settings = result["settings"]
     lines = [
         f"Both agents at the same settings ({result['reduced']}; everything else the paper's), "
-        "one process pinned to one core each, this project's and the official run of a seed "
-        "side by side. Evaluation: 10 episodes of the mean action at 0 and every "
-        f"{result['settings']['eval_every_frames']:,} frames. AUC: a run's mean evaluation "
-        "return over those points. Training frames/s: episodes after the seed frames that "
-        "hold no evaluation, updates included. Curves: `benchmarks/learn_check_curves.png` "
-        "and `.csv` (mean, range and each seed).",
+        "one process pinned to one core each (the official agent's replay worker on the same "
+        "core). Evaluation: "
+        f"{settings['eval_episodes']} episodes of the mean action at 0 and every "
+        f"{settings['eval_every_frames']:,} frames. **Preregistered** before the runs: seeds "
+        f"{', '.join(map(str, result['preregistered']['seeds']))} of each agent (never grown "
+        "after a miss; other seeds are not counted). Learned: "
+        f"{result['learn_rule']}; both agents must learn. AUC: a run's mean evaluation return "
+        "over the points after frame 0. Goal: AUC ratio (this / official) >= "
+        f"{result['goal_ratio']}, with its 95% bootstrap interval over seeds. Training "
+        "frames/s, one rule for both: the wall time between the rows written when "
+        "consecutive training episodes end, over the episodes after the seed frames that "
+        "hold no evaluation and no relaunch. `python -m benchmarks.learn_check` exits 0 when "
+        "the goal held, 1 when not, 3 while runs are unfinished.",
         "",
-        "![learning curves](benchmarks/learn_check_curves.png)",
+        f"**Verdict: {result['verdict']}**: {result['line']}",
         "",
     ]
     points = result["points"]
     for task, agents in sorted(result["tasks"].items()):
+        if not any(name in agents for name in AGENTS):
+            continue
         lines += [f"**{task}**", ""]
+        lines += ["![learning curves](benchmarks/learn_check_curves.png)", ""]
         header = "| agent | seeds | " + " | ".join(f"{p // 1000}k" for p in points)
-        lines += [header + " | AUC | train frames/s | versions |"]
-        lines += ["| --- " * (len(points) + 5) + "|"]
+        lines += [header + " | AUC | learned | train frames/s | versions |"]
+        lines += ["| --- " * (len(points) + 6) + "|"]
         for name in AGENTS:
             agent = agents.get(name)
             if agent is None:
@@ -247,24 +488,63 @@ def report(result: dict) -> str:
                 for m, lo, hi in zip(agent["mean"], agent["min"], agent["max"], strict=True)
             ]
             fps = agent["train_frames_per_s"]
+            fps_text = f"{fps:.2f}" if fps else "-"
             versions = ", ".join(f"{k} {v}" for k, v in sorted(agent["versions"].items()))
+            learning = "yes" if agent["learning"]["learned"] else "**no**"
             lines.append(
                 f"| {name} | {len(agent['seeds'])} | " + " | ".join(cells)
-                + f" | {_mean(agent['auc']):.0f} | {fps:.1f} | {versions} |"
+                + f" | {_mean(agent['auc']):.0f} | {learning} | {fps_text} | {versions} |"
             )  # fmt: skip
-        found = agents.get("comparison")
-        if found:
-            low, high = found["auc_ratio_95"]
-            lo, hi = found["official_final_range"]
-            inside = "inside" if found["final_inside_official_range"] else "outside"
-            fps_ratio = found["fps_ratio"]
-            fps_text = f" Training frames/s ratio: {fps_ratio:.2f}x." if fps_ratio else ""
-            lines += [
-                "",
-                f"AUC ratio (this / official): **{found['auc_ratio']:.3f}**, 95% bootstrap "
-                f"interval [{low:.2f}, {high:.2f}] (goal >= {result['goal_ratio']} with >= "
-                f"{result['goal_seeds']} seeds per agent). Final mean {found['final_mean']:.0f}: "
-                f"{inside} the official seeds' range {lo:.0f}-{hi:.0f}.{fps_text}",
-            ]
+        lines += ["", "Each run's provenance:", ""]
+        lines += ["| agent | seed | commits | dirty | launches | wall time | code | machine |"]
+        lines += ["| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for name in AGENTS:
+            for run in agents.get(name, {}).get("runs", []):
+                code = "HEAD's" if run["head_code"] else "**not HEAD's agent/replay code**"
+                machine = run.get("machine") or {}
+                lines.append(
+                    f"| {name} | {run['seed']} | {', '.join(run['commits'])} | {run['dirty']} "
+                    f"| {run['launches']} | {(run['wall_s'] or 0) / 3600:.2f} h | {code} | "
+                    f"{machine.get('cpu', '?')}, {machine.get('cores', '?')} cores |"
+                )
+        for left_out in agents.get("not_counted", []):
+            lines.append(f"\nNot counted: {left_out['agent']} seed {left_out['seed']} "
+                         f"({left_out['why']}).")  # fmt: skip
         lines.append("")
+    running = [p for p in result.get("progress", []) if p["state"] != "done"]
+    if running:
+        lines += ["Runs not finished yet (each resumes from its checkpoint on the next call):", ""]
+        lines += ["| agent | seed | state | evaluations so far (frame: return) | launches |"]
+        lines += ["| --- | --- | --- | --- | --- |"]
+        for p in running:
+            evals = ", ".join(f"{f // 1000}k: {v:.0f}" for f, v in p["evaluations"]) or "-"
+            failed = f" ({p['failed_launches']} failed)" if p["failed_launches"] else ""
+            lines.append(
+                f"| {p['agent']} | {p['seed']} | {p['state']} | {evals} | "
+                f"{p.get('launches', 0)}{failed} |"
+            )
+        lines.append("")
+    old = result.get("superseded")
+    if old:
+        ours, theirs = old["magi_lp"], old["official"]
+        lo_, hi_ = old["old_rule"]["ratio_95"]
+        flo, fhi = old["old_rule_frozen"]["ratio_95"]
+        nlo, nhi = old["new_rule"]["ratio_95"]
+        lines += [
+            f"**Superseded: the first check** ({old['reduced']}; "
+            f"`benchmarks/learn_check/results/{SUPERSEDED}/`). It reported AUC ratio "
+            f"{old['old_rule']['ratio']:.3f} (95% [{lo_:.2f}, {hi_:.2f}]) with "
+            f"{ours['seeds']} / {theirs['seeds']} seeds, but it is not evidence of learning: "
+            f"neither agent learned by the rule above (mean at frame 0 then at "
+            f"{old['points'][-1] // 1000}k: ours {ours['mean'][0]:.0f} -> "
+            f"{ours['mean'][-1]:.0f}, the official {theirs['mean'][0]:.0f} -> "
+            f"{theirs['mean'][-1]:.0f}); a learner that never updates (each seed's frame-0 "
+            f"return carried to every point) passed its rule with "
+            f"{old['old_rule_frozen']['ratio']:.2f} [{flo:.2f}, {fhi:.2f}]; its seeds grew "
+            "from 3 to 5 after a miss; its runs recorded no commit or machine. Its ratio "
+            f"over the points after frame 0: {old['new_rule']['ratio']:.3f} "
+            f"[{nlo:.2f}, {nhi:.2f}]. Its curves: `benchmarks/learn_check/results/"
+            f"{SUPERSEDED}/curves.png`.",
+            "",
+        ]
     return "\n".join(lines)

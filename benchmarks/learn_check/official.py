@@ -56,6 +56,29 @@ class Edit(NamedTuple):
     why: str
 
 
+TREE_CPU = """
+
+def _tree_cpu_seconds():
+    # CPU seconds (user + system) of this process and its live children, from /proc.
+    tick = os.sysconf('SC_CLK_TCK')
+    me = os.getpid()
+    try:
+        with open(f'/proc/{me}/task/{me}/children') as f:
+            pids = [me] + [int(p) for p in f.read().split()]
+    except OSError:
+        pids = [me]
+    total = 0.0
+    for pid in pids:
+        try:
+            with open(f'/proc/{pid}/stat') as f:
+                fields = f.read().rsplit(')', 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+"""
+"""Added to train.py (its `os` import is there): `cpu_time` of each training row."""
+
 PATCH: list[Edit] = [
     Edit(
         "drqv2.py",
@@ -110,6 +133,23 @@ PATCH: list[Edit] = [
         "    submitit_folder: ./exp/${now:%Y.%m.%d}/${now:%H%M%S}_${agent_cfg.experiment}/.slurm\n",
         "",
         "the submitit launcher's settings: the basic launcher's schema rejects these keys",
+    ),
+    Edit(
+        "train.py",
+        "                        log('fps', episode_frame / elapsed_time)\n",
+        "                        log('fps', episode_frame / elapsed_time)\n"
+        "                        log('wall_time', __import__('time').time())\n"
+        "                        log('cpu_time', _tree_cpu_seconds())\n",
+        "the wall clock when a training episode's row is written (train.csv `wall_time`): "
+        "both agents' frames/s are timed from that event, and a relaunch's gap is found "
+        "by it (the restored Timer's total_time spans the gap); and the CPU seconds of this "
+        "process and its children (the replay worker) at that moment (`cpu_time`)",
+    ),
+    Edit(
+        "train.py",
+        "from video import TrainVideoRecorder, VideoRecorder\n",
+        "from video import TrainVideoRecorder, VideoRecorder\n" + TREE_CPU,
+        "the process tree's CPU seconds (this process and the replay worker), read from /proc",
     ),
     Edit(
         "replay_buffer.py",
@@ -256,8 +296,8 @@ def command(
 ) -> list[str]:
     """The command line: train.py with hydra overrides; run it with `environment()`.
 
-    Hydra changes into `workdir` (hydra.run.dir), where eval.csv and train.csv appear. One
-    replay worker process (the official default is 4); no videos, tensorboard or snapshots.
+    Hydra changes into `workdir` (hydra.run.dir), where eval.csv, train.csv and snapshot.pt
+    appear. One replay worker process (the official default is 4); no videos or tensorboard.
     """
     return [
         str(python),
@@ -275,7 +315,9 @@ def command(
         "device=cpu",
         "save_video=false",
         "save_train_video=false",
-        "save_snapshot=false",
+        # snapshot.pt at each episode's start, and the replay's episodes kept on disk: a
+        # relaunch in the same hydra.run.dir resumes from them (train.py's main).
+        "save_snapshot=true",
         "use_tb=false",
         f"hydra.run.dir={workdir}",
     ]
@@ -292,48 +334,30 @@ def read_result(workdir: Path) -> dict:
     """Parses the run's eval.csv and train.csv (columns written by logger.py and train.py).
 
     eval.csv: frame, step, episode, episode_length, episode_reward (mean over the eval
-    episodes), total_time (seconds since start, when the eval began). train.csv, one row per
-    training episode once updates have begun: frame, step, episode, episode_length,
-    episode_reward, buffer_size, fps, total_time.
-
-    train_frames_per_s: each train row's time span runs from the previous row (the timer is
-    reset only when a row is written, so the first row also spans the whole seed phase and
-    is dropped); spans holding an evaluation are dropped too. The rate is the frames of the
-    remaining spans over their seconds (total_time differences), updates included
-    ("clean_spans"). Without such a span, it is the mean of `fps` over all rows, which
-    counts seed-phase and eval time ("mean_fps_with_evals"); None without train rows.
-    `frames` is the last frame logged: the episode that ends at num_train_frames is trained
-    but never written (the loop stops first), and the last eval is before num_train_frames.
+    episodes), total_time. train.csv, one row per training episode once updates have begun:
+    frame, ..., total_time and (our patch) wall_time and cpu_time, written when the episode
+    ends. Its
+    Logger drops the rows a relaunch writes again (`_remove_old_entries`). Returns the
+    evaluations, each training episode's (end frame, wall_time) for runs.episode_windows,
+    and the training episodes' rewards.
     """
     workdir = Path(workdir)
-    eval_rows = _rows(workdir / "eval.csv")
-    evals = [(int(float(r["frame"])), float(r["episode_reward"])) for r in eval_rows]
+    evals = [
+        (int(float(r["frame"])), float(r["episode_reward"])) for r in _rows(workdir / "eval.csv")
+    ]
     train = _rows(workdir / "train.csv")
-    frames = [int(float(r["frame"])) for r in train]
-    times = [float(r["total_time"]) for r in train]
-    eval_frames = [f for f, _ in evals]
-    span_frames, span_seconds = 0, 0.0
-    for i in range(1, len(train)):
-        if any(frames[i - 1] <= e < frames[i] for e in eval_frames):
-            continue
-        span_frames += frames[i] - frames[i - 1]
-        span_seconds += times[i] - times[i - 1]
-    if span_seconds > 0:
-        fps, method = span_frames / span_seconds, "clean_spans"
-    elif train:
-        fps = sum(float(r["fps"]) for r in train) / len(train)
-        method = "mean_fps_with_evals"
-    else:
-        fps, method = None, "none"
     return {
         "evaluations": evals,
-        "train_frames_per_s": fps,
-        "train_fps_method": method,
-        "clean_span_frames": span_frames,
-        "seconds_per_1000_frames": 1000.0 / fps if fps else None,
-        "frames": max([*frames, *eval_frames], default=0),
-        "train_episode_rewards": [
-            (f, float(r["episode_reward"])) for f, r in zip(frames, train, strict=True)
+        "episode_ends": [
+            (
+                int(float(r["frame"])),
+                float(r["wall_time"]),
+                float(r["cpu_time"]) if r.get("cpu_time") else None,
+            )
+            for r in train
+            if r.get("wall_time")
         ],
-        "total_time": max([*times, *(float(r["total_time"]) for r in eval_rows)], default=0.0),
+        "train_episode_rewards": [
+            (int(float(r["frame"])), float(r["episode_reward"])) for r in train
+        ],
     }

@@ -1,20 +1,32 @@
-"""One (agent, task, seed) run on one pinned core, and what it leaves: `result.json`.
+"""One (agent, task, seed) run on one pinned core, resumed where it stopped, and what it
+leaves: `result.json` when it reached its last evaluation, a failure record when it did not.
 
-Both agents read the same `Settings`. A run writes `result.json` into its folder when it ends
-(evaluation returns by frame, training frames/s, wall time, versions); a folder without one
-is a run that was cut off, and is started again from scratch (a resumed run would refill its
-replay, a curve neither agent would draw in one go).
+Both agents read the same `Settings`. A run's folder holds its work folder, one log per
+launch (`run-<n>.log`) and `attempts.jsonl` (one line per launch: when, the code it ran, how
+it ended). A folder without `result.json` is a run that was cut off: the same command
+continues it from its checkpoint (ours: the learner and the device store, saved every
+`checkpoint_minutes` and on SIGTERM; the official agent: its `snapshot.pt`, written at each
+episode's start, and the replay episodes it keeps on disk with `save_snapshot=true`). The
+frames after the last checkpoint are run again, and their evaluation rows are replaced, not
+repeated (`_last_per_frame`).
 
-Training frames/s, the same rule for both: the frames of training episodes that start after
-the seed frames and hold no evaluation, over their seconds (updates included).
+Training frames/s, one rule for both (`episode_windows`): the wall time between the rows
+written when consecutive training episodes end (both agents write one, with `wall_time`),
+over the windows that start at or after the seed frames and hold no evaluation and no
+relaunch; the frames of those windows over their seconds, updates included. The official
+agent's replay worker is a second process pinned to the same core (`taskset`): its budget
+is the one core, as ours is.
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
+import itertools
 import json
 import os
-import shutil
+import resource
+import signal
 import subprocess
 import sys
 import time
@@ -22,10 +34,20 @@ from pathlib import Path
 
 from benchmarks import common
 from benchmarks.learn_check import official
-from benchmarks.learn_check.settings import ACTION_REPEAT, RESULT, Settings, kept_result
+from benchmarks.learn_check.settings import (
+    ACTION_REPEAT,
+    RESULT,
+    Settings,
+    failed_record,
+    kept_result,
+)
 
 VENV312 = common.REPO / ".venv312"
 VENV_OFFICIAL = common.REPO / ".venv-official"
+ATTEMPTS = "attempts.jsonl"
+CODE_PATHS = ("projects/drq_v2", "magi_lp/agent", "magi_lp/replay")
+"""The agent's and the replay's code: a run made by other code than HEAD's is marked."""
+LOG_TAIL = 30
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -39,29 +61,101 @@ def _pinned(core: int | None, command: list[str]) -> list[str]:
     return command if core is None else ["taskset", "-c", str(core), *command]
 
 
-def _run(command: list[str], env: dict[str, str], log: Path, cwd: Path) -> tuple[int, float]:
-    start = time.monotonic()
-    with open(log, "w") as out:
-        process = subprocess.Popen(
-            command, cwd=cwd, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT
+def _git(*args: str) -> str:
+    try:
+        done = subprocess.run(
+            ["git", *args], cwd=common.REPO, capture_output=True, text=True, check=True
         )
-        try:
-            code = process.wait()
-        except BaseException:  # Ctrl-C or a kill of the command: no orphan run
-            process.terminate()
-            process.wait(timeout=60)
-            raise
-    return code, time.monotonic() - start
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+    return done.stdout.strip()
+
+
+def code_state() -> dict:
+    """HEAD, whether the tree is dirty, and the agent's and replay's code (`CODE_PATHS`):
+    HEAD's git tree hash of each, or "dirty:" and a hash of its changes (tracked and new
+    files) where the work tree differs from HEAD there."""
+    dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
+    code = {}
+    for path in CODE_PATHS:
+        changed = _git("status", "--porcelain", "--", path)
+        if changed:
+            diff = _git("diff", "HEAD", "--", path) + changed
+            code[path] = "dirty:" + hashlib.sha256(diff.encode()).hexdigest()[:16]
+        else:
+            code[path] = _git("rev-parse", f"HEAD:{path}")
+    return {"commit": _git("rev-parse", "HEAD"), "dirty": dirty, "code": code}
+
+
+def machine() -> dict:
+    found = common.machine()
+    return {"cpu": found["cpu"], "cores": found["cores"], "ram_gib": found["ram_gib"]}
+
+
+def _last_per_frame(pairs: list[tuple[int, float]], keep: int) -> list[tuple[int, float]]:
+    """Mean of the last `keep` values at each frame, by frame: a relaunched run evaluates
+    again at a point it had reached, and its rows (written last) replace the earlier ones."""
+    by_frame: dict[int, list[float]] = {}
+    for frame, value in pairs:
+        by_frame.setdefault(frame, []).append(value)
+    return [(f, sum(v[-keep:]) / len(v[-keep:])) for f, v in sorted(by_frame.items())]
+
+
+def episode_windows(
+    ends: list[tuple[int, float, float | None]],
+    eval_frames: list[int],
+    seed_frames: int,
+    launches: list[float],
+) -> tuple[int, float, float | None]:
+    """(frames, seconds, CPU seconds) of the clean windows between consecutive episode ends.
+
+    `ends`: (frame, wall_time, cpu_time) of each training episode's end, by frame, one
+    run's rows after a relaunch's repeats are removed. A window (previous end, this end]
+    counts when it starts at or after `seed_frames`, no evaluation falls at its start or
+    inside it (an evaluation at frame e runs after the episode ending at e, before the
+    next), and no launch (`launches`, epoch seconds) falls inside it (a restart's gap).
+    CPU seconds: the process tree's (the official replay worker included); None when a
+    row lacks them.
+    """
+    frames, seconds, cpu = 0, 0.0, 0.0
+    for (start, t0, c0), (end, t1, c1) in itertools.pairwise(ends):
+        if start < seed_frames or end <= start or t1 <= t0:
+            continue
+        if any(start <= e < end for e in eval_frames):
+            continue
+        if any(t0 < launch < t1 for launch in launches):
+            continue
+        frames += end - start
+        seconds += t1 - t0
+        cpu = None if cpu is None or c0 is None or c1 is None else cpu + (c1 - c0)
+    return frames, seconds, cpu
+
+
+def _rate(frames: int, seconds: float, cpu: float | None) -> dict:
+    fps = frames / seconds if seconds else None
+    return {
+        "train_frames_per_s": fps,
+        "seconds_per_1000_frames": 1000.0 / fps if fps else None,
+        "cpu_seconds_per_1000_frames": 1000.0 * cpu / frames if frames and cpu else None,
+        "fps_frames": frames,
+        "fps_rule": "episode_end_windows",
+    }
+
+
+def _float(text: str | None) -> float | None:
+    return float(text) if text not in (None, "") else None
 
 
 def ours_command(settings: Settings, task: str, seed: int, workdir: Path) -> list[str]:
-    """`projects/drq_v2/main.py` on the current stack's device store, at `settings`."""
+    """`projects/drq_v2/main.py` (through `ours_main`, which stamps rows and checkpoints on
+    SIGTERM) on the current stack's device store, at `settings`."""
     steps = settings.frames // ACTION_REPEAT
     episode = settings.episode_frames
     cut = [f"--config.env.max_episode_frames={episode}"] if episode else []
     return [
         str(VENV312 / "bin" / "python"),
-        str(common.REPO / "projects" / "drq_v2" / "main.py"),
+        "-m",
+        "benchmarks.learn_check.ours_main",
         f"--config={common.REPO / 'configs' / f'{task}.py'}",
         f"--workdir={workdir}",
         f"--config.seed={seed}",
@@ -74,89 +168,153 @@ def ours_command(settings: Settings, task: str, seed: int, workdir: Path) -> lis
         f"--config.agent.min_replay_frames={settings.seed_frames}",
         f"--config.agent.num_expl_steps={settings.seed_frames // ACTION_REPEAT}",
         "--config.replay.store=device",
+        "--config.checkpoint.replay=True",
+        f"--config.checkpoint.every_minutes={settings.checkpoint_minutes}",
         "--config.logging.tensorboard=False",
         "--config.env.video.every_evaluations=0",
         *cut,
     ]
 
 
-def _ours_result(settings: Settings, workdir: Path) -> dict:
-    """Evaluation means by frame and training frames/s from main.py's CSV logs."""
-    by_frame: dict[int, list[float]] = {}
-    for row in _rows(workdir / "logs" / "evaluator_0" / "logs.csv"):
-        frame = ACTION_REPEAT * int(float(row.get("actor_steps") or 0))
-        by_frame.setdefault(frame, []).append(float(row["episode_return"]))
-    evaluations = [(frame, sum(v) / len(v)) for frame, v in sorted(by_frame.items())]
-    points = {frame for frame, _ in evaluations}
-    frames = seconds = 0.0
-    for row in _rows(workdir / "logs" / "actor_0" / "logs.csv"):
-        length = int(float(row["episode_length"]))
-        end = ACTION_REPEAT * int(float(row["actor_steps"]))
-        start = end - ACTION_REPEAT * length
-        if start < settings.seed_frames or any(start < p < end for p in points):
+def _ours_episode_ends(rows: list[dict[str, str]]) -> list[tuple[int, float, float | None]]:
+    """(end frame, wall_time, cpu_time) of each training episode, a relaunch's repeats
+    removed. One launch's episodes follow each other (each starts where the last ended); a
+    row that starts before the last one ended is a relaunch's first, starting at the step
+    it resumed from, and the earlier rows that end after that step are dropped."""
+    kept: list[tuple[int, int, float, float | None]] = []  # (start, end, wall, cpu)
+    for row in rows:
+        if not row.get("wall_time"):
             continue
-        frames += ACTION_REPEAT * length
-        seconds += length / float(row["steps_per_second"])
+        length = ACTION_REPEAT * int(float(row["episode_length"]))
+        end = ACTION_REPEAT * int(float(row["actor_steps"]))
+        start = end - length
+        if kept and start < kept[-1][1]:  # a relaunch: its first episode starts at `start`
+            kept = [k for k in kept if k[1] <= start]
+        kept.append((start, end, float(row["wall_time"]), _float(row.get("cpu_time"))))
+    return [(end, t, cpu) for _, end, t, cpu in kept]
+
+
+def ours_result(settings: Settings, workdir: Path, launches: list[float]) -> dict:
+    """Evaluation means by frame and training frames/s from main.py's CSV logs."""
+    pairs = [
+        (ACTION_REPEAT * int(float(row.get("actor_steps") or 0)), float(row["episode_return"]))
+        for row in _rows(workdir / "logs" / "evaluator_0" / "logs.csv")
+    ]
+    evaluations = _last_per_frame(pairs, settings.eval_episodes)
+    actor_rows = _rows(workdir / "logs" / "actor_0" / "logs.csv")
+    ends = _ours_episode_ends(actor_rows)
+    windows = episode_windows(ends, [f for f, _ in evaluations], settings.seed_frames, launches)
+    rewards = {
+        ACTION_REPEAT * int(float(row["actor_steps"])): float(row["episode_return"])
+        for row in actor_rows
+    }
     return {
         "evaluations": evaluations,
-        "train_frames_per_s": frames / seconds if seconds else None,
-        "train_fps_frames": frames,
+        "train_episode_rewards": sorted(rewards.items()),
+        **_rate(*windows),
     }
 
 
-def run_ours(settings: Settings, task: str, seed: int, folder: Path, core: int | None) -> dict:
-    """One run of this project's DrQ-v2 (`.venv312`); returns its result (also written)."""
-    workdir = folder / "work"
-    env = {"MUJOCO_GL": "egl", "PYOPENGL_PLATFORM": "egl", "JAX_PLATFORMS": "cpu"}
-    command = _pinned(core, ours_command(settings, task, seed, workdir))
-    code, wall_s = _run(command, env, folder / "run.log", common.REPO)
-    return {"exit_code": code, "wall_s": wall_s, **_ours_result(settings, workdir)}
+def official_result(settings: Settings, workdir: Path, launches: list[float]) -> dict:
+    """Evaluation returns by frame and training frames/s from the official eval.csv and
+    train.csv (its Logger already drops rows a relaunch writes again; the last row per
+    frame is kept besides)."""
+    found = official.read_result(workdir)
+    evaluations = _last_per_frame(found["evaluations"], 1)
+    ends = sorted({frame: (frame, t, cpu) for frame, t, cpu in found["episode_ends"]}.values())
+    windows = episode_windows(ends, [f for f, _ in evaluations], settings.seed_frames, launches)
+    return {
+        "evaluations": evaluations,
+        "train_episode_rewards": found["train_episode_rewards"],
+        **_rate(*windows),
+    }
 
 
-def run_official(
-    settings: Settings, task: str, seed: int, folder: Path, core: int | None, checkout: Path
-) -> dict:
-    """One run of the official DrQ-v2 from a patched scratch copy of `checkout`."""
-    code_dir = official.prepare(checkout, folder / "code")
-    workdir = folder / "work"
-    command = official.command(
-        code_dir,
-        VENV_OFFICIAL / "bin" / "python",
-        task=task,
-        seed=seed,
-        image_size=settings.image_size,
-        batch_size=settings.batch_size,
-        # One step past the last frame: train.py evaluates at the top of a step, and stops
-        # before the step at num_train_frames, so this gives the evaluation at `frames`.
-        train_frames=settings.frames + ACTION_REPEAT,
-        eval_every_frames=settings.eval_every_frames,
-        eval_episodes=settings.eval_episodes,
-        seed_frames=settings.seed_frames,
-        replay_size=settings.replay_size,
-        workdir=workdir,
-    )
-    code, wall_s = _run(
-        _pinned(core, command), official.environment(), folder / "run.log", code_dir
-    )
-    result = official.read_result(workdir)
-    shutil.rmtree(code_dir, ignore_errors=True)
-    return {"exit_code": code, "wall_s": wall_s, **result}
+LIVE: set[subprocess.Popen] = set()
+"""The runs this process has started and not yet seen end (`stop_all`)."""
+
+
+def stop_all() -> None:
+    """SIGTERM to every live run: ours saves a checkpoint and exits; the official agent
+    stops (its snapshot is at the start of its episode). Both resume on the next call."""
+    for process in list(LIVE):
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+
+
+def _launch(command: list[str], env: dict[str, str], log: Path, cwd: Path) -> int:
+    with open(log, "w") as out:
+        process = subprocess.Popen(
+            command, cwd=cwd, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT
+        )
+        LIVE.add(process)
+        try:
+            return process.wait()
+        except BaseException:  # Ctrl-C or a kill of the command: stop the run (it resumes)
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                process.kill()
+            raise
+        finally:
+            LIVE.discard(process)
+
+
+def read_attempts(folder: Path) -> list[dict]:
+    path = folder / ATTEMPTS
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _write_attempts(folder: Path, attempts: list[dict]) -> None:
+    (folder / ATTEMPTS).write_text("".join(json.dumps(a) + "\n" for a in attempts))
+
+
+def _close_cut_off(folder: Path, attempts: list[dict]) -> None:
+    """A launch with no end recorded was killed with this command: its end is its log's
+    last write."""
+    for attempt in attempts:
+        if "ended" not in attempt:
+            log = folder / attempt["log"]
+            attempt["ended"] = log.stat().st_mtime if log.is_file() else attempt["started"]
+            attempt["exit_code"] = None
+            attempt["end"] = "cut off (no exit recorded: the command was killed)"
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL) -> list[str]:
+    if not path.is_file():
+        return []
+    return path.read_text(errors="replace").splitlines()[-lines:]
 
 
 def versions(agent: str) -> dict[str, str]:
     """The packages that make the agent's numbers (read from its venv)."""
     python = (VENV312 if agent == "magi_lp" else VENV_OFFICIAL) / "bin" / "python"
-    names = ("jax", "jaxlib") if agent == "magi_lp" else ("torch",)
+    names = (
+        ("jax", "jaxlib", "dm-haiku", "optax", "numpy", "mujoco", "dm_control")
+        if agent == "magi_lp"
+        else ("torch", "numpy", "mujoco", "dm_control", "hydra-core")
+    )
     probe = (
-        "import importlib.metadata as m, json, sys; "
-        f"print(json.dumps({{n: m.version(n) for n in {names!r}}} | "
-        "{'python': sys.version.split()[0]}))"
+        "import importlib.metadata as m, json, sys\n"
+        "out = {'python': sys.version.split()[0]}\n"
+        f"for n in {names!r}:\n"
+        "    try: out[n] = m.version(n)\n"
+        "    except m.PackageNotFoundError: pass\n"
+        "print(json.dumps(out))"
     )
     try:
         output = subprocess.run([str(python), "-c", probe], capture_output=True, text=True)
         return json.loads(output.stdout)
     except (OSError, ValueError):
         return {}
+
+
+def _complete(result: dict, settings: Settings) -> bool:
+    frames = [frame for frame, _ in result["evaluations"]]
+    return bool(frames) and max(frames) >= settings.frames
 
 
 def run_one(
@@ -169,33 +327,88 @@ def run_one(
     checkout: Path | None,
     kept: Path,
 ) -> dict:
-    """Runs one (agent, task, seed) from scratch; writes its `result.json` into its folder
-    and to `kept` (`settings.kept_result`)."""
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
-    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    """Runs (or continues) one (agent, task, seed); when it has evaluated at `frames`,
+    writes `result.json` into its folder and to `kept`. A launch that exits otherwise is
+    kept as a failure record (`settings.failed_record`) with its exit code and log tail."""
+    folder.mkdir(parents=True, exist_ok=True)
+    attempts = read_attempts(folder)
+    _close_cut_off(folder, attempts)
+    number = len(attempts) + 1
+    workdir = folder / "work"
+    attempt = {
+        "attempt": number,
+        "log": f"run-{number}.log",
+        "started": time.time(),
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "core": core,
+        "resumed": workdir.exists(),
+        **code_state(),
+    }
+    attempts.append(attempt)
+    _write_attempts(folder, attempts)
+    log = folder / attempt["log"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     if agent == "magi_lp":
-        result = run_ours(settings, task, seed, folder, core)
+        env = {"MUJOCO_GL": "egl", "PYOPENGL_PLATFORM": "egl", "JAX_PLATFORMS": "cpu"}
+        command = ours_command(settings, task, seed, workdir)
+        code = _launch(_pinned(core, command), env, log, common.REPO)
     else:
         assert checkout is not None
-        result = run_official(settings, task, seed, folder, core, checkout)
+        code_dir = official.prepare(checkout, folder / "code")
+        command = official.command(
+            code_dir,
+            VENV_OFFICIAL / "bin" / "python",
+            task=task,
+            seed=seed,
+            image_size=settings.image_size,
+            batch_size=settings.batch_size,
+            # One step past the last frame: train.py evaluates at the top of a step, and
+            # stops before the step at num_train_frames: this gives the evaluation at
+            # `frames`.
+            train_frames=settings.frames + ACTION_REPEAT,
+            eval_every_frames=settings.eval_every_frames,
+            eval_episodes=settings.eval_episodes,
+            seed_frames=settings.seed_frames,
+            replay_size=settings.replay_size,
+            workdir=workdir,
+        )
+        code = _launch(_pinned(core, command), official.environment(), log, code_dir)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    attempt["ended"] = time.time()
+    attempt["exit_code"] = code
+    attempt["wall_s"] = attempt["ended"] - attempt["started"]
+    # CPU seconds of the run's processes (the official replay worker included).
+    attempt["cpu_s"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    _write_attempts(folder, attempts)
+    launches = [a["started"] for a in attempts]
+    reader = ours_result if agent == "magi_lp" else official_result
+    found = reader(settings, workdir, launches)
     result = {
         "agent": agent,
         "task": task,
         "seed": seed,
-        "core": core,
-        "started": started,
-        "versions": versions(agent),
         "settings": vars(settings),
-        **result,
+        "versions": versions(agent),
+        "machine": machine(),
+        "exit_code": code,
+        "wall_s": sum(a["ended"] - a["started"] for a in attempts),
+        "cpu_s_recorded": sum(a.get("cpu_s", 0.0) for a in attempts),
+        "processes": 1 if agent == "magi_lp" else 2,  # the official replay worker
+        "cores": 1,
+        "attempts": attempts,
+        **found,
     }
-    if result["exit_code"] == 0 and result["evaluations"]:
+    if code == 0 and _complete(found, settings):
         text = json.dumps(result, indent=2) + "\n"
         (folder / RESULT).write_text(text)
         path = kept_result(kept, agent, task, seed)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    else:
-        print(f"learn_check: {agent} {task} seed {seed} failed (exit {result['exit_code']}); "
-              f"see {folder / 'run.log'}", file=sys.stderr)  # fmt: skip
+    elif code != 0 and code not in (-signal.SIGTERM, -signal.SIGINT):
+        record = {**result, "log_tail": log_tail(log), "log": str(log)}
+        path = failed_record(kept, agent, task, seed, number)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record, indent=2) + "\n")
+        print(f"learn_check: {agent} {task} seed {seed} failed (exit {code}); kept in {path}; "
+              f"log {log}", file=sys.stderr)  # fmt: skip
     return result

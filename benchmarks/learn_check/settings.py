@@ -18,11 +18,15 @@ from benchmarks import common
 ACTION_REPEAT = 2
 AGENTS = ("magi_lp", "official")
 DEFAULT_TASKS = ("cartpole_balance",)
-DEFAULT_SEEDS = (1, 2, 3)
+SEEDS = (1, 2, 3)
+"""The preregistered seeds of each agent: the comparison counts these and no others."""
+DEFAULT_SEEDS = SEEDS
 OUT = common.REPO / "runs" / "learn_check"
 """Run folders (logs, checkpoints; git-ignored)."""
 RESULT = "result.json"
-"""Each finished run writes this into its folder; a folder without it is run again."""
+"""Each finished run writes this into its folder; a folder without it is continued."""
+FAILED = "failed"
+"""Under the kept folder: one record per failed launch (exit code, last log lines)."""
 KEPT = common.REPO / "benchmarks" / "learn_check" / "results"
 """Finished runs' results, committed: seeds accumulate across machines and sessions."""
 
@@ -39,6 +43,7 @@ class Settings:
     seed_frames: int = 4_000
     replay_size: int = 100_000
     episode_frames: int = 0  # 0: the task's own (1000 frames); shorter only for checks (ours)
+    checkpoint_minutes: float = 10.0  # ours: learner + replay saved (the official: each episode)
 
     def reduced(self) -> str:
         """What differs from the paper, in words (for the figure)."""
@@ -61,6 +66,7 @@ TINY = Settings(
     seed_frames=1_200,
     replay_size=5_000,
     episode_frames=200,
+    checkpoint_minutes=0.05,  # every 3 s: the resume test kills a run after one
 )
 """A check that the command works (tests): not a learning result."""
 
@@ -73,3 +79,8 @@ def run_dir(out: Path, agent: str, task: str, seed: int) -> Path:
 def kept_result(kept: Path, agent: str, task: str, seed: int) -> Path:
     """Where a finished run's result is kept (committed with the figure)."""
     return Path(kept) / agent / task / f"seed_{seed}.json"
+
+
+def failed_record(kept: Path, agent: str, task: str, seed: int, attempt: int) -> Path:
+    """Where a launch that failed (a nonzero exit, not a stop) is kept, with its log's end."""
+    return Path(kept) / FAILED / agent / task / f"seed_{seed}_attempt_{attempt}.json"

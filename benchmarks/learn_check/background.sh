@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Starts (or resumes) the preregistered learn-check runs in the background, detached from
+# this shell so they outlive it, at the lowest CPU priority, one run per core at a time:
+#
+#   bash benchmarks/learn_check/background.sh [DRQV2 [COMMIT]]
+#        DRQV2: the official checkout (default ../drqv2); COMMIT: the code to run, the
+#        first time only (default HEAD)
+#
+# The runs use a worktree of this repository pinned at one commit (runs/learn_check/tree,
+# git-ignored), not this checkout, whose files others edit while the runs go on for hours:
+# each resume runs the same code. Results are kept in this checkout
+# (benchmarks/learn_check/results/), run folders in runs/learn_check/. Each run continues
+# from its checkpoint (ours) or snapshot.pt (the official agent): call this again after a
+# machine or session restart. Log: runs/learn_check/background.log (appended); the command's
+# pid: runs/learn_check/background.pid. `kill $(cat runs/learn_check/background.pid)` stops
+# it: the runs save a checkpoint and resume on the next call.
+#
+# nice -n 19 alone does not lower a detached job's share where the kernel groups processes
+# by session (CONFIG_SCHED_AUTOGROUP, /proc/sys/kernel/sched_autogroup_enabled = 1): setsid
+# starts a new group at nice 0, an equal of every other session. The group's own nice is set
+# to 19 too (/proc/self/autogroup), so the runs take what the others leave idle.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+drqv2=$(cd "${1:-$root/../drqv2}" && pwd)
+cd "$root"
+mkdir -p runs/learn_check
+tree=runs/learn_check/tree
+if [ ! -e "$tree/.git" ]; then
+    commit=$(git rev-parse "${2:-HEAD}")
+    git worktree prune
+    git worktree add --detach "$tree" "$commit" >/dev/null
+    echo "learn_check: runs pinned at $commit ($tree)"
+fi
+for venv in .venv .venv312 .venv-official; do
+    [ -e "$tree/$venv" ] || ln -s "$root/$venv" "$tree/$venv"
+done
+bash scripts/setup_official_venv.sh .venv-official >/dev/null
+pidfile=runs/learn_check/background.pid
+if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+    echo "learn_check: already running (pid $(cat "$pidfile")); log runs/learn_check/background.log"
+    exit 0
+fi
+cd "$tree"
+setsid nohup bash -c '
+    echo 19 > /proc/self/autogroup 2>/dev/null || true
+    echo "== $(date -Is) start at $(git rev-parse HEAD) (autogroup: $(cat /proc/self/autogroup 2>/dev/null || echo none))"
+    exec nice -n 19 .venv/bin/python -m benchmarks.learn_check --official "$0" --out "$1/runs/learn_check" --kept "$1/benchmarks/learn_check/results"
+' "$drqv2" "$root" >>"$root/runs/learn_check/background.log" 2>&1 </dev/null &
+echo $! >"$root/$pidfile"
+echo "learn_check: started (pid $!); log runs/learn_check/background.log"
