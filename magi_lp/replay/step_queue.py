@@ -1,0 +1,431 @@
+"""Actors' steps to the learner's device store over any transport, and a served step queue.
+
+The device store (`magi_lp.replay.frame_store.DeviceFrameStore`) lives in the learner's
+process. Each actor's adder writes every step once, as one step item (`step_example`: the
+newest frame, the action, reward and discount, episode flags and the writer's index;
+`StepAdder`), and a thread of the learner (`StepDrainer`) takes the items in order from a
+`StepSource` and writes them into the store, no faster than the learner's `RatioGate` lets
+transitions in. Two transports carry the items:
+
+- Reverb (`magi_lp.replay.frame_queue`): a Reverb queue table in the replay node, written by
+  `QueueFrameAdder` and read by `ReverbStepSource` (what the Launchpad engine uses);
+- served (here): `StepQueue`, a bounded FIFO held in the replay node's process, whose
+  methods an engine exposes as remote calls; `ServedFrameAdder` writes to it and
+  `ServedStepSource` reads it, both through a handle with those methods (a Ray or Courier
+  client, or the `StepQueue` itself in one process).
+
+No call waits for long: `StepQueue.insert_steps` and `take_steps` wait at most a short
+timeout (`BLOCK_S`) and say what they did, so an adder re-checks whether the program stops
+(then gives its write up with `WriteAbandonedError`) and the drain whether it is closed;
+`StepQueue.close()` wakes every waiter at once. Back-pressure is the Reverb queue's: a full
+queue holds the actors' writes back, and the drain takes steps only while the `RatioGate`
+allows, so the replay ratio holds in both directions.
+
+Imports no Reverb, no Launchpad, no Ray and no JAX: the served queue runs in any node process.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+import dm_env
+import numpy as np
+import tree
+from absl import logging
+
+from magi_lp.acme_api import adders
+from magi_lp.replay.frame_window import NewestFrames
+from magi_lp.replay.schedule import RatioGate
+from magi_lp.replay.spec import FrameReplaySpec, WriteAbandonedError
+
+if TYPE_CHECKING:
+    from magi_lp.replay.frame_store import DeviceFrameStore
+
+DRAIN_FLUSH_STEPS = 64
+"""Steps the drain writes before it applies them on the device (the learner also flushes
+before each batch, so nothing waits on this); also the most steps one served take asks for."""
+
+BLOCK_S = 0.25
+"""The longest one `StepQueue` call waits (for room, or for steps): a writer or the drain then
+re-checks whether it should stop."""
+
+
+def step_example(spec: FrameReplaySpec) -> dict[str, Any]:
+    """The structure of one step item (also what the drain unflattens Reverb items into)."""
+    return {
+        "writer": np.int32(0),
+        "first": np.bool_(False),
+        "last": np.bool_(False),
+        "frame": np.zeros(spec.frame_shape, np.uint8),
+        "action": np.zeros(spec.action_shape, spec.action_dtype),
+        "reward": np.float32(0),
+        "discount": np.float32(0),
+        "extras": tree.map_structure(lambda s: np.zeros(s.shape, s.dtype), spec.extras),
+    }
+
+
+def never() -> bool:
+    return False
+
+
+# -- the actor's side ---------------------------------------------------------------------
+
+
+class StepAdder(adders.Adder):
+    """Writes one environment's steps as step items, each step once (its observation's
+    newest frame, `frame_window.NewestFrames`); a transport's subclass sends them (`_send`)."""
+
+    def __init__(self, writer: int, spec: FrameReplaySpec, *, check_stacking: bool = True):
+        """Creates the adder.
+
+        Args:
+          writer: this adder's index among all writers of the program (actor x environment);
+            the learner keeps its episodes apart by it, and its shard is writer % devices.
+          spec: what the learner stores.
+          check_stacking: see `frame_window.NewestFrames`.
+        """
+        self._writer_index = np.int32(writer)
+        self._spec = spec
+        self._frames = NewestFrames(
+            frame_stack=spec.frame_stack, channels=spec.frame_shape[-1], check=check_stacking
+        )
+        self._example = step_example(spec)
+
+    def _send(self, item: dict[str, Any]) -> None:
+        """Sends one step item (in the order written)."""
+        raise NotImplementedError
+
+    def _write(self, **step: Any) -> None:
+        self._send({**self._example, **step, "writer": self._writer_index})
+
+    def add_first(self, timestep: dm_env.TimeStep) -> None:
+        if not timestep.first():
+            raise ValueError("add_first needs the first timestep of an episode.")
+        self._write(first=np.bool_(True), frame=self._frames.first(timestep.observation))
+
+    def add(self, action: Any, next_timestep: dm_env.TimeStep, extras: Any = ()) -> None:
+        step = {
+            "frame": self._frames.next(next_timestep.observation),
+            "action": np.asarray(action, self._spec.action_dtype),
+            "reward": np.float32(next_timestep.reward),
+            "discount": np.float32(next_timestep.discount),
+            "last": np.bool_(next_timestep.last()),
+        }
+        if self._spec.extras != ():
+            step["extras"] = extras
+        self._write(**step)
+        if next_timestep.last():
+            self._frames.reset()
+
+    def reset(self) -> None:
+        self._frames.reset()
+
+
+class ServedFrameAdder(StepAdder):
+    """A `StepAdder` writing to a served `StepQueue` through `queue`, a handle with its
+    `insert_steps(items)` and `info()` (a remote client, or the queue itself)."""
+
+    def __init__(
+        self,
+        queue: Any,
+        writer: int,
+        spec: FrameReplaySpec,
+        *,
+        send_every: int = 1,
+        check_stacking: bool = True,
+        should_stop: Callable[[], bool] = never,
+    ):
+        """Creates the adder (see `StepAdder` for `writer`, `spec` and `check_stacking`).
+
+        Args:
+          queue: the handle of the replay node's `StepQueue`.
+          send_every: steps sent in one call (1: each step as it comes; more saves calls,
+            and the learner sees the steps that much later).
+          should_stop: whether the program is stopping: a write a full queue holds back is
+            then given up (`WriteAbandonedError`) instead of tried again.
+        """
+        super().__init__(writer, spec, check_stacking=check_stacking)
+        self._queue = queue
+        self._send_every = max(1, int(send_every))
+        self._should_stop = should_stop
+        self._pending: list[dict[str, Any]] = []
+
+    def _send(self, item: dict[str, Any]) -> None:
+        self._pending.append(item)
+        if len(self._pending) >= self._send_every:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Sends what is pending, in order, until the queue took all of it or the program
+        stops (each call waits at most the queue's short timeout)."""
+        while self._pending:
+            taken = int(self._queue.insert_steps(self._pending))
+            del self._pending[:taken]
+            if not self._pending:
+                return
+            # Nothing taken from a closed queue ever will be: the replay node is stopping.
+            if self._should_stop() or (taken == 0 and self._queue.info()["closed"]):
+                self._pending.clear()
+                raise WriteAbandonedError("the program is stopping")
+
+    def close(self) -> None:
+        if self._pending and not self._should_stop():
+            self._flush()
+        self._pending.clear()
+
+
+# -- the served queue ---------------------------------------------------------------------
+
+
+class StepQueue:
+    """The served step queue: a bounded FIFO of step items in the replay node's process.
+
+    Its public methods are what an engine serves (plain Python calls, thread-safe: writers,
+    the drain and the engine call them from their own threads at once). Every wait ends after
+    at most `block_s`, or at `close()`.
+    """
+
+    def __init__(self, spec: FrameReplaySpec, max_steps: int, *, block_s: float = BLOCK_S):
+        """Creates an empty queue holding at most `max_steps` items (`replay.queue_steps`)."""
+        if int(max_steps) < 1:
+            raise ValueError(f"StepQueue needs max_steps >= 1, got {max_steps}")
+        self.spec = spec
+        self.max_steps = int(max_steps)
+        self.block_s = float(block_s)
+        self._items: collections.deque[dict[str, Any]] = collections.deque()
+        self._condition = threading.Condition()
+        self._closed = False
+        self.inserted = 0
+        """Items taken in by `insert_steps` (and `restore`)."""
+        self.taken = 0
+        """Items handed out by `take_steps`."""
+
+    def _wait_s(self, timeout: float | None) -> float:
+        return self.block_s if timeout is None else min(max(0.0, float(timeout)), self.block_s)
+
+    def insert_steps(self, items: Sequence[dict[str, Any]], timeout: float | None = None) -> int:
+        """Appends `items` in order while there is room, waiting for room at most `timeout`
+        seconds (at most `block_s`; default `block_s`). Returns how many it took: the first
+        that many of `items` (0 once closed)."""
+        deadline = time.monotonic() + self._wait_s(timeout)
+        taken = 0
+        with self._condition:
+            while taken < len(items) and not self._closed:
+                room = self.max_steps - len(self._items)
+                if room > 0:
+                    batch = items[taken : taken + room]
+                    self._items.extend(batch)
+                    taken += len(batch)
+                    self.inserted += len(batch)
+                    self._condition.notify_all()
+                    continue
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._condition.wait(remaining)
+        return taken
+
+    def take_steps(self, max_items: int, timeout: float | None = None) -> list[dict[str, Any]]:
+        """Up to `max_items` items, oldest first, waiting for the first at most `timeout`
+        seconds (at most `block_s`; default `block_s`). An empty list: none came (or closed)."""
+        with self._condition:
+            self._condition.wait_for(lambda: self._items or self._closed, self._wait_s(timeout))
+            if self._closed:
+                return []
+            count = min(max(1, int(max_items)), len(self._items))
+            out = [self._items.popleft() for _ in range(count)]
+            self.taken += count
+            if out:
+                self._condition.notify_all()  # room for the writers
+            return out
+
+    def info(self) -> dict[str, Any]:
+        """The queue's numbers: items held, inserted and taken, its bound, and whether closed."""
+        with self._condition:
+            return {
+                "size": len(self._items),
+                "inserted": self.inserted,
+                "taken": self.taken,
+                "max_steps": self.max_steps,
+                "closed": self._closed,
+            }
+
+    def close(self) -> None:
+        """Ends every wait at once, and every later one before it starts: inserts take
+        nothing more and takes hand out nothing more."""
+        with self._condition:
+            self._closed = True
+            self._condition.notify_all()
+
+    def save(self) -> dict[str, Any]:
+        """What the queue holds, as arrays: `steps`, the step item's structure with a leading
+        axis (oldest first), and `counts` (inserted, taken)."""
+        with self._condition:
+            items = list(self._items)
+            counts = np.asarray([self.inserted, self.taken], np.int64)
+        if items:
+            steps = tree.map_structure(lambda *column: np.stack(column), *items)
+        else:
+            steps = tree.map_structure(
+                lambda x: np.zeros((0, *np.shape(x)), np.asarray(x).dtype),
+                step_example(self.spec),
+            )
+        return {"steps": steps, "counts": counts}
+
+    def restore(self, saved: dict[str, Any]) -> None:
+        """Holds what `save()` gave (same spec) instead of what it holds now."""
+        steps = saved["steps"]
+        count = len(np.asarray(steps["writer"]))
+        items = [
+            tree.map_structure(lambda column, i=i: np.asarray(column)[i], steps)
+            for i in range(count)
+        ]
+        with self._condition:
+            self._items = collections.deque(items)
+            self.inserted, self.taken = (int(v) for v in np.asarray(saved["counts"]))
+            self._condition.notify_all()
+
+
+# -- the learner's side -------------------------------------------------------------------
+
+
+class StepSource(Protocol):
+    """Where a `StepDrainer` takes steps from: one transport's reading end."""
+
+    name: str
+    """What it reads, for the log."""
+
+    def take(self, max_steps: int) -> list[dict[str, Any]]:
+        """At least one and at most `max_steps` step items, oldest first (`step_example`'s
+        structure), or [] after a short wait for none (or once closed)."""
+        ...
+
+    def close(self) -> None:
+        """Ends a `take` waiting in another thread; later ones return []."""
+        ...
+
+
+class ServedStepSource:
+    """The drain's reading end of a served `StepQueue`, through `queue`, a handle with its
+    `take_steps(max_items, timeout)`."""
+
+    def __init__(self, queue: Any, *, timeout_s: float = BLOCK_S):
+        self._queue = queue
+        self._timeout_s = float(timeout_s)
+        self._closed = threading.Event()
+        self.name = "the served step queue"
+
+    def take(self, max_steps: int) -> list[dict[str, Any]]:
+        if self._closed.is_set():
+            return []
+        start = time.monotonic()
+        steps = list(self._queue.take_steps(max_steps, self._timeout_s))
+        if not steps:  # a closed queue answers at once: wait out the timeout, not spin
+            self._closed.wait(max(0.0, self._timeout_s - (time.monotonic() - start)))
+        return steps
+
+    def close(self) -> None:
+        self._closed.set()
+
+
+class StepDrainer:
+    """The learner's thread that moves steps from a `StepSource` into its device store.
+
+    Each item is written into the store as it arrives (`add_first` / `add`), at most as many
+    as the `RatioGate` allows: a step completes at most one transition, so the drain asks the
+    source for no more steps than the gate lets transitions in. An error on this thread is
+    kept and raised by the learner's next batch (`error`, `failure_of`). `close()` ends the
+    gate's waits and the source's read.
+    """
+
+    def __init__(
+        self,
+        source: StepSource,
+        store: DeviceFrameStore,
+        gate: RatioGate,
+        *,
+        max_take: int = DRAIN_FLUSH_STEPS,
+    ):
+        self._source = source
+        self._store = store
+        self._gate = gate
+        self._max_take = max(1, int(max_take))
+        self._closed = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+        self.steps = 0
+        """Steps taken from the source."""
+        self.skipped_steps = 0
+        """Steps of episodes whose start this store never saw (dropped)."""
+        self.started_at: float | None = None
+
+    def start(self) -> None:
+        """Starts draining (on a daemon thread)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="magi_lp-drain", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.started_at = time.monotonic()
+            staged = 0
+            while not self._closed.is_set():
+                if not self._gate.wait_to_insert(timeout=0.1):
+                    if staged:  # held back by the ratio: apply what waits meanwhile
+                        self._store.flush()
+                        staged = 0
+                    continue  # not allowed yet (or closed: the loop ends)
+                room = self._gate.insert_limit() - self._gate.inserted
+                steps = self._source.take(min(max(1, room), self._max_take))
+                if not steps and staged:  # nothing came: apply what waits meanwhile
+                    self._store.flush()
+                    staged = 0
+                for step in steps:
+                    self._gate.add_inserted(self._write(step))
+                    self.steps += 1
+                    staged += 1
+                    if staged >= DRAIN_FLUSH_STEPS:
+                        self._store.flush()
+                        staged = 0
+                    if self.steps == 1:
+                        logging.info("StepDrainer: first step taken from %s", self._source.name)
+        except BaseException as error:  # raised by the learner's next batch
+            self.error = error
+            logging.error("StepDrainer failed: %s", error)
+
+    def _write(self, step: dict[str, Any]) -> int:
+        writer = int(step["writer"])
+        if step["first"]:
+            self._store.add_first(writer, step["frame"])
+            return 0
+        if not self._store.in_episode(writer):
+            # The rest of an episode begun before this store existed (a relaunched or
+            # restored learner): its transitions would lack their first frames.
+            self.skipped_steps += 1
+            return 0
+        return self._store.add(
+            writer,
+            step["frame"],
+            step["action"],
+            step["reward"],
+            step["discount"],
+            last=bool(step["last"]),
+            extras=step.get("extras", ()),
+        )
+
+    def close(self) -> None:
+        """Stops draining: ends the gate's waits and the source's read."""
+        self._closed.set()
+        self._gate.close()
+        self._source.close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+
+def failure_of(drainer: StepDrainer) -> Callable[[], BaseException | None]:
+    """What `DeviceReplayIterator` checks before waiting: the drain thread's error."""
+    return lambda: drainer.error
