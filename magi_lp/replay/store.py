@@ -1,13 +1,26 @@
 """The store protocol: what every replay store makes, in the process that owns each piece.
 
 A store is one class (`ReplayStore`), the way an agent is one `AgentBuilder`: the replay
-node's Reverb tables, each actor's adder, the learner's batches (a `LearnerReplay`, with the
-store's checkpoint and status numbers) and the bytes it takes on the learner's device. The
-program graph (`magi_lp.runtime.program`) and the single-process runner
-(`magi_lp.runtime.single_process`) get one resolved store (`magi_lp.replay.stores.resolve_store`)
-and call these methods; neither asks which store it is. Implementations import their heavy
-modules (JAX, Reverb, TensorFlow) inside the methods, so the list of stores loads in the
-entry points before anything heavy.
+node's part (Reverb tables, or the object the engine serves), each actor's adder, the
+learner's batches (a `LearnerReplay`, with the store's checkpoint and status numbers) and the
+bytes it takes on the learner's device. The program graph (`magi_lp.runtime.program`) and the
+single-process runner (`magi_lp.runtime.single_process`) get one resolved store
+(`magi_lp.replay.stores.resolve_store`) and call these methods; neither asks which store it
+is. Implementations import their heavy modules (JAX, Reverb, TensorFlow) inside the methods,
+so the list of stores loads in the entry points before anything heavy.
+
+The replay transport (`TRANSPORTS`) is the engine's: how the replay node's part reaches the
+actors and the learner in a distributed program.
+
+- 'reverb' (Launchpad): the replay node runs a Reverb server with `make_tables`'s tables;
+  adders and the learner get a Reverb client.
+- 'served' (an engine without Reverb, e.g. Ray): the replay node holds the object
+  `make_server` returns and serves its public methods as remote calls (thread-safe, each
+  waiting at most a short timeout, `close()` ending every wait); adders and the learner get
+  a handle whose methods call them (the device store's `magi_lp.replay.step_queue.StepQueue`,
+  the host transitions' `magi_lp.replay.transition_table.TransitionTable`).
+
+One process uses no transport: the actor writes where the learner samples.
 """
 
 from __future__ import annotations
@@ -19,6 +32,9 @@ from typing import Any
 from magi_lp import console
 
 StopFn = Callable[[], bool]
+
+TRANSPORTS = ("reverb", "served")
+"""The replay transports an engine can give (`ReplayStore.transport`); 'reverb' by default."""
 
 
 def never() -> bool:
@@ -107,8 +123,9 @@ class ReplayStore(abc.ABC):
     """One replay store: every piece of it, made in the process that owns the piece.
 
     Constructed once per run from the agent's builder and the experiment config (picklable:
-    Launchpad ships it to every node that calls it). `single_process`: the runner interleaves
-    acting and learning in one thread, so nothing may block on a rate limit.
+    the engine ships it to every node that calls it). `single_process`: the runner interleaves
+    acting and learning in one thread, so nothing may block on a rate limit. `transport`: the
+    engine's replay transport (`TRANSPORTS`; ignored in one process).
     """
 
     name: str = ""
@@ -117,10 +134,24 @@ class ReplayStore(abc.ABC):
     uses_reverb: bool = True
     """Whether a Reverb server holds (part of) it: the replay node, or one in-process."""
 
-    def __init__(self, builder: Any, config: Any, *, single_process: bool = False):
+    def __init__(
+        self,
+        builder: Any,
+        config: Any,
+        *,
+        single_process: bool = False,
+        transport: str = "reverb",
+    ):
         self.builder = builder
         self.config = config
         self.single_process = single_process
+        self.transport = transport
+
+    @property
+    def served(self) -> bool:
+        """Whether the engine serves the replay node's part (`make_server`): a distributed
+        program on the 'served' transport."""
+        return self.transport == "served" and not self.single_process
 
     @property
     def writers(self) -> int:
@@ -129,9 +160,23 @@ class ReplayStore(abc.ABC):
         return actors * int(self.config.envs_per_actor)
 
     def make_tables(self, environment_spec: Any) -> list:
-        """The Reverb tables of the replay node (or of the single-process runner's server)."""
+        """The Reverb tables of the replay node (or of the single-process runner's server);
+        transport 'reverb' only."""
         del environment_spec
         return []
+
+    def make_server(self, environment_spec: Any) -> Any:
+        """What the replay node holds and the engine serves (transport 'served'), or None:
+        nothing to serve.
+
+        Made in the replay node's process. Its public methods are the remote calls: each is
+        thread-safe and waits at most a short timeout, `info()` gives its numbers,
+        `close()` ends every wait (at the stop), and `save()` / `restore(saved)` checkpoint
+        what it holds. The actors' adders and the learner get a handle calling them
+        (`make_adder`'s `replay`, `make_learner_replay`'s `replay_client`).
+        """
+        del environment_spec
+        return None
 
     @abc.abstractmethod
     def make_adder(
@@ -140,7 +185,8 @@ class ReplayStore(abc.ABC):
         """Writer `writer`'s adder (actor index x envs_per_actor + environment index).
 
         Args:
-          replay: a Reverb client (a distributed program), or this store's `LearnerReplay`
+          replay: a Reverb client (a distributed program on transport 'reverb'), the handle
+            of `make_server`'s object (transport 'served'), or this store's `LearnerReplay`
             (one process: the actor writes where the learner samples).
           should_stop: whether the program is stopping: an adder then gives up a write the
             replay holds back (`magi_lp.replay.spec.WriteAbandonedError`) instead of blocking.
@@ -150,8 +196,9 @@ class ReplayStore(abc.ABC):
     def make_learner_replay(
         self, environment_spec: Any, replay_client: Any, key: Any
     ) -> LearnerReplay:
-        """The learner's side. `replay_client`: the Reverb client (None where the store uses
-        no Reverb); `key`: a JAX key for a store that samples on the device."""
+        """The learner's side. `replay_client`: the Reverb client (transport 'reverb'), the
+        handle of `make_server`'s object (transport 'served'), or None (one process without
+        Reverb); `key`: a JAX key for a store that samples on the device."""
 
     def nbytes(self, shards: int = 1) -> int:
         """Bytes the store takes on the learner's device(s) (0: it lives elsewhere)."""

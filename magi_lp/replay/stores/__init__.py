@@ -1,9 +1,10 @@
 """The replay stores, and the one place `replay.store` becomes a store.
 
 To add a store: write one module here with a `ReplayStore` subclass (`magi_lp.replay.store`:
-its tables, adder, learner side and device bytes; heavy imports inside the methods), and add
-it to `FRAME_STORES` below; `replay.store` then accepts its name (`magi_lp.runtime.config`)
-and every runner uses it (docs/architecture.md, "Adding a replay store").
+its tables or served object, adder, learner side and device bytes; heavy imports inside the
+methods), and add it to `FRAME_STORES` below; `replay.store` then accepts its name
+(`magi_lp.runtime.config`) and every runner uses it (docs/architecture.md, "Adding a replay
+store").
 """
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from typing import TYPE_CHECKING, Any
+
+from magi_lp.config_schema import fail_unless
+from magi_lp.replay.store import TRANSPORTS
 
 if TYPE_CHECKING:
     from magi_lp.replay.store import ReplayStore
@@ -32,30 +36,63 @@ def _load(path: str) -> type[ReplayStore]:
     return getattr(importlib.import_module(module), name)
 
 
-def store_kind(config: Any) -> str:
+def store_kind(config: Any, transport: str = "reverb") -> str:
     """`replay.store` as the entry points resolved it (`magi_lp.replay.plan`).
 
     An unresolved 'auto' (a runner called without the entry points' planning, as tests do)
-    means Reverb where it is installed, the device store where it is not.
+    means the device store on the 'served' transport (no Reverb there); otherwise Reverb
+    where it is installed, the device store where it is not.
     """
     store = config.get("replay", {}).get("store", "auto")
     if store == "auto":
+        if transport == "served":
+            return "device"
         return "reverb" if importlib.util.find_spec("reverb") is not None else "device"
     return store
 
 
-def resolve_store(builder: Any, config: Any, *, single_process: bool = False) -> ReplayStore:
+def resolve_store(
+    builder: Any, config: Any, *, single_process: bool = False, transport: str = "reverb"
+) -> ReplayStore:
     """The store that serves `builder`'s agent under `config`: made once, before anything
     starts, and used by every node (or by the single-process runner).
 
-    A pixel agent (`frame_replay`) gets the store `replay.store` names. Any other agent keeps
-    its own Reverb tables, except in one process on the device store (Reverb is not
-    installed, or not asked for) when its builder gives `transition_replay`: then its
-    transitions live in host memory.
+    `transport` is the engine's replay transport (`magi_lp.replay.store.TRANSPORTS`):
+    'reverb' (Launchpad), or 'served' (an engine without Reverb serves the store's
+    `make_server`); one process uses none and ignores it.
+
+    A pixel agent (`frame_replay`) gets the store `replay.store` names (on 'served', the
+    device store). Any other agent keeps its own Reverb tables, except where its builder
+    gives `transition_replay` and Reverb is not the replay: in one process on the device
+    store (Reverb is not installed, or not asked for), or on 'served'. Then its transitions
+    live in host memory (the replay node's, on 'served').
     """
-    kind = store_kind(config)
+    fail_unless(
+        transport in TRANSPORTS,
+        "the replay transport",
+        " or ".join(map(repr, TRANSPORTS)),
+        transport,
+    )
+    served = transport == "served" and not single_process
+    kind = store_kind(config, "served" if served else "reverb")
+    made = {"single_process": single_process, "transport": transport}
     if builder.frame_replay(None) is not None:
-        return _load(FRAME_STORES[kind])(builder, config, single_process=single_process)
-    if single_process and kind == "device" and builder.transition_replay(None) is not None:
-        return _load(_HOST_TRANSITIONS)(builder, config, single_process=True)
-    return _load(_AGENT_TABLES)(builder, config, single_process=single_process)
+        fail_unless(
+            not served or kind == "device",
+            "replay.store",
+            "'device' or 'auto' where the engine carries the replay without Reverb",
+            kind,
+            "the Reverb frame replay needs the Launchpad engine",
+        )
+        return _load(FRAME_STORES[kind])(builder, config, **made)
+    transitions = builder.transition_replay(None) is not None
+    if transitions and (served or (single_process and kind == "device")):
+        return _load(_HOST_TRANSITIONS)(builder, config, **made)
+    fail_unless(
+        not served,
+        f"{type(builder).__name__}.transition_replay(None)",
+        "a TransitionReplaySpec where the engine carries the replay without Reverb",
+        None,
+        "the agent's own Reverb tables (make_replay_tables) need the Launchpad engine",
+    )
+    return _load(_AGENT_TABLES)(builder, config, **made)

@@ -2,9 +2,11 @@
 
 The frames live in a `magi_lp.replay.frame_store.DeviceFrameStore` where the update runs, and
 a batch is a gather there. In a distributed program each actor writes each step once into a
-Reverb queue in the replay node (`magi_lp.replay.frame_queue`), a thread of the learner
-drains it into the store, and the learner enforces the replay ratio (`RatioGate`). In one
-process the actor writes into the store directly: no Reverb, no TensorFlow.
+step queue in the replay node, a thread of the learner drains it into the store
+(`magi_lp.replay.step_queue.StepDrainer`), and the learner enforces the replay ratio
+(`RatioGate`). The queue is a Reverb queue table on the 'reverb' transport
+(`magi_lp.replay.frame_queue`) and the served `magi_lp.replay.step_queue.StepQueue` on
+'served'. In one process the actor writes into the store directly: no Reverb, no TensorFlow.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 from magi_lp.replay.store import HeldLearnerReplay, ReplayStore, StopFn, never
 
 STEP_QUEUE = "steps"
-"""The Reverb queue that carries actors' steps to the learner's device store."""
+"""The Reverb queue that carries actors' steps to the learner's device store ('reverb')."""
 
 
 class DeviceLearnerReplay(HeldLearnerReplay):
@@ -68,21 +70,31 @@ class DeviceLearnerReplay(HeldLearnerReplay):
 
 
 class DeviceStore(ReplayStore):
-    """Frames on the learner's device(s); a Reverb step queue only between processes."""
+    """Frames on the learner's device(s); a step queue (Reverb's, or served) only between
+    processes."""
 
     name = "device"
 
     @property
     def uses_reverb(self) -> bool:
-        return not self.single_process
+        return not self.single_process and not self.served
 
     def make_tables(self, environment_spec: Any) -> list:
         del environment_spec
-        if self.single_process:
+        if self.single_process or self.served:
             return []
         from magi_lp.replay.frame_queue import make_step_queue_table
 
         return [make_step_queue_table(STEP_QUEUE, int(self.config.replay.queue_steps))]
+
+    def make_server(self, environment_spec: Any) -> Any:
+        """The served step queue (`StepQueue`, `replay.queue_steps` steps), or None."""
+        if not self.served:
+            return None
+        from magi_lp.replay.step_queue import StepQueue
+
+        spec = self.builder.frame_replay(environment_spec)
+        return StepQueue(spec, int(self.config.replay.queue_steps))
 
     def make_adder(
         self, environment_spec: Any, replay: Any, writer: int, should_stop: StopFn = never
@@ -91,9 +103,13 @@ class DeviceStore(ReplayStore):
             from magi_lp.replay.frame_store import StoreAdder
 
             return StoreAdder(replay.store, writer)
+        spec = self.builder.frame_replay(environment_spec)
+        if self.served:
+            from magi_lp.replay.step_queue import ServedFrameAdder
+
+            return ServedFrameAdder(replay, writer, spec, should_stop=should_stop)
         from magi_lp.replay.frame_queue import QueueFrameAdder
 
-        spec = self.builder.frame_replay(environment_spec)
         return QueueFrameAdder(replay, STEP_QUEUE, writer, spec, should_stop=should_stop)
 
     def make_learner_replay(
@@ -107,15 +123,20 @@ class DeviceStore(ReplayStore):
         store = DeviceFrameStore(self.builder.frame_replay(environment_spec), writers=self.writers)
         if self.single_process or replay_client is None:
             return DeviceLearnerReplay(DeviceReplayIterator(store, key), store)
-        from magi_lp.replay.frame_queue import QueueDrainer, failure_of
         from magi_lp.replay.schedule import RatioGate
+        from magi_lp.replay.step_queue import ServedStepSource, StepDrainer, failure_of
 
         gate = RatioGate(self.builder.replay_schedule())
-        drainer = QueueDrainer(replay_client, STEP_QUEUE, store, gate)
+        if self.served:
+            drainer = StepDrainer(ServedStepSource(replay_client), store, gate)
+            client = None  # no Reverb: the handle is the drain's alone
+        else:
+            from magi_lp.replay.frame_queue import QueueDrainer
+
+            drainer = QueueDrainer(replay_client, STEP_QUEUE, store, gate)
+            client = replay_client
         iterator = DeviceReplayIterator(store, key, gate=gate, failure=failure_of(drainer))
-        return DeviceLearnerReplay(
-            iterator, store, client=replay_client, gate=gate, drainer=drainer
-        )
+        return DeviceLearnerReplay(iterator, store, client=client, gate=gate, drainer=drainer)
 
     def nbytes(self, shards: int = 1) -> int:
         return self.builder.frame_replay(None).nbytes(self.writers, shards)
