@@ -1,22 +1,22 @@
 """The device store's transport and replay ratio, with a real Reverb queue: steps go through
 the queue once and reach the store in order; the learner's `RatioGate` holds a fast writer
 back (the queue fills and the writer's inserts block) and a fast learner waits for steps,
-each exactly at the schedule's numbers; a stop ends every wait at once."""
+each exactly at the schedule's numbers; a stop ends every wait at once. The same drain on the
+served queue (no Reverb): tests/test_served_replay.py."""
 
 from __future__ import annotations
 
 import threading
 import time
 
-import dm_env
 import jax
 import numpy as np
 import pytest
 
 from magi_lp.replay.frame_store import DeviceFrameStore, DeviceReplayIterator, StoreAdder
 from magi_lp.replay.schedule import RatioGate, ReplaySchedule
-from magi_lp.replay.spec import WriteAbandonedError
 from tests.test_frame_store import as_keys, episodes, feed, make_spec, reference
+from tests.test_served_replay import Writer, settle
 
 reverb = pytest.importorskip("reverb")
 from magi_lp.replay.frame_queue import (  # noqa: E402  (after the Reverb check)
@@ -31,59 +31,6 @@ SCHEDULE = ReplaySchedule(min_replay_size=10, actor_steps_per_update=2, batch_si
 ERROR_BUFFER = 6
 
 
-class Writer(threading.Thread):
-    """Writes `steps` steps of one long episode through an adder, counting them, until
-    `finish()`: a write the replay holds back is then given up (`WriteAbandonedError`)."""
-
-    def __init__(self, client, spec, steps: int, writer: int = 0, adder=None, stop=None):
-        super().__init__(daemon=True)
-        self.stop = stop or threading.Event()  # `adder`'s should_stop, when one is given
-        self.adder = adder or QueueFrameAdder(
-            client, QUEUE, writer, spec, should_stop=self.stop.is_set
-        )
-        self.steps = steps
-        self.written = 0
-        self.go = threading.Event()
-        self.go.set()
-        self.pause_at: int | None = None
-        self.abandoned = False
-
-    def run(self) -> None:
-        frame = np.zeros((6, 5, 3), np.uint8)
-        observation = np.concatenate([frame] * 3, axis=-1)
-        try:
-            self.adder.add_first(dm_env.restart(observation))
-            for _ in range(self.steps):
-                if self.pause_at is not None and self.written >= self.pause_at:
-                    self.go.clear()
-                    self.go.wait()
-                if self.stop.is_set():
-                    return
-                self.adder.add(np.zeros(2, np.float32), dm_env.transition(1.0, observation))
-                self.written += 1
-        except WriteAbandonedError:
-            self.abandoned = True
-
-    def finish(self, timeout: float = 5.0) -> None:
-        self.stop.set()
-        self.go.set()
-        self.join(timeout)
-
-
-def settle(read, seconds: float = 20.0, quiet: float = 1.0):
-    """Waits until `read()` stops changing for `quiet` seconds; returns its value."""
-    deadline = time.monotonic() + seconds
-    value, since = read(), time.monotonic()
-    while time.monotonic() < deadline:
-        time.sleep(0.1)
-        now = read()
-        if now != value:
-            value, since = now, time.monotonic()
-        elif time.monotonic() - since >= quiet:
-            return value
-    return value
-
-
 @pytest.fixture
 def queue():
     server = reverb.Server([make_step_queue_table(QUEUE, max_steps=20)])
@@ -93,12 +40,17 @@ def queue():
 
 @pytest.fixture
 def start_writer():
-    """Starts a `Writer` (its arguments, and where it pauses); finishes every one it
-    started at the test's end, before the queue and the drains go."""
+    """Starts a `Writer` of `steps` steps through `adder` (default: a `QueueFrameAdder` of
+    `client`'s queue told to stop by the writer's finish), pausing at `pause_at`; finishes
+    every one it started at the test's end, before the queue and the drains go."""
     started = []
 
-    def start(*args, pause_at: int | None = None, **kwargs) -> Writer:
-        writer = Writer(*args, **kwargs)
+    def start(
+        client, spec, steps: int, *, adder=None, stop=None, pause_at: int | None = None
+    ) -> Writer:
+        stop = stop or threading.Event()
+        adder = adder or QueueFrameAdder(client, QUEUE, 0, spec, should_stop=stop.is_set)
+        writer = Writer(adder, stop, steps)
         writer.pause_at = pause_at
         started.append(writer)
         writer.start()

@@ -1,0 +1,805 @@
+"""The replay without Reverb (transport 'served'): the device store's step queue
+(magi_lp/replay/step_queue.py) and the host transition table (magi_lp/replay/transition_table.py),
+served by a replay node and called through handles, and the stores that use them
+(magi_lp/replay/stores, `resolve_store(..., transport='served')`).
+
+Threads stand in for the nodes' processes, and `Remote` for an engine's handle: every call's
+arguments and answer are pickled (as a remote call copies them) and the answer's arrays come
+back read-only (as Ray hands them). Runs on both stacks; where Reverb is installed the
+transitions are also compared with the official samplers' (the Reverb frame replay, Acme's
+`NStepTransitionAdder`), by the checks the device store and the host replay already have.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import pickle
+import threading
+import time
+from pathlib import Path
+
+import dm_env
+import jax
+import ml_collections
+import numpy as np
+import pytest
+import tree
+
+from magi_lp.acme_api import specs
+from magi_lp.errors import ConfigError
+from magi_lp.replay.frame_store import DeviceFrameStore, DeviceReplayIterator
+from magi_lp.replay.schedule import RatioGate, ReplaySchedule
+from magi_lp.replay.spec import TransitionReplaySpec, WriteAbandonedError
+from magi_lp.replay.step_queue import (
+    ServedFrameAdder,
+    ServedStepSource,
+    StepDrainer,
+    StepQueue,
+    failure_of,
+    step_example,
+)
+from magi_lp.replay.stores import resolve_store
+from magi_lp.replay.transition_replay import TransitionAdder, TransitionReplay
+from magi_lp.replay.transition_table import (
+    ServedTransitionAdder,
+    TransitionSampler,
+    TransitionTable,
+)
+from tests.test_frame_store import (
+    GAMMA as FRAME_GAMMA,
+)
+from tests.test_frame_store import (
+    N_STEP,
+    STACK,
+    as_keys,
+    episodes,
+    feed,
+    make_spec,
+    reference,
+)
+from tests.test_transition_replay import (
+    ENV_SPEC,
+    GAMMA,
+    _episodes,
+    _expected,
+    _feed,
+    _key,
+    _rows,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEDULE = ReplaySchedule(min_replay_size=10, actor_steps_per_update=2, batch_size=4)
+ERROR_BUFFER = 6
+FRAME = np.zeros((6, 5, 3), np.uint8)
+OBSERVATION = np.concatenate([FRAME] * STACK, axis=-1)
+
+
+# -- stand-ins for the engine and the nodes -----------------------------------------------
+
+
+def _read_only(value):
+    if isinstance(value, np.ndarray):
+        value.flags.writeable = False
+    return value
+
+
+class Remote:
+    """A handle as an engine gives it: each call's arguments and answer pickled, the
+    answer's arrays read-only."""
+
+    def __init__(self, server):
+        self._server = server
+        self.calls = 0
+
+    def __getattr__(self, name):
+        method = getattr(self._server, name)
+
+        def call(*args):
+            self.calls += 1
+            answer = method(*pickle.loads(pickle.dumps(args)))
+            return tree.map_structure(_read_only, pickle.loads(pickle.dumps(answer)))
+
+        return call
+
+
+class Writer(threading.Thread):
+    """Writes `steps` steps of one long pixel episode through `adder` (or, with `transitions`,
+    a state episode), counting them, until `finish()`: a write the replay holds back is then
+    given up (`WriteAbandonedError`)."""
+
+    def __init__(self, adder, stop: threading.Event, steps: int, *, pixels: bool = True):
+        super().__init__(daemon=True)
+        self.adder, self.stop, self.steps, self.pixels = adder, stop, steps, pixels
+        self.written = 0
+        self.go = threading.Event()
+        self.go.set()
+        self.pause_at: int | None = None
+        self.abandoned = False
+
+    def run(self) -> None:
+        observation = OBSERVATION if self.pixels else np.zeros(3, np.float32)
+        action = np.zeros(2, np.float32)
+        try:
+            self.adder.add_first(dm_env.restart(observation))
+            for _ in range(self.steps):
+                if self.pause_at is not None and self.written >= self.pause_at:
+                    self.go.clear()
+                    self.go.wait()
+                if self.stop.is_set():
+                    return
+                self.adder.add(action, dm_env.transition(np.float32(1.0), observation))
+                self.written += 1
+        except WriteAbandonedError:
+            self.abandoned = True
+
+    def finish(self, timeout: float = 5.0) -> float:
+        """Stops the writer; the seconds it took to end."""
+        start = time.monotonic()
+        self.stop.set()
+        self.go.set()
+        self.join(timeout)
+        return time.monotonic() - start
+
+
+def settle(read, seconds: float = 20.0, quiet: float = 1.0):
+    """Waits until `read()` stops changing for `quiet` seconds; returns its value."""
+    deadline = time.monotonic() + seconds
+    value, since = read(), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        now = read()
+        if now != value:
+            value, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            return value
+    return value
+
+
+@pytest.fixture
+def started():
+    """Finishes (or closes) everything a test started, at its end, failed or not."""
+    things = []
+    yield things
+    for thing in reversed(things):
+        if isinstance(thing, Writer):
+            thing.finish()
+        else:
+            thing.close()
+
+
+def _in_thread(target, *args) -> tuple[threading.Thread, list]:
+    """Runs `target(*args)` on a daemon thread; the list gets its answer (or its error)."""
+    out: list = []
+
+    def run() -> None:
+        try:
+            out.append(target(*args))
+        except BaseException as error:
+            out.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, out
+
+
+def _step_items(spec, count: int, writer: int = 0) -> list[dict]:
+    items = []
+    for i in range(count):
+        item = step_example(spec)
+        item.update(writer=np.int32(writer), first=np.bool_(i == 0), reward=np.float32(i))
+        item["frame"] = np.full(spec.frame_shape, i % 256, np.uint8)
+        items.append(item)
+    return items
+
+
+# -- the served modules are engine-neutral ------------------------------------------------
+
+
+def test_the_served_replay_imports_no_engine_and_no_reverb():
+    """Any node process can hold them: no Reverb, Launchpad, Ray, Courier or TensorFlow, and
+    no JAX (a replay node needs none)."""
+    banned = {"reverb", "launchpad", "ray", "courier", "tensorflow", "jax", "jaxlib"}
+    for module in ("step_queue", "transition_table"):
+        source = (ROOT / "magi_lp" / "replay" / f"{module}.py").read_text()
+        imported = set()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                imported.add(node.module.split(".")[0])
+        assert not imported & banned, (module, imported & banned)
+
+
+# -- the step queue -----------------------------------------------------------------------
+
+
+def test_the_step_queue_is_a_bounded_fifo_that_says_what_it_took():
+    spec = make_spec()
+    queue = StepQueue(spec, max_steps=5)
+    items = _step_items(spec, 8)
+    start = time.monotonic()
+    assert queue.insert_steps(items, 0.2) == 5  # the first five; the rest waited, then no
+    assert 0.15 <= time.monotonic() - start < 1.0
+    assert queue.info() == {"size": 5, "inserted": 5, "taken": 0, "max_steps": 5, "closed": False}
+    got = queue.take_steps(3)
+    assert [float(item["reward"]) for item in got] == [0, 1, 2]
+    assert queue.insert_steps(items[5:]) == 3
+    got += queue.take_steps(100)
+    assert [float(item["reward"]) for item in got] == list(range(8))
+    assert queue.info()["taken"] == 8
+    start = time.monotonic()
+    assert queue.take_steps(10, 0.1) == []  # empty: waits its timeout, then none
+    assert time.monotonic() - start < 1.0
+    # A caller's timeout never exceeds the queue's own bound (BLOCK_S): no call hangs.
+    queue.insert_steps(items[:5])
+    start = time.monotonic()
+    assert queue.insert_steps(items[:1], 3600) == 0
+    assert time.monotonic() - start < queue.block_s + 0.5
+
+
+def test_the_step_queue_saves_and_restores_what_it_holds():
+    spec = make_spec(extras={"logp": jax.ShapeDtypeStruct((), np.float32)})
+    queue = StepQueue(spec, max_steps=10)
+    assert queue.save()["steps"]["frame"].shape == (0, *spec.frame_shape)  # empty: same tree
+    items = _step_items(spec, 6, writer=3)
+    queue.insert_steps(items)
+    queue.take_steps(2)
+    saved = pickle.loads(pickle.dumps(queue.save()))
+    assert saved["steps"]["frame"].shape == (4, *spec.frame_shape)
+    restored = StepQueue(spec, max_steps=10)
+    restored.restore(saved)
+    assert restored.info() == queue.info()
+    for want, got in zip(items[2:], restored.take_steps(10), strict=True):
+        tree.map_structure(np.testing.assert_array_equal, want, got)
+
+
+def test_close_ends_every_wait_of_the_queue_and_the_table_within_a_second():
+    """Writers waiting on a full queue and on the limiter, the drain on an empty queue and the
+    learner on a table below its minimum: one `close()` each ends them all at once (their
+    own timeouts are long here, so only the close can end them)."""
+    spec = make_spec()
+    full = StepQueue(spec, max_steps=2, block_s=60)
+    full.insert_steps(_step_items(spec, 2))
+    empty = StepQueue(spec, max_steps=2, block_s=60)
+    table = TransitionTable(
+        TransitionReplaySpec(100, 4, 1, GAMMA), ENV_SPEC, SCHEDULE, error_buffer=1, block_s=60
+    )
+    transitions = [_rows_of_episodes(1)[0]] * (SCHEDULE.min_replay_size + 1)
+    assert table.insert(transitions, 0) == SCHEDULE.min_replay_size + 1  # at its limit now
+    waits = [_in_thread(full.insert_steps, _step_items(spec, 1), 60) for _ in range(3)]
+    waits += [_in_thread(empty.take_steps, 1, 60) for _ in range(2)]
+    waits += [_in_thread(table.insert, transitions[:1], 60) for _ in range(2)]
+    below = TransitionTable(TransitionReplaySpec(100, 4, 1, GAMMA), ENV_SPEC, SCHEDULE, block_s=60)
+    waits += [_in_thread(below.sample, 60)]
+    time.sleep(0.5)
+    assert all(thread.is_alive() for thread, _ in waits)
+    start = time.monotonic()
+    for server in (full, empty, table, below):
+        server.close()
+    for thread, _ in waits:
+        thread.join(1.0)
+    assert time.monotonic() - start < 1.0
+    assert [out for _, out in waits] == [[0], [0], [0], [[]], [[]], [0], [0], [None]]
+    assert full.info()["closed"] and table.info()["closed"]
+
+
+# -- the device store through the served queue --------------------------------------------
+
+
+def _learner_side(queue_handle, spec, started, writers: int = 1, error_buffer=ERROR_BUFFER):
+    store = DeviceFrameStore(spec, writers=writers)
+    gate = RatioGate(SCHEDULE, error_buffer=error_buffer)
+    drainer = StepDrainer(ServedStepSource(queue_handle), store, gate)
+    started.append(drainer)
+    store.flush()  # past the store's compile ahead: from here on, every wait is the gate's
+    drainer.start()
+    iterator = DeviceReplayIterator(
+        store, jax.random.PRNGKey(0), gate=gate, failure=failure_of(drainer)
+    )
+    return store, gate, drainer, iterator
+
+
+def _reverb_frame_replay(data) -> list[bytes]:
+    """The transitions the official sampler (the Reverb frame replay's dataset) gives for
+    `data`, as test_frame_store's bit-for-bit check reads them."""
+    import reverb
+    from acme import specs as acme_specs
+
+    from magi_lp.replay.frame_replay import FrameStackAdder, frame_replay_signature
+    from tests.agent_harness import queue_dataset
+
+    action_spec = acme_specs.BoundedArray((2,), np.float32, -1.0, 1.0)
+    signature = frame_replay_signature(FRAME.shape, action_spec, frame_stack=STACK, n_step=N_STEP)
+    table = reverb.Table(
+        name="frames",
+        sampler=reverb.selectors.Fifo(),
+        remover=reverb.selectors.Fifo(),
+        max_size=10_000,
+        max_times_sampled=1,
+        rate_limiter=reverb.rate_limiters.MinSize(1),
+        signature=signature,
+    )
+    server = reverb.Server([table])
+    try:
+        client = reverb.Client(f"localhost:{server.port}")
+        adders = [
+            FrameStackAdder(client, "frames", frame_stack=STACK, n_step=N_STEP, channels=3)
+            for _ in data
+        ]
+        feed(adders, data)
+        for adder in adders:
+            adder.close()
+        count = client.server_info()["frames"].current_size
+        batch = next(
+            queue_dataset(
+                client.server_address,
+                "frames",
+                batch_size=count,
+                frame_stack=STACK,
+                n_step=N_STEP,
+                discount=FRAME_GAMMA,
+                stack_on_host=False,
+                prefetch=0,
+                rate_limiter_timeout_ms=2000,
+            )
+        )
+    finally:
+        server.stop()
+    return as_keys(batch.frames, batch.action, batch.reward, batch.discount)
+
+
+FRAME_DATA = [episodes(11, [7, 2, 12, 3, 30]), episodes(12, [9, 4, 11, 1, 25])]
+"""Two writers' episodes, with terminations and episodes shorter than n (test_frame_store's
+bit-for-bit check feeds these)."""
+
+
+def _through_the_served_queue(data, started) -> tuple[list[bytes], set[bytes]]:
+    """`data` written by two adders through a served queue of 8 steps and drained into a
+    device store: the transitions it holds, and those of a batch sampled from it."""
+    spec = make_spec(capacity=500)
+    queue = StepQueue(spec, max_steps=8)
+    store, _, drainer, iterator = _learner_side(
+        Remote(queue), spec, started, writers=2, error_buffer=10_000
+    )
+    adders = [ServedFrameAdder(Remote(queue), w, spec) for w in range(2)]
+    feed(adders, data)  # the writes wait for the drain on the way
+    for adder in adders:
+        adder.close()
+    steps = sum(len(ep) for eps in data for ep in eps)
+    assert settle(lambda: drainer.steps, quiet=0.5) == steps
+    assert queue.info()["inserted"] == steps  # each step one item: a frame crosses once
+    got = store.transitions_at(0)
+    sampled = jax.device_get(next(iterator))
+    drainer.close()
+    return (
+        as_keys(got.frames, got.action, got.reward, got.discount),
+        set(as_keys(sampled.frames, sampled.action, sampled.reward, sampled.discount)),
+    )
+
+
+def test_the_served_queue_carries_each_step_once_to_the_reference_transitions(started):
+    """Through the served queue the store holds exactly the transitions computed from the
+    stacked observations, and the batches sampled are made of them."""
+    held, sampled = _through_the_served_queue(FRAME_DATA, started)
+    assert sorted(held) == sorted(as_keys(*zip(*reference(FRAME_DATA), strict=True)))
+    assert sampled <= set(held)
+
+
+@pytest.mark.integration  # a real Reverb server
+@pytest.mark.skipif(importlib.util.find_spec("reverb") is None, reason="Reverb not installed")
+def test_the_served_queue_gives_the_reverb_frame_replays_transitions_bit_for_bit(started):
+    """The official sampler (the Reverb frame replay's dataset) and the device store fed
+    through the served queue hold the same transitions, bit for bit: test_frame_store's
+    check, on the served path."""
+    held, _ = _through_the_served_queue(FRAME_DATA, started)
+    official = _reverb_frame_replay(FRAME_DATA)
+    assert len(official) == len(held) == len(reference(FRAME_DATA))
+    assert sorted(official) == sorted(held)
+
+
+def test_a_slow_learner_holds_the_served_writer_back_at_the_schedule(started):
+    spec = make_spec(capacity=500)
+    queue = StepQueue(spec, max_steps=20)
+    _, gate, drainer, iterator = _learner_side(Remote(queue), spec, started)
+    stop = threading.Event()
+    writer = Writer(ServedFrameAdder(Remote(queue), 0, spec, should_stop=stop.is_set), stop, 400)
+    started.append(writer)
+    writer.start()
+    # No batch sampled: the drain stops at min_replay_size + error buffer transitions...
+    assert settle(lambda: gate.inserted) == SCHEDULE.min_replay_size + ERROR_BUFFER
+    # ...then the queue fills and the writer's inserts wait.
+    written = settle(lambda: writer.written)
+    assert writer.is_alive() and queue.info()["size"] == 20
+    # Drained + the queue (20) + the one waiting: nothing more got past.
+    assert written <= drainer.steps + 20 + 1
+
+    for _ in range(5):  # each batch lets 2 more transitions in, no more
+        next(iterator)
+    assert settle(lambda: gate.inserted) == SCHEDULE.min_replay_size + 5 * 2 + ERROR_BUFFER
+    assert settle(lambda: writer.written) > written
+
+    # A stop: the writer waiting on the full queue gives its write up within a call...
+    assert writer.finish() < 1.0
+    assert not writer.is_alive() and writer.abandoned
+    # ...and the drain and the learner's wait end at once.
+    start = time.monotonic()
+    drainer.close()
+    assert time.monotonic() - start < 1.0
+    with pytest.raises(StopIteration):
+        next(iterator)
+
+
+def test_a_slow_served_writer_stalls_the_learner_at_the_schedule(started):
+    spec = make_spec(capacity=500)
+    queue = StepQueue(spec, max_steps=20)
+    _, gate, drainer, iterator = _learner_side(Remote(queue), spec, started)
+    stop = threading.Event()
+    writer = Writer(ServedFrameAdder(Remote(queue), 0, spec, should_stop=stop.is_set), stop, 400)
+    writer.pause_at = 30  # 1 + 30 steps: 28 transitions
+    started.append(writer)
+    writer.start()
+    batches = []
+    learner = threading.Thread(target=lambda: [batches.append(1) for _ in iterator], daemon=True)
+    learner.start()
+    assert settle(lambda: writer.written) == 30
+    assert settle(lambda: gate.inserted) == 28
+    assert settle(lambda: len(batches)) == SCHEDULE.updates_due(28) == 10
+    assert learner.is_alive()  # waiting for steps, not sampling ahead
+
+    writer.pause_at = 50
+    writer.go.set()
+    assert settle(lambda: writer.written) == 50
+    assert settle(lambda: gate.inserted) == 48
+    assert settle(lambda: len(batches)) == SCHEDULE.updates_due(48) == 20
+
+    drainer.close()
+    learner.join(timeout=1.0)
+    assert not learner.is_alive()  # the stop ended the learner's wait
+
+
+def test_a_writer_to_a_closed_queue_gives_up_though_nobody_said_stop():
+    spec = make_spec()
+    queue = StepQueue(spec, max_steps=1)
+    adder = ServedFrameAdder(Remote(queue), 0, spec)  # never told to stop
+    adder.add_first(dm_env.restart(OBSERVATION))
+    queue.close()
+    with pytest.raises(WriteAbandonedError):
+        adder.add(np.zeros(2, np.float32), dm_env.transition(1.0, OBSERVATION))
+
+
+# -- the host transition table ------------------------------------------------------------
+
+
+def _rows_of_episodes(seed: int, lengths=(5, 7), n: int = 1) -> list:
+    """Transitions of a few episodes, as the host replay's n-step adder makes them."""
+    replay = TransitionReplay(TransitionReplaySpec(1000, 4, n, GAMMA), ENV_SPEC)
+    _feed(
+        TransitionAdder(replay, n, GAMMA),
+        _episodes(np.random.default_rng(seed), list(lengths), [True, False]),
+    )
+    return _rows(replay)
+
+
+def _table(schedule=SCHEDULE, error_buffer=ERROR_BUFFER, capacity=1000, **kwargs):
+    return TransitionTable(
+        TransitionReplaySpec(capacity, schedule.batch_size, 1, GAMMA),
+        ENV_SPEC,
+        schedule,
+        error_buffer=error_buffer,
+        **kwargs,
+    )
+
+
+def test_the_table_samples_nothing_below_its_minimum_size():
+    table = _table()
+    transition = _rows_of_episodes(2)[0]
+    assert table.insert([transition] * (SCHEDULE.min_replay_size - 1)) == 9
+    start = time.monotonic()
+    assert table.sample(0.2) is None  # below min_replay_size: waits its timeout, then none
+    assert 0.15 <= time.monotonic() - start < 1.0
+    assert table.insert([transition]) == 1
+    batch = table.sample(0.2)
+    assert batch.observation.shape == (SCHEDULE.batch_size, 3)
+    assert table.info()["sampled_batches"] == 1
+
+
+def test_the_table_limits_samples_per_insert_by_the_schedules_rule():
+    """Inserts stop where `RatioGate` says (min_replay_size + error buffer before any batch,
+    then actor_steps_per_update more per batch), and batches stop at `updates_due`; the
+    default error buffer is the schedule's (`error_buffer_factor` updates' worth, the slack of
+    its Reverb limiter)."""
+    transition = _rows_of_episodes(3)[0]
+    table = _table()
+    rule = RatioGate(SCHEDULE, error_buffer=ERROR_BUFFER)
+    assert table.insert([transition] * 100, 0.2) == rule.insert_limit() == 16
+    assert table.info()["insert_limit"] == 16
+    batches = 0
+    while table.sample(0.05) is not None:
+        batches += 1
+    assert batches == SCHEDULE.updates_due(16) == 4  # (16 - 10) // 2 + 1
+    assert table.insert([transition] * 100, 0.2) == 4 * 2  # each batch let 2 more in
+    while table.sample(0.05) is not None:
+        batches += 1
+    assert batches == SCHEDULE.updates_due(24) == 8
+
+    default = TransitionTable(TransitionReplaySpec(1000, 4, 1, GAMMA), ENV_SPEC, SCHEDULE)
+    assert default.gate.error_buffer == RatioGate(SCHEDULE).error_buffer == 200
+    assert default.insert([transition] * 300, 0.2) == 10 + 200
+
+
+def test_the_table_saves_and_restores_its_transitions_and_the_limiters_counts():
+    rows = _rows_of_episodes(4, lengths=(9, 8))
+    table = _table(capacity=12)
+    assert table.insert(rows) == 16  # at the limiter's limit, and past the capacity (FIFO)
+    for _ in range(3):
+        assert table.sample(0.1) is not None
+    saved = pickle.loads(pickle.dumps(table.save()))
+    restored = _table(capacity=12)
+    restored.restore(saved)
+    assert restored.info() == table.info()
+    tree.map_structure(np.testing.assert_array_equal, restored.save(), table.save())
+    # The limiter goes on from the restored counts: 3 batches allowed 6 more inserts.
+    assert restored.insert(rows[:1] * 10, 0.1) == 6
+    assert table.insert(rows[:1] * 10, 0.1) == 6
+
+
+TD3_N = 3
+TD3_EPISODES = _episodes(np.random.default_rng(7), [2, 6, 4], [True, False, True])
+"""Episodes shorter and longer than n, with terminations (test_transition_replay's check)."""
+
+
+def _through_the_served_table(started) -> tuple[set, set]:
+    """TD3_EPISODES written by an adder through a served table: its transitions in order
+    (also checked equal to the host replay's), and those of a batch the learner samples."""
+    schedule = ReplaySchedule(min_replay_size=1, actor_steps_per_update=1, batch_size=4)
+    table = _table(schedule, error_buffer=10_000)
+    _feed(ServedTransitionAdder(Remote(table), TD3_N, GAMMA), TD3_EPISODES)
+    direct = TransitionReplay(TransitionReplaySpec(1000, 4, TD3_N, GAMMA), ENV_SPEC)
+    _feed(TransitionAdder(direct, TD3_N, GAMMA), TD3_EPISODES)
+    served = TransitionReplay(TransitionReplaySpec(1000, 4, TD3_N, GAMMA), ENV_SPEC)
+    served.restore(table.save())
+    assert [_key(t) for t in _rows(served)] == [_key(t) for t in _rows(direct)]
+    sampler = TransitionSampler(Remote(table))
+    started.append(sampler)
+    batch = next(sampler)
+    return {_key(t) for t in _rows(served)}, {_key(t) for t in _rows_from_batch(batch)}
+
+
+def test_served_transitions_are_the_host_replays_with_acmes_n_step_arithmetic(started):
+    """Through the served table, each (s_t, a_t) once with Acme's n-step return and discount
+    (the host replay's transitions, computed from the definition), and the learner's batches
+    are made of them."""
+    held, sampled = _through_the_served_table(started)
+    assert held == {_key(t) for t in _expected(TD3_EPISODES, TD3_N)}
+    assert len(held) == 12 and sampled <= held
+
+
+@pytest.mark.integration  # a real Reverb server
+@pytest.mark.skipif(importlib.util.find_spec("reverb") is None, reason="Reverb not installed")
+def test_served_transitions_are_acmes_n_step_adders_on_reverb(started):
+    """Acme's `NStepTransitionAdder` on Reverb (the official sampler) writes the served
+    table's transitions, plus its shorter ones from s_0: test_transition_replay's check."""
+    import reverb
+    from acme.adders import reverb as adders_reverb
+
+    from magi_lp.acme_api import types
+
+    held, _ = _through_the_served_table(started)
+    acme_table = reverb.Table(
+        "t",
+        reverb.selectors.Fifo(),
+        reverb.selectors.Fifo(),
+        1000,
+        reverb.rate_limiters.MinSize(1),
+        max_times_sampled=1,
+        signature=adders_reverb.NStepTransitionAdder.signature(ENV_SPEC),
+    )
+    server = reverb.Server([acme_table])
+    try:
+        client = reverb.Client(f"localhost:{server.port}")
+        adder = adders_reverb.NStepTransitionAdder(client, TD3_N, GAMMA, priority_fns={"t": None})
+        _feed(adder, TD3_EPISODES)
+        adder.reset()  # flushes what it still holds
+        size = client.server_info()["t"].current_size
+        dataset = reverb.TrajectoryDataset.from_table_signature(
+            f"localhost:{server.port}", "t", max_in_flight_samples_per_worker=1
+        )
+        theirs = {
+            _key(types.Transition(*(np.asarray(x) for x in sample.data[:5]), ()))
+            for sample in dataset.take(size).as_numpy_iterator()
+        }
+    finally:
+        server.stop()
+    assert held <= theirs
+    extra = theirs - held
+    assert len(extra) == sum(min(TD3_N - 1, len(steps) - 1) for _, steps in TD3_EPISODES)
+
+
+def _rows_from_batch(batch) -> list:
+    from magi_lp.acme_api import types
+
+    return [
+        types.Transition(*(np.asarray(field)[i] for field in batch[:5]), ())
+        for i in range(len(batch.reward))
+    ]
+
+
+def test_a_served_td3_writer_held_back_by_the_limiter_gives_up_at_a_stop(started):
+    table = _table()
+    stop = threading.Event()
+    adder = ServedTransitionAdder(Remote(table), 1, GAMMA, should_stop=stop.is_set)
+    writer = Writer(adder, stop, 10_000, pixels=False)
+    started.append(writer)
+    writer.start()
+    assert settle(lambda: writer.written) == 16  # min_replay_size + error buffer, then held
+    assert writer.is_alive()
+    assert writer.finish() < 1.0
+    assert not writer.is_alive() and writer.abandoned
+
+
+def test_the_learners_sampler_ends_at_its_close_or_the_tables():
+    for close_table in (False, True):
+        table = _table()  # empty: the learner waits
+        sampler = TransitionSampler(Remote(table))
+        thread, out = _in_thread(next, sampler)
+        time.sleep(0.3)
+        assert thread.is_alive()
+        start = time.monotonic()
+        (table if close_table else sampler).close()
+        thread.join(1.0)
+        assert time.monotonic() - start < 1.0
+        assert isinstance(out[0], StopIteration)
+
+
+# -- the stores on the served transport ---------------------------------------------------
+
+PIXEL_ENV_SPEC = specs.EnvironmentSpec(
+    observations=specs.Array(OBSERVATION.shape, np.uint8),
+    actions=specs.BoundedArray((2,), np.float32, -1.0, 1.0),
+    rewards=specs.Array((), np.float32),
+    discounts=specs.BoundedArray((), np.float32, 0.0, 1.0),
+)
+
+
+class _Builder:
+    """The replay methods of an agent's builder: pixels (`frame_replay`), or states with a
+    host replay (`transition_replay`), or neither (its own Reverb tables)."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+
+    def frame_replay(self, environment_spec):
+        del environment_spec
+        return make_spec(capacity=500) if self.kind == "pixels" else None
+
+    def transition_replay(self, environment_spec):
+        del environment_spec
+        return TransitionReplaySpec(1000, 4, 3, GAMMA) if self.kind == "states" else None
+
+    def replay_schedule(self):
+        return SCHEDULE
+
+
+def _config(store: str = "auto", num_actors: int = 2) -> ml_collections.ConfigDict:
+    return ml_collections.ConfigDict(
+        {
+            "num_actors": num_actors,
+            "envs_per_actor": 1,
+            "seed": 3,
+            "replay": {"store": store, "queue_steps": 20},
+        }
+    )
+
+
+def test_resolve_store_takes_the_engines_transport_and_refuses_what_needs_reverb():
+    from magi_lp.replay.stores.device import DeviceStore
+    from magi_lp.replay.stores.host import HostTransitions
+
+    pixels = resolve_store(_Builder("pixels"), _config(), transport="served")
+    assert isinstance(pixels, DeviceStore) and pixels.served and not pixels.uses_reverb
+    assert pixels.make_tables(PIXEL_ENV_SPEC) == []
+    queue = pixels.make_server(PIXEL_ENV_SPEC)
+    assert isinstance(queue, StepQueue) and queue.max_steps == 20
+    states = resolve_store(_Builder("states"), _config(), transport="served")
+    assert isinstance(states, HostTransitions) and not states.uses_reverb
+    assert isinstance(states.make_server(ENV_SPEC), TransitionTable)
+
+    # Reverb's transport, and one process, are as they were: no server to serve.
+    reverb_device = resolve_store(_Builder("pixels"), _config("device"))
+    assert reverb_device.uses_reverb and reverb_device.make_server(PIXEL_ENV_SPEC) is None
+    for transport in ("reverb", "served"):
+        one = resolve_store(
+            _Builder("states"), _config("device"), single_process=True, transport=transport
+        )
+        assert isinstance(one, HostTransitions) and one.make_server(ENV_SPEC) is None
+        device = resolve_store(
+            _Builder("pixels"), _config("device"), single_process=True, transport=transport
+        )
+        assert not device.uses_reverb and device.make_server(PIXEL_ENV_SPEC) is None
+
+    with pytest.raises(ConfigError, match=r"replay\.store must be 'device' or 'auto'"):
+        resolve_store(_Builder("pixels"), _config("reverb"), transport="served")
+    with pytest.raises(
+        ConfigError, match=r"Reverb tables \(make_replay_tables\) need the Launchpad engine"
+    ):
+        resolve_store(_Builder("neither"), _config(), transport="served")
+    with pytest.raises(ConfigError, match="the replay transport must be 'reverb' or 'served'"):
+        resolve_store(_Builder("pixels"), _config(), transport="grpc")
+
+
+def test_the_served_device_store_end_to_end_in_threads(started):
+    """The replay node's queue, two actors' adders and the learner's side, all made by the
+    store and joined only by handles: the learner samples by the schedule, and a stop ends
+    the writers and the learner without a hang."""
+    store = resolve_store(_Builder("pixels"), _config(num_actors=2), transport="served")
+    queue = store.make_server(PIXEL_ENV_SPEC)
+    started.append(queue)
+    replay = store.make_learner_replay(PIXEL_ENV_SPEC, Remote(queue), jax.random.PRNGKey(1))
+    started.append(replay)
+    assert replay.client is None and replay.saves
+    replay.store.flush()
+    replay.start()
+    stop = threading.Event()
+    for w in range(2):
+        adder = store.make_adder(PIXEL_ENV_SPEC, Remote(queue), w, should_stop=stop.is_set)
+        assert isinstance(adder, ServedFrameAdder)
+        writer = Writer(adder, stop, 10_000)
+        started.append(writer)
+        writer.start()
+    batches = [next(replay.iterator) for _ in range(5)]
+    assert batches[0].frames.shape == (8, STACK + N_STEP, *FRAME.shape)  # make_spec's batch
+    gate = replay.gate
+    assert gate.sampled == 5 and gate.inserted <= gate.insert_limit()
+    info = replay.info()
+    assert info["replay_sampled"] == 5 * 8 and info["replay_inserted"] >= 1
+    start = time.monotonic()
+    stop.set()
+    replay.close()
+    queue.close()
+    for writer in [t for t in started if isinstance(t, Writer)]:
+        writer.join(1.0)
+        assert not writer.is_alive()
+    assert time.monotonic() - start < 1.5
+    with pytest.raises(StopIteration):
+        next(replay.iterator)
+
+
+def test_the_served_host_transitions_end_to_end_in_threads(started):
+    """TD3's replay node table, an actor's adder and the learner's side, made by the store:
+    the learner gets batches by the schedule, its checkpoint (`checkpoint.replay`) saves and
+    restores the replay node's table, and a stop ends everyone."""
+    store = resolve_store(_Builder("states"), _config(num_actors=1), transport="served")
+    table = store.make_server(ENV_SPEC)
+    started.append(table)
+    replay = store.make_learner_replay(ENV_SPEC, Remote(table), None)
+    started.append(replay)
+    assert replay.saves and replay.client is None
+    stop = threading.Event()
+    adder = store.make_adder(ENV_SPEC, Remote(table), 0, should_stop=stop.is_set)
+    assert isinstance(adder, ServedTransitionAdder)
+    writer = Writer(adder, stop, 10_000, pixels=False)
+    started.append(writer)
+    writer.start()
+    for _ in range(3):
+        batch = next(replay.iterator)
+    assert batch.observation.shape == (4, 3)
+    # Held back at min_replay_size + the default error buffer (200) + 2 per batch sampled.
+    assert settle(lambda: replay.info()["replay_inserted"], quiet=0.5) == 10 + 200 + 3 * 2
+    saved = replay.save()
+    info = table.info()
+
+    fresh = store.make_server(ENV_SPEC)
+    again = store.make_learner_replay(ENV_SPEC, Remote(fresh), None)
+    again.restore(saved)
+    assert fresh.info() == {**info, "closed": False}
+    assert writer.finish() < 1.0 and writer.abandoned
+    start = time.monotonic()
+    thread, out = _in_thread(next, again.iterator)  # the fresh table: 3 batches are due
+    thread.join(1.0)
+    assert out and out[0].observation.shape == (4, 3)
+    fresh.close()
+    again.close()
+    thread, out = _in_thread(next, again.iterator)
+    thread.join(1.0)
+    assert isinstance(out[0], StopIteration) and time.monotonic() - start < 2.0
