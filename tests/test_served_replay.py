@@ -458,7 +458,7 @@ def test_a_slow_served_writer_stalls_the_learner_at_the_schedule(started):
     assert not learner.is_alive()  # the stop ended the learner's wait
 
 
-def test_a_writer_to_a_closed_queue_gives_up_though_nobody_said_stop():
+def test_a_writer_to_a_closed_queue_gives_up_though_nobody_said_stop_and_batches_flush_at_close():
     spec = make_spec()
     queue = StepQueue(spec, max_steps=1)
     adder = ServedFrameAdder(Remote(queue), 0, spec)  # never told to stop
@@ -466,6 +466,17 @@ def test_a_writer_to_a_closed_queue_gives_up_though_nobody_said_stop():
     queue.close()
     with pytest.raises(WriteAbandonedError):
         adder.add(np.zeros(2, np.float32), dm_env.transition(1.0, OBSERVATION))
+    # Steps sent in batches: what is pending at the close goes, or is dropped once closed.
+    batched = ServedFrameAdder(Remote(queue), 0, spec, send_every=4)
+    batched.add_first(dm_env.restart(OBSERVATION))
+    batched.close()
+    open_queue = StepQueue(spec, max_steps=10)
+    batched = ServedFrameAdder(Remote(open_queue), 0, spec, send_every=4)
+    batched.add_first(dm_env.restart(OBSERVATION))
+    batched.add(np.zeros(2, np.float32), dm_env.transition(1.0, OBSERVATION))
+    assert open_queue.info()["inserted"] == 0
+    batched.close()
+    assert open_queue.info()["inserted"] == 2
 
 
 # -- the host transition table ------------------------------------------------------------

@@ -173,8 +173,13 @@ class ServedFrameAdder(StepAdder):
                 raise WriteAbandonedError("the program is stopping")
 
     def close(self) -> None:
-        if self._pending and not self._should_stop():
-            self._flush()
+        """Sends what is pending (with `send_every` > 1), unless the program is stopping or
+        the queue is closed: then it is dropped, as a stop drops a write held back."""
+        try:
+            if self._pending and not self._should_stop():
+                self._flush()
+        except WriteAbandonedError:
+            pass
         self._pending.clear()
 
 
