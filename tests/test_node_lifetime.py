@@ -114,3 +114,57 @@ def test_stop_budget_from_env():
     # A node's budget always ends before the launcher's SIGKILL.
     assert supervisor.node_stop_secs(10) == node_lifetime.DEFAULT_STOP_SECS == 1.0
     assert supervisor.node_stop_secs(1) == 0.5
+
+
+RETURNING_NODE = textwrap.dedent(
+    """
+    import os, subprocess, sys, time
+    from launchpad.launch import worker_manager
+    from absl import flags
+    flags.FLAGS(["node"], known_only=True)
+    from magi_lp.launch import node_lifetime
+
+    node_lifetime.enter_node()  # what every node runs first (MAGI_LP_NODE_STOP_SECS=60)
+    manager = worker_manager.WorkerManager(register_in_thread=True)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+
+
+    class SlowTeardown:
+        # What TensorFlow's, gRPC's and Reverb's teardown cost on a busy machine, and more:
+        # a module global is finalised with the interpreter, after the watcher is gone.
+        def __del__(self):
+            time.sleep(60)
+
+
+    slow = SlowTeardown()
+    print("ready", child.pid, flush=True)
+    manager.stop_event().wait()
+    print("run returned", flush=True)
+    """
+)
+
+
+def test_node_whose_run_returns_at_a_stop_leaves_without_finalising_and_ends_its_child():
+    import os
+
+    import psutil
+
+    env = dict(os.environ, MAGI_LP_NODE_STOP_SECS="60")
+    process = subprocess.Popen(
+        [sys.executable, "-c", RETURNING_NODE],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    ready, child_pid = process.stdout.readline().split()
+    assert ready == "ready"
+    code, took, out = _stop(process)
+    assert code == 0, out
+    assert "run returned" in out, out
+    # Neither the watcher's budget (60 s) nor the teardown (60 s) was waited for.
+    assert took < _SLACK_S, out
+    assert "leaving the process" not in out, out
+    child = int(child_pid)
+    gone = not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+    assert gone, f"the node's child {child} outlived it"

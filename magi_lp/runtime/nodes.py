@@ -13,8 +13,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -31,6 +29,7 @@ from magi_lp.agent.device_check import DeviceCheck
 from magi_lp.agent.learner import JaxLearner
 from magi_lp.agent.variable_client import VariableClient
 from magi_lp.console import say
+from magi_lp.launch import node_lifetime
 from magi_lp.launch.node_lifetime import hold_exit
 from magi_lp.replay.spec import WriteAbandonedError
 from magi_lp.replay.store import LearnerReplay, ReplayStore
@@ -451,10 +450,8 @@ def leave_node_process(code: int = 0) -> None:
     """
     from launchpad import context
 
-    sys.stdout.flush()
-    sys.stderr.flush()
     if context.get_context().launch_type is context.LaunchType.LOCAL_MULTI_PROCESSING:
-        os._exit(code)
+        node_lifetime.leave_process(code)
     if code:
         raise SystemExit(code)
 
