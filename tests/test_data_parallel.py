@@ -30,6 +30,7 @@ def _probe(name: str, devices: int = 2) -> dict:
     return run_on_host_devices(run_probe, name, devices=devices)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("agent", ["drq", "td3"])
 def test_two_device_update_equals_one_device_update(agent):
     found = _probe(agent)
@@ -47,6 +48,7 @@ def test_two_device_update_equals_one_device_update(agent):
     assert found["collectives"]["all-gather"] == 0, found["collectives"]
 
 
+@pytest.mark.integration
 def test_the_learner_goes_data_parallel_by_itself_and_restores_replicated():
     learner = _probe("td3")["learner"]
     assert learner["data_parallel_devices"] == 2

@@ -289,6 +289,7 @@ def test_reckoning_report_says_reckoned_against_measured_per_process():
     ]
 
 
+@pytest.mark.integration
 def test_reckoning_worker_runs_the_learner_on_its_store_on_the_cpu(tmp_path):
     """The worker's real work (a device store sized as the plan sizes it, the learner's
     updates through the builder) at tiny sizes, on the CPU."""

@@ -139,6 +139,7 @@ def tiny_plan():
     return sized(shared_gpu_config())
 
 
+@pytest.mark.integration
 def test_the_learner_is_sized_from_its_compiled_update_and_its_store(tiny_plan):
     plan, store = tiny_plan
     learner = plan.memory["learner"]
@@ -165,6 +166,7 @@ def test_the_learner_is_sized_from_its_compiled_update_and_its_store(tiny_plan):
     assert lines[at + 3].startswith("  GPU 0:NVIDIA H100 80GB HBM3: 85.9 GB; learner 1 x ")
 
 
+@pytest.mark.integration
 def test_a_fraction_below_the_reckoning_is_a_warning(tiny_plan):
     plan, _ = tiny_plan
     assert len(plan.warnings) == 1
@@ -174,6 +176,7 @@ def test_a_fraction_below_the_reckoning_is_a_warning(tiny_plan):
     assert plan.groups["actor"].env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.001"  # kept
 
 
+@pytest.mark.integration
 def test_the_reckoned_bytes_grow_with_the_batch(tiny_plan):
     small = tiny_plan[0].memory["learner"]
     big = sized(shared_gpu_config(**{"agent.batch_size": 64}))[0].memory["learner"]
@@ -211,6 +214,7 @@ def test_a_store_that_cannot_fit_beside_the_actors_is_refused_in_one_line():
     assert "agent.replay_buffer_size=" in message
 
 
+@pytest.mark.integration
 def test_nodes_that_do_not_fit_together_are_refused_naming_the_auto_node(tiny_plan):
     # The actors' fractions (0.49 each) pass the sum check beside the learner's 0.004, but
     # not with the reckoned learner and three CUDA contexts. The programs are tiny_plan's.
@@ -232,6 +236,7 @@ def test_nodes_that_do_not_fit_together_are_refused_naming_the_auto_node(tiny_pl
     assert "fewer nodes on that GPU (num_actors, resources.actor.gpus)" in message
 
 
+@pytest.mark.integration
 def test_td3_is_reckoned_through_the_same_builder_protocol():
     import importlib.util
 
@@ -255,6 +260,7 @@ def test_td3_is_reckoned_through_the_same_builder_protocol():
 # --- the entry point: make run's config on a fake 80 GB H100 --------------------------------
 
 
+@pytest.mark.integration
 def test_dry_run_of_make_runs_config_shows_the_reckoning_on_a_fake_h100(tmp_path):
     result, workdir = lp_main_on_fake_gpus(tmp_path, ["--dry_run"], timeout=300)
     assert result.returncode == 0, result.stderr

@@ -513,6 +513,7 @@ def test_entry_point_refuses_gpu_without_cuda_jax_before_spawning(tmp_path):
     assert not (workdir / "nodes").exists(), "a node process was started"
 
 
+@pytest.mark.integration
 def test_dry_run_falls_back_without_cuda_jax_and_plans_the_gpu_with_it(tmp_path):
     # A store that fits this host whichever stack runs it (without Reverb, no fallback).
     small = "--config.agent.replay_buffer_size=100000"
@@ -675,6 +676,7 @@ def test_shipped_gpu_layouts_plan_on_one_and_four_gpus():
         make_plan(placement_requests(four), mixed)
 
 
+@pytest.mark.integration
 def test_dry_run_shows_the_split_of_the_four_gpu_layout(tmp_path):
     result, _ = lp_main_on_fake_gpus(
         tmp_path, ["--dry_run"], gpus=4, config="configs/reacher_hard_gpu_layouts.py:4gpu"
