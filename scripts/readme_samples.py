@@ -32,8 +32,9 @@ is regenerated:
   - the RAM: psutil reports `MEMORY_TOTAL` bytes in all (this project's machine's), through a
     `sitecustomize` first on PYTHONPATH.
 Not pinned, so checked instead (`unpinned`: the test skips a sample the machine cannot give):
-the JAX build of this Python (the samples are of the CPU-only build `make setup` installs
-without a GPU), at least 2 CPUs, and for the plan, a network namespace (its last line).
+the Python (the Launchpad stack's, `.venv`), its JAX build (the CPU-only one `make setup`
+installs without a GPU), at least 2 CPUs, and for the plan, a network namespace (its last
+line).
 
 Normalised: only the fake machine's temporary folder, should an output name it (`<tmp>`). No
 sample prints a pid, a time or a duration, so nothing else is.
@@ -207,9 +208,13 @@ def _run(command: str, env: dict[str, str], stderr_only: bool) -> tuple[int, str
 
 def unpinned(name: str) -> str:
     """Why this machine cannot give sample `name` as README shows it, or ''."""
+    import importlib.util
+
     from magi_lp.launch import isolation
     from magi_lp.placement.jax_build import detect_jax_build
 
+    if importlib.util.find_spec("launchpad") is None:
+        return "the samples are of the Launchpad stack (.venv, Python 3.10): run them with it"
     if len(os.sched_getaffinity(0)) < CPUS:
         return f"the samples run on {CPUS} CPUs; this process may use fewer"
     if detect_jax_build().serves_cuda:
