@@ -7,8 +7,9 @@ calls `distributed_main` / `single_process_main`. Flags:
   --config path/to/config.py   (ml_collections config file; --config.<key>=value overrides)
   --workdir DIR                 (logs, checkpoints, node outputs; reused to resume)
   --dry_run                     (lp_main only: print the placement plan and exit)
-  --launcher local|hosts|slurm|kubernetes, --render DIR   (lp_main only: several hosts,
-                                magi_lp.cluster and docs/cluster.md)
+  --launcher local|ray|hosts|slurm|kubernetes  (lp_main only: the engine, magi_lp.engines;
+                                default local where Launchpad is installed, else ray)
+  --render DIR                  (lp_main only: several hosts, magi_lp.cluster, docs/cluster.md)
 
 Heavy libraries (TensorFlow, JAX, Launchpad, Reverb) are imported only after the config has
 been read, checked and planned, so bad input fails in well under a second, and so that the
@@ -32,7 +33,7 @@ from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
-from magi_lp import console
+from magi_lp import console, engines
 from magi_lp.errors import ConfigError
 from magi_lp.launch.node_lifetime import quiet_gym_notice
 from magi_lp.placement.xla_flags import check_xla_flags
@@ -41,7 +42,6 @@ from magi_lp.runtime.config import (
     capacity_warnings,
     check_isolation_allows_logging,
     make_placement_plan,
-    stop_stages,
     validate_experiment_config,
 )
 from magi_lp.runtime.memory_reckoning import size_gpu_memory
@@ -57,10 +57,12 @@ _DRY_RUN = flags.DEFINE_bool(
 )
 _LAUNCHER = flags.DEFINE_enum(
     "launcher",
-    "local",
-    ["local", "hosts", "slurm", "kubernetes"],
-    "Where the nodes run: this machine, or several hosts (config.hosts) through per-host "
-    "scripts, a SLURM batch script or Kubernetes manifests (docs/cluster.md).",
+    None,
+    list(engines.ENGINES),
+    "The engine that runs the nodes (lp_main only; default: local where Launchpad is "
+    "installed, else ray): "
+    + "; ".join(f"{e.name}: {e.summary}" for e in engines.ENGINES.values())
+    + " (docs/cluster.md).",
 )
 _RENDER = flags.DEFINE_string(
     "render", None, "With --launcher hosts|slurm|kubernetes: write the generated files here."
@@ -185,20 +187,6 @@ def _use_cpu_only_here() -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
-def _require_launchpad_stack() -> None:
-    """One line where Launchpad is not installed (the current stack): the program cannot be
-    launched here, the plan (`--dry_run`) and the one-process runner can."""
-    missing = [m for m in ("launchpad", "reverb") if importlib.util.find_spec(m) is None]
-    if missing:
-        version = ".".join(str(v) for v in sys.version_info[:2])
-        raise ConfigError(
-            "lp_main.py needs Launchpad and Reverb, which are not installed here "
-            f"({', '.join(missing)} missing; Python {version}): they install only on Python "
-            "3.10 (`make setup`, .venv). On this stack run the same config in one process "
-            "with main.py, or plan it with --dry_run"
-        )
-
-
 def _run_distributed(
     make_experiment: MakeExperiment, validate_config: ValidateConfig | None = None
 ) -> int:
@@ -207,7 +195,8 @@ def _run_distributed(
     config, workdir = _checked_inputs(
         name if name.endswith("distributed") else f"{name}_distributed", validate_config
     )
-    if _LAUNCHER.value != "local" or _RENDER.value:
+    engine = engines.engine(_LAUNCHER.value)
+    if engine.several_hosts or _RENDER.value:
         return _run_on_hosts(make_experiment, config, workdir, name)
     check_isolation_allows_logging(config)
     from magi_lp.launch import isolation
@@ -221,7 +210,9 @@ def _run_distributed(
     )
     # Where a pixel agent's frames live, against the learner's memory (sets replay.store).
     planning = _make(make_experiment, config, workdir)
-    store = plan_replay_store(config, planning.builder, plan)
+    store = plan_replay_store(
+        config, planning.builder, plan, reverb_available=_reverb_carries_replay(engine)
+    )
     # Each GPU node's memory from its compiled programs ('auto'), checked GPU by GPU.
     plan = size_gpu_memory(planning, plan, store)
     notices = [f"notice: {n}" for n in (*plan.notices, *_resource_notices(config))]
@@ -230,12 +221,13 @@ def _run_distributed(
         notices.append(store.line)
     if _DRY_RUN.value:
         # The plan is this command's result: it goes to stdout.
+        print(f"engine: --launcher {engine.name} ({engine.summary})")
         for notice in notices:
             print(notice)
         print(plan.format_table())
         print(f"network isolation: {isolation.describe(config.isolation)}")
         return 0
-    _require_launchpad_stack()
+    engine.require_stack()
 
     code = isolation.run_isolated_if_needed(config.isolation, sys.argv)
     if code is not None:
@@ -244,28 +236,26 @@ def _run_distributed(
         console.say(notice)
 
     _use_cpu_only_here()
-    from magi_lp.launch.launcher import launch
+    from magi_lp.engines.base import Launch
     from magi_lp.runtime.program import build_program
 
     experiment = _make(make_experiment, config, workdir)
     _make_workdir(workdir)
-    program = build_program(experiment, plan, workdir=str(workdir), logger_factory=logger_factory)
-    from magi_lp.runtime.probe import make_status_monitor
-
-    console.say(f"workdir: {workdir}")
-    return launch(
-        program,
-        plan.envs(),
-        log_dir=workdir / "nodes",
-        # The order of every program (magi_lp.runtime.config.STOP_TIERS says why).
-        stop_stages=stop_stages(
-            {g: _launch_groups(plan, g) for g in ("learner", "replay", "counter")}
-        ),
-        saves_at_stop=_launch_groups(plan, "learner"),
-        status=make_status_monitor(
-            program, plan, experiment, workdir, plain_every_s=_STATUS_EVERY.value
-        ),
+    graph = build_program(
+        experiment,
+        plan,
+        workdir=str(workdir),
+        logger_factory=logger_factory,
+        transport=engine.transport,
     )
+    console.say(f"workdir: {workdir}")
+    launch = Launch(graph, plan, experiment, workdir, status_every=_STATUS_EVERY.value)
+    return engine.load().run(launch)
+
+
+def _reverb_carries_replay(engine: engines.Engine) -> bool:
+    """Whether the engine's replay can be Reverb here (so 'auto' may choose it)."""
+    return engine.transport == "reverb" and importlib.util.find_spec("reverb") is not None
 
 
 def _run_on_hosts(make_experiment: MakeExperiment, config: Any, workdir: Path, name: str) -> int:
@@ -276,16 +266,18 @@ def _run_on_hosts(make_experiment: MakeExperiment, config: Any, workdir: Path, n
 
     def build_program(plan: Any) -> Any:
         _use_cpu_only_here()
+        from magi_lp.engines.launchpad_engine import to_program
         from magi_lp.runtime.program import build_program
 
         logger_factory = LoggerFactory.from_config(str(workdir), config.logging)
         experiment = _make(make_experiment, config, workdir)
         _make_workdir(workdir)
-        return build_program(experiment, plan, workdir=str(workdir), logger_factory=logger_factory)
+        graph = build_program(experiment, plan, workdir=str(workdir), logger_factory=logger_factory)
+        return to_program(graph)
 
     return cluster.run(
         config,
-        launcher=_LAUNCHER.value,
+        launcher=engines.engine(_LAUNCHER.value).name,
         workdir=workdir,
         config_name=name,
         dry_run=_DRY_RUN.value,
@@ -295,13 +287,6 @@ def _run_on_hosts(make_experiment: MakeExperiment, config: Any, workdir: Path, n
     )
 
 
-def _launch_groups(plan: Any, *groups: str) -> set[str]:
-    """The launch groups of node 0 of each of `groups` the plan has (a colocated replay has
-    none of its own)."""
-    planned = {placement.group for placement in plan.groups.values()}
-    return {plan.launch_group(group, 0) for group in groups if group in planned}
-
-
 def _run_single_process(
     make_experiment: MakeExperiment, validate_config: ValidateConfig | None = None
 ) -> int:
@@ -309,7 +294,7 @@ def _run_single_process(
     config, workdir = _checked_inputs(_config_name(), validate_config)
     if _DRY_RUN.value:
         raise ConfigError("--dry_run is for lp_main.py; main.py runs in this one process.")
-    if _LAUNCHER.value != "local" or _RENDER.value:
+    if _LAUNCHER.value is not None or _RENDER.value:
         raise ConfigError("--launcher and --render are for lp_main.py; main.py runs here.")
     ignored = _ignored_by_single_process(config, sys.argv)
     if ignored:

@@ -21,6 +21,7 @@ from absl import flags
 from absl.testing import absltest
 
 from magi_lp.agent.variable_client import VariableClient
+from magi_lp.engines.launchpad_engine import LaunchpadLifetime, to_program
 from magi_lp.placement.gpu_inventory import GpuInventory
 from magi_lp.replay.reverb_seam import without_rate_limit
 from magi_lp.replay.schedule import ReplaySchedule
@@ -273,9 +274,9 @@ class ProgramWiringTest(absltest.TestCase):
         to stop and waits until they have left; register it after `lp.launch`.
         """
         actors_stop = threading.Event()
-        told = nodes._stop_requested
+        told = LaunchpadLifetime.stopping
         patcher = mock.patch.object(
-            nodes, "_stop_requested", lambda: actors_stop.is_set() or told()
+            LaunchpadLifetime, "stopping", lambda self: actors_stop.is_set() or told(self)
         )
         patcher.start()
         self.addCleanup(patcher.stop)
@@ -298,7 +299,8 @@ class ProgramWiringTest(absltest.TestCase):
         experiment = toy_experiment(config, rate_limited=False)
         plan = make_placement_plan(config, GpuInventory(reason="no GPU in this test"))
         factory = LoggerFactory.from_config(workdir, config.logging)
-        program = build_program(experiment, plan, workdir=workdir, logger_factory=factory)
+        graph = build_program(experiment, plan, workdir=workdir, logger_factory=factory)
+        program = to_program(graph)
 
         assert set(program.groups) == set(plan.groups) == set(NODE_GROUPS)
         assert len(program.groups["actor"]) == 2

@@ -2,16 +2,17 @@
 
 `make_learner_runner` and `make_acting_loop` build a learner and an actor (or evaluator) from
 the experiment, the same way in both runners: the single-process runner calls them directly,
-and the Launchpad nodes below call them inside their own process. The node classes are plain
-Python classes (the Launchpad-examples style) that `lp.CourierNode` constructs in the node's
-process; constructors take handles, call `prepare_node_process()` first so per-node settings
-apply before any framework allocates, and `run()` until the program stops.
+and the nodes below call them inside their own process. The node classes are plain Python
+classes (the Launchpad-examples style) that an engine (`magi_lp.engines`) constructs in the
+node's process; constructors take handles and, last, the engine's `lifetime`
+(`magi_lp.runtime.graph.NodeLifetime`), call `prepare_node_process()` first so per-node
+settings apply before any framework allocates, and `run()` until the program stops. No
+engine is named here.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import threading
 import time
@@ -29,7 +30,6 @@ from magi_lp.agent.device_check import DeviceCheck
 from magi_lp.agent.learner import JaxLearner
 from magi_lp.agent.variable_client import VariableClient
 from magi_lp.console import say
-from magi_lp.launch import node_lifetime
 from magi_lp.launch.node_lifetime import hold_exit
 from magi_lp.replay.spec import WriteAbandonedError
 from magi_lp.replay.store import LearnerReplay, ReplayStore
@@ -37,6 +37,7 @@ from magi_lp.runtime import seeding
 from magi_lp.runtime.acting_loop import ActingLoop
 from magi_lp.runtime.checkpointing import Checkpointer, CheckpointWriteError
 from magi_lp.runtime.experiment import Experiment
+from magi_lp.runtime.graph import NodeLifetime
 from magi_lp.runtime.learner_runner import LearnerRunner, ReplayCheckpoint
 from magi_lp.runtime.node_devices import prepare_node_process
 
@@ -260,11 +261,12 @@ class LearnerNode:
     their first parameters the moment they exist, and compile their policy meanwhile.
     """
 
-    def __init__(self, *build: Any):
+    def __init__(self, *build: Any, lifetime: NodeLifetime):
         """`build`: what the learner is made of, as `_make_learner_node_runner` takes it
-        (experiment, replay store, environment spec, Reverb client, counter, workdir, logger
+        (experiment, replay store, environment spec, replay client, counter, workdir, logger
         factory)."""
         prepare_node_process()
+        self._lifetime = lifetime
         self._make_runner = functools.partial(_make_learner_node_runner, *build)
         self._built = threading.Event()
         self._runner: LearnerRunner | None = None
@@ -314,18 +316,17 @@ class LearnerNode:
         checkpoint holds the final counts. A final save that fails ends the process with
         `FINAL_SAVE_FAILED` and one line saying why, which the launcher reports.
         """
-        import launchpad as lp
-
         say("serving; building the learner", source="learner")
         runner = self._build()
         try:
             # The stop watcher must not leave the process during the final save.
             with hold_exit("the learner's final checkpoint"):
-                runner.run(lambda: lp.wait_for_stop(0))
+                runner.run(self._lifetime.stopping)
         except CheckpointWriteError as error:
             say(f"final {error}", source="learner")
-            leave_node_process(FINAL_SAVE_FAILED)
-        leave_node_process()
+            self._lifetime.leave(FINAL_SAVE_FAILED)
+            return
+        self._lifetime.leave()
 
 
 class ActorNode:
@@ -344,8 +345,11 @@ class ActorNode:
         variable_source: Any,
         counter: Any,
         logger_factory: Callable[..., Any],
+        *,
+        lifetime: NodeLifetime,
     ):
         prepare_node_process()
+        self._lifetime = lifetime
         self._loop = make_acting_loop(
             experiment,
             environment_spec,
@@ -355,7 +359,7 @@ class ActorNode:
             variable_source,
             counter,
             logger_factory,
-            should_stop=_stop_requested,
+            should_stop=lifetime.stopping,
             count_every=DISTRIBUTED_COUNT_EVERY,
         )
         self._max_actor_steps = int(experiment.config.max_actor_steps)
@@ -366,17 +370,16 @@ class ActorNode:
         return int(self._loop.counts.get("actor_steps", 0)) >= self._max_actor_steps
 
     def run(self) -> None:
-        import launchpad as lp
-
+        stopping = self._lifetime.stopping
         # A write the replay holds back (its rate limiter, a full queue) is given up at a
         # stop, so the node ends by itself instead of by the launcher's SIGKILL.
         with contextlib.suppress(WriteAbandonedError):
-            self._loop.run(lambda: _stop_requested() or self.limit_reached())
-        if not _stop_requested():  # the limit: the coordinator stops the program
+            self._loop.run(lambda: stopping() or self.limit_reached())
+        if not stopping():  # the limit: the coordinator stops the program
             self._loop.flush_counts()
-            while not _stop_requested():
-                lp.wait_for_stop(0.5)
-        leave_node_process()
+            while not stopping():
+                self._lifetime.wait_for_stop(0.5)
+        self._lifetime.leave()
 
 
 class EvaluatorNode:
@@ -392,8 +395,11 @@ class EvaluatorNode:
         variable_source: Any,
         counter: Any,
         logger_factory: Callable[..., Any],
+        *,
+        lifetime: NodeLifetime,
     ):
         prepare_node_process()
+        self._lifetime = lifetime
         self._counter = counter
         self._evaluation = experiment.config.evaluation
         self._loop = make_acting_loop(
@@ -426,37 +432,10 @@ class EvaluatorNode:
                 break
 
     def run(self) -> None:
-        import launchpad as lp
-
-        self.run_evaluations(lambda: lp.wait_for_stop(0), lambda seconds: lp.wait_for_stop(seconds))
-        leave_node_process()
+        self.run_evaluations(self._lifetime.stopping, self._lifetime.wait_for_stop)
+        self._lifetime.leave()
 
 
-def _stop_requested() -> bool:
-    """Whether this Launchpad node was told to stop (does not wait)."""
-    import launchpad as lp
-
-    return lp.wait_for_stop(0)
-
-
-def leave_node_process(code: int = 0) -> None:
-    """Ends a node's process once its work is done and saved (multi-processing launches).
-
-    A learner blocked in Reverb's sampler, or an adder flushing to a replay server that is
-    already gone, keeps TensorFlow/Reverb threads alive that hold the process until
-    Launchpad's 10 s kill; the checkpoint is written and logs are flushed per row, so there
-    is nothing left to wait for. In a threaded launch (Launchpad's `test_mt`) the node is a
-    thread of a shared process, which must live on.
-    """
-    from launchpad import context
-
-    if context.get_context().launch_type is context.LaunchType.LOCAL_MULTI_PROCESSING:
-        node_lifetime.leave_process(code)
-    if code:
-        raise SystemExit(code)
-
-
-@dataclasses.dataclass
 class CoordinatorNode:
     """Stops the program once actors have taken `max_actor_steps` steps.
 
@@ -466,28 +445,38 @@ class CoordinatorNode:
     the actors and before the counter, so that save holds the final counts (and a learner
     blocked waiting for replay saves the state of its last completed step).
 
-    Attributes (private ones are Courier handles, which Courier must not serve):
+    Attributes (private ones are handles, which an engine must not serve):
       _counter: the counter node.
-      _replay: the Reverb client.
+      _replay: the replay node (a Reverb client under Launchpad).
       _max_actor_steps: the limit.
       checkpoint_replay: checkpoint Reverb before the stop.
       poll_seconds: how often the counts are read.
+      _lifetime: the engine's `NodeLifetime`.
     """
 
-    _counter: Any
-    _replay: Any
-    _max_actor_steps: int
-    checkpoint_replay: bool = False
-    poll_seconds: float = 0.5
+    def __init__(
+        self,
+        counter: Any,
+        replay: Any,
+        max_actor_steps: int,
+        checkpoint_replay: bool = False,
+        poll_seconds: float = 0.5,
+        *,
+        lifetime: NodeLifetime,
+    ):
+        self._counter = counter
+        self._replay = replay
+        self._max_actor_steps = max_actor_steps
+        self.checkpoint_replay = checkpoint_replay
+        self.poll_seconds = poll_seconds
+        self._lifetime = lifetime
 
     def run(self) -> None:
-        import launchpad as lp
-
-        while not lp.wait_for_stop(self.poll_seconds):
+        while not self._lifetime.wait_for_stop(self.poll_seconds):
             if self.limit_reached():
                 logging.info("Reached %d actor steps: stopping.", self._max_actor_steps)
                 self.finish()
-                lp.stop()
+                self._lifetime.stop_program()
                 return
 
     def limit_reached(self) -> bool:
@@ -507,5 +496,13 @@ class CoordinatorNode:
 
 
 def new_counter() -> counting.Counter:
-    """The program's step counter (its own node in the distributed program)."""
+    """The program's step counter (the single-process runner's)."""
     return counting.Counter(time_delta=0.0)
+
+
+class CounterNode(counting.Counter):
+    """The program's step counter as a node of its own (serves `increment`, `get_counts`)."""
+
+    def __init__(self, *, lifetime: NodeLifetime | None = None):
+        del lifetime  # it only answers calls
+        super().__init__(time_delta=0.0)

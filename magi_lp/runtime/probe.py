@@ -1,10 +1,11 @@
 """What the launcher's status view reads from a running program (`ProgramProbe`).
 
-The launcher process already holds the program graph; once `lp.launch` has bound the nodes'
-addresses, the counter's and the replay's handles reach the running nodes. The probe asks
-the counter for its counts, Reverb for each table's size and its rate limiter's insert and
-sample counts, and reads the newest evaluation return from the evaluators' CSV logs. Every
-call has a short timeout of its own, so a slow or dead node only blanks a sample.
+The engine gives the probe a way to reach the running counter, replay and learner (a
+client of each, made on first use, with a short timeout of its own, so a slow or dead node
+only blanks a sample). The probe asks the counter for its counts, the learner for its device
+store's numbers, else the replay (Reverb: each table's size and its rate limiter's insert and
+sample counts; a served replay: its `info()`), and reads the newest evaluation return from
+the evaluators' CSV logs.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import contextlib
 import csv
 import io
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,14 +45,21 @@ class ProgramProbe:
     """Reads the counter, the replay and the evaluation logs of a launched program.
 
     Args:
-      counter: the counter node's Courier handle (`program.groups[...][0].create_handle()`).
-      replay: the Reverb node's handle, or None (a replay colocated with the learner).
+      counter: makes a client of the counter node.
+      replay: makes a client of the replay node (a Reverb client, or a served replay's), or
+        None (a replay colocated with the learner).
       workdir: the run folder (evaluation returns are read from its logs).
-      learner: the learner node's Courier handle: with the device frame store the replay's
-        numbers are the learner's (`LearnerNode.replay_info`), not the Reverb queue's.
+      learner: makes a client of the learner node: with the device frame store the replay's
+        numbers are the learner's (`LearnerNode.replay_info`), not the queue's.
     """
 
-    def __init__(self, counter: Any, replay: Any, workdir: str | os.PathLike, learner: Any = None):
+    def __init__(
+        self,
+        counter: Callable[[], Any],
+        replay: Callable[[], Any] | None,
+        workdir: str | os.PathLike,
+        learner: Callable[[], Any] | None = None,
+    ):
         self._counter_handle = counter
         self._replay_handle = replay
         self._learner_handle = learner
@@ -77,18 +86,13 @@ class ProgramProbe:
 
     def _counts(self) -> dict[str, Any]:
         if self._counter is None:
-            self._counter = self._client(self._counter_handle)
+            self._counter = self._counter_handle()
         return dict(self._counter.get_counts())
-
-    def _client(self, handle: Any) -> Any:
-        import courier
-
-        return courier.Client(handle._address.resolve(), call_timeout=_CALL_TIMEOUT_S)
 
     def _replay_numbers(self) -> dict[str, Any]:
         if self._learner_handle is not None:
             if self._learner is None:
-                self._learner = self._client(self._learner_handle)
+                self._learner = self._learner_handle()
             info = dict(self._learner.replay_info())
             if info:  # the device store
                 return {
@@ -99,7 +103,15 @@ class ProgramProbe:
         if self._replay_handle is None:
             return {}
         if self._replay is None:
-            self._replay = self._replay_handle.dereference()
+            self._replay = self._replay_handle()
+        if not hasattr(self._replay, "server_info"):  # a served replay
+            info = dict(self._replay.info())
+            return {
+                "replay_size": info.get("size", 0),
+                "replay_inserts": info.get("inserted", 0),
+                "replay_samples": info.get("sampled_batches", 0) * info.get("batch_size", 0)
+                or info.get("taken", 0),
+            }
         # Reverb takes whole seconds here.
         tables = self._replay.server_info(timeout=int(_CALL_TIMEOUT_S)).values()
         size = inserts = samples = 0
@@ -111,25 +123,21 @@ class ProgramProbe:
         return {"replay_size": size, "replay_inserts": inserts, "replay_samples": samples}
 
 
+CALL_TIMEOUT_S = _CALL_TIMEOUT_S
+"""The timeout an engine gives the probe's clients."""
+
+
 def make_status_monitor(
-    program: Any, plan: Any, experiment: Any, workdir: str | os.PathLike, **options: Any
+    probe: ProgramProbe, plan: Any, experiment: Any, workdir: str | os.PathLike, **options: Any
 ) -> StatusMonitor:
-    """The launcher's status view of `program` (built by `build_program` under `plan`)."""
-    planned = {placement.group for placement in plan.groups.values()}
-    counter = program.groups[plan.launch_group("counter", 0)][0].create_handle()
-    replay = None
-    learner = None
-    if "replay" in planned:
-        replay = program.groups[plan.launch_group("replay", 0)][0].create_handle()
-        # Not colocated: the learner group's one node is the learner's Courier node.
-        learner = program.groups[plan.launch_group("learner", 0)][0].create_handle()
+    """The launcher's status view of a program, read through `probe`."""
     gpu_memory = None
     if getattr(plan.inventory, "gpus", None):
         from magi_lp.placement.gpu_inventory import gpu_memory_by_pid
 
         gpu_memory = gpu_memory_by_pid
     return StatusMonitor(
-        ProgramProbe(counter, replay, workdir, learner),
+        probe,
         max_actor_steps=int(experiment.config.max_actor_steps),
         frames_per_step=int(experiment.frames_per_step),
         csv_path=Path(workdir) / "status.csv",

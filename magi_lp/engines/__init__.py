@@ -1,0 +1,129 @@
+"""The engines that launch a program graph, keyed by `--launcher`: one module each.
+
+As Launchpad's own `launch/` has one module per launch type, each engine is one module here
+with a `run(launch: magi_lp.engines.base.Launch) -> int`, named in `ENGINES` and imported
+only when chosen (an engine's library, Launchpad or Ray, is imported by its module alone).
+The program graph (`magi_lp.runtime.graph`), the placement plan and its per-group env are the
+same for every engine; each carries them out its own way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+import sys
+from types import ModuleType
+
+from magi_lp.config_schema import fact_refusal
+from magi_lp.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class Engine:
+    """One `--launcher` value.
+
+    Attributes:
+      name: the `--launcher` value.
+      module: the module with its `run` (several-hosts engines: `magi_lp.cluster.main`).
+      summary: what it is, in a few words (`--help`, `--dry_run`).
+      transport: how it carries replay (`magi_lp.replay.store.TRANSPORTS`).
+      needs: the modules it imports (its stack).
+      several_hosts: it runs the program on the hosts of `config.hosts`.
+    """
+
+    name: str
+    module: str
+    summary: str
+    transport: str
+    needs: tuple[str, ...]
+    several_hosts: bool = False
+
+    def missing(self) -> list[str]:
+        """The modules it needs that are not installed here."""
+        return [m for m in self.needs if importlib.util.find_spec(m) is None]
+
+    def require_stack(self) -> None:
+        """One line where this engine cannot run on this stack, naming what can."""
+        missing = self.missing()
+        if not missing:
+            return
+        python = ".".join(str(v) for v in sys.version_info[:2])
+        here = [e.name for e in ENGINES.values() if not e.missing() and not e.several_hosts]
+        raise ConfigError(
+            fact_refusal(
+                f"--launcher {self.name} ({self.summary})",
+                f"{', '.join(missing)} not installed here (Python {python})",
+                (
+                    f"use --launcher {' or '.join(here)} on this stack"
+                    if here
+                    else "install its stack"
+                )
+                + (
+                    ", or the Python 3.10 stack (`make setup`, .venv) for Launchpad"
+                    if "launchpad" in missing
+                    else ""
+                ),
+            )
+        )
+
+    def load(self) -> ModuleType:
+        return importlib.import_module(self.module)
+
+
+_LAUNCHPAD_STACK = ("launchpad", "reverb")
+
+ENGINES: dict[str, Engine] = {
+    engine.name: engine
+    for engine in (
+        Engine(
+            "local",
+            "magi_lp.engines.launchpad_engine",
+            "Launchpad on this machine, Reverb replay",
+            "reverb",
+            _LAUNCHPAD_STACK,
+        ),
+        Engine(
+            "ray",
+            "magi_lp.engines.ray_engine",
+            "Ray Core on this machine, or on the Ray cluster RAY_ADDRESS names",
+            "served",
+            ("ray",),
+        ),
+        Engine(
+            "hosts",
+            "magi_lp.cluster.main",
+            "Launchpad on config.hosts, per-host scripts",
+            "reverb",
+            _LAUNCHPAD_STACK,
+            several_hosts=True,
+        ),
+        Engine(
+            "slurm",
+            "magi_lp.cluster.main",
+            "Launchpad on config.hosts, a SLURM batch script",
+            "reverb",
+            _LAUNCHPAD_STACK,
+            several_hosts=True,
+        ),
+        Engine(
+            "kubernetes",
+            "magi_lp.cluster.main",
+            "Launchpad on config.hosts, Kubernetes manifests",
+            "reverb",
+            _LAUNCHPAD_STACK,
+            several_hosts=True,
+        ),
+    )
+}
+"""Every engine, by its `--launcher` value."""
+
+
+def default_engine() -> str:
+    """Launchpad where its stack is installed (Python 3.10), else Ray (the current stack)."""
+    return "local" if not ENGINES["local"].missing() else "ray"
+
+
+def engine(name: str | None) -> Engine:
+    """The engine `--launcher name` chooses (None: `default_engine()`)."""
+    return ENGINES[name or default_engine()]

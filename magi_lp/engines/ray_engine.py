@@ -1,0 +1,506 @@
+"""`--launcher ray`: the program graph on Ray Core, one actor (one process) per node.
+
+The run starts an embedded Ray on this machine (or joins the cluster `RAY_ADDRESS` names)
+and stops it at the end. Each node of the graph becomes a threaded actor, created in the
+graph's order (the counter first), with its launch group's env from the plan through
+`runtime_env` (in the process's environment before Python starts, as Launchpad's
+`PythonProcess(env=)`) and its output in `<workdir>/nodes/<group>/<index>`. A `Ref` becomes
+a `NodeClient`: synchronous calls of the node's public methods, as a Courier client makes.
+The replay node serves the store's own server (`ReplayStore.make_server`: the device store's
+step queue, a state agent's transition table); no Reverb.
+
+The driver (this process) supervises, as the Launchpad launcher does:
+- a node whose process dies is named with its log's last lines, and the program stops;
+- SIGINT / SIGTERM / SIGHUP stop the program in tiers (`magi_lp.runtime.config.STOP_TIERS`:
+  actors, evaluators and the coordinator, then the learner, which saves, then replay and
+  counter): each node's `stop()` sets its lifetime's event; its `run()` returns, and its
+  actor is ended; one still running after the notice is killed, which is reported as a fault;
+- the coordinator's `stop_program()` at `max_actor_steps` asks the driver for that stop.
+
+What the plan decides, Ray carries out: the GPUs a node sees are the plan's
+(`CUDA_VISIBLE_DEVICES` in its env, which Ray is told to keep), Ray's GPU count of a node is
+the number of the plan's GPUs it sees (logical, so Ray's scheduling agrees), CPU threads are
+the plan's env (Ray's `num_cpus` stays 0: the plan, not Ray, decides where threads go).
+
+Left behind: nothing. Ray's session folder lives in a private temporary folder removed at the
+end; the cluster's token is made for the run and lives only in its processes' environment
+(no `~/.ray/auth_token`); the embedded Ray binds to loopback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from magi_lp import console
+from magi_lp.engines import ray_seam
+from magi_lp.engines.base import Launch, saves_at_stop, stop_tier
+from magi_lp.launch.exit_report import NodeExit, format_exit_report
+from magi_lp.launch.supervisor import StopSignals
+from magi_lp.runtime.graph import NodeSpec, ProgramGraph
+
+CALL_TIMEOUT_S = 120.0
+"""A node gives up on another that does not answer within this time (as Courier's)."""
+
+_POLL_S = 0.1
+_KEEP_CUDA_VAR = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
+
+
+class NodeExitError(Exception):
+    """A node left with a non-zero code (e.g. its final save failed)."""
+
+    def __init__(self, code: int):
+        super().__init__(f"the node left with exit code {code}")
+        self.code = code
+
+
+class RayLifetime:
+    """A node's lifetime on Ray: an event the driver's `stop()` call sets."""
+
+    def __init__(self, control: Any):
+        self._stopped = threading.Event()
+        self._control = control
+
+    def stopping(self) -> bool:
+        return self._stopped.is_set()
+
+    def wait_for_stop(self, seconds: float | None) -> bool:
+        """Waits up to `seconds` (None or inf: until the stop)."""
+        if seconds is not None and seconds == float("inf"):
+            seconds = None
+        return self._stopped.wait(seconds)
+
+    def stop_program(self) -> None:
+        self._control.request_stop.remote()
+
+    def leave(self, code: int = 0) -> None:
+        # The driver ends the actor once `run()` returns; a failure is its exception.
+        if code:
+            raise NodeExitError(code)
+
+    def set(self) -> None:
+        self._stopped.set()
+
+
+class NodeClient:
+    """A handle to a running node: `client.method(...)` calls it and waits for the result.
+
+    Only the node's public methods are served (as Courier serves them), so `hasattr` tells
+    what a node offers.
+    """
+
+    def __init__(self, actor: Any, methods: list[str], timeout: float = CALL_TIMEOUT_S):
+        self._actor = actor
+        self._methods = frozenset(methods)
+        self._timeout = timeout
+
+    def with_timeout(self, timeout: float) -> NodeClient:
+        return NodeClient(self._actor, list(self._methods), timeout)
+
+    def __getattr__(self, method: str) -> Callable[..., Any]:
+        if method.startswith("_") or method not in self._methods:
+            raise AttributeError(method)
+        actor, timeout = self._actor, self._timeout
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return ray.get(actor.call.remote(method, *args, **kwargs), timeout=timeout)
+
+        call.__name__ = method
+        return call
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (NodeClient, (self._actor, sorted(self._methods), self._timeout))
+
+
+class ServedReplayNode:
+    """The replay node on an engine without Reverb: serves the store's own server."""
+
+    def __init__(self, replay: Any, *, lifetime: Any):
+        from magi_lp.runtime.node_devices import prepare_node_process
+
+        prepare_node_process()
+        self._lifetime = lifetime
+        self._server = replay.store.make_server(replay.environment_spec)
+        if self._server is None:
+            raise RuntimeError(f"{type(replay.store).__name__} serves nothing on this engine")
+
+    def public_methods(self) -> list[str]:
+        return [
+            name
+            for name in dir(self._server)
+            if not name.startswith("_") and callable(getattr(self._server, name))
+        ]
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._server, name)
+
+    def run(self) -> None:
+        self._lifetime.wait_for_stop(None)
+        self._server.close()
+
+
+class _ProgramControl:
+    """What nodes tell the driver: the coordinator's request to stop the program."""
+
+    def __init__(self) -> None:
+        self._stop = False
+
+    def request_stop(self) -> None:
+        self._stop = True
+
+    def stop_requested(self) -> bool:
+        return self._stop
+
+
+class _NodeActor:
+    """One node in its own process: makes it, serves its methods, runs it."""
+
+    def __init__(self, spec: NodeSpec, args: tuple, kwargs: dict, control: Any, log: str):
+        _send_output_to(log)
+        self._lifetime = RayLifetime(control)
+        if spec.role == "replay":
+            self._node = ServedReplayNode(spec.replay, lifetime=self._lifetime)
+        else:
+            self._node = spec.make(*args, lifetime=self._lifetime, **kwargs)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def methods(self) -> list[str]:
+        node = self._node
+        if isinstance(node, ServedReplayNode):
+            return node.public_methods()
+        return [
+            name
+            for name in dir(node)
+            if not name.startswith("_") and name != "run" and callable(getattr(node, name))
+        ]
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self._node, method)(*args, **kwargs)
+
+    def run(self) -> int:
+        run = getattr(self._node, "run", None)
+        try:
+            if run is None:  # a node that only answers calls (the counter)
+                self._lifetime.wait_for_stop(None)
+            else:
+                run()
+        except NodeExitError:
+            raise
+        except BaseException:
+            # Into the node's log, where the exit report reads its cause.
+            traceback.print_exc()
+            raise
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        return 0
+
+    def stop(self) -> None:
+        self._lifetime.set()
+
+
+def _send_output_to(log: str) -> None:
+    """This process's stdout and stderr go to the node's log (appended: a resumed run)."""
+    Path(log).parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+class _NodeProcess:
+    """What the status view reads of a node: its pid and, once ended, its return code."""
+
+    def __init__(self, spec: NodeSpec, actor: Any, pid: int, log: Path):
+        self.spec = spec
+        self.actor = actor
+        self.pid = pid
+        self.log = log
+        self.returncode: int | None = None
+        self.run_ref: Any = None
+
+    def exit_of(self, returncode: int) -> NodeExit:
+        return NodeExit(self.spec.role, self.spec.index, self.pid, returncode, self.log)
+
+
+def _start_ray(run_tmp: str, num_gpus: int) -> None:
+    address = os.environ.get("RAY_ADDRESS")
+    options: dict[str, Any] = {
+        "include_dashboard": False,
+        "log_to_driver": False,
+        "configure_logging": False,
+        "namespace": f"magi_lp_{secrets.token_hex(4)}",
+    }
+    if address:
+        ray.init(address=address, **options)
+        return
+    # A token made for this run, in the environment Ray's processes inherit: token
+    # authentication without ~/.ray/auth_token.
+    ray_seam.use_run_token()
+    ray.init(
+        _temp_dir=run_tmp,
+        _node_ip_address="127.0.0.1",
+        num_cpus=os.cpu_count() or 1,
+        num_gpus=num_gpus,
+        **options,
+    )
+
+
+def _node_env(launch: Launch, spec: NodeSpec) -> dict[str, str]:
+    env = {"PYTHONUNBUFFERED": "1", _KEEP_CUDA_VAR: "1", **launch.plan.envs().get(spec.group, {})}
+    # The node imports the project (its classes are pickled by reference).
+    paths = [str(Path(__file__).resolve().parents[2]), *sys.path]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if p and Path(p).is_dir()))
+    return {k: str(v) for k, v in env.items()}
+
+
+def _gpus_of(env: dict[str, str]) -> int:
+    visible = env.get("CUDA_VISIBLE_DEVICES", "")
+    return len([g for g in visible.split(",") if g.strip()])
+
+
+class _Driver:
+    """Starts the graph's nodes as actors, supervises them and stops them in tiers."""
+
+    def __init__(self, launch: Launch, signals: StopSignals):
+        self._launch = launch
+        self._graph: ProgramGraph = launch.graph
+        self._signals = signals
+        self._nodes: list[_NodeProcess] = []
+        self._failure: NodeExit | None = None
+        self._faults: list[str] = []
+        self._control: Any = None
+
+    def say(self, text: str) -> None:
+        console.say(text, source="launcher")
+
+    def start(self) -> None:
+        graph = self._graph
+        self._control = ray.remote(_ProgramControl).options(num_cpus=0).remote()
+        concurrency = 2 * (sum(1 for n in graph.nodes if n.role in ("actor", "evaluator"))) + 8
+        actor_class = ray.remote(_NodeActor)
+        clients: dict[str, NodeClient] = {}
+        log_dir = self._launch.workdir / "nodes"
+        for spec in graph.nodes:
+            env = _node_env(self._launch, spec)
+            args, kwargs = spec.resolved(clients.__getitem__)
+            log = log_dir / spec.group / str(spec.index)
+            actor = actor_class.options(
+                name=spec.name,
+                num_cpus=0,
+                num_gpus=_gpus_of(env),
+                max_concurrency=concurrency,
+                runtime_env={"env_vars": env},
+                max_restarts=0,
+            ).remote(spec, args, kwargs, self._control, str(log))
+            pid, methods = ray.get([actor.pid.remote(), actor.methods.remote()])
+            clients[spec.name] = NodeClient(actor, methods)
+            self._nodes.append(_NodeProcess(spec, actor, pid, log))
+        for node in self._nodes:
+            node.run_ref = node.actor.run.remote()
+        counts = {}
+        for node in self._nodes:
+            counts[node.spec.role] = counts.get(node.spec.role, 0) + 1
+        self.say(
+            f"started {len(self._nodes)} nodes on Ray "
+            f"({', '.join(f'{r} x{c}' for r, c in counts.items())}); logs in "
+            f"{log_dir}/<group>/<index>"
+        )
+        self.clients = clients
+
+    def status_nodes(self) -> list[tuple[str, int, Any]]:
+        return [(n.spec.group, n.spec.index, n) for n in self._nodes]
+
+    def _ended(self, node: _NodeProcess) -> int | None:
+        """The node's run result once it ended: 0, or its failure's return code."""
+        ready, _ = ray.wait([node.run_ref], timeout=0)
+        if not ready:
+            return None
+        try:
+            return int(ray.get(node.run_ref))
+        except NodeExitError as error:
+            return error.code
+        except ray.exceptions.RayTaskError as error:
+            cause = error.as_instanceof_cause()
+            if isinstance(cause, NodeExitError):
+                return cause.code
+            return 1
+        except ray.exceptions.RayActorError:
+            return -signal.SIGKILL
+
+    def supervise(self, before_stop: Callable[[], None]) -> int:
+        handled = 0
+        reason = None
+        while reason is None:
+            for sig in self._signals.received[handled:]:
+                reason = f"received {signal.Signals(sig).name}"
+            handled = len(self._signals.received)
+            if reason is None and ray.get(self._control.stop_requested.remote()):
+                reason = "the coordinator reached max_actor_steps"
+            for node in self._nodes:
+                if reason is not None or node.returncode is not None:
+                    continue
+                code = self._ended(node)
+                if code is None:
+                    continue
+                node.returncode = code
+                if code == 0:
+                    self.say(f"node {node.spec.name} finished")
+                    continue
+                self._failure = node.exit_of(code)
+                self.say(format_exit_report(self._failure))
+                reason = f"node {node.spec.name} died"
+            if reason is None:
+                time.sleep(_POLL_S)
+        with contextlib.suppress(Exception):
+            before_stop()
+        return self._stop(reason)
+
+    def _stop(self, reason: str) -> int:
+        start = time.monotonic()
+        notice = self._launch.termination_notice_secs
+        running = [n for n in self._nodes if n.returncode is None]
+        tiers = sorted({stop_tier(n.spec.role) for n in running})
+        self.say(
+            f"{reason}: stopping {len(running)} nodes in {len(tiers)} stages "
+            f"(each: stop, then kill after {notice:g} s)"
+        )
+        failed: list[str] = []
+        for tier in tiers:
+            stage = [n for n in running if stop_tier(n.spec.role) == tier]
+            for node in stage:
+                with contextlib.suppress(Exception):
+                    node.actor.stop.remote()
+            deadline = time.monotonic() + notice
+            while True:
+                left = [n for n in stage if n.returncode is None]
+                for node in left:
+                    code = self._ended(node)
+                    if code is not None:
+                        node.returncode = code
+                        if code != 0 and code != -signal.SIGKILL:
+                            failed.append(node.spec.name)
+                            self.say(format_exit_report(node.exit_of(code), stopping=True))
+                        elif code == -signal.SIGKILL and saves_at_stop(node.spec.role):
+                            failed.append(node.spec.name)
+                left = [n for n in stage if n.returncode is None]
+                if not left:
+                    break
+                if time.monotonic() >= deadline:
+                    names = ", ".join(n.spec.name for n in left)
+                    self.say(
+                        f"nodes still running after {notice:g} s: {names}; killing them (a "
+                        "fault: a node should end by itself; see the end of its log)"
+                    )
+                    self._faults += [n.spec.name for n in left]
+                    for node in left:
+                        node.returncode = -signal.SIGKILL
+                        with contextlib.suppress(Exception):
+                            ray.kill(node.actor)
+                    break
+                time.sleep(_POLL_S)
+            for node in stage:
+                with contextlib.suppress(Exception):
+                    ray.kill(node.actor)
+        code = 0 if self._failure is None and not failed and not self._faults else 1
+        cause = ""
+        if self._failure is not None:
+            cause = f" (node {self._failure.group}_{self._failure.index} died)"
+        elif failed:
+            cause = f" ({', '.join(failed)} failed while stopping; see above)"
+        elif self._faults:
+            cause = f" ({', '.join(self._faults)} killed after the {notice:g} s notice)"
+        self.say(
+            f"all {len(self._nodes)} nodes ended {time.monotonic() - start:.1f} s after the "
+            f"stop began; exit code {code}{cause}"
+        )
+        return code
+
+
+def _probe(driver: _Driver, workdir: Path) -> Any:
+    from magi_lp.runtime.probe import CALL_TIMEOUT_S as PROBE_TIMEOUT_S
+    from magi_lp.runtime.probe import ProgramProbe
+
+    clients = driver.clients
+
+    def client(name: str) -> Callable[[], Any]:
+        return lambda: clients[name].with_timeout(PROBE_TIMEOUT_S)
+
+    return ProgramProbe(client("counter_0"), client("replay_0"), workdir, client("learner_0"))
+
+
+def check(graph: ProgramGraph) -> None:
+    """Refuses what this engine cannot run, before Ray starts."""
+    from magi_lp.config_schema import refusal
+    from magi_lp.errors import ConfigError
+
+    if any(spec.colocate_with is not None for spec in graph.nodes):
+        raise ConfigError(
+            refusal(
+                "colocate_learner_and_replay",
+                "False with --launcher ray (the replay is a node of its own there)",
+                True,
+                "--config.colocate_learner_and_replay=False",
+            )
+        )
+
+
+def run(launch: Launch) -> int:
+    """Runs the graph on Ray until it ends; returns the exit code (0: a normal stop)."""
+    from magi_lp.runtime.probe import make_status_monitor
+
+    check(launch.graph)
+    signals = StopSignals()
+    signals.install()
+    run_tmp = tempfile.mkdtemp(prefix="magi_lp_ray_")
+    saved_env = {k: os.environ.get(k) for k in ray_seam.AUTH_VARS}
+    status = None
+    try:
+        num_gpus = len(getattr(launch.plan.inventory, "gpus", ()) or ())
+        started = time.monotonic()
+        _start_ray(run_tmp, num_gpus)
+        signals.install()  # Ray's start may have put its own handlers in place
+        driver = _Driver(launch, signals)
+        driver.start()
+        driver.say(f"Ray and every node up in {time.monotonic() - started:.1f} s")
+        status = make_status_monitor(
+            _probe(driver, launch.workdir),
+            launch.plan,
+            launch.experiment,
+            launch.workdir,
+            plain_every_s=launch.status_every,
+        )
+        status.start(driver.status_nodes())
+        return driver.supervise(status.final_sample)
+    finally:
+        if status is not None:
+            with contextlib.suppress(Exception):
+                status.stop()
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        shutil.rmtree(run_tmp, ignore_errors=True)
+        signals.restore()

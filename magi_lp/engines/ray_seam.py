@@ -1,0 +1,46 @@
+"""The Ray 2.60 internals the Ray engine relies on, in one place.
+
+Ray's public API (`ray.init`, `ray.remote`, actor options, `runtime_env`, `ray.get`,
+`ray.wait`, `ray.kill`, `ray.shutdown`) is used as documented everywhere else. What it does
+not offer comes from here, each with what breaks if an upgrade changes it:
+
+- `ray._raylet.Config.initialize("")`: Ray reads `RAY_AUTH_MODE` once, when it is imported;
+  a run that turns token authentication on with a token of its own (in `RAY_AUTH_TOKEN`,
+  never in `~/.ray/auth_token`) after `import ray` must make Ray read it again (Ray's own
+  `authentication_token_setup._enable_token_auth` does the same). If it changes: the
+  embedded Ray fails to start ("Authentication token is missing or incorrect").
+
+Every function checks what it needs and raises one RuntimeError naming the attribute and the
+pinned version (requirements-py312.txt).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+
+PINNED = "Ray 2.60.0 as pinned in requirements-py312.txt"
+
+AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")
+"""The environment variables that carry a run's token to every process of its cluster."""
+
+
+def _require(owner: object, name: str) -> None:
+    if not hasattr(owner, name):
+        raise RuntimeError(
+            f"ray's {getattr(owner, '__name__', owner)} no longer has {name}; magi_lp "
+            f"supports {PINNED} (magi_lp/engines/ray_seam.py lists what it relies on)."
+        )
+
+
+def use_run_token(token: str | None = None) -> str:
+    """Token authentication with a token made for this run, in this process's environment
+    (inherited by every process the embedded Ray starts); returns the token."""
+    from ray import _raylet
+
+    _require(_raylet, "Config")
+    token = token or secrets.token_hex(16)
+    os.environ["RAY_AUTH_MODE"] = "token"
+    os.environ["RAY_AUTH_TOKEN"] = token
+    _raylet.Config.initialize("")
+    return token
