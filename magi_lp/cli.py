@@ -229,9 +229,17 @@ def _run_distributed(
         return 0
     engine.require_stack()
 
-    code = isolation.run_isolated_if_needed(config.isolation, sys.argv)
-    if code is not None:
-        return code  # the isolated re-run of this command did the work (and the printing)
+    joined = engine.cluster_address()
+    if joined:
+        # The nodes run on that cluster's machines: this process's namespace is not theirs.
+        notices.append(
+            f"notice: {engine.name} joins the cluster at {joined} ({engine.cluster_var}); "
+            "network isolation does not apply there (the cluster's own network rules do)"
+        )
+    else:
+        code = isolation.run_isolated_if_needed(config.isolation, sys.argv)
+        if code is not None:
+            return code  # the isolated re-run of this command did the work (and the printing)
     for notice in notices:
         console.say(notice)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
+import os
 import sys
 from types import ModuleType
 
@@ -30,6 +31,8 @@ class Engine:
       transport: how it carries replay (`magi_lp.replay.store.TRANSPORTS`).
       needs: the modules it imports (its stack).
       several_hosts: it runs the program on the hosts of `config.hosts`.
+      cluster_var: the environment variable that names a running cluster to join instead of
+        starting one on this machine (Ray's `RAY_ADDRESS`), if the engine can.
     """
 
     name: str
@@ -38,6 +41,11 @@ class Engine:
     transport: str
     needs: tuple[str, ...]
     several_hosts: bool = False
+    cluster_var: str | None = None
+
+    def cluster_address(self) -> str | None:
+        """The running cluster this launch joins (None: the engine starts its own)."""
+        return os.environ.get(self.cluster_var) or None if self.cluster_var else None
 
     def missing(self) -> list[str]:
         """The modules it needs that are not installed here."""
@@ -89,6 +97,7 @@ ENGINES: dict[str, Engine] = {
             "Ray Core on this machine, or on the Ray cluster RAY_ADDRESS names",
             "served",
             ("ray",),
+            cluster_var="RAY_ADDRESS",
         ),
         Engine(
             "hosts",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,9 @@ class Launch:
       workdir: the run folder (node logs under `<workdir>/nodes`).
       status_every: seconds between plain status lines when the output is not a terminal.
       termination_notice_secs: how long a stopping node gets before it is killed.
+      group_resources: launch group -> custom resources its nodes ask the engine for (on a
+        Ray cluster of several machines: the machine the plan gave the group, as
+        `{host_resource(host): HOST_SHARE}`); a group not named asks for none.
     """
 
     graph: ProgramGraph
@@ -29,6 +33,17 @@ class Launch:
     workdir: Path
     status_every: float = 30.0
     termination_notice_secs: float = 10.0
+    group_resources: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
+
+
+HOST_SHARE = 0.001
+"""What a node asks of its machine's resource: every node of a machine fits in one unit."""
+
+
+def host_resource(host: str) -> str:
+    """The custom resource a machine of a cluster offers (`ray start --resources`), so a node
+    placed there by the plan runs there."""
+    return f"magi_lp_host_{host}"
 
 
 def stop_tier(role: str) -> int:

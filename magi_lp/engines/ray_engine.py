@@ -310,6 +310,7 @@ class _Driver:
                 num_gpus=_gpus_of(env),
                 max_concurrency=concurrency,
                 runtime_env={"env_vars": env},
+                resources=dict(self._launch.group_resources.get(spec.group, {})),
                 max_restarts=0,
             ).remote(spec, args, kwargs, self._control, str(log))
             pid, methods = ray.get([actor.pid.remote(), actor.methods.remote()])
