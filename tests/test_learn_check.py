@@ -1,77 +1,198 @@
-"""`make learn-check`: the comparison's arithmetic, a tiny run of this project's side, and the
-official side where its code is present (a checkout named by $MAGI_LP_DRQV2_CHECKOUT).
+"""`make learn-check`: a comparison that can fail, and its negative controls.
 
-The tiny run needs the current stack's `.venv312` (what the command runs), so this file is in
+- The arithmetic: AUC over the evaluations after frame 0, the learning rule, only the
+  preregistered seeds, the verdict and the command's exit code.
+- Negative controls: a learner that never updates (each seed's frame-0 return carried to
+  every point) fails the check, on made-up curves and on the superseded first check's kept
+  runs; a tiny real run whose critic target has the wrong sign fails the learning rule.
+- The one frames/s rule (episode-end windows) and a relaunch's rows.
+- A tiny run of this project's side, killed and run again: it resumes from its checkpoint
+  (no frame 0 again, each evaluation once); the official side where its code is present (a
+  checkout named by $MAGI_LP_DRQV2_CHECKOUT).
+
+The tiny runs need the current stack's `.venv312` (what the command runs), so they are in
 the current-stack leg of `make test` (`PY312_TESTS`).
 """
 
 from __future__ import annotations
 
+import csv
+import dataclasses
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from benchmarks.learn_check import comparison, official
-from benchmarks.learn_check.settings import RESULT, TINY, kept_result, run_dir
+from benchmarks.learn_check import __main__ as cli
+from benchmarks.learn_check import comparison, official, runs
+from benchmarks.learn_check.settings import (
+    KEPT,
+    RESULT,
+    SEEDS,
+    TINY,
+    Settings,
+    kept_result,
+    run_dir,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 CURRENT_STACK_LEG = pytest.mark.skipif(
     importlib.util.find_spec("launchpad") is not None,
     reason="the current-stack leg (make test runs it in .venv312, as make learn-check does)",
 )
+FULL_LIKE = Settings(frames=40_000, eval_every_frames=10_000)
 
 
-def _result(agent: str, seed: int, curve: list[float], fps: float = 10.0) -> dict:
-    points = range(0, TINY.frames + 1, TINY.eval_every_frames)
+def _result(agent: str, seed: int, curve: list[float], settings=FULL_LIKE, fps=10.0) -> dict:
+    points = range(0, settings.frames + 1, settings.eval_every_frames)
     return {
         "agent": agent,
         "task": "cartpole_balance",
         "seed": seed,
-        "settings": vars(TINY),
+        "settings": vars(settings),
         "versions": {},
         "evaluations": [[p, v] for p, v in zip(points, curve, strict=False)],
         "train_frames_per_s": fps,
     }
 
 
-def test_auc_ratio_interval_and_final_range():
-    runs = [
-        _result("magi_lp", 1, [100, 200, 300], fps=20.0),
-        _result("magi_lp", 2, [100, 300, 500], fps=30.0),
-        _result("official", 1, [100, 200, 400], fps=10.0),
-        _result("official", 2, [100, 200, 200], fps=10.0),
-        _result("official", 3, [100, 200]),  # cut off: no evaluation at the last point
+LEARNING = {
+    "magi_lp": [[350, 300, 600, 850, 950], [340, 250, 500, 900, 980], [360, 300, 700, 800, 900]],
+    "official": [[350, 380, 650, 900, 970], [330, 300, 500, 850, 990], [370, 350, 600, 800, 950]],
+}
+
+
+def _runs(curves: dict[str, list[list[float]]], settings=FULL_LIKE) -> list[dict]:
+    return [
+        _result(agent, seed, curve, settings)
+        for agent, agent_curves in curves.items()
+        for seed, curve in zip(SEEDS, agent_curves, strict=True)
     ]
-    runs.append({**_result("official", 4, [0, 0, 0]), "settings": {"frames": 1}})  # not these
-    found = comparison.compare(runs, TINY)["tasks"]["cartpole_balance"]
+
+
+def test_auc_after_frame_zero_both_learned_and_the_goal_held():
+    found = comparison.compare(_runs(LEARNING), FULL_LIKE)["tasks"]["cartpole_balance"]
     verdict = found["comparison"]
-    assert found["official"]["seeds"] == [1, 2]
-    # Mean AUC: ours (200 + 300) / 2 = 250, official (233.3 + 166.7) / 2 = 200.
-    assert verdict["auc_ratio"] == pytest.approx(1.25)
+    ours, theirs = found["magi_lp"], found["official"]
+    # AUC: the mean over 10k..40k only (frame 0 left out).
+    assert ours["auc"][0] == pytest.approx((300 + 600 + 850 + 950) / 4)
+    assert theirs["auc"][2] == pytest.approx((350 + 600 + 800 + 950) / 4)
+    assert ours["learning"]["learned"] and theirs["learning"]["learned"]
+    assert verdict["verdict"] == comparison.HELD
+    ratio = sum(ours["auc"]) / sum(theirs["auc"])
+    assert verdict["auc_ratio"] == pytest.approx(ratio)
     low, high = verdict["auc_ratio_95"]
-    assert low <= 1.25 <= high and low < high
-    assert verdict["final_mean"] == 400
-    assert verdict["official_final_range"] == [200, 400]
-    assert verdict["final_inside_official_range"]
-    assert verdict["fps_ratio"] == pytest.approx(2.5)
-    assert verdict["seeds"] == [2, 2]
-    page = comparison.report(
-        {
-            "tasks": {"cartpole_balance": found},
-            "points": [0, 1200, 2400],
-            "reduced": TINY.reduced(),
-            "settings": vars(TINY),
-            "goal_ratio": 0.9,
-            "goal_seeds": 3,
-        }
-    )
-    assert "AUC ratio (this / official): **1.250**" in page
-    assert "| magi_lp | 2 | 100 (100-100) | 250 (200-300) | 400 (300-500) | 250 |" in page
+    assert low <= ratio <= high and low < high
+    assert verdict["seeds"] == [3, 3]
+
+
+def test_a_learner_that_never_updates_fails_the_check():
+    """Negative control: ours replaced by each seed's frame-0 return carried to every point."""
+    frozen = [
+        comparison.frozen(run) if run["agent"] == "magi_lp" else run for run in _runs(LEARNING)
+    ]
+    found = comparison.compare(frozen, FULL_LIKE)["tasks"]["cartpole_balance"]
+    assert not found["magi_lp"]["learning"]["learned"]
+    assert found["comparison"]["verdict"] == comparison.NOT_HELD
+    assert "magi_lp did not learn" in found["comparison"]["why"]
+    assert found["comparison"]["auc_ratio"] < comparison.GOAL_RATIO
+
+
+def test_the_superseded_first_check_fails_today_and_its_frozen_learner_too():
+    """The first check's kept runs (32x32, batch 32, 50k frames): neither agent learned, so
+    neither they nor a learner that never updates pass the check as it stands."""
+    kept = comparison.load_runs(KEPT / comparison.SUPERSEDED)
+    assert len(kept) == 10
+    old = Settings(**{**kept[0]["settings"], "episode_frames": 0})
+    for runs_ in (kept, [comparison.frozen(r) if r["agent"] == "magi_lp" else r for r in kept]):
+        found = comparison.compare(runs_, old, seeds=(1, 2, 3))["tasks"]["cartpole_balance"]
+        assert found["comparison"]["verdict"] == comparison.NOT_HELD
+        assert not found["official"]["learning"]["learned"]
+        assert not found["magi_lp"]["learning"]["learned"]
+    summary = comparison.superseded(KEPT)
+    # The old rule (frame 0 inside the AUC) let the frozen learner through.
+    assert summary["old_rule_frozen"]["ratio"] > comparison.GOAL_RATIO
+
+
+def test_only_preregistered_seeds_count_and_missing_ones_leave_it_incomplete():
+    extra = [*_runs(LEARNING), _result("magi_lp", 99, [350, 350, 350, 350, 350])]
+    found = comparison.compare(extra, FULL_LIKE)["tasks"]["cartpole_balance"]
+    assert found["magi_lp"]["seeds"] == list(SEEDS)
+    assert found["not_counted"] == [
+        {"agent": "magi_lp", "seed": 99, "why": "not a preregistered seed"}
+    ]
+    short = [r for r in _runs(LEARNING) if not (r["agent"] == "official" and r["seed"] == 3)]
+    found = comparison.compare(short, FULL_LIKE)["tasks"]["cartpole_balance"]
+    assert found["comparison"]["verdict"] == comparison.INCOMPLETE
+    assert found["comparison"]["missing_seeds"]["official"] == [3]
+
+
+def _keep(folder: Path, results: list[dict]) -> None:
+    for result in results:
+        path = kept_result(folder, result["agent"], result["task"], result["seed"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result))
+
+
+@pytest.mark.parametrize(
+    ("curves", "code"),
+    [
+        (LEARNING, 0),
+        ({"magi_lp": [[300, 300, 300]] * 3, "official": LEARNING["official"]}, 1),
+        ({"magi_lp": LEARNING["magi_lp"][:2], "official": LEARNING["official"]}, 3),
+    ],
+)
+def test_the_exit_code_says_whether_the_goal_held(tmp_path, curves, code):
+    tiny_points = [[curve[0], curve[2], curve[-1]] for curve in curves["magi_lp"]]
+    theirs = [[curve[0], curve[2], curve[-1]] for curve in curves["official"]]
+    # At TINY's 200-frame episodes the floor is 700 x 200 / 1000 = 140: scale the returns.
+    scale = 0.2
+    results = [
+        _result(agent, seed, [v * scale for v in curve], TINY)
+        for agent, agent_curves in (("magi_lp", tiny_points), ("official", theirs))
+        for seed, curve in zip(SEEDS, agent_curves, strict=False)
+    ]
+    _keep(tmp_path / "results", results)
+    argv = ["--tiny", "--report-only", "--out", str(tmp_path)]
+    assert cli.main(argv) == code
+    written = json.loads((tmp_path / "learn_check.json").read_text())
+    assert written["verdict"] == {0: "held", 1: "not held", 3: "incomplete"}[code]
+
+
+def test_episode_windows_one_rule_for_both_agents():
+    # (end frame, wall time, cpu time): episodes of 1000 frames; seed frames 4000;
+    # an evaluation at 6000 (after the episode ending there); a relaunch at t=500.
+    ends = [(5000, 100.0, 50.0), (6000, 200.0, 100.0), (7000, 330.0, 160.0)]
+    ends += [(8000, 430.0, 210.0), (9000, 630.0, 20.0), (10000, 730.0, 70.0)]
+    frames, seconds, cpu = runs.episode_windows(ends, [0, 6000, 10000], 4000, [0.0, 500.0])
+    # Kept: 5000-6000 (100 s), 7000-8000 (100 s), 9000-10000 (100 s); not 6000-7000 (the
+    # evaluation at its start), not 8000-9000 (the relaunch inside).
+    assert (frames, seconds) == (3000, 300.0)
+    assert cpu == pytest.approx(50.0 + 50.0 + 50.0)
+    assert runs.episode_windows(ends[:2], [], 5000, []) == (1000, 100.0, 50.0)
+
+
+def test_a_relaunchs_rows_replace_the_ones_it_repeats():
+    # Ours, episodes of 500 steps: a first launch reached step 2000 and evaluated at 1500;
+    # it was killed, and the relaunch resumed from the checkpoint at step 1200.
+    rows = [
+        {"episode_length": "500", "actor_steps": str(s), "wall_time": str(s), "cpu_time": "1"}
+        for s in (500, 1000, 1500, 2000)
+    ]
+    rows += [
+        {"episode_length": "500", "actor_steps": str(s), "wall_time": str(5000 + s)}
+        for s in (1700, 2200)
+    ]
+    ends = runs._ours_episode_ends(rows)
+    assert [frame for frame, _, _ in ends] == [1000, 2000, 3400, 4400]
+    evaluations = [(3000, 1.0), (3000, 2.0), (3000, 9.0), (3000, 11.0), (0, 5.0)]
+    assert runs._last_per_frame(evaluations, keep=2) == [(0, 5.0), (3000, 10.0)]
 
 
 def test_a_missing_official_checkout_is_one_line_saying_what_to_fetch(tmp_path):
@@ -90,33 +211,127 @@ def test_a_missing_official_checkout_is_one_line_saying_what_to_fetch(tmp_path):
         official.check_checkout(tmp_path)  # a folder without the official files
 
 
-@CURRENT_STACK_LEG
-@pytest.mark.integration  # a tiny main.py run on the current stack, ~1-2 min
-@pytest.mark.timeout(600)
-def test_tiny_run_of_this_projects_side_writes_its_result_and_is_kept(tmp_path):
+def _needs_venv312() -> None:
     if not (ROOT / ".venv312" / "bin" / "python").exists():
         pytest.skip("needs .venv312 (make setup312): the learn check runs the current stack")
-    # (It runs ours with .venv312's Python whichever Python runs the command.)
-    command = [sys.executable, "-m", "benchmarks.learn_check", "--tiny", "--agents", "magi_lp"]
-    command += ["--seeds", "1", "--cores", "0", "--out", str(tmp_path)]
-    first = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=540)
-    assert first.returncode == 0, first.stdout + first.stderr
-    assert (run_dir(tmp_path, "magi_lp", "cartpole_balance", 1) / RESULT).is_file()
-    kept = kept_result(tmp_path / "results", "magi_lp", "cartpole_balance", 1)
-    result = json.loads(kept.read_text())
-    # Evaluations at exactly the frames it was told, the last at the step limit.
+
+
+def _tiny(out: Path, agents: str, *extra: str) -> list[str]:
+    command = [sys.executable, "-m", "benchmarks.learn_check", "--tiny", "--agents", agents]
+    return [*command, "--seeds", "1", "--cores", "0", "--out", str(out), *extra]
+
+
+def _kill_when(command: list[str], ready, timeout: float) -> None:
+    """Starts `command` in its own process group and SIGKILLs the group (as the end of a
+    session does) once `ready()`; fails if it ends first."""
+    process = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + timeout
+    try:
+        while not ready():
+            assert process.poll() is None, "the run ended before it could be killed"
+            assert time.monotonic() < deadline, "the run never became ready to kill"
+            time.sleep(0.5)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+@CURRENT_STACK_LEG
+@pytest.mark.integration  # a tiny main.py run on the current stack, killed and resumed
+@pytest.mark.timeout(900)
+def test_tiny_run_of_this_projects_side_resumes_after_a_kill_and_is_kept(tmp_path):
+    _needs_venv312()
+    folder = run_dir(tmp_path, "magi_lp", "cartpole_balance", 1)
+    learner = folder / "work" / "checkpoints" / "learner"
+    actor_log = folder / "work" / "logs" / "actor_0" / "logs.csv"
+
+    def checkpointed_past_seed_frames() -> bool:
+        if not actor_log.is_file() or not learner.is_dir() or not any(learner.iterdir()):
+            return False
+        with open(actor_log, newline="") as file:
+            steps = [int(float(r["actor_steps"])) for r in csv.DictReader(file)]
+        return bool(steps) and 2 * max(steps) >= TINY.seed_frames + 400
+
+    _kill_when(_tiny(tmp_path, "magi_lp"), checkpointed_past_seed_frames, timeout=600)
+    assert not (folder / RESULT).is_file()
+    again = subprocess.run(
+        _tiny(tmp_path, "magi_lp"), cwd=ROOT, capture_output=True, text=True, timeout=540
+    )
+    assert again.returncode == 3, again.stdout + again.stderr  # 1 of 3 seeds: incomplete
+    attempts = runs.read_attempts(folder)
+    assert len(attempts) == 2 and attempts[1]["resumed"] and attempts[1]["exit_code"] == 0
+    assert attempts[0]["exit_code"] is None and "cut off" in attempts[0]["end"]
+    assert attempts[1]["commit"] and "dirty" in attempts[1]
+    log = (folder / "run-2.log").read_text()
+    assert "resumed from learner step" in log, log[-2000:]
+    # The relaunch went on from its checkpoint: its first episode starts past frame 0, and
+    # the rows of the first launch it repeats are left out of the frames/s windows.
+    with open(actor_log, newline="") as file:
+        rows = list(csv.DictReader(file))
+    relaunched = [r for r in rows if float(r["wall_time"]) >= attempts[1]["started"]]
+    resumed_at = float(relaunched[0]["actor_steps"]) - float(relaunched[0]["episode_length"])
+    assert resumed_at > 0
+    first = [2 * int(float(r["actor_steps"])) for r in rows[: len(rows) - len(relaunched)]]
+    again = [2 * int(float(r["actor_steps"])) for r in relaunched]
+    ends = [frame for frame, _, _ in runs._ours_episode_ends(rows)]
+    assert ends == [e for e in first if e <= 2 * resumed_at] + again
+    result = json.loads(kept_result(tmp_path / "results", "magi_lp", "cartpole_balance", 1)
+                        .read_text())  # fmt: skip
+    # Each evaluation once, at exactly the frames it was told.
     assert [frame for frame, _ in result["evaluations"]] == [0, 1200, 2400]
     assert result["train_frames_per_s"] > 0 and result["versions"]["jax"]
+    assert result["machine"]["cpu"] and result["machine"]["cores"]
+    assert result["wall_s"] > 0 and len(result["attempts"]) == 2
     assert (tmp_path / "curves.csv").read_text().count("magi_lp") >= 3
-    # Kept: a second call runs nothing.
-    again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert "0 run(s) to do" in again.stdout, again.stdout + again.stderr
+    # Kept: a third call runs nothing.
+    third = subprocess.run(
+        _tiny(tmp_path, "magi_lp"), cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert "0 run(s) to do" in third.stdout, third.stdout + third.stderr
+
+
+@CURRENT_STACK_LEG
+@pytest.mark.integration  # a tiny main.py run with a broken update
+@pytest.mark.timeout(900)
+def test_a_tiny_run_with_the_critic_target_negated_fails_the_learning_rule(tmp_path):
+    """Negative control: the critic regresses on -(r + gamma min Q'): it cannot learn."""
+    _needs_venv312()
+    settings = dataclasses.replace(TINY, checkpoint_minutes=10.0)
+    folder = tmp_path / "broken"
+    folder.mkdir()
+    os.environ["MAGI_LP_LEARN_CHECK_BREAK"] = "critic_target_sign"
+    try:
+        result = runs.run_one(
+            "magi_lp", settings, "cartpole_balance", 1, folder, None, None, tmp_path / "kept"
+        )
+    finally:
+        del os.environ["MAGI_LP_LEARN_CHECK_BREAK"]
+    assert result["exit_code"] == 0, runs.log_tail(folder / "run-1.log")
+    # The switch took effect: the TD targets the critic regressed on were negative (rewards
+    # are >= 0: a correct target is positive, about 3 here).
+    with open(folder / "work" / "logs" / "learner" / "logs.csv", newline="") as file:
+        targets = [float(r["critic_target_q"]) for r in csv.DictReader(file)]
+    late = targets[len(targets) // 2 :]
+    assert late and sum(late) / len(late) < 0.0, targets
+    curve = [value for _, value in result["evaluations"]]
+    verdict = comparison.learned("cartpole_balance", curve[0], curve[-1], TINY.episode_frames)
+    assert not verdict["learned"], verdict
+    # And the comparison with it in ours' place fails.
+    good = [_result("official", seed, [40.0, 100.0, 190.0], TINY) for seed in SEEDS] + [
+        {**result, "seed": seed} for seed in SEEDS
+    ]
+    found = comparison.compare(good, settings)["tasks"]["cartpole_balance"]
+    assert found["comparison"]["verdict"] == comparison.NOT_HELD
 
 
 @CURRENT_STACK_LEG
 @pytest.mark.integration
-@pytest.mark.timeout(900)
-def test_tiny_run_of_the_official_side_where_its_code_is_present(tmp_path):
+@pytest.mark.timeout(1200)
+def test_tiny_run_of_the_official_side_resumes_from_its_snapshot(tmp_path):
     checkout = os.environ.get("MAGI_LP_DRQV2_CHECKOUT", "")
     if not checkout or not (ROOT / ".venv-official" / "bin" / "python").exists():
         pytest.skip(
@@ -124,11 +339,21 @@ def test_tiny_run_of_the_official_side_where_its_code_is_present(tmp_path):
             f"{official.OFFICIAL_REPO} at {official.OFFICIAL_COMMIT[:7]} and run "
             "scripts/setup_official_venv.sh"
         )
-    command = [sys.executable, "-m", "benchmarks.learn_check", "--tiny", "--agents", "official"]
-    command += ["--official", checkout, "--seeds", "1", "--cores", "0", "--out", str(tmp_path)]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=840)
-    assert done.returncode == 0, done.stdout + done.stderr
+    folder = run_dir(tmp_path, "official", "cartpole_balance", 1)
+    train = folder / "work" / "train.csv"
+    command = _tiny(tmp_path, "official", "--official", checkout)
+    # Killed once snapshot.pt is written and a training episode after it is logged.
+    _kill_when(
+        command,
+        lambda: (folder / "work" / "snapshot.pt").is_file() and train.is_file()
+        and len(train.read_text().splitlines()) >= 2,
+        timeout=900,
+    )  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "resuming:" in (folder / "run-2.log").read_text()
     result = json.loads(
         kept_result(tmp_path / "results", "official", "cartpole_balance", 1).read_text()
     )
     assert [frame for frame, _ in result["evaluations"]] == [0, 1200, 2400]
+    assert len(result["attempts"]) == 2 and result["attempts"][1]["resumed"]

@@ -401,9 +401,13 @@ def write(
         "settings": vars(settings),
         "reduced": settings.reduced(),
         "goal_ratio": GOAL_RATIO,
-        "learn_rule": f"final mean >= {LEARN_FACTOR:g} x frame-0 mean and >= the task's floor "
-        f"({LEARN_MIN})",
-        "preregistered": {"seeds": list(SEEDS), "tasks": list(tasks)},
+        "learn_rule": f"final mean >= {LEARN_FACTOR:g} x frame-0 mean and >= "
+        + ", ".join(f"{floor:g} ({task})" for task, floor in LEARN_MIN.items()),
+        "preregistered": {
+            "seeds": list(SEEDS),
+            "tasks": list(tasks),
+            "settings_commit": _settings_commit(),
+        },
         "progress": [] if tiny else progress(Path(out), settings, tasks, kept),
         "superseded": None if tiny else superseded(kept),
         **comparison,
@@ -411,6 +415,13 @@ def write(
     json_path.write_text(json.dumps(result, indent=2) + "\n")
     result["files"] = [str(json_path), str(csv_path), plot]
     return result
+
+
+def _settings_commit() -> str:
+    """The last commit that changed the settings (the preregistration)."""
+    from benchmarks.learn_check.runs import _git
+
+    return _git("log", "-1", "--format=%h %cs", "--", "benchmarks/learn_check/settings.py")
 
 
 # -- the figure on BENCHMARKS.md (benchmarks.run reads benchmarks/learn_check.json) --------
@@ -456,7 +467,9 @@ def report(result: dict) -> str:
         "one process pinned to one core each (the official agent's replay worker on the same "
         "core). Evaluation: "
         f"{settings['eval_episodes']} episodes of the mean action at 0 and every "
-        f"{settings['eval_every_frames']:,} frames. **Preregistered** before the runs: seeds "
+        f"{settings['eval_every_frames']:,} frames. **Preregistered** before the runs "
+        f"(`benchmarks/learn_check/settings.py` at "
+        f"{result['preregistered'].get('settings_commit') or '?'}): these settings and seeds "
         f"{', '.join(map(str, result['preregistered']['seeds']))} of each agent (never grown "
         "after a miss; other seeds are not counted). Learned: "
         f"{result['learn_rule']}; both agents must learn. AUC: a run's mean evaluation return "

@@ -152,6 +152,22 @@ PATCH: list[Edit] = [
         "the process tree's CPU seconds (this process and the replay worker), read from /proc",
     ),
     Edit(
+        "train.py",
+        "        with snapshot.open('wb') as f:\n            torch.save(payload, f)\n",
+        "        partial = snapshot.with_name('snapshot.pt.partial')\n"
+        "        with partial.open('wb') as f:\n            torch.save(payload, f)\n"
+        "        os.replace(partial, snapshot)\n",
+        "the snapshot is written beside and renamed into place: a run killed while writing "
+        "it (every episode) kept a truncated snapshot.pt that its relaunch could not load",
+    ),
+    Edit(
+        "train.py",
+        "            payload = torch.load(f)\n",
+        "            payload = torch.load(f, weights_only=False)\n",
+        "torch >= 2.6 loads only tensors by default (weights_only=True); the snapshot is the "
+        "pickled agent and timer, which the official code wrote itself",
+    ),
+    Edit(
         "replay_buffer.py",
         "    random.seed(seed)\n",
         "    random.seed(int(seed))\n",
