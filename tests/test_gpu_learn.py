@@ -1,10 +1,13 @@
-"""`make gpu-learn` at a tiny size on this machine: one line saying there is no GPU, a real
-single-process DrQ-v2 run on the device store with evaluations, and its curve written beside
-the official agent's published returns (read from the committed reference table)."""
+"""`make gpu-learn` at a tiny size on this machine: one line saying there is no GPU, then the
+same code path as on the GPU machine (3 seeds of single-process DrQ-v2 on the device store
+side by side, each pinned to its cores, stopped at the deadline if need be, frames/s by the
+learn check's one rule), the curves written beside the official agent's published returns
+(read from the committed reference table) and a summary naming the device and versions."""
 
 from __future__ import annotations
 
 import csv
+import json
 
 import pytest
 
@@ -14,23 +17,42 @@ from benchmarks import gpu_learn
 def test_reference_table_holds_the_official_figures():
     balance = gpu_learn.reference_curve("cartpole_balance")
     assert balance[100_000]["mean"] == pytest.approx(987.4)
+    assert balance[60_000]["mean"] == pytest.approx(984.6)
     assert gpu_learn.reference_curve("cartpole_swingup")[200_000]["mean"] == pytest.approx(807.0)
 
 
+def test_the_paper_run_fits_one_device_call_of_eight_minutes():
+    assert gpu_learn.MINUTES <= 8.0 - 0.5  # room to start and to write the figure
+    assert gpu_learn.SEEDS == (1, 2, 3) and gpu_learn.FRAMES == 60_000
+    assert "--config.env.image_size=84" in gpu_learn.PAPER
+    assert "--config.agent.batch_size=256" in gpu_learn.PAPER
+    assert gpu_learn.GPU_MEMORY_FRACTION * len(gpu_learn.SEEDS) < 0.9
+    # 3 runs on 16 cores: 5 each; on fewer cores than runs, round robin.
+    groups = gpu_learn.core_groups(3)
+    assert len(groups) == 3 and all(groups)
+
+
 @pytest.mark.integration
-@pytest.mark.timeout(600)
-def test_tiny_learning_run_writes_its_curve_beside_the_reference(tmp_path, capsys):
+@pytest.mark.timeout(900)
+def test_tiny_learning_run_writes_three_seeds_beside_the_reference(tmp_path, capsys):
     if gpu_learn.has_gpu():
         pytest.skip("a GPU is here: make gpu-learn runs at the paper's size")
-    code = gpu_learn.main(["--minutes", "8", "--out", str(tmp_path), "--tasks", "1"])
+    code = gpu_learn.main(["--minutes", "12", "--out", str(tmp_path)])
     printed = capsys.readouterr().out
     assert code == 0, printed
     assert "no GPU: running at a tiny size" in printed
     with open(tmp_path / "curves.csv", newline="") as file:
         rows = list(csv.DictReader(file))
-    # Evaluations at 0, 200, 400 and 600 frames, each beside the official mean at frame 0.
-    assert [int(r["frame"]) for r in rows] == [0, 200, 400, 600]
-    assert all(r["task"] == "cartpole_balance" and r["official_mean"] for r in rows)
-    assert all(0.0 <= float(r["return"]) <= 100.0 for r in rows)  # <= 1 per frame, 100 frames
+    # Each seed evaluated at 0, 200, 400 and 600 frames, each beside the official mean.
+    for seed in gpu_learn.SEEDS:
+        mine = [r for r in rows if r["seed"] == str(seed)]
+        assert [int(r["frame"]) for r in mine] == [0, 200, 400, 600]
+        assert all(r["agent"] == "magi_lp" and r["official_mean"] for r in mine)
+        assert all(0.0 <= float(r["return"]) <= 100.0 for r in mine)  # 100-frame episodes
     assert (tmp_path / "curves.png").stat().st_size > 10_000
-    assert (tmp_path / "cartpole_balance" / "checkpoints" / "learner").is_dir()
+    summary = json.loads((tmp_path / "gpu_learn.json").read_text())
+    assert summary["tiny"] and summary["device"].startswith("cpu")
+    assert summary["versions"]["jax"]
+    assert [r["seed"] for r in summary["runs"]] == list(gpu_learn.SEEDS)
+    assert all(r["train_frames_per_s"] for r in summary["runs"])
+    assert printed.count("train frames/s") == 3
