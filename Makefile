@@ -9,13 +9,16 @@ PY        := $(VENV)/bin/python
 VENV312   ?= .venv312
 PY312     := $(VENV312)/bin/python
 # What the current-stack leg of `make test` runs: the placement layer, checkpoints on its
-# orbax, the replays, the learner's asynchronous dispatch (skipped on jax 0.4.30's synchronous
-# CPU) and the agents' single-process runs (tests/test_current_stack.py).
+# orbax, the replays (Reverb's and the served ones), the learner's asynchronous dispatch
+# (skipped on jax 0.4.30's synchronous CPU), the agents' single-process runs
+# (tests/test_current_stack.py) and the distributed program on Ray (tests/test_ray_engine.py).
 PY312_TESTS ?= tests/test_plan.py tests/test_resources.py tests/test_gpu_inventory.py \
 	tests/test_checkpointing.py tests/test_replay_plan.py tests/test_transition_replay.py \
 	tests/test_learner.py tests/test_drq_learning.py tests/test_current_stack.py \
 	tests/test_memory_reckoning.py \
-	tests/test_learn_check.py tests/test_acme_seam.py
+	tests/test_learn_check.py tests/test_acme_seam.py \
+	tests/test_served_replay.py tests/test_replay_stores.py tests/test_builder_protocol.py \
+	tests/test_config_errors.py tests/test_ray_engine.py
 JAX       ?=
 WORKDIR   ?= runs/reacher_hard_distributed
 CONFIG    ?= configs/reacher_hard_distributed.py

@@ -1,0 +1,251 @@
+"""The distributed program on Ray (`lp_main.py --launcher ray`), end to end, on the current stack.
+
+Each test runs a real entry point with a real embedded Ray (its GCS, raylet and one worker
+process per node), TD3 at test sizes (episodes of 1000 steps, updates of ~2 ms) and DrQ-v2 at
+projects/drq_v2/tiny.py's. Every process the run starts inherits a marker variable (Ray's
+processes inherit the driver's environment), so leftovers are found by it. HOME is a folder of
+the test's own: nothing may appear there (Ray >= 2.59 would write `~/.ray/auth_token`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+from magi_lp.launch import processes
+from magi_lp.runtime.nodes import DISTRIBUTED_COUNT_EVERY
+from projects.drq_v2 import tiny
+from tests.e2e_utils import (
+    MARK_VAR,
+    REPO,
+    TD3_TINY,
+    assert_no_leftovers,
+    checkpoint_counts,
+    column,
+    read_csv,
+)
+
+pytest.importorskip("ray", reason="Ray is the current stack's engine (.venv312)")
+pytestmark = pytest.mark.integration
+
+TD3 = ["projects/td3/lp_main.py", "--config", "configs/td3_cartpole.py", *TD3_TINY]
+TD3_TWO_ACTORS = [*TD3, "--config.num_actors=2", "--config.num_evaluators=1"]
+# Up to the limit, the actors report every DISTRIBUTED_COUNT_EVERY steps each.
+SLACK = 2 * DISTRIBUTED_COUNT_EVERY
+
+
+class Run:
+    """`python <entry point> --launcher ray ...` in its own session, HOME and marker."""
+
+    def __init__(self, tmp_path: Path, argv: list[str], name: str = "run"):
+        self.workdir = tmp_path / "workdir"
+        self.home = tmp_path / "home"
+        self.home.mkdir(exist_ok=True)
+        self.log = tmp_path / f"{name}.log"
+        self.mark = uuid.uuid4().hex
+        env = dict(os.environ, HOME=str(self.home), PYTHONUNBUFFERED="1", **{MARK_VAR: self.mark})
+        env.pop("RAY_ADDRESS", None)
+        env.setdefault("MUJOCO_GL", "egl")
+        script, *flags = argv
+        with open(self.log, "w") as out:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    str(REPO / script),
+                    *flags,
+                    "--launcher",
+                    "ray",
+                    f"--workdir={self.workdir}",
+                ],
+                cwd=REPO,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def engine_flags(self) -> list[str]:
+        return ["--launcher", "ray", f"--workdir={self.workdir}"]
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with_everything_killed = processes.kill_marked(MARK_VAR, self.mark)
+            self.process.kill()
+            pytest.fail(
+                f"still running after {timeout} s ({with_everything_killed}):\n"
+                f"{self.output()[-5000:]}"
+            )
+
+    def wait_for(self, condition, what: str, timeout: float = 240) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if self.process.poll() is not None:
+                pytest.fail(
+                    f"exited ({self.process.returncode}) before {what}:\n{self.output()[-5000:]}"
+                )
+            if time.monotonic() > deadline:
+                processes.kill_marked(MARK_VAR, self.mark)
+                pytest.fail(f"no {what} within {timeout} s:\n{self.output()[-5000:]}")
+            time.sleep(0.5)
+
+    def node_process(self, group: str, index: int) -> psutil.Process:
+        """The node's process: the one of this run whose stdout is the node's log."""
+        log = str(self.workdir / "nodes" / group / str(index))
+        for proc in processes.processes_marked(MARK_VAR, self.mark):
+            try:
+                if os.readlink(f"/proc/{proc.pid}/fd/1") == log:
+                    return proc
+            except OSError:
+                continue
+        raise AssertionError(f"no process writes {log}")
+
+    def assert_clean(self) -> None:
+        assert_no_leftovers(self.mark)
+        assert not any(self.home.iterdir()), f"files in HOME: {list(self.home.rglob('*'))}"
+
+
+def _stop_seconds(output: str) -> float:
+    match = re.search(
+        r"all \d+ nodes ended ([\d.]+) s after the stop began; exit code 0$", output, re.M
+    )
+    assert match, output[-3000:]
+    return float(match.group(1))
+
+
+@pytest.mark.timeout(900)
+def test_td3_on_ray_trains_to_its_limit_and_a_relaunch_resumes_without_repeating(tmp_path):
+    first = Run(tmp_path, [*TD3_TWO_ACTORS, "--config.max_actor_steps=2000"], "first")
+    assert first.wait(420) == 0, first.output()[-5000:]
+    output = first.output()
+    assert "started 7 nodes on Ray" in output, output[-3000:]
+    assert "the coordinator reached max_actor_steps" in output
+    assert "killing them" not in output
+    counts = checkpoint_counts(first.workdir)
+    assert 2000 <= counts["actor_steps"] < 2000 + SLACK, counts
+    learner = read_csv(first.workdir / "logs/learner/logs.csv")
+    assert column(learner, "critic_loss") and all(
+        map(math.isfinite, column(learner, "critic_loss"))
+    )
+    assert column(read_csv(first.workdir / "logs/evaluator_0/logs.csv"), "episode_return")
+    # Each node's output is its own log, as under Launchpad.
+    for group, index in [("learner", 0), ("actor", 1), ("replay", 0), ("counter", 0)]:
+        assert (first.workdir / "nodes" / group / str(index)).is_file(), (group, index)
+    first.assert_clean()
+    learner_steps = counts["learner_steps"]
+
+    second = Run(tmp_path, [*TD3_TWO_ACTORS, "--config.max_actor_steps=4000"], "second")
+    assert second.wait(420) == 0, second.output()[-5000:]
+    resumed = checkpoint_counts(second.workdir)
+    # Counting went on from the first run's counts (restored with the learner's checkpoint),
+    # not from 0, and stopped at the new limit.
+    assert 4000 <= resumed["actor_steps"] < 4000 + SLACK, resumed
+    assert resumed["learner_steps"] > learner_steps
+    steps = column(read_csv(second.workdir / "logs/learner/logs.csv"), "learner_steps")
+    after = [s for s in steps if s > learner_steps]
+    assert after, "no learner rows after the resume"
+    # No learner step counted twice: the learner's log rows keep increasing.
+    assert steps == sorted(steps), "learner steps went back after the resume"
+    second.assert_clean()
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_stop_signal_ends_the_ray_run_in_tiers_with_a_final_save(tmp_path, sig):
+    run = Run(tmp_path, [*TD3, "--config.max_actor_steps=1000000"])
+    learner_log = run.workdir / "logs/learner/logs.csv"
+    run.wait_for(lambda: learner_log.exists() and read_csv(learner_log), "learner step")
+    # The plan's env is in each node's process, as Launchpad's PythonProcess(env=) gives it.
+    actor_env = run.node_process("actor", 0).environ()
+    assert actor_env["CUDA_VISIBLE_DEVICES"] == "" and actor_env["JAX_PLATFORMS"] == "cpu"
+    assert actor_env["RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"] == "1"
+    # The run's token is in its processes' environment, never in a file.
+    assert actor_env["RAY_AUTH_MODE"] == "token" and len(actor_env["RAY_AUTH_TOKEN"]) >= 32
+    os.kill(run.process.pid, sig)
+    assert run.wait(60) == 0, run.output()[-5000:]
+    output = run.output()
+    assert f"received {signal.Signals(sig).name}" in output
+    assert "killing them" not in output
+    print(f"{signal.Signals(sig).name}: nodes ended {_stop_seconds(output):.1f} s after the stop")
+    counts = checkpoint_counts(run.workdir)
+    assert counts["learner_steps"] >= 1, counts  # the learner's final save holds its steps
+    run.assert_clean()
+
+
+@pytest.mark.timeout(600)
+def test_a_killed_node_is_named_and_the_run_ends(tmp_path):
+    run = Run(tmp_path, [*TD3_TWO_ACTORS, "--config.max_actor_steps=1000000"])
+    actor_log = run.workdir / "logs/actor_1/logs.csv"
+    learner_log = run.workdir / "logs/learner/logs.csv"
+    run.wait_for(lambda: learner_log.exists() and read_csv(learner_log), "learner step")
+    victim = run.node_process("actor", 1)
+    killed_at = time.monotonic()
+    victim.kill()
+    assert run.wait(120) == 1, run.output()[-5000:]
+    ended_after = time.monotonic() - killed_at
+    output = run.output()
+    assert re.search(
+        r"node actor/1 \(group 'actor', pid \d+\) died: killed by signal SIGKILL", output
+    ), output[-3000:]
+    assert "node actor_1 died: stopping" in output
+    print(f"SIGKILL of actor 1: the driver exited {ended_after:.1f} s later")
+    del actor_log
+    run.assert_clean()
+
+
+@pytest.mark.timeout(600)
+def test_drq_v2_on_ray_trains_to_its_frame_limit(tmp_path):
+    flags = tiny.flags({"debug.check_devices": True})
+    run = Run(
+        tmp_path,
+        [
+            "projects/drq_v2/lp_main.py",
+            f"--config={REPO / 'configs/reacher_hard_distributed.py'}",
+            *flags,
+            "--config.num_actors=2",
+            "--config.max_actor_steps=300",
+        ],
+    )
+    assert run.wait(480) == 0, run.output()[-5000:]
+    output = run.output()
+    # The frames reached the learner's device store through the served step queue.
+    assert "replay: device store" in output, output[-3000:]
+    counts = checkpoint_counts(run.workdir)
+    assert 300 <= counts["actor_steps"] < 300 + SLACK, counts
+    assert counts["learner_steps"] >= 1, counts
+    assert read_csv(run.workdir / "logs/evaluator_0/logs.csv")
+    run.assert_clean()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    ("flag", "says"),
+    [
+        ("--config.colocate_learner_and_replay=True", "colocate_learner_and_replay must be False"),
+        ("--config.num_actors=0", "num_actors"),
+    ],
+)
+def test_bad_input_is_refused_before_ray_starts(tmp_path, flag, says):
+    run = Run(tmp_path, [*TD3, flag])
+    code = run.wait(240)
+    output = run.output()
+    assert code == 2, output[-3000:]
+    errors = [line for line in output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and says in errors[0], output[-3000:]
+    assert "Traceback" not in output
+    assert "started" not in output and "Ray" not in output.replace("--launcher ray", "")
+    run.assert_clean()
