@@ -18,7 +18,6 @@ network-isolation re-exec happens before any of them start threads.
 
 from __future__ import annotations
 
-import difflib
 import importlib.util
 import inspect
 import os
@@ -34,6 +33,7 @@ from absl import logging as absl_logging
 from ml_collections import config_flags
 
 from magi_lp import console, engines
+from magi_lp.config_schema import did_you_mean, fact_refusal
 from magi_lp.errors import ConfigError
 from magi_lp.launch.node_lifetime import quiet_gym_notice
 from magi_lp.placement.xla_flags import check_xla_flags
@@ -112,9 +112,13 @@ def _checked_inputs(
     """
     path = _config_path()
     if not path:
-        raise ConfigError("--config is required, e.g. --config configs/reacher_hard.py")
+        raise ConfigError(
+            fact_refusal("--config is required", "", "e.g. --config configs/reacher_hard.py")
+        )
     if not Path(path.split(":", 1)[0]).is_file():
-        raise ConfigError(f"--config {path}: no such file; pick one from configs/.")
+        raise ConfigError(
+            fact_refusal(f"--config {path}", "no such file", "pick one from configs/")
+        )
     try:
         config = _CONFIG.value
         validate_experiment_config(config)
@@ -122,12 +126,22 @@ def _checked_inputs(
             _cluster().config.validate_hosts_config(config)
     except OSError as error:
         cause = error.__cause__ or " ".join(str(error).split())
-        raise ConfigError(f"--config {path}: cannot load the config file: {cause}") from None
+        raise ConfigError(
+            fact_refusal(
+                f"--config {path}: cannot load the config file",
+                str(cause),
+                "fix the file, or pick one from configs/",
+            )
+        ) from None
     if validate_config is not None:
         validate_config(config)
     workdir = Path(_WORKDIR.value or Path("runs") / default_workdir_name).absolute()
     if workdir.exists() and not workdir.is_dir():
-        raise ConfigError(f"--workdir {workdir} exists and is not a folder; pick another path.")
+        raise ConfigError(
+            fact_refusal(
+                f"--workdir {workdir}", "it exists and is not a folder", "pick another path"
+            )
+        )
     return config, workdir
 
 
@@ -135,7 +149,13 @@ def _make_workdir(workdir: Path) -> None:
     try:
         workdir.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        raise ConfigError(f"--workdir {workdir} cannot be created ({error.strerror}).") from None
+        raise ConfigError(
+            fact_refusal(
+                f"--workdir {workdir} cannot be created",
+                str(error.strerror),
+                "pick a path you can write to",
+            )
+        ) from None
 
 
 def _resource_notices(config: Any) -> list[str]:
@@ -301,9 +321,21 @@ def _run_single_process(
     """Runs the experiment in this process (debugging, small machines)."""
     config, workdir = _checked_inputs(_config_name(), validate_config)
     if _DRY_RUN.value:
-        raise ConfigError("--dry_run is for lp_main.py; main.py runs in this one process.")
+        raise ConfigError(
+            fact_refusal(
+                "--dry_run is for lp_main.py",
+                "main.py runs in this one process",
+                "drop it, or run lp_main.py --dry_run for the plan",
+            )
+        )
     if _LAUNCHER.value is not None or _RENDER.value:
-        raise ConfigError("--launcher and --render are for lp_main.py; main.py runs here.")
+        raise ConfigError(
+            fact_refusal(
+                "--launcher and --render are for lp_main.py",
+                "main.py runs in this one process",
+                "drop them, or run lp_main.py",
+            )
+        )
     ignored = _ignored_by_single_process(config, sys.argv)
     if ignored:
         console.say(f"notice: {ignored}")
@@ -350,13 +382,14 @@ def _missing_key(config: Any, dotted: str) -> str | None:
     for part in dotted.split("."):
         keys = list(node.keys()) if hasattr(node, "keys") else []
         if part not in keys:
-            where = ".".join(walked) or "the config"
-            close = difflib.get_close_matches(part, keys, n=1)
+            prefix = "".join(f"{name}." for name in walked)
+            close = did_you_mean(part, keys, prefix=prefix, otherwise="")
             if close:
-                return f"no config key {dotted}. Did you mean {'.'.join([*walked, close[0]])}?"
-            return (
-                f"{where} has no key {part!r}. Command-line overrides can only change keys the "
-                "config file sets; add it to the config file."
+                return fact_refusal(f"no config key {dotted}", "", close)
+            return fact_refusal(
+                f"{'.'.join(walked) or 'the config'} has no key {part!r}",
+                "command-line overrides can only change keys the config file sets",
+                "add it to the config file",
             )
         node, walked = node[part], [*walked, part]
     return None

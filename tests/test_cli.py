@@ -18,7 +18,10 @@ SCRIPT = "projects/td3/lp_main.py"
     [
         ([], "--config is required"),
         (["--config", "configs/no_such_config.py"], "no such file"),
-        (["--config", CONFIG, "--config.num_actor=3"], "Did you mean num_actors?"),
+        (
+            ["--config", CONFIG, "--config.num_actor=3"],
+            "no config key num_actor; did you mean num_actors?",
+        ),
         (["--config", CONFIG, "--config.num_actors=abc"], "--config.num_actors=abc"),
         (["--config", CONFIG, "--config.num_actors=0"], "num_actors must be an integer >= 1"),
         (["--config", CONFIG, "--config.isolation=maybe"], "isolation must be"),
@@ -27,7 +30,7 @@ SCRIPT = "projects/td3/lp_main.py"
         (["--config", CONFIG, "--config.resources.learner.device=tpu"], "resources.learner"),
         (
             ["--config", CONFIG, "--config.resources.actor.gpu_memroy=0.5"],
-            "Did you mean resources.actor.gpu_memory?",
+            "did you mean resources.actor.gpu_memory?",
         ),
         (["--config", CONFIG, "--config.env.no_such_key=1"], "env has no key 'no_such_key'"),
         (["--config", CONFIG, "--workdir", "/etc/hostname"], "--workdir"),
@@ -47,7 +50,7 @@ SCRIPT = "projects/td3/lp_main.py"
         (["--config", CONFIG, "--config.envs_per_actor=0"], "envs_per_actor must be an integer"),
         (
             ["--config", CONFIG, "--config.debug.check_device=True"],
-            "Did you mean debug.check_devices?",
+            "did you mean debug.check_devices?",
         ),
         (
             ["--config", CONFIG, "--config.resources.learner.cpu_devices=3"],

@@ -27,12 +27,8 @@ SHAPES = {"refusal", "fact_refusal", "refusal_at"}
 PENDING = {
     "magi_lp/agent/data_parallel.py": 2,
     "magi_lp/agent/suite_tasks.py": 2,
-    "magi_lp/cli.py": 8,
     "magi_lp/cluster/config.py": 5,
     "magi_lp/cluster/main.py": 11,
-    "magi_lp/launch/isolation.py": 2,
-    "magi_lp/launch/launcher.py": 8,
-    "magi_lp/launch/run_folders.py": 1,
     "magi_lp/placement/gpu_inventory.py": 2,
     "magi_lp/placement/xla_flags.py": 1,
     "magi_lp/replay/frame_replay.py": 3,

@@ -62,14 +62,14 @@ def no_spawn(monkeypatch):
 @pytest.mark.parametrize(
     ("envs", "message"),
     [
-        ({"evaluator": {"A": "1"}}, "no node group 'evaluator'"),
-        ({"actor": {"N": 1}}, "must be strings"),
+        ({"evaluator": {"A": "1"}}, r"envs\[.evaluator.\] names no node group"),
+        ({"actor": {"N": 1}}, "must be a string"),
         ({"actor": {"N": 0.5}}, "'0.5'"),
-        ({"actor": {1: "x"}}, "invalid variable name"),
-        ({"actor": {"A=B": "x"}}, "invalid variable name"),
+        ({"actor": {1: "x"}}, "variable name of envs.*must be a non-empty string"),
+        ({"actor": {"A=B": "x"}}, "got .A=B."),
         ({"actor": ["A"]}, "must be a dict"),
         ({"actor": {launcher.LAUNCH_ID_VAR: "x"}}, "set by the launcher"),
-        ([("actor", {})], "must map each group label"),
+        ([("actor", {})], "envs must be a dict from group label"),
     ],
 )
 def test_bad_envs_raise_config_error_before_spawning(tmp_path, no_spawn, envs, message):

@@ -40,6 +40,7 @@ import sys
 from typing import Literal
 
 from magi_lp import console
+from magi_lp.config_schema import fact_refusal, refusal
 from magi_lp.errors import ConfigError
 
 IsolationMode = Literal["auto", "required", "off"]
@@ -97,7 +98,10 @@ class _UnavailableError(Exception):
 def check_mode(mode: str) -> IsolationMode:
     """Returns `mode` if it is a valid isolation mode, else raises ConfigError naming the key."""
     if mode not in MODES:
-        raise ConfigError(f"isolation={mode!r} is not one of {', '.join(MODES)}")
+        allowed = " or ".join(repr(m) for m in MODES)
+        raise ConfigError(
+            refusal("isolation", allowed, mode, "e.g. isolation='auto' (the default)")
+        )
     return mode  # type: ignore[return-value]
 
 
@@ -374,8 +378,9 @@ def _blocking_settings() -> str:
 def _unavailable(mode: IsolationMode, reason: str) -> None:
     if mode == "required":
         raise ConfigError(
-            f"isolation=required, but a private network namespace cannot be made: {reason}. "
-            f"Fix: {FIX}."
+            fact_refusal(
+                "isolation=required, but a private network namespace cannot be made", reason, FIX
+            )
         )
     console.say(f"isolation unavailable ({reason}); {EXPOSURE}.", source="isolation")
     return None

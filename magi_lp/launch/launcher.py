@@ -52,6 +52,7 @@ from typing import Any, TextIO
 import cloudpickle
 import launchpad as lp
 
+from magi_lp.config_schema import fact_refusal, refusal
 from magi_lp.errors import ConfigError
 from magi_lp.launch import node_lifetime, processes, run_folders
 from magi_lp.launch.launchpad_seam import start_local_program
@@ -202,39 +203,68 @@ def _validated_envs(
     groups = list(program.groups)
     if not isinstance(envs, Mapping):
         raise ConfigError(
-            f"envs must map each group label to a dict of environment variables, "
-            f"got {type(envs).__name__}."
+            refusal(
+                "envs",
+                "a dict from group label to a dict of environment variables",
+                envs,
+                "e.g. {'actor': {'OMP_NUM_THREADS': '1'}}",
+            )
         )
     result: dict[str, dict[str, str]] = {group: {} for group in groups}
     for group, env in envs.items():
         if group not in program.groups:
             raise ConfigError(
-                f"envs[{group!r}]: the program has no node group {group!r}; its groups are "
-                f"{sorted(groups)}. Fix the label or drop the entry."
+                fact_refusal(
+                    f"envs[{group!r}] names no node group of the program",
+                    f"its groups are {', '.join(sorted(groups))}",
+                    "fix the label or drop the entry",
+                )
             )
         if not isinstance(env, Mapping):
             raise ConfigError(
-                f"envs[{group!r}] must be a dict of environment variables, "
-                f"got {type(env).__name__}."
+                refusal(
+                    f"envs[{group!r}]",
+                    "a dict of environment variables",
+                    env,
+                    "e.g. {'OMP_NUM_THREADS': '1'}",
+                )
             )
         for name, value in env.items():
             if not isinstance(name, str) or not name or "=" in name or "\0" in name:
                 raise ConfigError(
-                    f"envs[{group!r}] has an invalid variable name {name!r}: it must be a "
-                    f"non-empty string without '=' or NUL."
+                    refusal(
+                        f"each variable name of envs[{group!r}]",
+                        "a non-empty string without '=' or NUL",
+                        name,
+                        "rename the variable",
+                    )
                 )
             if name in _LAUNCHER_VARS:
                 raise ConfigError(
-                    f"envs[{group!r}][{name!r}]: this variable is set by the launcher "
-                    f"itself; remove it."
+                    fact_refusal(
+                        f"envs[{group!r}][{name!r}]",
+                        "this variable is set by the launcher itself",
+                        "remove it",
+                    )
                 )
             if not isinstance(value, str):
                 raise ConfigError(
-                    f"envs[{group!r}][{name!r}] = {value!r} is a {type(value).__name__}; "
-                    f"environment values must be strings, e.g. {str(value)!r}."
+                    refusal(
+                        f"envs[{group!r}][{name!r}]",
+                        "a string",
+                        value,
+                        f"e.g. {str(value)!r}",
+                    )
                 )
             if "\0" in value:
-                raise ConfigError(f"envs[{group!r}][{name!r}] contains a NUL character.")
+                raise ConfigError(
+                    refusal(
+                        f"envs[{group!r}][{name!r}]",
+                        "a string without NUL characters",
+                        value,
+                        "remove the NUL",
+                    )
+                )
         result[group] = dict(env)
     return result
 
@@ -248,7 +278,11 @@ def _validated_notice(termination_notice_secs: Any) -> float:
     )
     if not ok:
         raise ConfigError(
-            f"termination_notice_secs={termination_notice_secs!r}: give a number of "
-            f"seconds >= 0 (0 kills nodes without notice)."
+            refusal(
+                "termination_notice_secs",
+                "a number of seconds >= 0",
+                termination_notice_secs,
+                "e.g. 10 (the default; 0 kills nodes without notice)",
+            )
         )
     return float(termination_notice_secs)

@@ -22,6 +22,7 @@ from typing import TextIO
 import psutil
 
 from magi_lp import console
+from magi_lp.config_schema import fact_refusal
 from magi_lp.errors import ConfigError
 
 RUN_TMP_PREFIX = "magi_lp_launch_"
@@ -84,5 +85,11 @@ def prepared_log_dir(log_dir: str | os.PathLike) -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise ConfigError(f"log_dir={str(log_dir)!r} cannot be created: {e}.") from e
+        raise ConfigError(
+            fact_refusal(
+                f"log_dir={str(log_dir)!r} cannot be created",
+                str(e),
+                "pick a path you can write to",
+            )
+        ) from e
     return path
