@@ -29,6 +29,7 @@ end; the cluster's token is made for the run and lives only in its processes' en
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import os
 import secrets
@@ -173,10 +174,17 @@ class _NodeActor:
     def __init__(self, spec: NodeSpec, args: tuple, kwargs: dict, control: Any, log: str):
         _send_output_to(log)
         self._lifetime = RayLifetime(control)
+        # The node is made and run on one thread of its own: Ray runs a threaded actor's
+        # constructor and its calls on different threads, and what a node makes can be bound
+        # to the thread that made it (dm_control's EGL context is current on that thread only:
+        # a pixel actor's first reset in run() failed with "already current on another thread").
+        self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="node")
+        self._node = self._thread.submit(self._make, spec, args, kwargs).result()
+
+    def _make(self, spec: NodeSpec, args: tuple, kwargs: dict) -> Any:
         if spec.role == "replay":
-            self._node = ServedReplayNode(spec.replay, lifetime=self._lifetime)
-        else:
-            self._node = spec.make(*args, lifetime=self._lifetime, **kwargs)
+            return ServedReplayNode(spec.replay, lifetime=self._lifetime)
+        return spec.make(*args, lifetime=self._lifetime, **kwargs)
 
     def pid(self) -> int:
         return os.getpid()
@@ -195,6 +203,9 @@ class _NodeActor:
         return getattr(self._node, method)(*args, **kwargs)
 
     def run(self) -> int:
+        return self._thread.submit(self._run).result()
+
+    def _run(self) -> int:
         run = getattr(self._node, "run", None)
         try:
             if run is None:  # a node that only answers calls (the counter)
