@@ -78,6 +78,7 @@ FIGURES = (
     Figure("device_store", "benchmarks.device_store", 300, 900),
     Figure("make_run_stores", "benchmarks.make_run_stores", 400, 900),
     Figure("learn_check", "benchmarks.learn_check", 0, 0, stored="benchmarks/learn_check.json"),
+    Figure("engines", "benchmarks.engines", 900, 3600),
 )
 BY_NAME = {figure.name: figure for figure in FIGURES}
 HEADLINE = (

@@ -283,7 +283,9 @@ def _run_distributed(
 
 def _reverb_carries_replay(engine: engines.Engine) -> bool:
     """Whether the engine's replay can be Reverb here (so 'auto' may choose it)."""
-    return engine.transport == "reverb" and importlib.util.find_spec("reverb") is not None
+    from magi_lp.replay.stores import reverb_installed
+
+    return engine.transport == "reverb" and reverb_installed()
 
 
 def _run_on_hosts(make_experiment: MakeExperiment, config: Any, workdir: Path, name: str) -> int:

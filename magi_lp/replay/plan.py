@@ -21,13 +21,13 @@ not installed, refuses in one line). The resolved store is written back into
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 from typing import Any
 
 from magi_lp.config_schema import fact_refusal
 from magi_lp.errors import ConfigError
 from magi_lp.placement.host_memory import NODE_RSS_GIB, node_counts
 from magi_lp.placement.memory import gb
+from magi_lp.replay.stores import reverb_installed
 from magi_lp.replay.stores.device import DeviceStore
 
 GIB = 1 << 30
@@ -131,7 +131,7 @@ def plan_replay_store(
       ConfigError: the device store is asked for (or the only one installed) and does not fit.
     """
     if reverb_available is None:
-        reverb_available = importlib.util.find_spec("reverb") is not None
+        reverb_available = reverb_installed()
     asked = config.replay.store
     if asked == "reverb" and not reverb_available:
         raise ConfigError(

@@ -18,10 +18,6 @@ import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-ROLES = ("counter", "replay", "learner", "actor", "evaluator", "coordinator")
-"""Every node group of the program, in the order `build_program` adds them (the counter
-first: every other node takes its handle)."""
-
 
 class NodeLifetime(Protocol):
     """What a node knows of the program's life; each engine gives its own."""
@@ -73,7 +69,7 @@ class NodeSpec:
     """One node: what makes it, where it runs, and the handles it takes.
 
     Attributes:
-      role: one of `ROLES`.
+      role: its node group (one of `magi_lp.runtime.config.NODE_GROUPS`).
       index: its index within the role.
       group: its launch group (the placement plan's; the engine applies that group's env).
       make: the constructor, called in the node's process with `args` (each `Ref` replaced by

@@ -36,6 +36,11 @@ def _load(path: str) -> type[ReplayStore]:
     return getattr(importlib.import_module(module), name)
 
 
+def reverb_installed() -> bool:
+    """Whether Reverb can be imported here (the Launchpad stack): the one place asked."""
+    return importlib.util.find_spec("reverb") is not None
+
+
 def store_kind(config: Any, transport: str = "reverb") -> str:
     """`replay.store` as the entry points resolved it (`magi_lp.replay.plan`).
 
@@ -47,7 +52,7 @@ def store_kind(config: Any, transport: str = "reverb") -> str:
     if store == "auto":
         if transport == "served":
             return "device"
-        return "reverb" if importlib.util.find_spec("reverb") is not None else "device"
+        return "reverb" if reverb_installed() else "device"
     return store
 
 
