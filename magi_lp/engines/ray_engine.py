@@ -272,6 +272,10 @@ def _start_ray(run_tmp: str, num_gpus: int) -> None:
         _node_ip_address="127.0.0.1",
         num_cpus=os.cpu_count() or 1,
         num_gpus=num_gpus,
+        # Ray runs its workers at nice 15 by default, below everything else on the machine;
+        # the nodes are the run's work, as Launchpad's are (measured here under load: every
+        # node actor at nice 15 beside the learning runs and the suite).
+        _system_config={"worker_niceness": 0},
         **options,
     )
 
