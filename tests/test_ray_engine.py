@@ -9,6 +9,7 @@ the test's own: nothing may appear there (Ray >= 2.59 would write `~/.ray/auth_t
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -249,3 +250,64 @@ def test_bad_input_is_refused_before_ray_starts(tmp_path, flag, says):
     assert "Traceback" not in output
     assert "started" not in output and "Ray" not in output.replace("--launcher ray", "")
     run.assert_clean()
+
+
+@pytest.mark.timeout(300)
+def test_each_node_gets_its_groups_env_and_the_plans_gpus_on_logical_ray_gpus(tmp_path):
+    """The Ray engine with a fake 2-GPU inventory (Ray's GPUs are logical here): each node's
+    process has its launch group's env from the plan before Python starts, the plan's GPU ids
+    (Ray does not replace them) and Ray's count of its GPUs; handles reach other nodes."""
+    import types
+
+    from magi_lp.engines import ray_engine
+    from magi_lp.engines.base import Launch
+    from magi_lp.runtime.graph import NodeSpec, ProgramGraph, Ref
+
+    sys.path.insert(0, str(REPO / "tests"))
+    import ray_toys
+
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    envs = {
+        "learner": {"CUDA_VISIBLE_DEVICES": "1", "JAX_PLATFORMS": "cpu", "TOY_GROUP": "learner"},
+        "actor": {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "3", "TOY_GROUP": "actor"},
+    }
+    nodes = [
+        NodeSpec("learner", 0, "learner", ray_toys.Reporter, (str(folder), "learner_0")),
+        NodeSpec("actor", 0, "actor", ray_toys.Reporter, (str(folder), "actor_0")),
+        NodeSpec("actor", 1, "actor", ray_toys.Reporter, (str(folder), "actor_1")),
+        NodeSpec(
+            "coordinator",
+            0,
+            "coordinator",
+            ray_toys.Stopper,
+            (str(folder), ["learner_0", "actor_0", "actor_1"], Ref("learner_0"), Ref("actor_1")),
+        ),
+    ]
+    plan = types.SimpleNamespace(
+        envs=lambda: envs, inventory=types.SimpleNamespace(gpus=("gpu0", "gpu1"))
+    )
+    experiment = types.SimpleNamespace(
+        config=types.SimpleNamespace(max_actor_steps=1), frames_per_step=1
+    )
+    launch = Launch(ProgramGraph("toys", nodes, store=None), plan, experiment, tmp_path / "work")
+    home = tmp_path / "home"
+    home.mkdir()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HOME", str(home))
+        patch.delenv("RAY_ADDRESS", raising=False)
+        code = ray_engine.run(launch)
+    assert code == 0
+    reports = {p.stem: json.loads(p.read_text()) for p in folder.glob("*_*.json")}
+    learner, actor = reports["learner_0"], reports["actor_0"]
+    assert learner["env"]["CUDA_VISIBLE_DEVICES"] == "1"  # the plan's id, kept
+    assert len(learner["ray_gpu_ids"]) == 1  # Ray counted the one GPU it sees
+    assert learner["env"]["TOY_GROUP"] == "learner" and learner["env"]["JAX_PLATFORMS"] == "cpu"
+    assert actor["env"]["CUDA_VISIBLE_DEVICES"] == "" and actor["ray_gpu_ids"] == []
+    assert actor["env"]["OMP_NUM_THREADS"] == "3"  # the plan's threads, not Ray's default 1
+    assert not learner["jax_imported"]  # the env was there before anything imported JAX
+    assert len({r["pid"] for r in reports.values()}) == 3  # one process per node
+    assert json.loads((folder / "answers.json").read_text()) == ["pong", "pong"]
+    for name in ("learner/0", "actor/1", "coordinator/0"):
+        assert (tmp_path / "work" / "nodes" / name).is_file(), name
+    assert not any(home.iterdir())

@@ -1,0 +1,58 @@
+"""Toy nodes for the Ray engine's tests: each reports what its process sees, then waits.
+
+Ray's workers unpickle these classes by reference: the tests put this folder on sys.path, and
+the engine hands the driver's sys.path to every node (`ray_engine._node_env`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+PROBED = ("CUDA_VISIBLE_DEVICES", "JAX_PLATFORMS", "OMP_NUM_THREADS", "TOY_GROUP")
+
+
+class Reporter:
+    """Writes `<folder>/<name>.json`: its env, pid, and the GPUs Ray counted for it."""
+
+    def __init__(self, folder: str, name: str, *, lifetime):
+        import ray
+
+        self._lifetime = lifetime
+        report = {
+            "pid": os.getpid(),
+            "env": {k: os.environ.get(k) for k in PROBED},
+            "ray_gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+            "jax_imported": "jax" in __import__("sys").modules,
+        }
+        partial = Path(folder) / f".{name}.partial"
+        partial.write_text(json.dumps(report))
+        partial.rename(Path(folder) / f"{name}.json")
+
+    def ping(self) -> str:
+        return "pong"
+
+    def run(self) -> None:
+        self._lifetime.wait_for_stop(None)
+
+
+class Stopper:
+    """Stops the program once every reporter has written and answered through its handle."""
+
+    def __init__(self, folder: str, names: list[str], *handles, lifetime):
+        self._folder = Path(folder)
+        self._names = names
+        self._handles = handles
+        self._lifetime = lifetime
+
+    def run(self) -> None:
+        deadline = time.monotonic() + 120
+        while not all((self._folder / f"{n}.json").exists() for n in self._names):
+            if time.monotonic() > deadline or self._lifetime.wait_for_stop(0.1):
+                return
+        answers = [handle.ping() for handle in self._handles]
+        (self._folder / "answers.json").write_text(json.dumps(answers))
+        self._lifetime.stop_program()
+        self._lifetime.wait_for_stop(None)
