@@ -1,10 +1,11 @@
-"""The Launchpad 0.5.0 internals magi_lp relies on, in one place.
+"""The Launchpad 0.5.0 internals the local launch relies on, in one place.
 
 Launchpad's public API (`lp.Program`, `lp.launch`, `PythonProcess(env=..., args=...)`,
 `lp.stop`, `lp.wait_for_stop`, Courier) is used as documented everywhere else. What it
-does not offer (a node's log folder, a session of its own, the list of node processes, a
-stop that does not SIGKILL a node's main thread after 10 s) comes from private attributes,
-and those are only touched here. Each, with what breaks if an upgrade changes it:
+does not offer on one machine (a node's log folder, a session of its own, the list of node
+processes, a stop that does not SIGKILL a node's main thread after 10 s) comes from private
+attributes, touched only here; the several-hosts path has its own list
+(`magi_lp.cluster.prepare`, below). Each, with what breaks if an upgrade changes it:
 
 - `run_locally.launch_local_output_to_files._LOGGING_DIR`: node logs go to
   `<workdir>/nodes` (`start_local_program`). If it changes: they go to /tmp/launchpad_out.
