@@ -53,8 +53,12 @@ from magi_lp.launch.exit_report import NodeExit, format_exit_report
 from magi_lp.launch.supervisor import StopSignals
 from magi_lp.runtime.graph import NodeSpec, ProgramGraph
 
-CALL_TIMEOUT_S = 120.0
-"""A node gives up on another that does not answer within this time (as Courier's)."""
+CALL_TIMEOUT_S = 600.0
+"""A node gives up on another that does not answer within this time. Only a backstop: a call
+to a node whose process died fails at once (Ray's RayActorError), and the driver names the
+dead node. Longer than Courier's 120 s because an actor's first parameter pull waits for the
+learner's build: measured on this 2-core machine at load 30, make run's learner took more
+than 120 s and the pull's timeout ended the run."""
 
 _POLL_S = 0.1
 _KEEP_CUDA_VAR = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
