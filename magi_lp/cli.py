@@ -218,6 +218,8 @@ def _run_distributed(
     engine = engines.engine(_LAUNCHER.value)
     if engine.several_hosts or _RENDER.value:
         return _run_on_hosts(make_experiment, config, workdir, name)
+    if not _DRY_RUN.value:
+        engine.require_stack()  # before planning: the plan of an engine that cannot run here
     check_isolation_allows_logging(config)
     from magi_lp.launch import isolation
     from magi_lp.runtime.loggers import LoggerFactory
@@ -247,7 +249,6 @@ def _run_distributed(
         print(plan.format_table())
         print(f"network isolation: {isolation.describe(config.isolation)}")
         return 0
-    engine.require_stack()
 
     joined = engine.cluster_address()
     if joined:
