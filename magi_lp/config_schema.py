@@ -31,7 +31,9 @@ list or tuple on the command line) and a nested dataclass (a sub-section, checke
 its `__post_init__` accepts (e.g. `"auto"`, a count or a list of ids; `magi_lp.placement.
 resources.ResourceSpec`): it checks the type itself, and `check` refuses it in those words.
 Imports only the standard library, ml_collections and `magi_lp.errors`: the entry points
-check a config before importing JAX or TensorFlow.
+check a config before importing JAX or TensorFlow. ml_collections only where a section is
+made or checked, so that the shapes word a refusal in a bare Python too (the network
+isolation's, `magi_lp.launch.isolation`, which runs in one: tests/test_isolation.py).
 """
 
 from __future__ import annotations
@@ -41,11 +43,12 @@ import difflib
 import math
 import typing
 from collections.abc import Iterable, Mapping
-from typing import Any
-
-import ml_collections
+from typing import TYPE_CHECKING, Any
 
 from magi_lp.errors import ConfigError
+
+if TYPE_CHECKING:
+    import ml_collections
 
 EXPERIMENT_DEFAULTS = "magi_lp.runtime.config.experiment_defaults()"
 """Where a complete toolkit config comes from (the default advice for a missing key)."""
@@ -182,6 +185,8 @@ def in_range(
 def as_config(settings: Any) -> ml_collections.ConfigDict:
     """A dataclass instance as a config section (nested dataclasses as sub-sections), so
     that every key can be overridden with `--config.<section>.<key>=`."""
+    import ml_collections
+
     return ml_collections.ConfigDict(dataclasses.asdict(settings))
 
 
@@ -287,6 +292,8 @@ def typed_section(
         flag (`; e.g. --config.agent.batch_size=256 (the default)`).
       start_from: where a complete section comes from, for a missing key.
     """
+    import ml_collections
+
     fixed = dict(fixed or {})
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in fixed}
