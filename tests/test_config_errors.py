@@ -25,18 +25,8 @@ SHAPES = {"refusal", "fact_refusal", "refusal_at"}
 """config_schema's functions that word a refusal."""
 
 PENDING = {
-    "magi_lp/agent/data_parallel.py": 2,
-    "magi_lp/agent/suite_tasks.py": 2,
     "magi_lp/cluster/config.py": 5,
     "magi_lp/cluster/main.py": 11,
-    "magi_lp/placement/gpu_inventory.py": 2,
-    "magi_lp/placement/xla_flags.py": 1,
-    "magi_lp/replay/frame_replay.py": 3,
-    "magi_lp/replay/frame_store.py": 2,
-    "magi_lp/replay/frame_window.py": 3,
-    "magi_lp/runtime/config.py": 3,
-    "magi_lp/runtime/memory_reckoning.py": 3,
-    "projects/drq_v2/tasks.py": 2,
 }
 """ConfigErrors still made from their own text, per module: those issue 33 did not list (it
 asked for the plan, the host plan, resource_spec, the logger and the checkpointer). Word one

@@ -41,6 +41,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from magi_lp.config_schema import fact_refusal
 from magi_lp.errors import ConfigError
 
 BATCH_AXIS = "batch"
@@ -71,9 +72,12 @@ class DataParallel:
         if len(kinds) > 1:
             found = ", ".join(f"{describe_device(d)} {d.device_kind}" for d in devices)
             raise ConfigError(
-                f"{node} sees devices of different models ({found}); a data-parallel update "
-                "needs identical ones: give it GPUs of one model (resources.<group>.gpus), or "
-                "set CUDA_VISIBLE_DEVICES to identical GPUs for a single-process run"
+                fact_refusal(
+                    f"{node} sees devices of different models ({found})",
+                    "a data-parallel update needs identical ones",
+                    "give it GPUs of one model (resources.<group>.gpus), or set "
+                    "CUDA_VISIBLE_DEVICES to identical GPUs for a single-process run",
+                )
             )
         self.devices = devices
         self.node = node
@@ -121,10 +125,14 @@ class DataParallel:
                 continue
             if shape[0] % self.num_devices:
                 raise ConfigError(
-                    f"{self.node}: a batch of {shape[0]} (batch{jax.tree_util.keystr(path)}) "
-                    f"does not split evenly over its {self.num_devices} devices; make the "
-                    f"agent's batch size a multiple of {self.num_devices}, or give the "
-                    "learner a device count that divides it"
+                    fact_refusal(
+                        f"{self.node}: a batch of {shape[0]} (batch"
+                        f"{jax.tree_util.keystr(path)}) does not split evenly over its "
+                        f"{self.num_devices} devices",
+                        "",
+                        f"make the agent's batch size a multiple of {self.num_devices}, or "
+                        "give the learner a device count that divides it",
+                    )
                 )
             shardings.append(self.batch_sharding)
         placed = jax.device_put(leaves, shardings)

@@ -17,6 +17,7 @@ import dataclasses
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from magi_lp.config_schema import fact_refusal, refusal
 from magi_lp.errors import ConfigError
 
 
@@ -221,7 +222,7 @@ def pick_identical(
       ConfigError: count < 1, or no model has `count` GPUs (names the models present).
     """
     if count < 1:
-        raise ConfigError(f"asked for {count} GPUs; ask for at least 1")
+        raise ConfigError(refusal("the GPU count", "an integer >= 1", count, "ask for at least 1"))
     best: tuple[Any, ...] | None = None
     chosen: tuple[int, ...] = ()
     for ids in inventory.models().values():
@@ -242,8 +243,11 @@ def pick_identical(
             or inventory.describe()
         )
         raise ConfigError(
-            f"no {count} identical GPUs on this machine; present: {present}. Ask for fewer "
-            "GPUs, or list ids of one model"
+            fact_refusal(
+                f"no {count} identical GPUs on this machine",
+                f"the GPUs present are {present}",
+                "ask for fewer GPUs, or list ids of one model",
+            )
         )
     return chosen
 

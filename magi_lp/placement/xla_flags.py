@@ -17,6 +17,7 @@ import subprocess
 import sys
 from collections.abc import Mapping
 
+from magi_lp.config_schema import fact_refusal
 from magi_lp.errors import ConfigError
 
 _PROBE = "import jax; jax.devices()"
@@ -66,6 +67,10 @@ def check_xla_flags(
     flag = unknown[0]
     where = [key for key, flags in sources.items() if flag in flags.split()] or list(sources)
     raise ConfigError(
-        f"{where[0]}: the installed jaxlib does not know the XLA flag {flag} (XLA would "
-        "abort every node given it at start-up); remove it or correct its name"
+        fact_refusal(
+            f"{where[0]}: the installed jaxlib does not know the XLA flag {flag} (XLA would "
+            "abort every node given it at start-up)",
+            "",
+            "remove it or correct its name",
+        )
     )

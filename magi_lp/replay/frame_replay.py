@@ -69,6 +69,7 @@ import tree
 from absl import logging
 
 from magi_lp.acme_api import adders, specs, types
+from magi_lp.config_schema import refusal
 from magi_lp.errors import ConfigError
 from magi_lp.replay.frame_window import FrameTransition, NewestFrames
 from magi_lp.replay.spec import WriteAbandonedError
@@ -125,7 +126,7 @@ class FrameWindow(NamedTuple):
 
 def _check_positive(name: str, value: int) -> None:
     if not isinstance(value, (int, np.integer)) or value < 1:
-        raise ConfigError(f"{name} must be a positive integer, got {value!r}.")
+        raise ConfigError(refusal(name, "an integer >= 1", value))
 
 
 def frame_replay_signature(
@@ -302,7 +303,7 @@ class FrameStackAdder(adders.Adder):
         self._check_stacking = check_stacking
         self._get_signature_timeout_ms = get_signature_timeout_ms
         if eager_items < 0:
-            raise ConfigError(f"eager_items must be >= 0, got {eager_items!r}.")
+            raise ConfigError(refusal("eager_items", "an integer >= 0", eager_items))
         self._eager_items = eager_items
         self._should_stop = should_stop
         self._items_created = 0
@@ -488,7 +489,7 @@ def _check_dataset_arguments(
     _check_positive("frame_stack", frame_stack)
     _check_positive("n_step", n_step)
     if not 0.0 < discount <= 1.0:
-        raise ConfigError(f"discount must be in (0, 1], got {discount!r}.")
+        raise ConfigError(refusal("discount", "a number in (0, 1]", discount))
 
 
 def make_frame_replay_dataset(

@@ -54,6 +54,7 @@ import numpy as np
 from absl import logging
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
+from magi_lp.config_schema import fact_refusal
 from magi_lp.errors import ConfigError
 from magi_lp.replay.frame_window import FrameTransition, NewestFrames
 from magi_lp.replay.spec import FrameReplaySpec
@@ -294,14 +295,22 @@ class DeviceFrameStore:
         shards = len(devices)
         if spec.batch_size % shards:
             raise ConfigError(
-                f"agent.batch_size={spec.batch_size} does not split over the learner's "
-                f"{shards} devices (one replay shard each); make it a multiple of {shards}"
+                fact_refusal(
+                    f"agent.batch_size={spec.batch_size} does not split evenly over the "
+                    f"learner's {shards} devices",
+                    "each keeps one replay shard",
+                    f"make it a multiple of {shards}",
+                )
             )
         if writers < shards:
             raise ConfigError(
-                f"the learner's {shards} devices each keep a replay shard written by its own "
-                f"writers, but only {writers} writer(s) (num_actors x envs_per_actor) write; "
-                f"give it at least {shards}, or fewer learner devices"
+                fact_refusal(
+                    f"only {writers} writer(s) (num_actors x envs_per_actor) write to the "
+                    f"learner's {shards} devices",
+                    "each device keeps a replay shard written by its own writers",
+                    f"make num_actors x envs_per_actor at least {shards}, or give the learner "
+                    "fewer devices",
+                )
             )
         self.spec = spec
         self.devices = devices

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from magi_lp.config_schema import refusal
 from magi_lp.errors import ConfigError
 
 
@@ -66,15 +67,17 @@ def window_observations(frames: Any, n_step: int) -> tuple[Any, Any]:
 
 def frame_shape_from_observation(observation_shape: Any, frame_stack: int) -> tuple:
     """Returns the shape [H, W, C] of one frame of a stacked [H, W, C * frame_stack] one."""
-    if isinstance(frame_stack, bool) or not isinstance(frame_stack, (int, np.integer)):
-        raise ConfigError(f"frame_stack must be a positive integer, got {frame_stack!r}.")
-    if frame_stack < 1:
-        raise ConfigError(f"frame_stack must be a positive integer, got {frame_stack!r}.")
+    integer = not isinstance(frame_stack, bool) and isinstance(frame_stack, (int, np.integer))
+    if not integer or frame_stack < 1:
+        raise ConfigError(refusal("frame_stack", "an integer >= 1", frame_stack))
     if len(observation_shape) != 3 or observation_shape[-1] % frame_stack:
         raise ConfigError(
-            f"A stacked pixel observation must be [H, W, C * frame_stack]; got shape "
-            f"{tuple(observation_shape)} with frame_stack={frame_stack}. Check the "
-            f"environment's frame stacking against config frame_stack."
+            refusal(
+                "the stacked pixel observation's shape",
+                f"[H, W, C * frame_stack] with frame_stack={frame_stack}",
+                tuple(observation_shape),
+                "check the environment's frame stacking against the config's frame_stack",
+            )
         )
     height, width, channels = observation_shape
     return (int(height), int(width), int(channels) // frame_stack)

@@ -17,7 +17,13 @@ from typing import Any
 
 import ml_collections
 
-from magi_lp.config_schema import fail_unless, typed_section, unknown_key
+from magi_lp.config_schema import (
+    EXPERIMENT_DEFAULTS,
+    fact_refusal,
+    fail_unless,
+    typed_section,
+    unknown_key,
+)
 from magi_lp.errors import ConfigError
 from magi_lp.placement.host_memory import NODE_RSS_GIB, node_counts
 from magi_lp.placement.plan import GroupRequest
@@ -240,7 +246,7 @@ def validate_experiment_config(config: ml_collections.ConfigDict) -> RunSettings
     for section in _SECTIONS:
         if section not in config:
             raise ConfigError(
-                f"{section} is missing; start from magi_lp.runtime.config.experiment_defaults()."
+                fact_refusal(f"{section} is missing", "", f"start from {EXPERIMENT_DEFAULTS}")
             )
     top = {key: config[key] for key in config if key not in (*_SECTIONS, *_OPTIONAL_SECTIONS)}
     settings = typed_section(RunSettings, top, "")
@@ -255,8 +261,11 @@ def validate_experiment_config(config: ml_collections.ConfigDict) -> RunSettings
     for group in NODE_GROUPS:
         if group not in config.resources:
             raise ConfigError(
-                f"resources.{group} is missing; e.g. "
-                f"resources.{group} = magi_lp.placement.resource_spec(device='cpu')."
+                fact_refusal(
+                    f"resources.{group} is missing",
+                    "",
+                    f"e.g. resources.{group} = magi_lp.placement.resource_spec(device='cpu')",
+                )
             )
     return settings
 
@@ -265,9 +274,13 @@ def check_isolation_allows_logging(config: ml_collections.ConfigDict) -> None:
     """A distributed run isolated to loopback cannot reach Weights & Biases."""
     if config.logging.get("wandb", False) and config.isolation != "off":
         raise ConfigError(
-            f"logging.wandb=True needs the network, but isolation={config.isolation!r} runs "
-            "the nodes in a loopback-only network namespace; set isolation='off' (node RPC ports "
-            "are then reachable from the network) or turn logging.wandb off."
+            fact_refusal(
+                "logging.wandb=True needs the network",
+                f"isolation={config.isolation!r} runs the nodes in a loopback-only network "
+                "namespace",
+                "set isolation='off' (node RPC ports are then reachable from the network) or "
+                "turn logging.wandb off",
+            )
         )
 
 

@@ -33,6 +33,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from magi_lp.config_schema import fact_refusal
 from magi_lp.errors import ConfigError
 from magi_lp.placement.memory import MemoryNeed
 from magi_lp.runtime.config import placement_requests
@@ -79,9 +80,12 @@ def _learner_batch(experiment: Any) -> int:
     batch = experiment.config.get("agent", {}).get("batch_size", None)
     if batch is None:
         raise ConfigError(
-            f"resources.learner.gpu_memory: {type(builder).__name__}'s batch size is unknown "
-            "before its replay exists (no frame_replay / transition_replay, no "
-            "agent.batch_size); give resources.learner.gpu_memory a fraction or 'grow'"
+            fact_refusal(
+                f"resources.learner.gpu_memory: {type(builder).__name__}'s batch size is "
+                "unknown before its replay exists",
+                "it has no frame_replay / transition_replay, the config no agent.batch_size",
+                "give resources.learner.gpu_memory a fraction or 'grow'",
+            )
         )
     return int(batch)
 
@@ -93,9 +97,11 @@ def _requests(experiment: Any, plan: Any) -> dict[str, dict[str, Any]]:
         if group not in RECKONED_GROUPS:
             if placement.memory_auto:
                 raise ConfigError(
-                    f"resources.{group}.gpu_memory='auto': only the learner, actors and "
-                    f"evaluators are reckoned; give resources.{group}.gpu_memory a fraction "
-                    "or 'grow'"
+                    fact_refusal(
+                        f"resources.{group}.gpu_memory='auto'",
+                        "only the learner, actors and evaluators are reckoned",
+                        f"give resources.{group}.gpu_memory a fraction or 'grow'",
+                    )
                 )
             continue
         if group == "learner":
@@ -169,8 +175,11 @@ def compile_programs(
             why = lines[-1] if lines else f"no answer in {TIMEOUT_S} s"
             groups = ", ".join(f"resources.{g}.gpu_memory" for g in requests)
             raise ConfigError(
-                f"the GPU memory reckoning (compiling {', '.join(requests)}) failed: {why}; "
-                f"give {groups} a fraction or 'grow' to launch without it"
+                fact_refusal(
+                    f"the GPU memory reckoning (compiling {', '.join(requests)}) failed",
+                    why,
+                    f"give {groups} a fraction or 'grow' to launch without it",
+                )
             )
         result = json.loads(result_path.read_text())
     _CACHE[key] = result

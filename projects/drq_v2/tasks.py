@@ -26,6 +26,7 @@ from __future__ import annotations
 import ml_collections
 
 from magi_lp import ConfigError, experiment_defaults, resource_spec
+from magi_lp.config_schema import did_you_mean, fact_refusal
 from projects.drq_v2.config import (
     TASK_DIFFICULTY,
     frames_to_agent_steps,
@@ -85,7 +86,11 @@ def make_config(task_name: str, distributed: bool = False) -> ml_collections.Con
     """
     if task_name not in PAPER_TASKS:
         raise ConfigError(
-            f"{task_name!r} is not one of the paper's tasks; valid: {', '.join(PAPER_TASKS)}"
+            fact_refusal(
+                f"{task_name!r} is not one of the paper's tasks",
+                f"they are {', '.join(PAPER_TASKS)}",
+                did_you_mean(task_name, PAPER_TASKS, otherwise="use one of those"),
+            )
         )
     domain, task = PAPER_TASKS[task_name]
     env = get_env_config(domain, task)
@@ -132,8 +137,11 @@ def task_config(task_name: str, mode: str = "") -> ml_collections.ConfigDict:
     """
     if mode not in ("", "single", "distributed"):
         raise ConfigError(
-            f"config argument {mode!r} is not a mode; use configs/{task_name}.py (one "
-            f"process) or configs/{task_name}.py:distributed"
+            fact_refusal(
+                f"config argument {mode!r} is not a mode",
+                "",
+                f"use configs/{task_name}.py (one process) or configs/{task_name}.py:distributed",
+            )
         )
     return make_config(task_name, distributed=mode == "distributed")
 
