@@ -13,7 +13,7 @@ times the steps per batch of make run's schedule (one update every 2 agent steps
 Ray transport adds to the learner's host CPU per batch; the store's own write of a step is
 the same on both engines and counted in figure 11.
 
-    .venv312/bin/python -m benchmarks.served_drain [--steps 4000] [--out benchmarks/served_drain.json]
+    .venv312/bin/python -m benchmarks.served_drain [--steps 4000] [--out FILE.json]
 """
 
 from __future__ import annotations
