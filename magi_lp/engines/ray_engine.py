@@ -370,12 +370,17 @@ class _Driver:
     def supervise(self, before_stop: Callable[[], None]) -> int:
         handled = 0
         reason = None
+        asked: Any = None  # the pending question to the control actor: never waited on
         while reason is None:
             for sig in self._signals.received[handled:]:
                 reason = f"received {signal.Signals(sig).name}"
             handled = len(self._signals.received)
-            if reason is None and ray.get(self._control.stop_requested.remote()):
-                reason = "the coordinator reached max_actor_steps"
+            if asked is None:
+                asked = self._control.stop_requested.remote()
+            if reason is None and ray.wait([asked], timeout=0)[0]:
+                if ray.get(asked):
+                    reason = "the coordinator reached max_actor_steps"
+                asked = None
             for node in self._nodes:
                 if reason is not None or node.returncode is not None:
                     continue
