@@ -320,6 +320,8 @@ class _Driver:
         clients: dict[str, NodeClient] = {}
         log_dir = self._launch.workdir / "nodes"
         for spec in graph.nodes:
+            if self._signals.received:
+                break  # a stop while starting: the nodes made so far are stopped as usual
             env = _node_env(self._launch, spec)
             args, kwargs = spec.resolved(clients.__getitem__)
             log = log_dir / spec.group / str(spec.index)
