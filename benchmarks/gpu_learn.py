@@ -197,8 +197,16 @@ def run_side_by_side(jobs: list[dict], seconds: float) -> None:
         )
         job["started"] = time.time()
     stop_at = start + max(seconds - STOP_GRACE_S, 1.0)
+
+    def note_ends() -> None:
+        for job in jobs:
+            if "wall_s" not in job and job["process"].poll() is not None:
+                job["wall_s"] = time.monotonic() - start
+
     while any(job["process"].poll() is None for job in jobs) and time.monotonic() < stop_at:
+        note_ends()
         time.sleep(1.0)
+    note_ends()
     for job in jobs:
         if job["process"].poll() is None:
             job["stopped_at_deadline"] = True
@@ -211,7 +219,7 @@ def run_side_by_side(jobs: list[dict], seconds: float) -> None:
             job["process"].wait()
         job["log_file"].close()
         job["exit_code"] = job["process"].returncode
-        job["wall_s"] = time.monotonic() - start
+        job.setdefault("wall_s", time.monotonic() - start)
 
 
 def read_run(job: dict, seed_frames: int) -> dict:
