@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import queue
 import signal
 import subprocess
@@ -82,6 +83,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"learn_check: {error}", file=sys.stderr)
             return 2
     out = Path(args.out)
+    other = _background_pid(out)
+    if other and not args.report_only:
+        log = out / "background.log"
+        print(f"learn_check: the runs in {out} are going in the background (pid {other}; "
+              f"log {log}): --report-only reports them", file=sys.stderr)  # fmt: skip
+        return 2
     # Tiny checks keep their results beside their runs; real ones in the repository.
     kept = Path(args.kept) if args.kept else out / "results" if args.tiny else KEPT
     jobs: queue.Queue = queue.Queue()
@@ -145,6 +152,16 @@ def _run_and_report(args, settings, agents, checkout, out, kept, jobs, stopping)
             check=False,
         )
     return comparison.EXIT[result["verdict"]]
+
+
+def _background_pid(out: Path) -> int | None:
+    """The pid of another live learn check started by background.sh on `out`, if any."""
+    try:
+        pid = int((Path(out) / "background.pid").read_text().split()[0])
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError, IndexError):
+        return None
+    return pid if pid != os.getpid() and b"benchmarks.learn_check" in command else None
 
 
 def _kept(kept: Path, agent: str, task: str, seed: int, settings) -> bool:

@@ -25,7 +25,12 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-drqv2=$(cd "${1:-$root/../drqv2}" && pwd)
+drqv2=${1:-$root/../drqv2}
+if [ ! -d "$drqv2" ]; then
+    echo "learn_check: no official checkout at $drqv2: git clone https://github.com/facebookresearch/drqv2 $drqv2 && git -C $drqv2 checkout c0c650b" >&2
+    exit 2
+fi
+drqv2=$(cd "$drqv2" && pwd)
 cd "$root"
 mkdir -p runs/learn_check
 tree=runs/learn_check/tree
@@ -40,7 +45,7 @@ for venv in .venv .venv312 .venv-official; do
 done
 bash scripts/setup_official_venv.sh .venv-official >/dev/null
 pidfile=runs/learn_check/background.pid
-if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+if [ -f "$pidfile" ] && grep -qs benchmarks.learn_check "/proc/$(cat "$pidfile")/cmdline"; then
     echo "learn_check: already running (pid $(cat "$pidfile")); log runs/learn_check/background.log"
     exit 0
 fi

@@ -21,6 +21,7 @@ is the one core, as ours is.
 from __future__ import annotations
 
 import csv
+import fcntl
 import hashlib
 import itertools
 import json
@@ -331,6 +332,26 @@ def run_one(
     writes `result.json` into its folder and to `kept`. A launch that exits otherwise is
     kept as a failure record (`settings.failed_record`) with its exit code and log tail."""
     folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "w") as lock:
+        try:  # one launch of a run at a time, whichever command started it
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"learn_check: {folder} is being run by another command; left to it",
+                  file=sys.stderr)  # fmt: skip
+            return {"exit_code": None, "wall_s": 0.0, "evaluations": [], "skipped": True}
+        return _run_locked(agent, settings, task, seed, folder, core, checkout, kept)
+
+
+def _run_locked(
+    agent: str,
+    settings: Settings,
+    task: str,
+    seed: int,
+    folder: Path,
+    core: int | None,
+    checkout: Path | None,
+    kept: Path,
+) -> dict:
     attempts = read_attempts(folder)
     _close_cut_off(folder, attempts)
     number = len(attempts) + 1
