@@ -56,6 +56,7 @@ CAPACITY = 100_000
 GOAL = 0.95
 ENGINES = {"launchpad": (".venv", "local"), "ray": (".venv312", "ray")}
 FIRST_UPDATE_TIMEOUT_S = 900.0
+STOP_TIMEOUT_S = 300.0
 
 
 def _python(venv: str) -> str:
@@ -96,7 +97,9 @@ def _run(engine: str, window_s: float, workdir: Path, overrides: list[str]) -> d
         time.sleep(window_s)
     other_rss = _other_rss_mib(mark)
     stop_at = time.monotonic()
-    exit_s = stop(process, signal.SIGINT, timeout_s=60.0)
+    # The learner's final save (orbax, and the store's 2.2 GB with checkpoint.replay) is part
+    # of the stop: a first run at load 30 took more than 60 s.
+    exit_s = stop(process, signal.SIGINT, timeout_s=STOP_TIMEOUT_S)
     leftover = kill_marked(mark)
     output = log.read_text(errors="replace")
     match = re.search(r"nodes ended ([\d.]+) s after the stop began; exit code (\d+)", output)
