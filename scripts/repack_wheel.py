@@ -30,8 +30,12 @@ def repack(wheel: Path, drop: list[str], any_python: bool) -> tuple[int, int]:
     """Rewrites `wheel`; returns (files dropped, bytes after)."""
     with zipfile.ZipFile(wheel) as source:
         members = [(info, source.read(info)) for info in source.infolist()]
+    # The wheel's own RECORD, at the top (a vendored package's, deeper, is a file like others:
+    # ray carries several).
     record = next(
-        info.filename for info, _ in members if info.filename.endswith(".dist-info/RECORD")
+        info.filename
+        for info, _ in members
+        if info.filename.endswith(".dist-info/RECORD") and info.filename.count("/") == 1
     )
     kept, dropped = [], 0
     for info, data in members:
@@ -43,7 +47,9 @@ def repack(wheel: Path, drop: list[str], any_python: bool) -> tuple[int, int]:
         if any_python and info.filename.endswith(".dist-info/METADATA"):
             data = re.sub(rb"(?m)^Requires-Python:.*\n", b"", data)
         kept.append((info, data))
-    lines = [_record_line(info.filename, data) for info, data in kept] + [f"{record},,"]
+    lines = [_record_line(info.filename, data) for info, data in kept if not info.is_dir()] + [
+        f"{record},,"
+    ]
     tmp = wheel.with_suffix(".tmp")
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as target:
         for info, data in kept:
