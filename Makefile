@@ -18,7 +18,7 @@ PY312_TESTS ?= tests/test_plan.py tests/test_resources.py tests/test_gpu_invento
 	tests/test_memory_reckoning.py \
 	tests/test_learn_check.py tests/test_acme_seam.py \
 	tests/test_served_replay.py tests/test_replay_stores.py tests/test_builder_protocol.py \
-	tests/test_config_errors.py tests/test_ray_engine.py
+	tests/test_config_errors.py tests/test_ray_engine.py tests/test_gpu_system.py
 JAX       ?=
 WORKDIR   ?= runs/reacher_hard_distributed
 CONFIG    ?= configs/reacher_hard_distributed.py
@@ -28,6 +28,10 @@ PYTEST_ARGS ?=
 GPU_CHECK_PYTHON ?= $(PY)
 GPU_CHECK_ARGS ?=
 GPU_LEARN_ARGS ?=
+# `make gpu-system` runs on the current stack (Ray): .venv312 here, `GPU_SYSTEM_PYTHON=python3` on
+# a GPU machine whose Python 3.12 has its own CUDA JAX and the carried .whl-system/ wheels.
+GPU_SYSTEM_PYTHON ?= $(PY312)
+GPU_SYSTEM_ARGS ?=
 # `make learn-check`: a checkout of facebookresearch/drqv2 (at c0c650b; never committed here)
 # and the tasks. The seeds are preregistered (benchmarks/learn_check/settings.py SEEDS);
 # SEEDS= runs others too, which are not counted. Runs kept are not repeated; cut ones resume.
@@ -35,7 +39,7 @@ DRQV2     ?= ../drqv2
 SEEDS     ?=
 TASKS     ?= cartpole_balance
 
-.PHONY: setup setup312 run test test-launchpad test-current test-fast lint format docs bench bench-quick gpu-check gpu-learn gpu-check-wheels gpu-learn-wheels golden clean slurm-up slurm-down learn-check
+.PHONY: setup setup312 run test test-launchpad test-current test-fast lint format docs bench bench-quick gpu-check gpu-learn gpu-system gpu-check-wheels gpu-learn-wheels gpu-system-wheels golden clean slurm-up slurm-down learn-check
 
 setup:
 	@bash scripts/setup_venv.sh $(VENV) $(JAX)
@@ -127,6 +131,19 @@ gpu-check-wheels:
 # .whl-learn/ (benchmarks/README.md, "The learning run").
 gpu-learn-wheels: setup
 	bash scripts/gpu_learn_wheels.sh .whl-learn
+
+# The whole distributed DrQ-v2 on Ray on one GPU (benchmarks/gpu_system.py): cartpole_balance at
+# the paper's settings in configs/reacher_hard_gpu_layouts.py's 1-GPU layout for 5 minutes, then
+# SIGINT: frames/s, the learner against the update alone, NVML memory per process against the
+# reckoning, returns against the official curves; one device call of <= 9 minutes
+# (benchmarks/README.md, "The whole system on a GPU"). Tiny on the CPU without a GPU.
+gpu-system: $(if $(filter $(PY312),$(GPU_SYSTEM_PYTHON)),setup312)
+	$(GPU_SYSTEM_PYTHON) -m benchmarks.gpu_system $(GPU_SYSTEM_ARGS)
+
+# The cp312 wheels `make gpu-system` needs there (gpu-learn's, slimmer, and Ray without its Java
+# jars), into .whl-system/; prints each size and the device call's total (<= 64 MiB).
+gpu-system-wheels: setup
+	bash scripts/gpu_system_wheels.sh .whl-system
 
 clean:
 	rm -rf $(VENV) $(VENV312) .pytest_cache .ruff_cache

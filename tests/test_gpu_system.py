@@ -1,0 +1,193 @@
+"""`make gpu-system` (benchmarks/gpu_system.py): the whole distributed DrQ-v2 on Ray, as it runs
+on a GPU machine, here at its tiny size on the CPU (the same code path: the plan and its memory
+reckoning, the update alone in the learner's env, lp_main.py --launcher ray for a while, SIGINT
+to the driver, the run's files read), and the reading of a result on its own.
+
+The tiny run is an integration test of the current stack (.venv312: Ray); HOME is a folder of
+the test's own, where nothing may appear (Ray >= 2.59 would write ~/.ray), and every process
+the run starts carries a marker, so that leftovers are found.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import uuid
+from types import SimpleNamespace
+
+import pytest
+
+from benchmarks import gpu_system
+from tests.e2e_utils import MARK_VAR, REPO, assert_no_leftovers, read_csv
+
+# Every field the result must hold, dotted; None is a value only where the tiny run has no GPU.
+FIELDS = (
+    "status",
+    "measured_at",
+    "commit",
+    "machine.gpu",
+    "machine.driver",
+    "machine.jax",
+    "machine.jaxlib",
+    "machine.torch",
+    "machine.ray",
+    "machine.python",
+    "machine.stamp",
+    "on",
+    "settings.task",
+    "settings.image_size",
+    "settings.batch_size",
+    "settings.replay_buffer_size",
+    "settings.num_actors",
+    "settings.envs_per_actor",
+    "reckoning.state",
+    "reckoning.table",
+    "reckoning.groups",
+    "update_alone.state",
+    "update_alone.device_batch_per_second",
+    "update_alone.updates_per_second",
+    "update_alone.first_call_s",
+    "update_alone.on",
+    "run.command",
+    "run.exit_code",
+    "run.up_s",
+    "run.learning_began_s",
+    "run.ran_s",
+    "run.stop_s",
+    "run.leftovers_killed",
+    "run.ray_home_created",
+    "run.nvml",
+    "system.frames",
+    "system.frames_per_s",
+    "system.frames_per_s_whole_run",
+    "system.updates_per_s",
+    "system.actor_steps_per_s",
+    "system.updates_allowed_per_s",
+    "system.window_s",
+    "system.nodes",
+    "system.on",
+    "learner.batch_wait_fraction_median",
+    "where_time_goes.fed",
+    "where_time_goes.verdict",
+    "where_time_goes.why",
+    "memory",
+    "evaluations",
+    "official_frames_per_s",
+    "seconds",
+)
+
+
+def _field(result: dict, dotted: str):
+    node = result
+    for part in dotted.split("."):
+        assert isinstance(node, dict) and part in node, f"the result has no {dotted}"
+        node = node[part]
+    return node
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(600)
+def test_the_tiny_run_measures_the_whole_system_and_leaves_nothing(tmp_path):
+    pytest.importorskip("ray", reason="Ray is the current stack's engine (.venv312)")
+    home = tmp_path / "home"
+    home.mkdir()
+    mark = uuid.uuid4().hex
+    env = dict(os.environ, HOME=str(home), PYTHONUNBUFFERED="1", **{MARK_VAR: mark})
+    env.pop("RAY_ADDRESS", None)
+    out, workdir = tmp_path / "gpu_system.json", tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.gpu_system", "--tiny", "--out", str(out),
+         "--workdir", str(workdir)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=540,
+    )  # fmt: skip
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-6000:]
+    print(output[-2500:])
+    result = json.loads(out.read_text())
+    for dotted in FIELDS:
+        _field(result, dotted)
+    assert result["status"] == "tiny" and result["settings"]["mode"] == "tiny"
+    # The update alone ran, and so did the whole system, with the learner updating.
+    assert result["update_alone"]["state"] == "done", result["update_alone"]
+    assert result["update_alone"]["device_batch_per_second"] > 0
+    system = result["system"]
+    assert system["state"] == "done", system
+    assert (
+        system["frames"] > 0 and system["frames_per_s"] > 0 and system["frames_per_s_whole_run"] > 0
+    )
+    assert system["learner_steps"] >= 1 and system["updates_per_s"] > 0, system
+    learner_rows = read_csv(workdir / "logs" / "learner" / "logs.csv")
+    assert learner_rows and math.isfinite(float(learner_rows[-1]["critic_loss"]))
+    assert set(system["nodes"]) >= {"learner/0", "actor/0", "evaluator/0", "replay/0"}
+    assert result["where_time_goes"]["fed"] > 0 and result["where_time_goes"]["why"]
+    # Evaluations were read and set beside the official curve.
+    assert result["evaluations"], "no evaluation was read"
+    assert all("official_mean" in e for e in result["evaluations"])
+    # The stop: SIGINT ended the run by its tiers, nothing was left, nothing written to HOME.
+    run = result["run"]
+    assert run["exit_code"] == 0 and not run["killed_after_notice"], run["output_tail"]
+    assert run["leftovers_killed"] == [] and run["ray_home_created"] is False
+    assert "received SIGINT" in run["output_tail"]
+    assert_no_leftovers(mark)
+    assert not any(home.iterdir()), f"files in HOME: {list(home.rglob('*'))}"
+    # Its reading renders (the page renders only a GPU result; the words are the same).
+    assert "fed" in gpu_system.report(result) and "fed" in gpu_system.summary(result)[2]
+
+
+_CONFIG = SimpleNamespace(
+    agent=SimpleNamespace(update_every_steps=2), env=SimpleNamespace(action_repeat=2)
+)
+
+
+@pytest.mark.parametrize(
+    ("updates", "allowed", "wait", "verdict"),
+    [
+        (225.0, 300.0, 0.05, "fed"),
+        (100.0, 104.0, 0.80, "starved by the actors (replay ratio)"),
+        (60.0, 150.0, 0.70, "starved by replay sampling"),
+        (60.0, 150.0, 0.10, "slowed in the learner's own loop"),
+    ],
+)
+def test_where_the_time_goes_names_what_holds_the_learner(updates, allowed, wait, verdict):
+    system = {"updates_per_s": updates, "updates_allowed_per_s": allowed,
+              "actor_steps_per_s": 2 * allowed}  # fmt: skip
+    learner = {"batch_wait_fraction_median": wait}
+    where = gpu_system.where_time_goes(system, 230.0, learner, _CONFIG)
+    assert where["verdict"] == verdict, where
+    assert where["fed"] == pytest.approx(updates / 230.0)
+    assert where["frames_per_s_to_feed"] == pytest.approx(230.0 * 2 * 2)
+
+
+def test_memory_is_set_beside_the_reckoning_of_its_group():
+    reckoning = {
+        "groups": {
+            "actor": {
+                "with_context_bytes": 1100 * 2**20,
+                "preallocated": False,
+                "fraction": 0.02,
+            }
+        }
+    }
+    system = {"nodes": {"actor/0": {"gpu_peak_mib": 1000.0}, "counter/0": {"gpu_peak_mib": None}}}
+    memory = gpu_system.memory_against_reckoning(reckoning, system)
+    assert memory["actor/0"]["reckoned_over_measured"] == pytest.approx(0.10)
+    assert memory["actor/0"]["within_goal"] is True
+    assert "reckoned_mib" not in memory["counter/0"]
+
+
+def test_the_config_is_the_papers_task_in_the_one_gpu_layout():
+    config = gpu_system.get_config("gpu")
+    layout = gpu_system._layout()
+    assert (config.env.domain, config.env.task) == ("cartpole", "balance")
+    assert config.env.image_size == 84 and config.agent.batch_size == 256
+    assert config.agent.replay_buffer_size == 1_000_000
+    assert config.num_actors == layout.num_actors and config.envs_per_actor == layout.envs_per_actor
+    assert (
+        config.resources.learner.device == "gpu" and config.resources.learner.gpu_memory == "auto"
+    )
+    assert config.resources.actor.to_dict() == layout.resources.actor.to_dict()
+    tiny = gpu_system.get_config("tiny")
+    assert tiny.env.image_size == 32 and tiny.resources.learner.device == "gpu_if_available"
