@@ -432,6 +432,12 @@ NOT_MEASURED = "not measured: `make learn-check` has not written benchmarks/lear
 
 def summary(result: dict) -> tuple[str, str, str]:
     """(number, comparison, ratio) for the page's table."""
+    if "verdict" not in result:  # written before the preregistered check (issue 35)
+        return (
+            "superseded: the first check's entry (32x32, batch 32): neither agent learned",
+            "make learn-check writes the current one",
+            "",
+        )
     seeds = len(result.get("preregistered", {}).get("seeds", []))
     for task, agents in sorted(result["tasks"].items()):
         found = agents.get("comparison", {})
@@ -461,6 +467,8 @@ def _cells(values: list[float]) -> str:
 def report(result: dict) -> str:
     """The figure's section: the preregistered check, its state or verdict, the runs'
     provenance, and the superseded first check."""
+    if "verdict" not in result:
+        return "**" + "; ".join(summary(result)[:2]) + ".**"
     settings = result["settings"]
     lines = [
         f"Both agents at the same settings ({result['reduced']}; everything else the paper's), "
