@@ -133,7 +133,7 @@ gpu-learn-wheels: setup
 	bash scripts/gpu_learn_wheels.sh .whl-learn
 
 # The whole distributed DrQ-v2 on Ray on one GPU (benchmarks/gpu_system.py): cartpole_balance at
-# the paper's settings in configs/reacher_hard_gpu_layouts.py's 1-GPU layout for 5 minutes, then
+# the paper's settings in configs/reacher_hard_gpu_layouts.py's 1-GPU layout for 4 minutes, then
 # SIGINT: frames/s, the learner against the update alone, NVML memory per process against the
 # reckoning, returns against the official curves; one device call of <= 9 minutes
 # (benchmarks/README.md, "The whole system on a GPU"). Tiny on the CPU without a GPU.

@@ -79,6 +79,7 @@ FIGURES = (
     Figure("make_run_stores", "benchmarks.make_run_stores", 400, 900),
     Figure("learn_check", "benchmarks.learn_check", 0, 0, stored="benchmarks/learn_check.json"),
     Figure("engines", "benchmarks.engines", 900, 3600),
+    Figure("gpu_system", "benchmarks.gpu_system", 0, 0, stored="benchmarks/gpu_system.json"),
 )
 BY_NAME = {figure.name: figure for figure in FIGURES}
 HEADLINE = (
