@@ -26,7 +26,6 @@ import hashlib
 import itertools
 import json
 import os
-import resource
 import signal
 import subprocess
 import sys
@@ -243,14 +242,19 @@ def stop_all() -> None:
             process.send_signal(signal.SIGTERM)
 
 
-def _launch(command: list[str], env: dict[str, str], log: Path, cwd: Path) -> int:
+def _launch(command: list[str], env: dict[str, str], log: Path, cwd: Path) -> tuple[int, float]:
+    """Runs `command` to its end; (exit code, CPU seconds of it and the children it waited
+    for: the official replay worker included). Its own wait4, not the process-wide
+    RUSAGE_CHILDREN: two runs end at different times in one process."""
     with open(log, "w") as out:
         process = subprocess.Popen(
             command, cwd=cwd, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT
         )
         LIVE.add(process)
         try:
-            return process.wait()
+            _, status, usage = os.wait4(process.pid, 0)
+            process.returncode = os.waitstatus_to_exitcode(status)
+            return process.returncode, usage.ru_utime + usage.ru_stime
         except BaseException:  # Ctrl-C or a kill of the command: stop the run (it resumes)
             process.send_signal(signal.SIGTERM)
             try:
@@ -368,11 +372,10 @@ def _run_locked(
     attempts.append(attempt)
     _write_attempts(folder, attempts)
     log = folder / attempt["log"]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     if agent == "magi_lp":
         env = {"MUJOCO_GL": "egl", "PYOPENGL_PLATFORM": "egl", "JAX_PLATFORMS": "cpu"}
         command = ours_command(settings, task, seed, workdir)
-        code = _launch(_pinned(core, command), env, log, common.REPO)
+        code, cpu_s = _launch(_pinned(core, command), env, log, common.REPO)
     else:
         assert checkout is not None
         code_dir = official.prepare(checkout, folder / "code")
@@ -393,13 +396,11 @@ def _run_locked(
             replay_size=settings.replay_size,
             workdir=workdir,
         )
-        code = _launch(_pinned(core, command), official.environment(), log, code_dir)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        code, cpu_s = _launch(_pinned(core, command), official.environment(), log, code_dir)
     attempt["ended"] = time.time()
     attempt["exit_code"] = code
     attempt["wall_s"] = attempt["ended"] - attempt["started"]
-    # CPU seconds of the run's processes (the official replay worker included).
-    attempt["cpu_s"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    attempt["cpu_s"] = cpu_s  # the run's processes (the official replay worker included)
     _write_attempts(folder, attempts)
     launches = [a["started"] for a in attempts]
     reader = ours_result if agent == "magi_lp" else official_result
