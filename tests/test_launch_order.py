@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from unittest import mock
 
 import jax
 import numpy as np
@@ -69,7 +70,10 @@ def test_learner_node_serves_before_it_builds_and_callers_wait_for_the_build(tmp
     client = reverb.Client(f"localhost:{server.port}")
     store = resolve_store(experiment.builder, config)
     start = time.monotonic()
-    node = LearnerNode(experiment, store, spec, client, counter, str(tmp_path), factory)
+    lifetime = mock.Mock(stopping=lambda: False)  # the engine's; only run() would use it
+    node = LearnerNode(
+        experiment, store, spec, client, counter, str(tmp_path), factory, lifetime=lifetime
+    )
     assert node._runner is None  # nothing built: Launchpad can start serving at once
     assert time.monotonic() - start < 5.0
     pulled = []
