@@ -7,10 +7,12 @@ the comparison counts those seeds only, and they are never grown after a miss.
 Both agents are the paper's DrQ-v2 (networks, learning rate, stddev schedule, n-step 3,
 action repeat 2, frame stack 3, random-shift augmentation pad 4, 4000 seed frames, one update
 every 2 agent steps, batch 256) with two things reduced so that a run fits one CPU core in
-about 2 hours when the core is free: the rendered image (32x32, not 84x84) and the replay
+about 2.3 hours when the core is free: the rendered image (48x48, not 84x84) and the replay
 (100k transitions, not 1M: a run stores at most 30k, so nothing is evicted either way), for
 60k frames (the paper's 10 seeds: 375 at 20k, 835 at 40k with one seed at 429, 985 at 60k
 with the lowest at 963). Evaluation: 10 episodes at 0 and every 10k frames, as the paper's.
+Amended once before any evaluation after frame 0 (candidates.md, "Erratum"): first 32x32,
+chosen on a cost estimate that counted twice the updates a frame costs.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ KEPT = common.REPO / "benchmarks" / "learn_check" / "results"
 class Settings:
     """The shared settings of one comparison (frames count environment frames)."""
 
-    image_size: int = 32
+    image_size: int = 48
     batch_size: int = 256
     frames: int = 60_000
     eval_every_frames: int = 10_000
