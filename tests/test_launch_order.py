@@ -88,7 +88,9 @@ def test_learner_node_serves_before_it_builds_and_callers_wait_for_the_build(tmp
     def broken():
         raise ValueError("bad network")
 
-    failing = LearnerNode(experiment, store, spec, client, counter, str(tmp_path), factory)
+    failing = LearnerNode(
+        experiment, store, spec, client, counter, str(tmp_path), factory, lifetime=lifetime
+    )
     failing._make_runner = broken
     with pytest.raises(ValueError, match="bad network"):
         failing._build()
