@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from types import SimpleNamespace
 
@@ -191,3 +193,62 @@ def test_the_config_is_the_papers_task_in_the_one_gpu_layout():
     assert config.resources.actor.to_dict() == layout.resources.actor.to_dict()
     tiny = gpu_system.get_config("tiny")
     assert tiny.env.image_size == 32 and tiny.resources.learner.device == "gpu_if_available"
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_the_one_gpu_layouts_nodes_all_get_a_place_on_ray(tmp_path):
+    """On one GPU the learner and both actors see GPU 0: the Ray engine gives each a share
+    of it (a whole GPU each left the first actor pending for ever, before any node was up);
+    an embedded Ray with one GPU places them all."""
+    pytest.importorskip("ray", reason="Ray is the current stack's engine (.venv312)")
+    from magi_lp.engines import ray_engine
+    from magi_lp.placement.gpu_inventory import GpuInventory
+    from magi_lp.placement.plan import make_plan
+    from magi_lp.runtime.config import placement_requests
+    from tests.fake_nvidia import CUDA12, H100, gpu
+
+    config = gpu_system.get_config("gpu")
+    inventory = GpuInventory((gpu(0, H100, total_gib=80),), driver_version="580.159.04")
+    plan = make_plan(placement_requests(config), inventory, CUDA12)
+    envs = [
+        plan.envs()[plan.launch_group(group, index)]
+        for group, count in (("learner", 1), ("actor", config.num_actors), ("evaluator", 1))
+        for index in range(count)
+    ]
+    shares = ray_engine._gpu_requests(envs)
+    assert shares == [0.3333] * (1 + config.num_actors) + [0], shares
+    home = tmp_path / "home"
+    home.mkdir()
+    session = tempfile.mkdtemp(prefix="gs_ray_")  # Ray's socket paths must stay short
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _PLACE_ON_RAY, session, *map(str, shares)],
+            cwd=REPO, env=dict(os.environ, HOME=str(home)), capture_output=True, text=True,
+            timeout=240,
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(session, ignore_errors=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[-1] == f"placed={len(shares)}", done.stdout[-2000:]
+    assert not any(home.iterdir()), list(home.rglob("*"))
+    assert ray_engine._gpu_requests([{"CUDA_VISIBLE_DEVICES": "1,2"}, {}]) == [2, 0]
+
+
+_PLACE_ON_RAY = """
+import sys, ray
+from magi_lp.engines import ray_seam
+ray_seam.use_run_token()  # as the engine does: no ~/.ray/auth_token
+ray.init(num_cpus=1, num_gpus=1, include_dashboard=False, _temp_dir=sys.argv[1],
+         _node_ip_address="127.0.0.1", configure_logging=False, log_to_driver=False)
+
+@ray.remote
+class Node:
+    def ping(self):
+        return 1
+
+nodes = [Node.options(num_cpus=0, num_gpus=float(s)).remote() for s in sys.argv[2:]]
+ready, _ = ray.wait([n.ping.remote() for n in nodes], num_returns=len(nodes), timeout=120)
+ray.shutdown()
+print(f"placed={len(ready)}")
+"""

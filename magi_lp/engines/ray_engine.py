@@ -29,8 +29,10 @@ end; the cluster's token is made for the run and lives only in its processes' en
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import contextlib
+import math
 import os
 import secrets
 import shutil
@@ -292,9 +294,24 @@ def _node_env(launch: Launch, spec: NodeSpec) -> dict[str, str]:
     return {k: str(v) for k, v in env.items()}
 
 
-def _gpus_of(env: dict[str, str]) -> int:
+def _gpus_of(env: dict[str, str]) -> list[str]:
     visible = env.get("CUDA_VISIBLE_DEVICES", "")
-    return len([g for g in visible.split(",") if g.strip()])
+    return [g.strip() for g in visible.split(",") if g.strip()]
+
+
+def _gpu_requests(envs: list[dict[str, str]]) -> list[float]:
+    """Ray's GPU count for each node: a GPU that several nodes see (the 1-GPU layout's learner
+    and actors on GPU 0) is shared out between them, a whole GPU to each would leave the second
+    pending for ever. Shares are floored to Ray's 1/10000 so those of one GPU sum to at most
+    1, and a count above 1 is whole, as Ray requires; Ray sets no CUDA_VISIBLE_DEVICES here
+    (the plan's is kept), so this is bookkeeping that agrees with the plan."""
+    seen = [_gpus_of(env) for env in envs]
+    sharers = collections.Counter(gpu for gpus in seen for gpu in gpus)
+    requests = []
+    for gpus in seen:
+        share = sum(1 / sharers[gpu] for gpu in gpus)
+        requests.append(math.floor(share) if share >= 1 else math.floor(share * 1e4) / 1e4)
+    return requests
 
 
 class _Driver:
@@ -319,7 +336,8 @@ class _Driver:
         actor_class = ray.remote(_NodeActor)
         clients: dict[str, NodeClient] = {}
         log_dir = self._launch.workdir / "nodes"
-        for spec in graph.nodes:
+        gpus = _gpu_requests([_node_env(self._launch, spec) for spec in graph.nodes])
+        for spec, num_gpus in zip(graph.nodes, gpus, strict=True):
             if self._signals.received:
                 break  # a stop while starting: the nodes made so far are stopped as usual
             env = _node_env(self._launch, spec)
@@ -328,7 +346,7 @@ class _Driver:
             actor = actor_class.options(
                 name=spec.name,
                 num_cpus=0,
-                num_gpus=_gpus_of(env),
+                num_gpus=num_gpus,
                 max_concurrency=concurrency,
                 runtime_env={"env_vars": env},
                 resources=dict(self._launch.group_resources.get(spec.group, {})),
