@@ -37,18 +37,8 @@ from pathlib import Path
 
 import psutil
 
-from benchmarks.common import (
-    MARK_VAR,
-    REPO,
-    figure_main,
-    fmt,
-    kill_marked,
-    marked_env,
-    median,
-    progress,
-    ratio,
-    stop,
-)
+from benchmarks import common
+from benchmarks.common import MARK_VAR, REPO, fmt, median, ratio
 
 TITLE = "The same program on Launchpad and on Ray: updates/s, launch, stop, RSS"
 CONFIG = "configs/reacher_hard_distributed.py"
@@ -65,7 +55,7 @@ def _python(venv: str) -> str:
 
 def _run(engine: str, window_s: float, workdir: Path, overrides: list[str]) -> dict:
     venv, launcher = ENGINES[engine]
-    env = marked_env({"PYTHONUNBUFFERED": "1"})
+    env = common.marked_env({"PYTHONUNBUFFERED": "1"})
     env.pop("RAY_ADDRESS", None)
     mark = env[MARK_VAR]
     command = [
@@ -99,8 +89,8 @@ def _run(engine: str, window_s: float, workdir: Path, overrides: list[str]) -> d
     stop_at = time.monotonic()
     # The learner's final save (orbax, and the store's 2.2 GB with checkpoint.replay) is part
     # of the stop: a first run at load 30 took more than 60 s.
-    exit_s = stop(process, signal.SIGINT, timeout_s=STOP_TIMEOUT_S)
-    leftover = kill_marked(mark)
+    exit_s = common.stop(process, signal.SIGINT, timeout_s=STOP_TIMEOUT_S)
+    leftover = common.kill_marked(mark)
     output = log.read_text(errors="replace")
     match = re.search(r"nodes ended ([\d.]+) s after the stop began; exit code (\d+)", output)
     rows = _status_rows(workdir / "status.csv")
@@ -211,10 +201,10 @@ def measure(quick: bool) -> dict:
         for round_index in range(rounds):
             order = list(ENGINES) if round_index % 2 == 0 else list(reversed(ENGINES))
             for engine in order:
-                progress(f"round {round_index + 1}: {engine}")
+                common.progress(f"round {round_index + 1}: {engine}")
                 workdir = Path(folder) / f"{engine}_{round_index}"
                 runs[engine].append(_run(engine, window_s, workdir, overrides))
-                progress(f"{engine}: {runs[engine][-1]}")
+                common.progress(f"{engine}: {runs[engine][-1]}")
     costs = {engine: _update_cost(engine, 3 if quick else 10) for engine in ENGINES}
 
     def med(engine: str, key: str) -> float | None:
@@ -287,4 +277,4 @@ def report(result: dict) -> str:
 
 
 if __name__ == "__main__":
-    figure_main(measure)
+    common.figure_main(measure)

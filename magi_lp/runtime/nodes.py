@@ -13,6 +13,7 @@ engine is named here.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import threading
 import time
@@ -436,6 +437,7 @@ class EvaluatorNode:
         self._lifetime.leave()
 
 
+@dataclasses.dataclass
 class CoordinatorNode:
     """Stops the program once actors have taken `max_actor_steps` steps.
 
@@ -451,32 +453,22 @@ class CoordinatorNode:
       _max_actor_steps: the limit.
       checkpoint_replay: checkpoint Reverb before the stop.
       poll_seconds: how often the counts are read.
-      _lifetime: the engine's `NodeLifetime`.
+      lifetime: the engine's `NodeLifetime`.
     """
 
-    def __init__(
-        self,
-        counter: Any,
-        replay: Any,
-        max_actor_steps: int,
-        checkpoint_replay: bool = False,
-        poll_seconds: float = 0.5,
-        *,
-        lifetime: NodeLifetime,
-    ):
-        self._counter = counter
-        self._replay = replay
-        self._max_actor_steps = max_actor_steps
-        self.checkpoint_replay = checkpoint_replay
-        self.poll_seconds = poll_seconds
-        self._lifetime = lifetime
+    _counter: Any
+    _replay: Any
+    _max_actor_steps: int
+    checkpoint_replay: bool = False
+    poll_seconds: float = 0.5
+    lifetime: NodeLifetime = dataclasses.field(kw_only=True, repr=False)
 
     def run(self) -> None:
-        while not self._lifetime.wait_for_stop(self.poll_seconds):
+        while not self.lifetime.wait_for_stop(self.poll_seconds):
             if self.limit_reached():
                 logging.info("Reached %d actor steps: stopping.", self._max_actor_steps)
                 self.finish()
-                self._lifetime.stop_program()
+                self.lifetime.stop_program()
                 return
 
     def limit_reached(self) -> bool:
