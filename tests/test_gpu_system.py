@@ -252,3 +252,22 @@ ready, _ = ray.wait([n.ping.remote() for n in nodes], num_returns=len(nodes), ti
 ray.shutdown()
 print(f"placed={len(ready)}")
 """
+
+
+def test_the_reckoning_compiles_the_learner_where_its_spec_can_render():
+    """The reckoning compiles in the learner's env, whose MUJOCO_GL is 'off' (it renders
+    nothing), but the throwaway environment that gives the spec renders once: it gets EGL."""
+    from magi_lp.placement.gpu_inventory import GpuInventory
+    from magi_lp.placement.plan import make_plan
+    from magi_lp.runtime import memory_reckoning
+    from magi_lp.runtime.config import placement_requests
+    from tests.fake_nvidia import CUDA12, H100, gpu
+
+    config = gpu_system.get_config("gpu")
+    inventory = GpuInventory((gpu(0, H100, total_gib=80),), driver_version="580.159.04")
+    plan = make_plan(placement_requests(config), inventory, CUDA12)
+    learner = plan.launch_group("learner", 0)
+    assert plan.envs()[learner]["MUJOCO_GL"] == "off"
+    env = memory_reckoning._child_env(plan, learner)
+    assert (env["MUJOCO_GL"], env["PYOPENGL_PLATFORM"]) == ("egl", "egl")
+    assert env["CUDA_VISIBLE_DEVICES"] == "0" and env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"

@@ -64,7 +64,11 @@ def _child_env(plan: Any, launch_group: str | None) -> dict[str, str]:
         env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = ""
     else:
         env.update({"JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": "", "XLA_FLAGS": ""})
-    env.setdefault("MUJOCO_GL", "egl")  # the throwaway environment of the spec may render
+    # The throwaway environment of the spec may render, also in a group that renders nothing
+    # (the learner's MUJOCO_GL is 'off': its compile failed with "No OpenGL rendering backend
+    # is available" on a GPU machine); EGL there uses the GPUs the group sees.
+    if env.get("MUJOCO_GL", "off") in ("off", ""):
+        env["MUJOCO_GL"] = env["PYOPENGL_PLATFORM"] = "egl"
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
