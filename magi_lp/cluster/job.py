@@ -28,6 +28,9 @@ from typing import Any
 ENGINES = ("hosts", "slurm", "kubernetes")
 """Launchers that start a program on several hosts (besides the local one)."""
 
+RUNTIMES = ("launchpad", "ray")
+"""What runs the program graph on the hosts: a pickled Launchpad program, or a Ray cluster."""
+
 SECURITY_WARNING = (
     "SECURITY: the nodes talk through Courier and Reverb, which have no authentication, and "
     "Courier calls any Python function a caller names. Their servers listen on every "
@@ -125,12 +128,17 @@ class ClusterHost:
       address: its private-network address, "" when the engine gives it.
       gpus: how many GPUs it has (None: unknown).
       node_selector: Kubernetes node labels its pods must run on ("k=v,k2=v2"), or "".
+      cpus: its CPU cores (0: unknown).
+      base_port: the first port of its range (`hosts.machines.<name>.base_port`, else
+        `hosts.base_port`; 0: not given).
     """
 
     name: str
     address: str = ""
     gpus: int | None = None
     node_selector: str = ""
+    cpus: int = 0
+    base_port: int = 0
 
     @property
     def host_var(self) -> str:
@@ -191,6 +199,9 @@ class ClusterJob:
       stop: stop and fault-detection timings.
       settings: the engine's own settings (`config.hosts.slurm` / `.kubernetes`), as a dict.
       command: the command line that generated the files (for their headers).
+      runtime: what runs the program graph on the hosts (`RUNTIMES`).
+      driver: the Ray engines' driver, the entry point with `--launcher ray` (argv, absolute
+        paths, without the Python); empty for Launchpad's engines.
     """
 
     engine: str
@@ -202,10 +213,14 @@ class ClusterJob:
     stop: StopSettings = StopSettings()
     settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     command: str = ""
+    runtime: str = "launchpad"
+    driver: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
             raise ValueError(f"engine {self.engine!r} is not one of {ENGINES}")
+        if self.runtime not in RUNTIMES:
+            raise ValueError(f"runtime {self.runtime!r} is not one of {RUNTIMES}")
         if not _DNS_LABEL.match(self.name) or len(self.name) > 40:
             raise ValueError(f"job name {self.name!r} must be a DNS label of <= 40 characters")
         self.node(self.coordinator)  # raises if missing

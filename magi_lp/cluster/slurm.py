@@ -34,16 +34,16 @@ from magi_lp.cluster.host_scripts import (
     shell_node_command,
     starter,
 )
-from magi_lp.cluster.job import ClusterJob, header_lines
+from magi_lp.cluster.job import ClusterHost, ClusterJob, header_lines
 
 
-def _split(text: str) -> list[str]:
+def split_settings(text: str) -> list[str]:
+    """A `;`-separated setting (`extra_sbatch`, `setup`) as its parts."""
     return [part.strip() for part in text.split(";") if part.strip()]
 
 
-def _component(job: ClusterJob, host_index: int) -> list[str]:
-    host = job.hosts[host_index]
-    tasks = sum(len(g.nodes) for g in job.groups_on(host.name))
+def component_lines(host: ClusterHost, tasks: int) -> list[str]:
+    """The `#SBATCH` lines of one machine's component: the whole node, its GPUs."""
     lines = [
         f"# host {host.name}",
         "#SBATCH --nodes=1",
@@ -54,6 +54,43 @@ def _component(job: ClusterJob, host_index: int) -> list[str]:
         lines.append(f"#SBATCH --gres=gpu:{host.gpus}")
     if host.address:
         lines.append(f"#SBATCH --nodelist={host.address}")
+    return lines
+
+
+def _component(job: ClusterJob, host_index: int) -> list[str]:
+    host = job.hosts[host_index]
+    return component_lines(host, sum(len(g.nodes) for g in job.groups_on(host.name)))
+
+
+def node_address_function(suffix: str, *, resolve: bool = False) -> list[str]:
+    """Shell lines defining `node_address NODELIST` (the allocated node's NodeAddr, or its
+    name + `suffix`) and, with `resolve`, `node_ip NAME` (its IPv4 address), used by it."""
+    lines = [
+        "# Where the nodes of each host are reached: the node SLURM allocated to it, at its",
+        "# NodeAddr (slurm.conf; the node's name where none is set)"
+        + (f", or its name + {suffix!r} (hosts.slurm.address_suffix)." if suffix else "."),
+    ]
+    if resolve:
+        lines += [
+            "node_ip() {  # node_ip NAME-OR-ADDRESS: its IPv4 address (Ray wants an address)",
+            '  getent ahostsv4 "$1" 2>/dev/null | awk \'NR == 1 {print $1}\' | grep . || echo "$1"',
+            "}",
+        ]
+    lines += [
+        "node_address() {  # node_address NODELIST",
+        "  local name address",
+        '  name=$(scontrol show hostnames "$1" | head -n 1)',
+    ]
+    echo = "node_ip " if resolve else "echo "
+    if suffix:
+        lines.append(f'  {echo}"$name{suffix}"')
+    else:
+        lines += [
+            "  address=$(scontrol show node \"$name\" 2>/dev/null | tr ' ' '\\n' \\",
+            "    | sed -n 's/^NodeAddr=//p' | head -n 1)",
+            f'  {echo}"${{address:-$name}}"',
+        ]
+    lines.append("}")
     return lines
 
 
@@ -71,32 +108,15 @@ def render_sbatch(job: ClusterJob) -> str:
     for key in ("partition", "account", "qos", "time"):
         if settings.get(key):
             lines.append(f"#SBATCH --{key}={settings[key]}")
-    lines += [f"#SBATCH {option}" for option in _split(settings.get("extra_sbatch", ""))]
+    lines += [f"#SBATCH {option}" for option in split_settings(settings.get("extra_sbatch", ""))]
     indices = [job.hosts.index(h) for h in hosts]
     for position, index in enumerate(indices):
         if position:
             lines.append("#SBATCH hetjob")
         lines += _component(job, index)
-    lines += ["", *_split(settings.get("setup", "")), "set -u", *preamble(job), ""]
+    lines += ["", *split_settings(settings.get("setup", "")), "set -u", *preamble(job), ""]
 
-    suffix = settings.get("address_suffix", "")
-    lines += [
-        "# Where the nodes of each host are reached: the node SLURM allocated to it, at its",
-        "# NodeAddr (slurm.conf; the node's name where none is set)"
-        + (f", or its name + {suffix!r} (hosts.slurm.address_suffix)." if suffix else "."),
-        "node_address() {  # node_address NODELIST",
-        "  local name address",
-        '  name=$(scontrol show hostnames "$1" | head -n 1)',
-    ]
-    if suffix:
-        lines.append(f'  echo "$name{suffix}"')
-    else:
-        lines += [
-            "  address=$(scontrol show node \"$name\" 2>/dev/null | tr ' ' '\\n' \\",
-            "    | sed -n 's/^NodeAddr=//p' | head -n 1)",
-            '  echo "${address:-$name}"',
-        ]
-    lines.append("}")
+    lines += node_address_function(settings.get("address_suffix", ""))
     for position, host in enumerate(hosts):
         if host.address:
             lines.append(f"# host {host.name}: {host.address} (from the config)")
