@@ -70,6 +70,9 @@ REFERENCE_SOURCE = "facebookresearch/drqv2 at c0c650b, curves/dmc_cartpole_balan
 FED_GOAL = 0.95
 MEMORY_GOAL = 0.15
 SAMPLE_EVERY_S = 2.0
+LP_MAIN = REPO / "projects" / "drq_v2" / "lp_main.py"
+LP_MAIN_WRAPPER = REPO / "benchmarks" / "gpu_system_lp_main.py"
+DRIVERS = ("auto", "lp_main", "wrapper")
 UP_LINE = "Ray and every node up"
 # The update alone: seconds of its worker (three timings of a third each), and how long it may
 # take with its compile.
@@ -122,6 +125,9 @@ def get_config(mode: str = "gpu") -> Any:
         config.envs_per_actor = int(layout.envs_per_actor)
         for group in ("learner", "actor", "evaluator"):
             config.resources[group] = layout.resources[group]
+        # The evaluator acts on the CPU, as the layout has it, and renders through EGL on the
+        # GPU: with no GPU visible, EGL renders only where Mesa's software device is installed.
+        config.resources.evaluator.render_gpu = 0
     elif mode == "tiny":
         from projects.drq_v2 import tiny
 
@@ -295,6 +301,49 @@ def update_alone(plan: Any, config: Any, mode: str, root: Path, mark: str) -> di
 # --- 3. the system ------------------------------------------------------------------------
 
 
+_EGL_CHECK = (
+    "from dm_control import suite\n"
+    "from dm_control.suite.wrappers import pixels\n"
+    "env = pixels.Wrapper(suite.load('cartpole', 'balance'), "
+    "render_kwargs={'height': 84, 'width': 84})\n"
+    "print('rendered', env.observation_spec()['pixels'].shape)\n"
+)
+
+
+def egl_without_gpus(mark: str) -> dict:
+    """Whether EGL renders with the GPUs hidden, as lp_main's driver renders its throwaway
+    environment (`CUDA_VISIBLE_DEVICES=''`, MUJOCO_GL=egl, no MUJOCO_EGL_DEVICE_ID)."""
+    from benchmarks.common import marked_env
+
+    hidden = {"CUDA_VISIBLE_DEVICES": "", "JAX_PLATFORMS": "cpu", "MUJOCO_GL": "egl"}
+    env = marked_env({**hidden, "PYOPENGL_PLATFORM": "egl"}, mark=mark)
+    env.pop("MUJOCO_EGL_DEVICE_ID", None)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _EGL_CHECK], cwd=REPO, env=env, capture_output=True,
+            text=True, timeout=120,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return {"renders": False, "error": "no answer in 120 s"}
+    lines = (done.stderr or done.stdout).strip().splitlines()
+    return {"renders": done.returncode == 0, "error": "" if done.returncode == 0 else lines[-1]}
+
+
+def choose_driver(choice: str, mark: str) -> dict:
+    """Which entry point drives the run: lp_main.py, or its wrapper where EGL needs a GPU."""
+    check = egl_without_gpus(mark)
+    wrapper = choice == "wrapper" or (choice == "auto" and not check["renders"])
+    why = (
+        "asked for" if choice != "auto"
+        else "EGL renders with the GPUs hidden" if check["renders"]
+        else f"EGL does not render with the GPUs hidden ({check['error']}): the driver's "
+        "throwaway environment could not render there"
+    )  # fmt: skip
+    entry = LP_MAIN_WRAPPER if wrapper else LP_MAIN
+    _say(f"driver: {entry.relative_to(REPO)} ({why})")
+    return {"entry_point": str(entry.relative_to(REPO)), "why": why, "egl_without_gpus": check}
+
+
 class GpuSampler:
     """Peak GPU MiB per pid (NVML, every process on the GPUs) and per GPU; nothing on a
     machine without NVML. A pid is named by the node whose log its stdout is (the Ray engine
@@ -357,10 +406,17 @@ def _learner_steps(status_csv: Path) -> float:
 
 
 def run_system(
-    mode: str, workdir: Path, run_s: float, stop_by: float, mark: str, overrides: list[str]
+    mode: str,
+    workdir: Path,
+    run_s: float,
+    stop_by: float,
+    mark: str,
+    overrides: list[str],
+    entry_point: Path = LP_MAIN,
 ) -> dict:
-    """lp_main.py --launcher ray for `run_s` after every node is up (or until `stop_by`, a
-    time.monotonic()), then SIGINT to the driver; what the stop took and left behind."""
+    """`entry_point` (lp_main.py) --launcher ray for `run_s` after every node is up (or until
+    `stop_by`, a time.monotonic()), then SIGINT to the driver; what the stop took and left
+    behind."""
     from benchmarks.common import kill_marked, marked_env
 
     workdir.parent.mkdir(parents=True, exist_ok=True)
@@ -368,7 +424,7 @@ def run_system(
     home_ray = Path.home() / ".ray"
     ray_home_before = home_ray.exists()
     command = [
-        sys.executable, str(REPO / "projects" / "drq_v2" / "lp_main.py"),
+        sys.executable, str(entry_point),
         f"--config={Path(__file__).resolve()}:{mode}", "--launcher=ray",
         f"--workdir={workdir}", "--status_every=15", *overrides,
     ]  # fmt: skip
@@ -677,6 +733,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", default=str(REPO / "runs" / "gpu_system"))
     parser.add_argument("--actors", type=int, default=0, help="num_actors (default: the layout's)")
     parser.add_argument("--envs-per-actor", type=int, default=0, help="default: the layout's")
+    parser.add_argument(
+        "--driver",
+        choices=DRIVERS,
+        default="auto",
+        help="lp_main: projects/drq_v2/lp_main.py; wrapper: benchmarks/gpu_system_lp_main.py "
+        "(the spec made before the driver hides the GPUs); auto: lp_main where EGL renders "
+        "with no GPU visible, else the wrapper",
+    )
     args = parser.parse_args(argv)
 
     from benchmarks.common import git_commit
@@ -754,8 +818,11 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     run_s = 60 * args.minutes if mode == "gpu" else TINY_SECONDS
-    _say(f"3/3 the system on Ray for {run_s:.0f} s after every node is up")
-    run = run_system(mode, workdir, run_s, stop_by, mark, overrides)
+    result["driver"] = choose_driver(args.driver, mark)
+    _save(out, result)
+    entry_point = REPO / result["driver"]["entry_point"]
+    _say(f"3/3 the system on Ray for {run_s:.0f} s after every node is up ({entry_point.name})")
+    run = run_system(mode, workdir, run_s, stop_by, mark, overrides, entry_point)
     result["run"] = run
     _save(out, result)
     system = {**throughput(workdir, config, mode), "on": machine["stamp"]}
@@ -805,6 +872,8 @@ def text_summary(result: dict) -> str:
         f"{_fmt(result.get('update_alone', {}).get('device_batch_per_second'))}/s; fed "
         f"{_fmt(where.get('fed'), 2)} (goal >= {FED_GOAL}); {where.get('verdict')}: "
         f"{where.get('why')}",
+        f"driver: {result.get('driver', {}).get('entry_point')} "
+        f"({result.get('driver', {}).get('why')})",
         f"stop: exit {run.get('exit_code')} {_fmt(run.get('stop_s'))} s after SIGINT; "
         f"leftovers killed {len(run.get('leftovers_killed') or [])}; ~/.ray created: "
         f"{run.get('ray_home_created')}",
@@ -878,6 +947,9 @@ def report(result: dict) -> str:
         f" | {on} |",
         "",
         f"**Where the time goes**: {where.get('verdict')}: {where.get('why')}.",
+        "",
+        f"**Driver**: `{result.get('driver', {}).get('entry_point')}` "
+        f"({result.get('driver', {}).get('why')}).",
         "",
         f"**GPU memory per process** (NVML by pid, peak; `gpu_memory='auto'` reckoning plus a "
         f"CUDA context; goal within {MEMORY_GOAL:.0%}):",

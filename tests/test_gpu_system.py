@@ -53,6 +53,8 @@ FIELDS = (
     "update_alone.updates_per_second",
     "update_alone.first_call_s",
     "update_alone.on",
+    "driver.entry_point",
+    "driver.egl_without_gpus.renders",
     "run.command",
     "run.exit_code",
     "run.up_s",
@@ -102,7 +104,7 @@ def test_the_tiny_run_measures_the_whole_system_and_leaves_nothing(tmp_path):
     out, workdir = tmp_path / "gpu_system.json", tmp_path / "run"
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.gpu_system", "--tiny", "--out", str(out),
-         "--workdir", str(workdir)],
+         "--workdir", str(workdir), "--driver", "wrapper"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=540,
     )  # fmt: skip
     output = done.stdout + done.stderr
@@ -112,6 +114,11 @@ def test_the_tiny_run_measures_the_whole_system_and_leaves_nothing(tmp_path):
     for dotted in FIELDS:
         _field(result, dotted)
     assert result["status"] == "tiny" and result["settings"]["mode"] == "tiny"
+    # The driver a GPU machine without Mesa's EGL gets (lp_main.py itself is
+    # tests/test_ray_engine.py's); the check of EGL with the GPUs hidden ran.
+    assert result["driver"]["entry_point"] == "benchmarks/gpu_system_lp_main.py"
+    assert "gpu_system_lp_main.py" in result["run"]["command"]
+    assert isinstance(result["driver"]["egl_without_gpus"]["renders"], bool)
     # The update alone ran, and so did the whole system, with the learner updating.
     assert result["update_alone"]["state"] == "done", result["update_alone"]
     assert result["update_alone"]["device_batch_per_second"] > 0
@@ -217,7 +224,8 @@ def test_the_one_gpu_layouts_nodes_all_get_a_place_on_ray(tmp_path):
         for index in range(count)
     ]
     shares = ray_engine._gpu_requests(envs)
-    assert shares == [0.3333] * (1 + config.num_actors) + [0], shares
+    # The evaluator acts on the CPU and renders on GPU 0 (EGL): a fourth sharer.
+    assert shares == [0.25] * (2 + config.num_actors), shares
     home = tmp_path / "home"
     home.mkdir()
     session = tempfile.mkdtemp(prefix="gs_ray_")  # Ray's socket paths must stay short
