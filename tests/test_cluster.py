@@ -272,7 +272,7 @@ def test_engines_refuse_what_they_cannot_run():
     config = _config(main={}, a1={"address": "10.0.0.3"})
     plan = cluster.plan_hosts(config, "hosts", jax_build=CPU_JAX)
     with pytest.raises(
-        ConfigError, match=re.escape("hosts.machines.main.address is empty; --launcher hosts")
+        ConfigError, match=re.escape("hosts.machines.main.address is empty: --launcher hosts")
     ):
         cluster.make_cluster_job(config, plan, "hosts", name="x", workdir="/w")
     plan = cluster.plan_hosts(config, "kubernetes", jax_build=CPU_JAX)

@@ -19,7 +19,15 @@ from typing import Any
 
 import ml_collections
 
-from magi_lp.config_schema import fail_unless, typed_section, unknown_key
+from magi_lp.config_schema import (
+    check,
+    did_you_mean,
+    fact_refusal,
+    fail_unless,
+    refusal,
+    typed_section,
+    unknown_key,
+)
 from magi_lp.errors import ConfigError
 from magi_lp.runtime.config import NODE_GROUPS
 
@@ -77,13 +85,14 @@ class MachineSettings:
     node_selector: str = ""  # Kubernetes: node labels its pods need ("k=v,k2=v2")
 
     def __post_init__(self) -> None:
-        fail_unless(self.gpus >= -1, "gpus", "an integer >= 0, or -1 (unknown)", self.gpus)
-        fail_unless(self.cpus >= 0, "cpus", "an integer >= 0 (0: unknown)", self.cpus)
-        fail_unless(
-            self.base_port == 0 or 1024 <= self.base_port <= 65535,
+        # `typed_section` names each key in full (hosts.machines.<name>.gpus).
+        check(self, "gpus", self.gpus >= -1, "an integer >= 0, or -1 (unknown)")
+        check(self, "cpus", self.cpus >= 0, "an integer >= 0 (0: unknown)")
+        check(
+            self,
             "base_port",
+            self.base_port == 0 or 1024 <= self.base_port <= 65535,
             "0 or a port in 1024-65535",
-            self.base_port,
         )
 
 
@@ -132,7 +141,13 @@ def machine(**settings: Any) -> ml_collections.ConfigDict:
     names = [f.name for f in dataclasses.fields(MachineSettings)]
     unknown = sorted(set(settings) - set(names))
     if unknown:
-        raise ConfigError(f"machine setting {unknown[0]!r} is unknown; valid: {', '.join(names)}")
+        raise ConfigError(
+            fact_refusal(
+                f"machine setting {unknown[0]!r} is unknown",
+                f"the settings are {', '.join(names)}",
+                did_you_mean(unknown[0], names, otherwise="use one of those"),
+            )
+        )
     return ml_collections.ConfigDict({**dataclasses.asdict(MachineSettings()), **settings})
 
 
@@ -153,8 +168,12 @@ def validate_hosts_config(config: ml_collections.ConfigDict) -> HostsSettings:
     """Checks `config.hosts`; returns its top-level settings, typed (ConfigError if bad)."""
     if "hosts" not in config:
         raise ConfigError(
-            "hosts is missing; add config.hosts = magi_lp.cluster.config.hosts_defaults() "
-            "and its machines to the config file (docs/cluster.md)."
+            fact_refusal(
+                "hosts is missing",
+                "",
+                "add config.hosts = magi_lp.cluster.config.hosts_defaults() and its machines "
+                "to the config file (docs/cluster.md)",
+            )
         )
     hosts = config.hosts
     known = {f.name for f in dataclasses.fields(HostsSettings)} | set(_HOSTS_SECTIONS)
@@ -163,23 +182,28 @@ def validate_hosts_config(config: ml_collections.ConfigDict) -> HostsSettings:
             raise unknown_key("hosts.", key, known)
     for section in _HOSTS_SECTIONS:
         if section not in hosts:
-            raise ConfigError(f"hosts.{section} is missing; start from hosts_defaults().")
+            raise ConfigError(
+                fact_refusal(
+                    f"hosts.{section} is missing",
+                    "",
+                    "start from magi_lp.cluster.config.hosts_defaults()",
+                )
+            )
     top = {key: hosts[key] for key in hosts if key not in _HOSTS_SECTIONS}
     settings = typed_section(HostsSettings, top, "hosts.")
     for name in hosts.machines:
-        prefix = f"hosts.machines.{name}."
-        try:
-            typed_section(MachineSettings, hosts.machines[name], prefix)
-        except ConfigError as error:
-            message = str(error)
-            raise ConfigError(message if message.startswith(prefix) else prefix + message) from None
+        typed_section(MachineSettings, hosts.machines[name], f"hosts.machines.{name}.")
     for group in hosts.place:
         if group not in NODE_GROUPS:
             raise unknown_key("hosts.place.", group, NODE_GROUPS)
         if not isinstance(hosts.place[group], str):
             raise ConfigError(
-                f"hosts.place.{group} must be a string such as 'main' or 'a1,a2', "
-                f"got {hosts.place[group]!r}."
+                refusal(
+                    f"hosts.place.{group}",
+                    "a string such as 'main' or 'a1,a2'",
+                    hosts.place[group],
+                    "name the hosts that run the group",
+                )
             )
     typed_section(SlurmSettings, hosts.slurm, "hosts.slurm.")
     typed_section(KubernetesSettings, hosts.kubernetes, "hosts.kubernetes.")

@@ -23,9 +23,6 @@ import dataclasses
 import importlib.util
 import os
 import re
-import shlex
-import shutil
-import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -34,17 +31,11 @@ from typing import Any
 import ml_collections
 
 from magi_lp import console
-from magi_lp.cluster import host_scripts, kubernetes, slurm
-from magi_lp.cluster.config import (
-    KubernetesSettings,
-    SlurmSettings,
-    node_ports,
-    validate_hosts_config,
-)
+from magi_lp.cluster.config import node_ports, validate_hosts_config
+from magi_lp.cluster.engines import ClusterEngine, cluster_engine, engine_of, submit_sbatch
 from magi_lp.cluster.host_plan import HostPlan, HostSpec, make_host_plan
 from magi_lp.cluster.job import (
     ENGINES,
-    SECURITY_WARNING,
     ClusterGroup,
     ClusterHost,
     ClusterJob,
@@ -52,9 +43,15 @@ from magi_lp.cluster.job import (
     JobPaths,
     StopSettings,
 )
+from magi_lp.cluster.ray_cluster import driver_argv
+from magi_lp.config_schema import fact_refusal, refusal
+from magi_lp.engines.base import HOST_SHARE, host_resource
 from magi_lp.errors import ConfigError
 from magi_lp.placement.jax_build import JaxBuild
+from magi_lp.placement.plan import PlacementPlan
 from magi_lp.runtime.config import placement_requests, stop_tiers
+
+__all__ = ["submit_sbatch"]  # re-exported: the SLURM engines submit with it
 
 LAUNCHERS = ("local", *ENGINES)
 """The `--launcher` choices."""
@@ -69,8 +66,12 @@ def job_name(config: ml_collections.ConfigDict, config_name: str) -> str:
     name = re.sub(r"[^a-z0-9]+", "-", raw.lower()).strip("-")[:40].strip("-")
     if not name or not name[0].isalpha():
         raise ConfigError(
-            f"hosts.name={config.hosts.name!r}: the job needs a name of letters, digits and '-' "
-            "starting with a letter; set hosts.name"
+            refusal(
+                "hosts.name",
+                "a name of letters, digits and '-' starting with a letter",
+                config.hosts.name,
+                "set hosts.name (the job's name in files, jobs and pods)",
+            )
         )
     return name
 
@@ -91,44 +92,87 @@ def host_specs(config: ml_collections.ConfigDict) -> list[HostSpec]:
     return hosts
 
 
-def plan_hosts(
-    config: ml_collections.ConfigDict, launcher: str, jax_build: JaxBuild | None = None
-) -> HostPlan:
-    """The validated host plan of `config` for `launcher`."""
-    validate_hosts_config(config)
+def _engine(launcher: str | ClusterEngine) -> ClusterEngine:
+    if isinstance(launcher, ClusterEngine):
+        return launcher
     if launcher not in ENGINES:
-        raise ConfigError(f"--launcher={launcher!r}: choose one of {', '.join(LAUNCHERS)}")
+        raise ConfigError(
+            fact_refusal(
+                f"--launcher {launcher} runs on one machine",
+                "the files of several hosts come from hosts, slurm or kubernetes",
+                f"choose one of {', '.join(ENGINES)}",
+            )
+        )
+    return cluster_engine(launcher)
+
+
+def plan_hosts(
+    config: ml_collections.ConfigDict,
+    launcher: str | ClusterEngine,
+    jax_build: JaxBuild | None = None,
+) -> HostPlan:
+    """The validated host plan of `config` for `launcher` (its name: this stack's engine)."""
+    validate_hosts_config(config)
+    engine = _engine(launcher)
     return make_host_plan(
         placement_requests(config),
         host_specs(config),
         config.hosts.place.to_dict(),
         ports_per_node=node_ports(config),
         base_port=config.hosts.base_port,
-        port_per_pod=launcher == "kubernetes",
+        port_per_pod=engine.port_per_pod,
         jax_build=jax_build,
     )
+
+
+def joined_cluster_plan(
+    config: ml_collections.ConfigDict,
+) -> tuple[PlacementPlan, dict[str, dict[str, float]]]:
+    """Inside a Ray cluster of several machines (the driver of `--launcher slurm|kubernetes`
+    on the current stack): the host plan's placement, and each launch group's custom
+    resource, `{host_resource(its machine): HOST_SHARE}`, for `Launch.group_resources`."""
+    plan = plan_hosts(config, cluster_engine("slurm", "ray"))
+    resources = {
+        group: {host_resource(host): HOST_SHARE} for group, host in plan.launch_group_hosts.items()
+    }
+    return plan.placement, resources
 
 
 def make_cluster_job(
     config: ml_collections.ConfigDict,
     plan: HostPlan,
-    launcher: str,
+    launcher: str | ClusterEngine,
     *,
     name: str,
     workdir: str,
     python: str = "",
     project_dir: str = "",
     command: str = "",
+    driver: tuple[str, ...] = (),
 ) -> ClusterJob:
-    """The launch layer's description of the job (engine checks included)."""
+    """The launch layer's description of the job (engine checks included).
+
+    Args:
+      driver: a Ray engine's driver (`ray_cluster.driver_argv`); empty: made from `command`.
+    """
+    engine = _engine(launcher)
     settings = config.hosts
     python = settings.python or python or sys.executable
     project_dir = settings.project_dir or project_dir or os.getcwd()
     for key, path in (("hosts.python", python), ("hosts.project_dir", project_dir)):
         if not os.path.isabs(path):
-            raise ConfigError(f"{key}={path!r} must be an absolute path (the same on every host)")
+            raise ConfigError(
+                refusal(key, "an absolute path (the same on every host)", path, "give one")
+            )
     if not os.path.isabs(workdir):
-        raise ConfigError(f"--workdir {workdir} must be an absolute path on the shared filesystem")
+        raise ConfigError(
+            refusal(
+                "--workdir",
+                "an absolute path on the shared filesystem",
+                workdir,
+                "give one every host sees",
+            )
+        )
     paths = JobPaths(
         python=python,
         project_dir=project_dir,
@@ -147,11 +191,8 @@ def make_cluster_job(
             ClusterNode(n.launch_group, n.task, n.host, n.ports, tiers.get(n.group, 1))
             for n in plan.launch_group_nodes(launch_group)
         )
-        env = dict(placement.env)
         gpus = len(placement.gpu_ids)
-        if launcher == "kubernetes" and gpus:
-            # A pod sees only the GPUs it was given, numbered from 0.
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(gpus))
+        env = engine.group_env(dict(placement.env), gpus)
         groups.append(
             ClusterGroup(
                 launch_group=launch_group,
@@ -169,12 +210,15 @@ def make_cluster_job(
             address=h.address,
             gpus=h.gpus if h.gpus is not None else _assumed_gpus(plan, h.name),
             node_selector=machines[h.name].node_selector,
+            cpus=machines[h.name].cpus,
+            base_port=h.base_port if h.base_port is not None else settings.base_port,
         )
         for h in plan.hosts
     )
-    engine = {"slurm": settings.slurm, "kubernetes": settings.kubernetes}.get(launcher)
+    if engine.runtime == "ray" and not driver and command:
+        driver = tuple(driver_argv(command, workdir, os.getcwd()))
     job = ClusterJob(
-        engine=launcher,
+        engine=engine.launcher,
         name=name,
         hosts=hosts,
         groups=tuple(groups),
@@ -186,10 +230,12 @@ def make_cluster_job(
             heartbeat_timeout_seconds=settings.heartbeat_timeout_seconds,
             start_timeout_seconds=settings.start_timeout_seconds,
         ),
-        settings=engine.to_dict() if engine is not None else {},
+        settings=dict(engine.settings(settings)),
         command=command,
+        runtime=engine.runtime,
+        driver=tuple(driver),
     )
-    _check_engine(job, plan)
+    engine.check(job, plan)
     return job
 
 
@@ -233,74 +279,14 @@ def _cpus_per_node(
     return max(1, (cores - taken) // max(1, unset))
 
 
-def _check_engine(job: ClusterJob, plan: HostPlan) -> None:
-    """What one engine needs beyond the plan (ConfigError naming the key)."""
-    if job.engine == "hosts":
-        for host in job.hosts:
-            if not host.address and job.groups_on(host.name):
-                raise ConfigError(
-                    f"hosts.machines.{host.name}.address is empty; --launcher hosts needs the "
-                    "private-network address (IP or name) of every host that runs nodes"
-                )
-    if job.engine == "kubernetes":
-        k8s = KubernetesSettings(**job.settings)
-        if not k8s.image:
-            raise ConfigError(
-                "hosts.kubernetes.image is empty; give the image that holds the code at "
-                "hosts.project_dir and the virtualenv at hosts.python"
-            )
-        if not k8s.volume_claim:
-            raise ConfigError(
-                "hosts.kubernetes.volume_claim is empty; give the PersistentVolumeClaim "
-                "(ReadWriteMany) that holds the workdir, shared by every pod"
-            )
-        mount = k8s.volume_mount.rstrip("/") or "/"
-        if not (job.paths.workdir + "/").startswith(mount + "/"):
-            raise ConfigError(
-                f"--workdir {job.paths.workdir} is not inside hosts.kubernetes.volume_mount="
-                f"{k8s.volume_mount!r}; pods see the shared volume only there"
-            )
-        for host in job.hosts:
-            used: dict[int, list[str]] = {}
-            for name, p in plan.placement.groups.items():
-                if plan.launch_group_hosts[name] != host.name:
-                    continue
-                for index in p.node_indices:
-                    for gpu in p.gpu_ids:
-                        used.setdefault(gpu, []).append(f"{p.group}/{index}")
-            shared = {gpu: nodes for gpu, nodes in used.items() if len(nodes) > 1}
-            if shared:
-                gpu, nodes = sorted(shared.items())[0]
-                raise ConfigError(
-                    f"machine {host.name}: GPU {gpu} would be shared by {', '.join(nodes)}, but "
-                    "Kubernetes gives each pod whole GPUs of its own; give those groups "
-                    "gpu_distribution='round_robin' and enough GPUs, or fewer GPU nodes"
-                )
-    if job.engine == "slurm":
-        SlurmSettings(**job.settings)
-
-
 def render(job: ClusterJob) -> dict[str, str]:
     """The generated files of `job`: file name -> text."""
-    if job.engine == "slurm":
-        return {f"{job.name}.sbatch": slurm.render_sbatch(job)}
-    if job.engine == "kubernetes":
-        return {f"{job.name}.yaml": kubernetes.render_manifests(job)}
-    return host_scripts.render_host_scripts(job)
+    return engine_of(job).render(job)
 
 
 def start_command(job: ClusterJob, folder: Path) -> str:
     """What the user runs next to start the prepared job."""
-    if job.engine == "slurm":
-        return f"sbatch {shlex.quote(str(folder / f'{job.name}.sbatch'))}"
-    if job.engine == "kubernetes":
-        return f"kubectl apply -f {shlex.quote(str(folder / f'{job.name}.yaml'))}"
-    lines = ["run each host's script on that host, at the same time (e.g. through ssh):"]
-    for host in job.hosts:
-        if job.groups_on(host.name):
-            script = folder / host_scripts.script_name(host.name)
-            lines.append(f"  {host.name} ({host.address}): bash {shlex.quote(str(script))}")
-    return "\n".join(lines)
+    return engine_of(job).start_command(job, folder)
 
 
 def write_files(files: Mapping[str, str], folder: Path) -> list[Path]:
@@ -308,7 +294,9 @@ def write_files(files: Mapping[str, str], folder: Path) -> list[Path]:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        raise ConfigError(f"--render {folder}: cannot create it ({error.strerror})") from None
+        raise ConfigError(
+            fact_refusal(f"--render {folder}: cannot create it", error.strerror, "pick another")
+        ) from None
     written = []
     for name, text in files.items():
         path = folder / name
@@ -333,28 +321,35 @@ def run(
     """The body of `lp_main.py --launcher <engine>` (see the module docstring).
 
     Args:
-      build_program: placement plan -> the Launchpad program (called only to prepare).
+      build_program: placement plan -> the Launchpad program (called only to prepare, by an
+        engine that pickles it; a Ray engine's driver builds the program in the job).
     """
-    if launcher == "local":
-        raise ConfigError("--render writes cluster files; add --launcher hosts|slurm|kubernetes")
-    plan = plan_hosts(config, launcher)
+    if launcher not in ENGINES:
+        raise ConfigError(
+            fact_refusal(
+                "--render writes cluster files", "", "add --launcher hosts|slurm|kubernetes"
+            )
+        )
+    engine = cluster_engine(launcher)
+    plan = plan_hosts(config, engine)
     job = make_cluster_job(
         config,
         plan,
-        launcher,
+        engine,
         name=job_name(config, config_name),
         workdir=str(workdir),
         command=command,
     )
-    files = render(job)
+    files = engine.render(job)
     if dry_run:
         # The plan and the files are this command's result: stdout.
+        print(f"engine: {engine.describe()}")
         for notice in plan.notices:
             print(f"notice: {notice}")
         print(plan.format_table())
         print()
         print("!" * 100)
-        print(SECURITY_WARNING)
+        print(engine.security)
         print("!" * 100)
         for name, text in files.items():
             print(f"\n===== {name} =====")
@@ -362,57 +357,31 @@ def run(
         return 0
     for notice in plan.notices:
         console.say(f"notice: {notice}")
-    console.say(SECURITY_WARNING)
+    console.say(engine.security)
     if render_dir:
         for path in write_files(files, Path(render_dir).absolute()):
             console.say(f"wrote {path}")
         return 0
 
-    from magi_lp.cluster.prepare import prepare_job
-
-    program = build_program(plan.placement)
-    job_dir = prepare_job(program, job)
     folder = Path(workdir) / CLUSTER_DIR
+    if engine.pickles_program:
+        from magi_lp.cluster.prepare import prepare_job
+
+        program = build_program(plan.placement)
+        job_dir = prepare_job(program, job)
     # SLURM opens the job's --output (in the log folder) before the script runs, and does
     # not make its folder: without it the job fails at once, with no output anywhere.
     Path(job.paths.log_dir).mkdir(parents=True, exist_ok=True)
     for path in write_files(files, folder):
         console.say(f"wrote {path}")
-    console.say(f"prepared the program for {len(job.nodes)} nodes in {job_dir}")
-    if job.engine == "slurm" and job.settings.get("submit", True) and shutil.which("sbatch"):
-        return submit_sbatch(job, folder)
-    console.say(f"to start it: {start_command(job, folder)}")
-    return 0
-
-
-def submit_sbatch(job: ClusterJob, folder: Path) -> int:
-    """`sbatch` the prepared job: 0 and the job id in one line, or 1 and what SLURM said.
-
-    A request the cluster can never satisfy (GPUs it lacks, more nodes than it has, an
-    unknown partition) is refused by sbatch at once, before anything is queued.
-    """
-    script = folder / f"{job.name}.sbatch"
-    try:
-        result = subprocess.run(
-            ["sbatch", "--parsable", str(script)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=job.paths.project_dir,
+    if engine.pickles_program:
+        console.say(f"prepared the program for {len(job.nodes)} nodes in {job_dir}")
+    else:
+        console.say(
+            f"the driver builds the program of {len(job.nodes)} nodes in the job: "
+            f"{' '.join(job.driver[:1])} ... --launcher=ray"
         )
-    except (OSError, subprocess.TimeoutExpired) as error:
-        console.error(f"sbatch {script} failed: {error}; start it by hand: sbatch {script}")
-        return 1
-    said = " ".join(result.stderr.split())
-    if result.returncode != 0:
-        console.error(f"SLURM refused the job: {said or f'sbatch exited {result.returncode}'}")
-        return 1
-    job_id = result.stdout.strip().split(";")[0]
-    console.say(
-        f"submitted batch job {job_id}: output {job.paths.log_dir}/slurm-{job_id}.out, node "
-        f"logs {job.paths.log_dir}/<group>/<task>; stop it with scancel {job_id}"
-    )
-    return 0
+    return engine.start(job, folder)
 
 
 # The golden files: what `--render` writes for configs/cluster_example.py on a login node
@@ -421,6 +390,7 @@ GOLDEN_CONFIG = "configs/cluster_example.py"
 GOLDEN_DIR = "tests/golden/cluster"
 GOLDEN_WORKDIR = "/shared/runs/cluster_example"
 GOLDEN_PYTHON = "/shared/magi_lp/.venv/bin/python"
+GOLDEN_PYTHON_RAY = "/shared/magi_lp/.venv312/bin/python"
 GOLDEN_PROJECT = "/shared/magi_lp"
 GOLDEN_COMMAND = (
     "python projects/drq_v2/lp_main.py --config configs/cluster_example.py:{launcher} "
@@ -428,10 +398,16 @@ GOLDEN_COMMAND = (
 )
 
 
-def golden_jax_build() -> JaxBuild:
-    """A JAX build with the CUDA 12 plugin (what a GPU cluster's venv has)."""
+def golden_jax_build(runtime: str = "launchpad") -> JaxBuild:
+    """A JAX build with a CUDA plugin (what a GPU cluster's venv has): CUDA 12 and jax 0.4.30
+    on the Launchpad stack, CUDA 13 and jax 0.11.2 on the current one (Ray)."""
     from magi_lp.placement.jax_build import CudaPlugin
 
+    if runtime == "ray":
+        return JaxBuild(
+            jaxlib_version="0.11.2",
+            cuda_plugins=(CudaPlugin("jax_plugins.xla_cuda13", 13, "0.11.2"),),
+        )
     return JaxBuild(
         jaxlib_version="0.4.30",
         cuda_plugins=(CudaPlugin("jax_plugins.xla_cuda12", 12, "0.4.30"),),
@@ -447,28 +423,47 @@ def load_config_file(path: str, argument: str = "") -> ml_collections.ConfigDict
     return module.get_config(argument) if argument else module.get_config()
 
 
+def golden_engines() -> dict[str, ClusterEngine]:
+    """Golden folder -> engine: Launchpad's under the launcher's name, Ray's as ray-<launcher>."""
+    return {
+        **{launcher: cluster_engine(launcher, "launchpad") for launcher in ENGINES},
+        **{
+            f"ray-{launcher}": cluster_engine(launcher, "ray")
+            for launcher in ("slurm", "kubernetes")
+        },
+    }
+
+
+def golden_job(root: Path, engine: ClusterEngine) -> ClusterJob:
+    """The job of configs/cluster_example.py for `engine`, with the golden paths."""
+    launcher = engine.launcher
+    config = load_config_file(str(root / GOLDEN_CONFIG), launcher)
+    plan = plan_hosts(config, engine, jax_build=golden_jax_build(engine.runtime))
+    python = GOLDEN_PYTHON if engine.runtime == "launchpad" else GOLDEN_PYTHON_RAY
+    command = GOLDEN_COMMAND.format(launcher=launcher)
+    job = make_cluster_job(
+        config,
+        plan,
+        engine,
+        name=job_name(config, Path(GOLDEN_CONFIG).stem),
+        workdir=GOLDEN_WORKDIR,
+        python=python,
+        project_dir=GOLDEN_PROJECT,
+        command=command,
+        driver=tuple(driver_argv(command, GOLDEN_WORKDIR, GOLDEN_PROJECT)),
+    )
+    return dataclasses.replace(
+        job, paths=dataclasses.replace(job.paths, python=python, project_dir=GOLDEN_PROJECT)
+    )
+
+
 def golden_files(root: Path) -> dict[str, str]:
-    """Relative path -> text of every golden file (one folder per launcher)."""
+    """Relative path -> text of every golden file (one folder per engine)."""
     out = {}
-    for launcher in ENGINES:
-        config = load_config_file(str(root / GOLDEN_CONFIG), launcher)
-        plan = plan_hosts(config, launcher, jax_build=golden_jax_build())
-        job = make_cluster_job(
-            config,
-            plan,
-            launcher,
-            name=job_name(config, Path(GOLDEN_CONFIG).stem),
-            workdir=GOLDEN_WORKDIR,
-            python=GOLDEN_PYTHON,
-            project_dir=GOLDEN_PROJECT,
-            command=GOLDEN_COMMAND.format(launcher=launcher),
-        )
-        job = dataclasses.replace(
-            job,
-            paths=dataclasses.replace(job.paths, python=GOLDEN_PYTHON, project_dir=GOLDEN_PROJECT),
-        )
-        for name, text in render(job).items():
-            out[f"{launcher}/{name}"] = text
+    for folder, engine in golden_engines().items():
+        job = golden_job(root, engine)
+        for name, text in engine.render(job).items():
+            out[f"{folder}/{name}"] = text
     return out
 
 
