@@ -225,7 +225,7 @@ def _run_distributed(
     from magi_lp.runtime.loggers import LoggerFactory
 
     logger_factory = LoggerFactory.from_config(str(workdir), config.logging)
-    plan = make_placement_plan(config)
+    plan, group_resources = _placement_plan(config, engine)
     check_xla_flags(
         {group: config.resources[group].get("xla_flags", "") for group in config.resources},
         os.environ.get("XLA_FLAGS"),
@@ -278,8 +278,24 @@ def _run_distributed(
         transport=engine.transport,
     )
     console.say(f"workdir: {workdir}")
-    launch = Launch(graph, plan, experiment, workdir, status_every=_STATUS_EVERY.value)
+    launch = Launch(
+        graph,
+        plan,
+        experiment,
+        workdir,
+        status_every=_STATUS_EVERY.value,
+        group_resources=group_resources,
+    )
     return engine.load().run(launch)
+
+
+def _placement_plan(config: Any, engine: engines.Engine) -> tuple[Any, dict]:
+    """This machine's placement plan, and no group resources; or, on the cluster of several
+    machines an engine joins (the driver inside a Ray job of `--launcher slurm|kubernetes`),
+    the host plan's, each launch group asking for its machine's resource (docs/cluster.md)."""
+    if "hosts" in config and engine.cluster_address():
+        return _cluster().main.joined_cluster_plan(config)
+    return make_placement_plan(config), {}
 
 
 def _reverb_carries_replay(engine: engines.Engine) -> bool:

@@ -331,7 +331,14 @@ class _Driver:
 
     def start(self) -> None:
         graph = self._graph
-        self._control = ray.remote(_ProgramControl).options(num_cpus=0).remote()
+        # On the driver's machine: on a cluster of several, a control actor elsewhere would
+        # die with that machine and take the driver's supervision with it.
+        here = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
+            ray.get_runtime_context().get_node_id(), soft=False
+        )
+        self._control = (
+            ray.remote(_ProgramControl).options(num_cpus=0, scheduling_strategy=here).remote()
+        )
         concurrency = 2 * (sum(1 for n in graph.nodes if n.role in ("actor", "evaluator"))) + 8
         actor_class = ray.remote(_NodeActor)
         clients: dict[str, NodeClient] = {}
