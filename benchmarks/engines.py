@@ -94,7 +94,10 @@ def _run(engine: str, window_s: float, workdir: Path, overrides: list[str]) -> d
     exit_s = common.stop(process, signal.SIGTERM, timeout_s=STOP_TIMEOUT_S)
     leftover = common.kill_marked(mark)
     output = log.read_text(errors="replace")
-    match = re.search(r"nodes ended ([\d.]+) s after the stop began; exit code (\d+)", output)
+    match = re.search(
+        r"nodes ended ([\d.]+) s after the stop began(?: \(stages: [^)]*\))?; exit code (\d+)",
+        output,
+    )
     rows = _status_rows(workdir / "status.csv")
     result = {
         "engine": engine,
