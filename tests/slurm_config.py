@@ -2,12 +2,14 @@
 
     --config tests/slurm_config.py        DrQ-v2 (add projects/drq_v2/tiny.py's flags)
     --config tests/slurm_config.py:td3    TD3 on cartpole from states (configs/td3_cartpole.py)
+    --config tests/slurm_config.py:td3+spare   TD3 on four hosts (the evaluator on `spare`):
+                                          one more than the cluster has nodes
 
 Three hosts, one SLURM node each (SLURM picks which; no address in the config, so every
 node finds the others at the allocated node's NodeAddr): `learner` runs the learner;
 `server` the replay, the counter and the coordinator; `acting` two actors and the evaluator.
 The nodes all share this machine, and their servers listen on every address, so each host
-gets its own port range.
+gets its own port range (100 ports: a Ray node's ports come from it too).
 """
 
 import importlib.util
@@ -34,7 +36,8 @@ def _td3_config():
     return module.get_config()
 
 
-def get_config(agent: str = "drq"):
+def get_config(argument: str = "drq"):
+    agent, _, extra = argument.partition("+")
     if agent == "td3":
         config = _td3_config()
     else:
@@ -45,9 +48,12 @@ def get_config(agent: str = "drq"):
     config.hosts = hosts_defaults()
     config.hosts.name = f"slurm-{agent}"
     for offset, host in enumerate(("learner", "server", "acting")):
-        config.hosts.machines[host] = machine(base_port=BASE_PORT + 20 * offset, gpus=0)
+        config.hosts.machines[host] = machine(base_port=BASE_PORT + 100 * offset, gpus=0)
     for group, host in PLACE.items():
         config.hosts.place[group] = host
+    if extra == "spare":
+        config.hosts.machines.spare = machine(base_port=BASE_PORT + 300, gpus=0)
+        config.hosts.place.evaluator = "spare"
     # Quick fault detection and stop for a test; a cluster keeps the defaults.
     config.hosts.poll_seconds = 0.25
     config.hosts.heartbeat_timeout_seconds = 20.0
