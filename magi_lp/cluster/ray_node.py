@@ -1,7 +1,7 @@
-"""`python -m magi_lp.cluster.ray_node ... -- ray start ... --block`: one machine's Ray node in
-a SLURM step, kept up until the driver is done and ended with nothing left.
+"""One machine's Ray node in a SLURM step: up until the driver is done, then ended entirely.
 
-The Ray SLURM script runs this as each machine's step. It starts the `ray start` command
+The Ray SLURM script runs `python -m magi_lp.cluster.ray_node ... -- ray start ... --block` as
+each machine's step. It starts the `ray start` command
 given after `--` and then:
 - keeps Ray up through the job's SIGTERM. `scancel` (or the time limit) sends SIGTERM to every
   process of every step at once; Ray's processes would exit on it, and the program with them,
