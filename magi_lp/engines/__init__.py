@@ -102,7 +102,7 @@ ENGINES: dict[str, Engine] = {
         Engine(
             "hosts",
             "magi_lp.cluster.main",
-            "Launchpad on config.hosts, per-host scripts",
+            "config.hosts through per-host scripts (Launchpad, Python 3.10)",
             "reverb",
             _LAUNCHPAD_STACK,
             several_hosts=True,
@@ -110,7 +110,7 @@ ENGINES: dict[str, Engine] = {
         Engine(
             "slurm",
             "magi_lp.cluster.main",
-            "Launchpad on config.hosts, a SLURM batch script",
+            "config.hosts in one SLURM job: Launchpad (Python 3.10), or a Ray cluster in the job",
             "reverb",
             _LAUNCHPAD_STACK,
             several_hosts=True,
@@ -118,7 +118,7 @@ ENGINES: dict[str, Engine] = {
         Engine(
             "kubernetes",
             "magi_lp.cluster.main",
-            "Launchpad on config.hosts, Kubernetes manifests",
+            "config.hosts on Kubernetes: Launchpad manifests (Python 3.10), or a KubeRay RayJob",
             "reverb",
             _LAUNCHPAD_STACK,
             several_hosts=True,
