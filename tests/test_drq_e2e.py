@@ -174,9 +174,16 @@ def test_lp_main_with_a_batched_actor_and_a_two_device_learner(tmp_path):
         "--config.resources.learner.cpu_devices=2",
         "--config.variable_update_period=10",
         "--config.logging.time_delta=0.0",
+        # The actor must wait for the learner: with a short step queue the replay ratio's
+        # error buffer (200 steps) plus the queue is less than the 400 steps of the run, so
+        # the actor can only finish once the learner has updated. Without it the actor's 400
+        # steps could end the run before the learner's 2-device update had compiled (twice
+        # in a row at load 10-20: 0 learner steps, final save at step 0).
+        "--config.replay.store=device",
+        "--config.replay.queue_steps=40",
     ]
     # Two episodes per environment: the learner's first (2-device) update compiles while the
-    # actor fills replay, and must be done before the stop.
+    # actor fills replay; the replay ratio holds the actor until it is done.
     _distributed_run(workdir, flags, max_actor_steps=400, timeout_s=480)
     elapsed = time.monotonic() - start
     _check_outputs(workdir, ["actor_0"])
