@@ -52,7 +52,7 @@ from magi_lp import console
 from magi_lp.engines import ray_seam
 from magi_lp.engines.base import Launch, saves_at_stop, stop_tier
 from magi_lp.launch.exit_report import NodeExit, format_exit_report
-from magi_lp.launch.supervisor import StopSignals
+from magi_lp.launch.supervisor import StopSignals, stop_outcome
 from magi_lp.runtime.graph import NodeSpec, ProgramGraph
 
 CALL_TIMEOUT_S = 600.0
@@ -473,14 +473,9 @@ class _Driver:
             for node in stage:
                 with contextlib.suppress(Exception):
                     ray.kill(node.actor)
-        code = 0 if self._failure is None and not failed and not self._faults else 1
-        cause = ""
-        if self._failure is not None:
-            cause = f" (node {self._failure.group}_{self._failure.index} died)"
-        elif failed:
-            cause = f" ({', '.join(failed)} failed while stopping; see above)"
-        elif self._faults:
-            cause = f" ({', '.join(self._faults)} killed after the {notice:g} s notice)"
+        code, cause = stop_outcome(
+            None if self._failure is None else self._failure.name, failed, self._faults, notice
+        )
         self.say(
             f"all {len(self._nodes)} nodes ended {time.monotonic() - start:.1f} s after the "
             f"stop began; exit code {code}{cause}"

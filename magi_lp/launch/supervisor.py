@@ -329,19 +329,30 @@ class Supervisor:
                 f"node {node.name} was {node.status} before it finished its final save: "
                 "what it had not saved is lost; a relaunch resumes from its last checkpoint"
             )
-        killed = self._killed_at_notice
-        code = 0 if self._failure is None and not self._failed_while_stopping and not killed else 1
-        if self._failure is not None:
-            cause = f" (node {self._failure.name} died)"
-        elif self._failed_while_stopping:
-            names = ", ".join(n.name for n in self._failed_while_stopping)
-            cause = f" ({names} failed while stopping; see above)"
-        elif killed:
-            cause = f" ({', '.join(killed)} SIGKILLed after the {self._notice_secs:g} s notice)"
-        else:
-            cause = ""
+        code, cause = stop_outcome(
+            None if self._failure is None else self._failure.name,
+            [n.name for n in self._failed_while_stopping],
+            self._killed_at_notice,
+            self._notice_secs,
+        )
         self._report(f"all {self._total} nodes ended{elapsed}; exit code {code}{cause}")
         return code
+
+
+def stop_outcome(
+    died: str | None, failed: Sequence[str], killed: Sequence[str], notice_secs: float
+) -> tuple[int, str]:
+    """A stopped program's exit code and, for its last line, why it is not 0: a node died
+    first (`died`), nodes failed while stopping, or nodes were killed at the notice. The one
+    rule of every engine's supervisor."""
+    code = 0 if died is None and not failed and not killed else 1
+    if died is not None:
+        return code, f" (node {died} died)"
+    if failed:
+        return code, f" ({', '.join(failed)} failed while stopping; see above)"
+    if killed:
+        return code, f" ({', '.join(killed)} SIGKILLed after the {notice_secs:g} s notice)"
+    return code, ""
 
 
 def _kill_tree(process: subprocess.Popen) -> None:
