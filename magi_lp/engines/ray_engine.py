@@ -260,7 +260,9 @@ class _NodeProcess:
 
 
 def _start_ray(run_tmp: str, num_gpus: int) -> None:
-    address = os.environ.get("RAY_ADDRESS")
+    from magi_lp.engines import ENGINES
+
+    address = ENGINES["ray"].cluster_address()  # RAY_ADDRESS, as the entry point read it
     options: dict[str, Any] = {
         "include_dashboard": False,
         "log_to_driver": False,
