@@ -208,28 +208,71 @@ def test_a_killed_node_is_named_and_the_run_ends(tmp_path):
     run.assert_clean()
 
 
-@pytest.mark.timeout(600)
-def test_drq_v2_on_ray_trains_to_its_frame_limit(tmp_path):
-    flags = tiny.flags({"debug.check_devices": True})
-    run = Run(
-        tmp_path,
-        [
-            "projects/drq_v2/lp_main.py",
-            f"--config={REPO / 'configs/reacher_hard_distributed.py'}",
-            *flags,
-            "--config.num_actors=2",
-            "--config.max_actor_steps=300",
-        ],
-    )
-    assert run.wait(480) == 0, run.output()[-5000:]
-    output = run.output()
+def _learner_steps(workdir: Path) -> list[int]:
+    log = workdir / "logs/learner/logs.csv"
+    return column(read_csv(log), "learner_steps") if log.exists() else []
+
+
+@pytest.mark.timeout(1200)
+def test_drq_v2_on_ray_trains_to_its_limit_resumes_and_stops_on_ctrl_c_and_a_killed_node(
+    tmp_path,
+):
+    """DrQ-v2's whole life on Ray, one run after another in one workdir: to its frame limit;
+    relaunched, it goes on from the saved counts and Ctrl-C ends it with a final save;
+    relaunched again, an actor's SIGKILL is named and ends the run."""
+    drq = [
+        "projects/drq_v2/lp_main.py",
+        f"--config={REPO / 'configs/reacher_hard_distributed.py'}",
+        *tiny.flags({"debug.check_devices": True}),
+        "--config.num_actors=2",
+    ]
+    first = Run(tmp_path, [*drq, "--config.max_actor_steps=300"], "first")
+    assert first.wait(480) == 0, first.output()[-5000:]
+    output = first.output()
     # The frames reached the learner's device store through the served step queue.
     assert "replay: device store" in output, output[-3000:]
-    counts = checkpoint_counts(run.workdir)
+    assert "killing them" not in output
+    counts = checkpoint_counts(first.workdir)
     assert 300 <= counts["actor_steps"] < 300 + SLACK, counts
     assert counts["learner_steps"] >= 1, counts
-    assert read_csv(run.workdir / "logs/evaluator_0/logs.csv")
-    run.assert_clean()
+    assert read_csv(first.workdir / "logs/evaluator_0/logs.csv")
+    first.assert_clean()
+
+    second = Run(tmp_path, [*drq, "--config.max_actor_steps=1000000"], "second")
+    second.wait_for(
+        lambda: any(s > counts["learner_steps"] for s in _learner_steps(second.workdir)),
+        "a learner step after the resume",
+        timeout=360,
+    )
+    os.kill(second.process.pid, signal.SIGINT)
+    assert second.wait(60) == 0, second.output()[-5000:]
+    output = second.output()
+    assert "received SIGINT" in output and "killing them" not in output, output[-3000:]
+    print(f"DrQ-v2, Ctrl-C: nodes ended {_stop_seconds(output):.1f} s after the stop")
+    resumed = checkpoint_counts(second.workdir)
+    assert resumed["actor_steps"] > counts["actor_steps"], (counts, resumed)
+    assert resumed["learner_steps"] > counts["learner_steps"], (counts, resumed)
+    steps = _learner_steps(second.workdir)
+    assert steps == sorted(steps), "learner steps went back after the resume"
+    second.assert_clean()
+
+    third = Run(tmp_path, [*drq, "--config.max_actor_steps=1000000"], "third")
+    third.wait_for(
+        lambda: any(s > resumed["learner_steps"] for s in _learner_steps(third.workdir)),
+        "a learner step after the second resume",
+        timeout=360,
+    )
+    victim = third.node_process("actor", 1)
+    killed_at = time.monotonic()
+    victim.kill()
+    assert third.wait(120) == 1, third.output()[-5000:]
+    ended_after = time.monotonic() - killed_at
+    output = third.output()
+    assert re.search(
+        r"node actor/1 \(group 'actor', pid \d+\) died: killed by signal SIGKILL", output
+    ), output[-3000:]
+    print(f"DrQ-v2, SIGKILL of actor 1: the driver exited {ended_after:.1f} s later")
+    third.assert_clean()
 
 
 @pytest.mark.timeout(300)
