@@ -6,6 +6,7 @@ The public API, for agent projects and configs (`from magi_lp import AgentBuilde
     ResourceSpec, resource_spec      what one node group needs; its config-file form
     experiment_defaults              every toolkit config key with its default
     Experiment                       builder + environment/network factories + config
+    Workdir                          a run's folder: where its logs, checkpoints, videos go
     AgentBuilder, ReplaySchedule     what an agent project implements; its replay ratio
     FrameReplaySpec                  what a pixel agent stores (`AgentBuilder.frame_replay`)
     TransitionReplaySpec             what a state agent stores without Reverb
@@ -32,6 +33,7 @@ _EXPORTS = {
     "resource_spec": "magi_lp.placement.resources",
     "experiment_defaults": "magi_lp.runtime.config",
     "Experiment": "magi_lp.runtime.experiment",
+    "Workdir": "magi_lp.runtime.workdir",
     "AgentBuilder": "magi_lp.agent.builder",
     "ReplaySchedule": "magi_lp.replay.schedule",
     "FrameReplaySpec": "magi_lp.replay.spec",
