@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from magi_lp import console
+from magi_lp.runtime.workdir import Workdir
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -49,7 +50,7 @@ def evaluation_curve(workdir: Path, frames_per_step: int) -> tuple[np.ndarray, n
     """(frames, return) of a run: its evaluators' episodes, else its actors'."""
     for pattern, key in (("evaluator_*", "evaluator_steps"), ("actor_*", "actor_steps")):
         xs, ys = [], []
-        for log in sorted((workdir / "logs").glob(f"{pattern}/logs.csv")):
+        for log in Workdir(workdir).log_csvs(pattern):
             rows = _rows(log)
             # Evaluators log their own steps; the actors' total is what frames mean here.
             x_key = "actor_steps" if rows and "actor_steps" in rows[0] else key
@@ -102,7 +103,7 @@ def plot(workdirs: list[Path], out: Path, frames_per_step: int = 1) -> Path:
     top.grid(alpha=0.3)
 
     for workdir in workdirs:
-        rows = _rows(workdir / "logs" / "learner" / "logs.csv")
+        rows = _rows(Workdir(workdir).log_csv("learner"))
         losses = sorted(k for k in (rows[0] if rows else {}) if k.endswith("_loss"))
         for key in losses:
             x, y = _series(rows, "learner_steps", key)
@@ -126,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="PNG to write (default <first>/curves.png)")
     parser.add_argument("--frames_per_step", type=int, default=1, help="the action repeat")
     args = parser.parse_args(argv)
-    missing = [str(w) for w in args.workdirs if not (w / "logs").is_dir()]
+    missing = [str(w) for w in args.workdirs if not Workdir(w).logs_folder.is_dir()]
     if missing:
         console.error(f"no logs/ folder in {', '.join(missing)}: give run folders (--workdir)")
         return 2

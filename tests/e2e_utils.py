@@ -147,7 +147,7 @@ TD3_TINY = [
 def checkpoint_counts(workdir: Path) -> dict[str, int]:
     """The program's step counts saved with the newest learner checkpoint of `workdir`."""
     from magi_lp.runtime.checkpointing import Checkpointer
-    from magi_lp.runtime.nodes import checkpoint_dir
+    from magi_lp.runtime.workdir import Workdir
 
-    _, metadata = Checkpointer(checkpoint_dir(workdir)).restore()
+    _, metadata = Checkpointer(Workdir(workdir).learner_checkpoints).restore()
     return {key: int(value) for key, value in metadata["counts"].items()}

@@ -30,9 +30,9 @@ from magi_lp.runtime.checkpointing import Checkpointer
 from magi_lp.runtime.config import NODE_GROUPS, make_placement_plan
 from magi_lp.runtime.learner_runner import LearnerRunner
 from magi_lp.runtime.loggers import LoggerFactory
-from magi_lp.runtime.nodes import checkpoint_dir
 from magi_lp.runtime.program import build_program
 from magi_lp.runtime.single_process import run_single_process
+from magi_lp.runtime.workdir import Workdir
 from tests.e2e_utils import read_csv
 from tests.runtime_toys import EPISODE_STEPS, toy_config, toy_experiment
 
@@ -183,8 +183,8 @@ def test_single_process_run_learns_on_schedule_and_resumes(tmp_path):
     assert result.learner_steps == schedule.updates_due(100)
     assert result.resumed_from_step is None and not result.stopped_by_user
     assert len(result.evaluation_returns) == 2  # at the start and at the end
-    assert Checkpointer(checkpoint_dir(tmp_path)).latest_step() == result.learner_steps
-    learner_rows = read_csv(tmp_path / "logs" / "learner" / "logs.csv")
+    assert Checkpointer(Workdir(tmp_path).learner_checkpoints).latest_step() == result.learner_steps
+    learner_rows = read_csv(Workdir(tmp_path).log_csv("learner"))
     assert len(learner_rows) == result.learner_steps
     assert all(np.isfinite(float(row["critic_loss"])) for row in learner_rows)
 
@@ -209,7 +209,7 @@ def test_single_process_run_stops_and_evaluates_at_exact_step_counts(tmp_path):
         toy_experiment(config), workdir=str(tmp_path), logger_factory=factory, progress=False
     )
     assert result.actor_steps == 137
-    evaluations = read_csv(tmp_path / "logs" / "evaluator_0" / "logs.csv")
+    evaluations = read_csv(Workdir(tmp_path).log_csv("evaluator_0"))
     # (The first row comes before any actor step was counted: its actor_steps is empty.)
     assert [int(row["actor_steps"] or 0) for row in evaluations] == [0, 45, 90, 135, 137]
     # Resumed to 150: the next point (180) lies beyond it, so only the new limit evaluates.
@@ -218,7 +218,7 @@ def test_single_process_run_stops_and_evaluates_at_exact_step_counts(tmp_path):
         toy_experiment(config), workdir=str(tmp_path), logger_factory=factory, progress=False
     )
     assert again.actor_steps == 150
-    evaluations = read_csv(tmp_path / "logs" / "evaluator_0" / "logs.csv")
+    evaluations = read_csv(Workdir(tmp_path).log_csv("evaluator_0"))
     assert [int(row["actor_steps"] or 0) for row in evaluations][5:] == [150]
 
 
@@ -329,7 +329,7 @@ class ProgramWiringTest(absltest.TestCase):
         (policy,) = learner.get_variables(["policy"])
         assert policy  # the TD3 actor's parameters, served over Courier
         learner.save()  # what the learner does at stop, through its Courier handle
-        checkpoints = Checkpointer(checkpoint_dir(workdir))
+        checkpoints = Checkpointer(Workdir(workdir).learner_checkpoints)
         assert checkpoints.latest_step() >= 1
         _, metadata = checkpoints.restore()
         assert metadata["counts"]["actor_steps"] >= 60

@@ -50,14 +50,12 @@ from magi_lp.errors import ConfigError
 from magi_lp.placement.jax_build import JaxBuild
 from magi_lp.placement.plan import PlacementPlan
 from magi_lp.runtime.config import placement_requests, stop_tiers
+from magi_lp.runtime.workdir import Workdir
 
 __all__ = ["submit_sbatch"]  # re-exported: the SLURM engines submit with it
 
 LAUNCHERS = ("local", *ENGINES)
 """The `--launcher` choices."""
-
-CLUSTER_DIR = "cluster"
-"""`<workdir>/cluster`: the generated files; `<workdir>/cluster/job`: the pickled program."""
 
 
 def job_name(config: ml_collections.ConfigDict, config_name: str) -> str:
@@ -177,8 +175,8 @@ def make_cluster_job(
         python=python,
         project_dir=project_dir,
         workdir=workdir,
-        job_dir=str(Path(workdir) / CLUSTER_DIR / "job"),
-        log_dir=str(Path(workdir) / "nodes"),
+        job_dir=str(Workdir(workdir).cluster_job),
+        log_dir=str(Workdir(workdir).nodes),
     )
     tiers = stop_tiers(several_hosts=True)
     machines = settings.machines
@@ -363,7 +361,7 @@ def run(
             console.say(f"wrote {path}")
         return 0
 
-    folder = Path(workdir) / CLUSTER_DIR
+    folder = Workdir(workdir).cluster
     if engine.pickles_program:
         from magi_lp.cluster.prepare import prepare_job
 

@@ -24,6 +24,7 @@ from magi_lp.launch.node_lifetime import hold_exit
 from magi_lp.runtime.graph import NodeSpec, ProgramGraph, ReplaySpec
 from magi_lp.runtime.node_devices import prepare_node_process
 from magi_lp.runtime.program import replay_checkpointer
+from magi_lp.runtime.workdir import Workdir
 
 # Nodes give up on a learner or counter that does not answer within this time instead of
 # hanging forever (Courier clients have no deadline by default); the launcher notices a dead
@@ -219,7 +220,7 @@ def run(launch: Launch) -> int:
     return launch_program(
         program,
         launch.plan.envs(),
-        log_dir=launch.workdir / "nodes",
+        log_dir=Workdir(launch.workdir).nodes,
         termination_notice_secs=launch.termination_notice_secs,
         # The order of every program (magi_lp.runtime.config.STOP_TIERS says why).
         stop_stages=stages,

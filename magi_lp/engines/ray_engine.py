@@ -54,6 +54,7 @@ from magi_lp.engines.base import Launch, saves_at_stop, stop_tier
 from magi_lp.launch.exit_report import NodeExit, format_exit_report
 from magi_lp.launch.supervisor import StopSignals, stop_outcome
 from magi_lp.runtime.graph import NodeSpec, ProgramGraph
+from magi_lp.runtime.workdir import Workdir
 
 CALL_TIMEOUT_S = 600.0
 """A node gives up on another that does not answer within this time. Only a backstop: a call
@@ -344,14 +345,14 @@ class _Driver:
         concurrency = 2 * (sum(1 for n in graph.nodes if n.role in ("actor", "evaluator"))) + 8
         actor_class = ray.remote(_NodeActor)
         clients: dict[str, NodeClient] = {}
-        log_dir = self._launch.workdir / "nodes"
+        workdir = Workdir(self._launch.workdir)
         gpus = _gpu_requests([_node_env(self._launch, spec) for spec in graph.nodes])
         for spec, num_gpus in zip(graph.nodes, gpus, strict=True):
             if self._signals.received:
                 break  # a stop while starting: the nodes made so far are stopped as usual
             env = _node_env(self._launch, spec)
             args, kwargs = spec.resolved(clients.__getitem__)
-            log = log_dir / spec.group / str(spec.index)
+            log = workdir.node_log(spec.group, spec.index)
             actor = actor_class.options(
                 name=spec.name,
                 num_cpus=0,
@@ -372,7 +373,7 @@ class _Driver:
         self.say(
             f"started {len(self._nodes)} nodes on Ray "
             f"({', '.join(f'{r} x{c}' for r, c in counts.items())}); logs in "
-            f"{log_dir}/<group>/<index>"
+            f"{workdir.nodes}/<group>/<index>"
         )
         self.clients = clients
 

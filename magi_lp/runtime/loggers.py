@@ -1,7 +1,7 @@
 """Loggers for every node: CSV and TensorBoard per label in the workdir, terminal lines, W&B.
 
-Layout under the workdir, one folder per label (a label names one logging stream, e.g.
-`learner`, `actor_3`, `evaluator`):
+Layout under the workdir (`magi_lp.runtime.workdir.Workdir`), one folder per label (a label
+names one logging stream, e.g. `learner`, `actor_3`, `evaluator`):
 
     <workdir>/logs/<label>/logs.csv          one row per write, header = union of keys
     <workdir>/tensorboard/<label>/events.*   one scalar per numeric key
@@ -46,6 +46,7 @@ from magi_lp.config_schema import fact_refusal, fail_unless, typed_section
 from magi_lp.errors import ConfigError
 from magi_lp.formatting import format_duration
 from magi_lp.runtime.config import LoggingSettings
+from magi_lp.runtime.workdir import LOG_CSV, Workdir
 
 Logger = acme_loggers.Logger
 LoggingData = acme_loggers.LoggingData
@@ -107,7 +108,7 @@ class CsvLogger(Logger):
     def __init__(self, directory: str | os.PathLike):
         """Opens (creating if needed) `<directory>/logs.csv` for appending."""
         os.makedirs(directory, exist_ok=True)
-        self._path = os.path.join(os.fspath(directory), "logs.csv")
+        self._path = os.path.join(os.fspath(directory), LOG_CSV)
         self._file: TextIO = open(self._path, "a+", newline="")  # noqa: SIM115
         try:
             fcntl.flock(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -292,7 +293,7 @@ class WandbLogger(Logger):
         self._wandb = wandb
         self._label = label
         if wandb.run is None:
-            wandb_dir = os.path.join(os.fspath(workdir), "wandb")
+            wandb_dir = os.fspath(Workdir(workdir).wandb)
             os.makedirs(wandb_dir, exist_ok=True)
             id_path = os.path.join(wandb_dir, f"{label}.run_id")
             if os.path.exists(id_path):
@@ -525,12 +526,12 @@ def make_logger(
     )
     if wandb:
         _require_wandb()
-    workdir = os.fspath(workdir)
+    folders = Workdir(workdir)
     sinks: list[Logger] = []
     if csv:
-        sinks.append(CsvLogger(os.path.join(workdir, "logs", label)))
+        sinks.append(CsvLogger(folders.logs(label)))
     if tensorboard and _tensorboard_available():
-        sinks.append(TensorBoardLogger(os.path.join(workdir, "tensorboard", label), steps_key))
+        sinks.append(TensorBoardLogger(folders.tensorboard(label), steps_key))
     if wandb:
         sinks.append(WandbLogger(label, workdir, wandb_project, steps_key))
     if terminal:

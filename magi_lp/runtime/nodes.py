@@ -18,7 +18,6 @@ import functools
 import threading
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -41,6 +40,7 @@ from magi_lp.runtime.experiment import Experiment
 from magi_lp.runtime.graph import NodeLifetime
 from magi_lp.runtime.learner_runner import LearnerRunner, ReplayCheckpoint
 from magi_lp.runtime.node_devices import prepare_node_process
+from magi_lp.runtime.workdir import Workdir
 
 StopFn = Callable[[], bool]
 
@@ -52,16 +52,6 @@ DISTRIBUTED_COUNT_EVERY = 20
 (and at every episode's end): a Courier call each. The program's `actor_steps` trail the
 truth by fewer than this many steps per actor (times `envs_per_actor`), and a run stops within
 that of `max_actor_steps`; one process counts every step (`ActingLoop(count_every=1)`)."""
-
-
-def checkpoint_dir(workdir: str | Path) -> Path:
-    """Where learner checkpoints live inside a workdir."""
-    return Path(workdir) / "checkpoints" / "learner"
-
-
-def replay_checkpoint_dir(workdir: str | Path) -> Path:
-    """Where the device store's checkpoints live (`checkpoint.replay`)."""
-    return Path(workdir) / "checkpoints" / "replay_store"
 
 
 def make_learner_runner(
@@ -94,11 +84,14 @@ def make_learner_runner(
     if config.debug.check_devices and isinstance(learner, JaxLearner):
         learner.check_devices("learner")
     enabled = config.checkpoint.enabled
-    checkpointer = Checkpointer(checkpoint_dir(workdir)) if enabled else None
+    folders = Workdir(workdir)
+    checkpointer = Checkpointer(folders.learner_checkpoints) if enabled else None
     replay_checkpoint = None
     if enabled and config.checkpoint.get("replay", False) and replay.saves:
         replay_checkpoint = ReplayCheckpoint(
-            Checkpointer(replay_checkpoint_dir(workdir), max_to_keep=1), replay.save, replay.restore
+            Checkpointer(folders.replay_store_checkpoints, max_to_keep=1),
+            replay.save,
+            replay.restore,
         )
     return LearnerRunner(
         learner,

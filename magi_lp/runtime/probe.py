@@ -15,11 +15,11 @@ import csv
 import io
 import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from magi_lp.launch.exit_report import read_tail
 from magi_lp.launch.monitor import StatusMonitor
+from magi_lp.runtime.workdir import Workdir
 
 _CALL_TIMEOUT_S = 2.0
 
@@ -63,7 +63,7 @@ class ProgramProbe:
         self._counter_handle = counter
         self._replay_handle = replay
         self._learner_handle = learner
-        self._logs = Path(workdir) / "logs"
+        self._workdir = Workdir(workdir)
         self._counter: Any = None
         self._replay: Any = None
         self._learner: Any = None
@@ -77,7 +77,7 @@ class ProgramProbe:
             numbers.update(self._replay_numbers())
         returns = [
             value
-            for path in sorted(self._logs.glob("evaluator_*/logs.csv"))
+            for path in self._workdir.log_csvs("evaluator_*")
             if (value := last_csv_value(path, "episode_return")) is not None
         ]
         if returns:
@@ -140,7 +140,7 @@ def make_status_monitor(
         probe,
         max_actor_steps=int(experiment.config.max_actor_steps),
         frames_per_step=int(experiment.frames_per_step),
-        csv_path=Path(workdir) / "status.csv",
+        csv_path=Workdir(workdir).status_csv,
         gpu_memory=gpu_memory,
         **options,
     )

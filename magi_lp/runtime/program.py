@@ -9,7 +9,6 @@ spec's environment. It returns a `magi_lp.runtime.graph.ProgramGraph`; an engine
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from magi_lp.placement.plan import PlacementPlan
@@ -23,18 +22,14 @@ from magi_lp.runtime.nodes import (
     EvaluatorNode,
     LearnerNode,
 )
-
-
-def replay_checkpoint_path(workdir: str) -> Path:
-    """Where the replay node's (Reverb's) checkpoints live in a workdir."""
-    return Path(workdir) / "checkpoints" / "replay"
+from magi_lp.runtime.workdir import Workdir
 
 
 def replay_checkpointer(workdir: str) -> Any:
     """Reverb's checkpointer for the replay, in `<workdir>/checkpoints/replay`."""
     import reverb
 
-    return reverb.checkpointers.DefaultCheckpointer(path=str(replay_checkpoint_path(workdir)))
+    return reverb.checkpointers.DefaultCheckpointer(path=str(Workdir(workdir).replay_checkpoints))
 
 
 def build_program(
