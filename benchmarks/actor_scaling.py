@@ -34,6 +34,7 @@ from benchmarks.common import (
     started,
     tail,
 )
+from magi_lp.runtime.workdir import Workdir
 
 TITLE = "Actor scaling: frames/s with 1, 2, 4 actors and in one process"
 CONFIG = "configs/reacher_hard_distributed.py"
@@ -79,7 +80,7 @@ def collect(script: str, actors: int, window_s: float, workdir: Path) -> dict:
     with started(command, marked_env(cpu_only_env()), log) as process:
 
         def total() -> int | None:
-            counts = [_steps(workdir / "logs" / label / "logs.csv") for label in labels]
+            counts = [_steps(Workdir(workdir).log_csv(label)) for label in labels]
             return None if None in counts else sum(counts)
 
         while total() is None:

@@ -40,6 +40,7 @@ import psutil
 
 from benchmarks import common
 from benchmarks.common import MARK_VAR, REPO, fmt, median, ratio
+from magi_lp.runtime.workdir import Workdir
 
 TITLE = "The same program on Launchpad and on Ray: updates/s, launch, stop, RSS"
 CONFIG = "configs/reacher_hard_distributed.py"
@@ -77,7 +78,7 @@ def _run(engine: str, window_s: float, workdir: Path, overrides: list[str]) -> d
         process = subprocess.Popen(
             command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
-    learner_csv = workdir / "logs/learner/logs.csv"
+    learner_csv = Workdir(workdir).log_csv("learner")
     first_update_s = None
     while time.monotonic() - start < FIRST_UPDATE_TIMEOUT_S and process.poll() is None:
         if learner_csv.exists() and len(learner_csv.read_text().splitlines()) > 1:

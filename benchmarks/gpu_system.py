@@ -350,7 +350,9 @@ class GpuSampler:
     sends a node's output to `<workdir>/nodes/<group>/<index>`), else by its command line."""
 
     def __init__(self, workdir: Path) -> None:
-        self.nodes = workdir / "nodes"
+        from magi_lp.runtime.workdir import Workdir
+
+        self.nodes = Workdir(workdir).nodes
         self.peak_by_pid: dict[int, float] = {}
         self.names: dict[int, str] = {}
         self.peak_used_mib: list[float] = []
@@ -575,9 +577,11 @@ def throughput(workdir: Path, config: Any, mode: str) -> dict:
 
 def learner_time(workdir: Path, from_step: float) -> dict:
     """The learner's log in the window: how long each step waited for its batch."""
+    from magi_lp.runtime.workdir import Workdir
+
     rows = [
         r
-        for r in read_rows(workdir / "logs" / "learner" / "logs.csv")
+        for r in read_rows(Workdir(workdir).log_csv("learner"))
         if (_float(r.get("learner_steps")) or 0) >= from_step
     ]
     fractions = [v for r in rows if (v := _float(r.get("batch_wait_fraction"))) is not None]
@@ -665,7 +669,9 @@ def memory_against_reckoning(reckoning: dict, system: dict) -> dict:
 def evaluations(workdir: Path, config: Any) -> list[dict]:
     """The evaluator's episodes grouped into evaluations, beside the official curve at the
     nearest published frame count (frames: when the evaluation's first episode ended)."""
-    rows = read_rows(workdir / "logs" / "evaluator_0" / "logs.csv")
+    from magi_lp.runtime.workdir import Workdir
+
+    rows = read_rows(Workdir(workdir).log_csv("evaluator_0"))
     per = int(config.evaluation.episodes)
     repeat = int(config.env.action_repeat)
     reference = reference_curve()

@@ -48,6 +48,7 @@ from benchmarks.common import (
     stop,
     tail,
 )
+from magi_lp.runtime.workdir import Workdir
 from projects.drq_v2 import tiny
 
 TITLE = "Launch latency: command start -> first learner update"
@@ -265,13 +266,13 @@ def _text(path: Path) -> str:
 
 
 def time_program(workdir: Path, isolation: str) -> dict:
-    learner_csv = workdir / "logs" / "learner" / "logs.csv"
+    learner_csv = Workdir(workdir).log_csv("learner")
 
     def first_update() -> bool:
         return _text(learner_csv).count("\n") >= 2  # header + first row
 
     def first_actor_episode() -> bool:
-        return _text(workdir / "logs" / "actor_0" / "logs.csv").count("\n") >= 2
+        return _text(Workdir(workdir).log_csv("actor_0")).count("\n") >= 2
 
     command = entry_point(
         "projects/drq_v2/lp_main.py", CONFIG, workdir, *TINY, f"--config.isolation={isolation}"
@@ -284,7 +285,7 @@ def time_program(workdir: Path, isolation: str) -> dict:
         f"program ({isolation})",
         milestone=first_actor_episode,
     )
-    result["milestones"] = node_milestones(workdir / "nodes", result.pop("start_wall"))
+    result["milestones"] = node_milestones(Workdir(workdir).nodes, result.pop("start_wall"))
     return result
 
 

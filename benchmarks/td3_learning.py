@@ -27,6 +27,7 @@ from pathlib import Path
 
 from benchmarks import common
 from benchmarks.common import cpu_only_env, fmt
+from magi_lp.runtime.workdir import Workdir
 
 TITLE = "Learning check: TD3 on cartpole/balance"
 CONFIG = "configs/td3_cartpole.py"
@@ -110,8 +111,8 @@ def measure(quick: bool) -> dict:
         seconds = time.monotonic() - start
         if process.returncode != 0:
             raise RuntimeError(f"td3 main.py exited {process.returncode}:\n{common.tail(log)}")
-        points = evaluations(workdir / "logs" / "evaluator_0" / "logs.csv")
-        learner_rows = (workdir / "logs" / "learner" / "logs.csv").read_text().count("\n") - 1
+        points = evaluations(Workdir(workdir).log_csv("evaluator_0"))
+        learner_rows = Workdir(workdir).log_csv("learner").read_text().count("\n") - 1
     reached = next((p for p in points if p["mean_return"] >= THRESHOLD), None)
     # Next to the page run.py writes (its --out-dir), else next to this file.
     out_dir = Path(os.environ.get(common.OUT_DIR_VAR, str(common.REPO)))

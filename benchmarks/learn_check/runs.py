@@ -41,6 +41,7 @@ from benchmarks.learn_check.settings import (
     failed_record,
     kept_result,
 )
+from magi_lp.runtime.workdir import Workdir
 
 VENV312 = common.REPO / ".venv312"
 VENV_OFFICIAL = common.REPO / ".venv-official"
@@ -198,10 +199,10 @@ def ours_result(settings: Settings, workdir: Path, launches: list[float]) -> dic
     """Evaluation means by frame and training frames/s from main.py's CSV logs."""
     pairs = [
         (ACTION_REPEAT * int(float(row.get("actor_steps") or 0)), float(row["episode_return"]))
-        for row in _rows(workdir / "logs" / "evaluator_0" / "logs.csv")
+        for row in _rows(Workdir(workdir).log_csv("evaluator_0"))
     ]
     evaluations = _last_per_frame(pairs, settings.eval_episodes)
-    actor_rows = _rows(workdir / "logs" / "actor_0" / "logs.csv")
+    actor_rows = _rows(Workdir(workdir).log_csv("actor_0"))
     ends = _ours_episode_ends(actor_rows)
     windows = episode_windows(ends, [f for f, _ in evaluations], settings.seed_frames, launches)
     rewards = {

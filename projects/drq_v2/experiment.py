@@ -10,20 +10,16 @@ from __future__ import annotations
 
 import functools
 import math
-from pathlib import Path
 
 import dm_env
 import ml_collections
 
-from magi_lp import Experiment
+from magi_lp import Experiment, Workdir
 from magi_lp.acme_api import specs, wrappers
 from projects.drq_v2.builder import DrQBuilder
 from projects.drq_v2.environment import make_environment
 from projects.drq_v2.networks import DrQNetworks, make_networks
 from projects.drq_v2.video import EvaluationVideo
-
-VIDEO_FOLDER = "videos"
-"""Evaluation videos go to `<workdir>/videos`."""
 
 
 def environment_factory(
@@ -95,7 +91,7 @@ def make_experiment(config: ml_collections.ConfigDict, workdir: str | None = Non
         observers.append(
             functools.partial(
                 EvaluationVideo,
-                str(Path(workdir) / VIDEO_FOLDER),
+                str(Workdir(workdir).videos),
                 episodes_per_evaluation=config.evaluation.episodes,
                 every_evaluations=int(video.every_evaluations),
                 fps=float(video.fps),
