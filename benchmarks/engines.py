@@ -99,7 +99,7 @@ def _run(engine: str, window_s: float, workdir: Path, overrides: list[str]) -> d
         r"nodes ended ([\d.]+) s after the stop began(?: \(stages: [^)]*\))?; exit code (\d+)",
         output,
     )
-    rows = _status_rows(workdir / "status.csv")
+    rows = _status_rows(Workdir(workdir).status_csv)
     result = {
         "engine": engine,
         "first_update_s": first_update_s,

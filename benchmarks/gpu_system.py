@@ -420,6 +420,7 @@ def run_system(
     `stop_by`, a time.monotonic()), then SIGINT to the driver; what the stop took and left
     behind."""
     from benchmarks.common import kill_marked, marked_env
+    from magi_lp.runtime.workdir import Workdir
 
     workdir.parent.mkdir(parents=True, exist_ok=True)
     log_path = workdir.parent / f"{workdir.name}.log"
@@ -447,7 +448,7 @@ def run_system(
             if up_at is None and UP_LINE in log_path.read_text(errors="replace"):
                 up_at = now
                 _say(f"every node up {now - started:.0f} s after the command")
-            if up_at and learning_at is None and _learner_steps(workdir / "status.csv") >= 1:
+            if up_at and learning_at is None and _learner_steps(Workdir(workdir).status_csv) >= 1:
                 learning_at = now
             due = up_at is not None and now - up_at >= run_s
             if mode == "tiny":  # a tiny run also learns for a while
@@ -521,7 +522,9 @@ def _rate(first: dict, last: dict, key: str) -> float | None:
 
 
 def throughput(workdir: Path, config: Any, mode: str) -> dict:
-    rows = read_rows(workdir / "status.csv")
+    from magi_lp.runtime.workdir import Workdir
+
+    rows = read_rows(Workdir(workdir).status_csv)
     if not rows:
         return {"state": "failed", "error": "no status.csv rows"}
     last = rows[-1]
@@ -850,7 +853,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _window_start_step(workdir: Path, mode: str) -> float:
-    window = _window(read_rows(workdir / "status.csv"), WARM_UP_S[mode])
+    from magi_lp.runtime.workdir import Workdir
+
+    window = _window(read_rows(Workdir(workdir).status_csv), WARM_UP_S[mode])
     return 0.0 if window is None else _float(window[0].get("learner_steps")) or 0.0
 
 

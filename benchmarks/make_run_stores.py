@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from benchmarks.common import figure_main, fmt, ratio
+from magi_lp.runtime.workdir import Workdir
 
 ROOT = Path(__file__).resolve().parents[1]
 TITLE = "make run's program on each replay store: frames/s, updates/s, CPU per node"
@@ -57,7 +58,7 @@ def _run(store: str, seconds: float, capacity: int, workdir: Path) -> dict:
     os.killpg(process.pid, signal.SIGTERM)
     output, _ = process.communicate(timeout=120)
     stopped_s = time.monotonic() - stop
-    with open(workdir / "status.csv") as file:
+    with open(Workdir(workdir).status_csv) as file:
         rows = list(csv.DictReader(file))
     learning = [r for r in rows if r.get("updates_per_s") not in ("", None)]
 
