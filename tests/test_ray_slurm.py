@@ -331,7 +331,11 @@ def _completed(cluster_, workdir: Path, job_id: str, timeout: float = 300) -> st
     wait_for_end(cluster_, job_id, timeout)
     output = _output(workdir, job_id)
     assert job_state(cluster_, job_id) == ("COMPLETED", "0:0"), output[-4000:]
-    assert "the coordinator reached max_actor_steps: stopping 6 nodes in 3 stages" in output
+    # 6 nodes when the driver has seen the coordinator's run() return before its stop request,
+    # 7 when the request came first (seen once at load 5): both are the stop at the limit.
+    assert re.search(
+        r"the coordinator reached max_actor_steps: stopping [67] nodes in 3 stages", output
+    ), output[-4000:]
     assert "magi_lp: Ray stopped on all 3 machines; exit code 0" in output
     assert "killing them" not in output
     return output
