@@ -50,8 +50,11 @@ setup312:
 run: setup
 	$(PY) projects/drq_v2/lp_main.py --config $(CONFIG) --workdir $(WORKDIR)
 
-# Both stacks: the whole suite on the Launchpad stack, then the current-stack leg.
-test: test-launchpad test-current
+# Both stacks at once: the whole suite on the Launchpad stack, and the current-stack leg
+# beside it (scripts/test_both_stacks.sh says why and how); each leg alone is below.
+test: setup setup312
+	@PY=$(PY) PY312=$(PY312) PY312_TESTS="$(PY312_TESTS)" PYTEST_ARGS="$(PYTEST_ARGS)" \
+		bash scripts/test_both_stacks.sh
 
 test-launchpad: setup
 	$(PY) -m pytest $(PYTEST_ARGS)

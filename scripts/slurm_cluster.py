@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import json
 import os
 import shlex
@@ -54,7 +55,17 @@ class Unavailable(RuntimeError):  # noqa: N818  (reads as `except Unavailable`)
 
 
 def ensure_installed(say=print) -> None:
-    """Installs slurm-wlm and munge with apt-get if a daemon is missing (root only)."""
+    """Installs slurm-wlm and munge with apt-get if a daemon is missing (root only).
+
+    Both legs of `make test` run at once and each may get here first: the check and the
+    install hold a lock on this file, so one installs and the other then finds the daemons
+    (two apt-gets at once: the second fails on dpkg's lock)."""
+    with open(__file__, "rb") as this_file:
+        fcntl.flock(this_file, fcntl.LOCK_EX)
+        _install_if_missing(say)
+
+
+def _install_if_missing(say) -> None:
     missing = [d for d in DAEMONS if not _which(d)]
     if not missing:
         return
