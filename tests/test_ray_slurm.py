@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 import subprocess
 import sys
@@ -283,6 +284,13 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+def _niceness(pid: int) -> int | None:
+    try:
+        return os.getpriority(os.PRIO_PROCESS, pid)
+    except ProcessLookupError:
+        return None
+
+
 def _environ(pid: int) -> dict[str, str]:
     try:
         raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
@@ -362,6 +370,10 @@ def test_scancel_stops_in_tiers_and_a_resubmission_resumes_to_completion(
     assert token not in script
     listening = _listening(cluster_)
     assert listening and all(port in PORTS for port, _ in listening), listening
+    # The nodes (Ray's workers) run at nice 0, not at Ray's default of 15.
+    workers = [p for p in cluster_.job_processes() if _cmdline(p).startswith("ray::")]
+    niceness = {p: n for p in workers if (n := _niceness(p)) is not None}
+    assert workers and set(niceness.values()) == {0}, niceness
 
     cancelled = time.monotonic()
     cluster_.run("scancel", job_id)

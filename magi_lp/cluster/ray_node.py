@@ -116,6 +116,9 @@ def run(args: argparse.Namespace, command: list[str]) -> int:
     host = args.host
     marker = f"{host}-{os.getpid()}-{time.time_ns()}"
     env = dict(os.environ, **{MARKER_VAR: marker})
+    # Ray runs its workers (the program's nodes) at nice 15 unless told otherwise, below
+    # everything else on the machine; the embedded Ray of `--launcher ray` sets 0 too.
+    env.setdefault("RAY_worker_niceness", "0")
     temp = Path(args.temp_dir) if args.temp_dir else None
     if temp is not None:
         temp.mkdir(parents=True, exist_ok=True)
