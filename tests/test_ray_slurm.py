@@ -434,6 +434,11 @@ def _killed_machine_ends_the_run(cluster_, workdir: Path, home: Path, kill) -> f
     ), failed
     # The driver names the node it lost and stops the others in tiers.
     assert re.search(r"node (actor|evaluator)/\d \(group '\w+', pid \d+\) died", output), output
+    # ...and says why: its machine is gone (not "another process killed it").
+    assert re.search(rf"cause: .*its machine \({re.escape(address)}\).*gone", output) or (
+        f"cause: the machine it ran on ({address}) died" in output
+    ), output[-4000:]
+    assert "another process killed it" not in output
     assert re.search(r"all 7 nodes ended [\d.]+ s after the stop began; exit code 1", output)
     assert "magi_lp: Ray stopped on all 3 machines; exit code 1" in output
     _assert_clean(cluster_, workdir, home, job_id)

@@ -193,8 +193,9 @@ class _NodeActor:
             return ServedReplayNode(spec.replay, lifetime=self._lifetime)
         return spec.make(*args, lifetime=self._lifetime, **kwargs)
 
-    def pid(self) -> int:
-        return os.getpid()
+    def where(self) -> tuple[int, str]:
+        """The node's process id and its machine's address."""
+        return os.getpid(), ray.util.get_node_ip_address()
 
     def methods(self) -> list[str]:
         node = self._node
@@ -248,16 +249,20 @@ def _send_output_to(log: str) -> None:
 class _NodeProcess:
     """What the status view reads of a node: its pid and, once ended, its return code."""
 
-    def __init__(self, spec: NodeSpec, actor: Any, pid: int, log: Path):
+    def __init__(self, spec: NodeSpec, actor: Any, pid: int, log: Path, address: str):
         self.spec = spec
         self.actor = actor
         self.pid = pid
         self.log = log
+        self.address = address
         self.returncode: int | None = None
         self.run_ref: Any = None
+        self.known_cause: str | None = None  # Ray's word on its death (its machine died)
 
     def exit_of(self, returncode: int) -> NodeExit:
-        return NodeExit(self.spec.role, self.spec.index, self.pid, returncode, self.log)
+        return NodeExit(
+            self.spec.role, self.spec.index, self.pid, returncode, self.log, self.known_cause
+        )
 
 
 def _start_ray(run_tmp: str, num_gpus: int) -> None:
@@ -362,9 +367,9 @@ class _Driver:
                 resources=dict(self._launch.group_resources.get(spec.group, {})),
                 max_restarts=0,
             ).remote(spec, args, kwargs, self._control, str(log))
-            pid, methods = ray.get([actor.pid.remote(), actor.methods.remote()])
+            (pid, address), methods = ray.get([actor.where.remote(), actor.methods.remote()])
             clients[spec.name] = NodeClient(actor, methods)
-            self._nodes.append(_NodeProcess(spec, actor, pid, log))
+            self._nodes.append(_NodeProcess(spec, actor, pid, log, address))
         for node in self._nodes:
             node.run_ref = node.actor.run.remote()
         counts = {}
@@ -394,7 +399,8 @@ class _Driver:
             if isinstance(cause, NodeExitError):
                 return cause.code
             return 1
-        except ray.exceptions.RayActorError:
+        except ray.exceptions.RayActorError as error:
+            node.known_cause = ray_seam.lost_machine(error, node.address)
             return -signal.SIGKILL
 
     def supervise(self, before_stop: Callable[[], None]) -> int:

@@ -9,6 +9,12 @@ not offer comes from here, each with what breaks if an upgrade changes it:
   never in `~/.ray/auth_token`) after `import ray` must make Ray read it again (Ray's own
   `authentication_token_setup._enable_token_auth` does the same). If it changes: the
   embedded Ray fails to start ("Authentication token is missing or incorrect").
+- The text of Ray's actor errors when the actor's machine is gone: Ray says so only in its
+  messages, not in attributes. `ActorDiedError`: "...because its node has died..." once the
+  GCS has marked the machine dead; `ActorUnavailableError`: "...temporarily unavailable..."
+  when the connection to the actor closed and its raylet said nothing (a killed raylet or
+  machine, seen first by the driver). If these change: a node on a lost machine is reported
+  as killed by SIGKILL with no machine named (the run still ends at once).
 
 Every function checks what it needs and raises one RuntimeError naming the attribute and the
 pinned version (requirements-py312.txt).
@@ -44,3 +50,20 @@ def use_run_token(token: str | None = None) -> str:
     os.environ["RAY_AUTH_TOKEN"] = token
     _raylet.Config.initialize("")
     return token
+
+
+def lost_machine(error: BaseException, address: str) -> str | None:
+    """Why a node's actor is gone, in words, when Ray's error says its machine (Ray node) is:
+    Ray marked that node dead, or lost the connection to the actor with no word from the
+    machine's raylet (what a dead machine or a killed raylet looks like from the driver).
+    None when Ray reports the process's own death (its raylet saw it die)."""
+    text = str(error)
+    if "node has died" in text or "node was terminated" in text:
+        return f"the machine it ran on ({address}) died: Ray marked that machine's node dead"
+    if "temporarily unavailable" in text:
+        return (
+            f"Ray lost the connection to it and no word came from its machine ({address}): "
+            "that machine or Ray on it is gone, or the process itself "
+            "(Ray: actor unavailable, socket closed)"
+        )
+    return None

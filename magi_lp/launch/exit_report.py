@@ -29,6 +29,8 @@ class NodeExit:
       pid: the node's process id.
       returncode: `Popen.returncode`: the exit code, or minus the signal that killed it.
       log_path: the file its stdout and stderr went to.
+      known_cause: what the engine itself knows of the death, when it knows more than the
+        process's end says (Ray: the machine the node ran on died), reported first.
     """
 
     group: str
@@ -36,6 +38,7 @@ class NodeExit:
     pid: int
     returncode: int
     log_path: Path
+    known_cause: str | None = None
 
     @property
     def name(self) -> str:
@@ -95,8 +98,11 @@ def death_cause(node: NodeExit, *, stopping: bool = False) -> str | None:
     A native fatal line (glog `F`, `Check failed`, unknown XLA flags, `Fatal Python error`)
     comes first for a node killed by a signal; otherwise the last Python exception (the
     line after its traceback); a SIGKILL with no stop in progress is, when the log says
-    nothing, most often the kernel's out-of-memory killer.
+    nothing, most often the kernel's out-of-memory killer. The engine's own word on it
+    (`NodeExit.known_cause`) comes before all of these.
     """
+    if node.known_cause is not None:
+        return node.known_cause
     try:
         with open(node.log_path, "rb") as f:
             f.seek(0, os.SEEK_END)
