@@ -187,22 +187,40 @@ def test_a_stop_signal_ends_the_ray_run_in_tiers_with_a_final_save(tmp_path, sig
     run.assert_clean()
 
 
+def _relaunched_past(tmp_path: Path, argv: list[str], learner_steps: int, name: str) -> Run:
+    """`argv` relaunched in the same workdir with no limit, once its learner has logged a
+    step beyond `learner_steps` (the saved count it resumed from)."""
+    run = Run(tmp_path, [*argv, "--config.max_actor_steps=1000000"], name)
+    run.wait_for(
+        lambda: any(s > learner_steps for s in _learner_steps(run.workdir)),
+        f"a learner step after {learner_steps} (the resume)",
+        timeout=360,
+    )
+    return run
+
+
+def _kill_actor_1(run: Run) -> float:
+    """SIGKILLs actor 1's process; the run must name it and end with exit code 1. Returns
+    the seconds from the kill to the driver's exit."""
+    victim = run.node_process("actor", 1)
+    killed_at = time.monotonic()
+    victim.kill()
+    assert run.wait(120) == 1, run.output()[-5000:]
+    ended_after = time.monotonic() - killed_at
+    assert re.search(
+        r"node actor/1 \(group 'actor', pid \d+\) died: killed by signal SIGKILL", run.output()
+    ), run.output()[-3000:]
+    return ended_after
+
+
 @pytest.mark.timeout(600)
 def test_a_killed_node_is_named_and_the_run_ends(tmp_path):
     run = Run(tmp_path, [*TD3_TWO_ACTORS, "--config.max_actor_steps=1000000"])
     actor_log = run.workdir / "logs/actor_1/logs.csv"
     learner_log = run.workdir / "logs/learner/logs.csv"
     run.wait_for(lambda: learner_log.exists() and read_csv(learner_log), "learner step")
-    victim = run.node_process("actor", 1)
-    killed_at = time.monotonic()
-    victim.kill()
-    assert run.wait(120) == 1, run.output()[-5000:]
-    ended_after = time.monotonic() - killed_at
-    output = run.output()
-    assert re.search(
-        r"node actor/1 \(group 'actor', pid \d+\) died: killed by signal SIGKILL", output
-    ), output[-3000:]
-    assert "node actor_1 died: stopping" in output
+    ended_after = _kill_actor_1(run)
+    assert "node actor_1 died: stopping" in run.output()
     print(f"SIGKILL of actor 1: the driver exited {ended_after:.1f} s later")
     del actor_log
     run.assert_clean()
@@ -238,12 +256,7 @@ def test_drq_v2_on_ray_trains_to_its_limit_resumes_and_stops_on_ctrl_c_and_a_kil
     assert read_csv(first.workdir / "logs/evaluator_0/logs.csv")
     first.assert_clean()
 
-    second = Run(tmp_path, [*drq, "--config.max_actor_steps=1000000"], "second")
-    second.wait_for(
-        lambda: any(s > counts["learner_steps"] for s in _learner_steps(second.workdir)),
-        "a learner step after the resume",
-        timeout=360,
-    )
+    second = _relaunched_past(tmp_path, drq, counts["learner_steps"], "second")
     os.kill(second.process.pid, signal.SIGINT)
     assert second.wait(60) == 0, second.output()[-5000:]
     output = second.output()
@@ -256,21 +269,8 @@ def test_drq_v2_on_ray_trains_to_its_limit_resumes_and_stops_on_ctrl_c_and_a_kil
     assert steps == sorted(steps), "learner steps went back after the resume"
     second.assert_clean()
 
-    third = Run(tmp_path, [*drq, "--config.max_actor_steps=1000000"], "third")
-    third.wait_for(
-        lambda: any(s > resumed["learner_steps"] for s in _learner_steps(third.workdir)),
-        "a learner step after the second resume",
-        timeout=360,
-    )
-    victim = third.node_process("actor", 1)
-    killed_at = time.monotonic()
-    victim.kill()
-    assert third.wait(120) == 1, third.output()[-5000:]
-    ended_after = time.monotonic() - killed_at
-    output = third.output()
-    assert re.search(
-        r"node actor/1 \(group 'actor', pid \d+\) died: killed by signal SIGKILL", output
-    ), output[-3000:]
+    third = _relaunched_past(tmp_path, drq, resumed["learner_steps"], "third")
+    ended_after = _kill_actor_1(third)
     print(f"DrQ-v2, SIGKILL of actor 1: the driver exited {ended_after:.1f} s later")
     third.assert_clean()
 
