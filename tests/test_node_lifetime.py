@@ -53,7 +53,9 @@ NODE = textwrap.dedent(
                     end = end or time.monotonic() + hold_s
                     if time.monotonic() >= end:
                         break
-        print("save done", flush=True)
+            # Inside the hold: once it is released the watcher may leave at once, before
+            # a line printed after the `with` (seen at load 7: "leaving" came first).
+            print("save done", flush=True)
         libc.sleep(60)
     else:
         block_in_c()
