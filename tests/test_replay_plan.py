@@ -145,3 +145,20 @@ def test_the_entry_point_refuses_a_store_that_does_not_fit_before_starting(tmp_p
     )
     assert dry.returncode == 0, dry.stderr
     assert "replay: reverb frame replay in the replay node (1,000,000 transitions" in dry.stdout
+
+
+def test_main_py_on_a_gpu_counts_the_store_against_jax_s_memory_fraction(monkeypatch):
+    """`main.py` (no plan): the store is counted against JAX's share of the first GPU. On the
+    H200 `make gpu-learn` stopped here with "'method' object is not subscriptable"."""
+    import magi_lp.placement.gpu_inventory as gpu_inventory
+    import magi_lp.placement.jax_build as jax_build
+
+    monkeypatch.setattr(gpu_inventory, "query_inventory", lambda: H100)
+    monkeypatch.setattr(jax_build, "detect_jax_build", lambda: CUDA12)
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.28")
+    config = make_config("cartpole_balance")
+    config.agent.replay_buffer_size = 100_000
+    store = plan_replay_store(config, make_experiment(config).builder, None)
+    assert store.store == "device"
+    assert "GPU 0 at 0.28 of 85.9 GB" in store.line
+    assert 0.2 * 85.9e9 < store.budget < 0.28 * 85.9e9  # less the headroom

@@ -208,7 +208,7 @@ def _single_process_budget() -> tuple[int, str, int]:
 
     inventory = query_inventory()
     if len(inventory) and detect_jax_build().serves_cuda:
-        gpu = inventory[inventory.ids[0]]
+        gpu = inventory[inventory.ids()[0]]
         fraction = float(os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION", JAX_DEFAULT_FRACTION))
         where = f"GPU {gpu.index} at {fraction:g} of {gb(gpu.memory_total_bytes)}"
         return int(fraction * gpu.memory_total_bytes), where, 1
