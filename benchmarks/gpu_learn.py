@@ -50,6 +50,10 @@ EVAL_EVERY_FRAMES = 20_000
 EVAL_EPISODES = 10
 SEED_FRAMES = 4_000
 MINUTES = 7.0
+TITLE = "Learning on one GPU: 3 seeds of DrQ-v2 side by side at the paper's settings"
+NOT_MEASURED = (
+    "not measured: `make gpu-learn` has not run on a GPU machine (benchmarks/gpu_learn.json)"
+)
 """The whole command's budget by default: one device call of at most 8 minutes, with room
 for the machine's start of the processes and the writing of the figure."""
 STOP_GRACE_S = 45.0
@@ -96,7 +100,7 @@ def device_name() -> str:
 
 def versions() -> dict[str, str]:
     found = {"python": sys.version.split()[0]}
-    for name in ("jax", "jaxlib", "dm-haiku", "optax", "mujoco"):
+    for name in ("jax", "jaxlib", "dm-haiku", "optax", "mujoco", "torch"):
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             found[name] = importlib.metadata.version(name)
     return found
@@ -310,6 +314,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT / "runs" / "gpu_learn"))
     parser.add_argument("--tiny", action="store_true", help="tiny sizes even with a GPU")
     parser.add_argument("--official", default="", help="a drqv2 checkout: one official seed")
+    parser.add_argument(
+        "--commit", default="", help="the commit the tree is at, where it has no .git (a device)"
+    )
     args = parser.parse_args(argv)
     start = time.monotonic()
     gpu = has_gpu()
@@ -364,7 +371,16 @@ def main(argv: list[str] | None = None) -> int:
             f"{result['exit_code']}{stopped}, train frames/s "
             f"{fps if fps is None else round(fps, 1)}; returns {returns}"
         )
+    from benchmarks import common
+
+    ok = all(r["exit_code"] == 0 and r["evaluations"] for r in results)
+    found = common.machine()
     summary = {
+        "status": "tiny" if tiny else ("ok" if ok else "error"),
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "commit": args.commit or common.git_commit(),
+        "machine": {"gpu": device, "cpu": found["cpu"], "cores": found["cores"]},
+        "seconds": round(time.monotonic() - start, 1),
         "device": device,
         "versions": stack,
         "tiny": tiny,
@@ -385,7 +401,81 @@ def main(argv: list[str] | None = None) -> int:
     print(f"gpu_learn: {_curves(results, out)}, {_plot(results, out, title)}, "
           f"{out / 'gpu_learn.json'}; reference: {REFERENCE_SOURCE}")  # fmt: skip
     # A run stopped at the deadline (SIGTERM: its checkpoint saved) is what fits, not a failure.
-    return 0 if all(r["exit_code"] == 0 and r["evaluations"] for r in results) else 1
+    return 0 if ok else 1
+
+
+def _returns_at(result: dict, frames: list[int]) -> list[str]:
+    found = dict(result["evaluations"])
+    return [f"{found[f]:.0f}" if f in found else "" for f in frames]
+
+
+def summary(result: dict) -> tuple[str, str, str]:
+    """(number, comparison, ratio) for BENCHMARKS.md's table."""
+    runs = [r for call in [result, *result.get("replicates", [])] for r in call["runs"]]
+    at = max(EVAL_EVERY_FRAMES, min(max(f for f, _ in r["evaluations"]) for r in runs))
+    returns = [dict(r["evaluations"]).get(at) for r in runs]
+    returns = [v for v in returns if v is not None]
+    mean = sum(returns) / len(returns)
+    published = reference_curve(result["task"]).get(at, {})
+    number = (
+        f"mean return {mean:.0f} at {at // 1000}k frames ({len(returns)} runs, {result['device']})"
+    )
+    comparison = (
+        f"official, published: {published.get('mean', float('nan')):.0f} "
+        f"[{published.get('min', float('nan')):.0f}, {published.get('max', float('nan')):.0f}]"
+    )
+    fps = [r["train_frames_per_s"] for r in runs if r["train_frames_per_s"]]
+    return number, comparison, f"{min(fps):.0f}-{max(fps):.0f} train frames/s a seed"
+
+
+def report(result: dict) -> str:
+    """The figure of BENCHMARKS.md, from a GPU result (and the calls stored beside it)."""
+    calls = [result, *result.get("replicates", [])]
+    frames = sorted({f for call in calls for r in call["runs"] for f, _ in r["evaluations"]})
+    reference = reference_curve(result["task"])
+    versions_text = ", ".join(f"{k} {v}" for k, v in result["versions"].items())
+    settings = result["settings"]
+    lines = [
+        f"`make gpu-learn` (benchmarks/gpu_learn.py) on {result['device']}, "
+        f"{result['machine']['cores']} cores ({result['machine']['cpu']}); {versions_text}. "
+        f"{result['task']} at the paper's settings ({' '.join(settings['args'])}), "
+        f"3 seeds side by side, each with its own cores and "
+        f"{GPU_MEMORY_FRACTION} of the GPU's memory, evaluated "
+        f"({settings['eval_episodes']} episodes) every {settings['eval_every_frames'] // 1000}k "
+        "frames, each call "
+        "stopped at its deadline (SIGTERM: a checkpoint). Every number was measured there.",
+        "",
+        "| call | seed | frames reached | train frames/s (the learn check's rule) | "
+        + " | ".join(f"return at {f // 1000}k" for f in frames)
+        + " |",
+        "| --- | --- | --- | --- | " + " | ".join("---" for _ in frames) + " |",
+    ]
+    for call in calls:
+        stamp = f"{call['measured_at']}, commit {call['commit']}, {call['minutes']:g} min"
+        for r in call["runs"]:
+            fps = r["train_frames_per_s"]
+            lines.append(
+                f"| {stamp} | {r['agent']} {r['seed']} | {r['frames']:,} | "
+                f"{'' if fps is None else f'{fps:.1f}'} | "
+                + " | ".join(_returns_at(r, frames))
+                + " |"
+            )
+    lines.append(
+        "| official, published (10 seeds) | mean [lowest, highest] | | | "
+        + " | ".join(
+            f"{reference[f]['mean']:.0f} [{reference[f]['min']:.0f}, {reference[f]['max']:.0f}]"
+            if f in reference
+            else ""
+            for f in frames
+        )
+        + " |"
+    )
+    lines += ["", f"Reference: {result['reference']}."]
+    if result.get("png"):
+        lines += ["", f"![{result['task']} on one GPU, first call]({result['png']})"]
+    for note in result.get("notes", []):
+        lines += ["", note]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -80,6 +80,7 @@ FIGURES = (
     Figure("learn_check", "benchmarks.learn_check", 0, 0, stored="benchmarks/learn_check.json"),
     Figure("engines", "benchmarks.engines", 900, 3600),
     Figure("gpu_system", "benchmarks.gpu_system", 0, 0, stored="benchmarks/gpu_system.json"),
+    Figure("gpu_learn", "benchmarks.gpu_learn", 0, 0, stored="benchmarks/gpu_learn.json"),
 )
 BY_NAME = {figure.name: figure for figure in FIGURES}
 HEADLINE = (

@@ -52,7 +52,21 @@ def test_tiny_learning_run_writes_three_seeds_beside_the_reference(tmp_path, cap
     assert (tmp_path / "curves.png").stat().st_size > 10_000
     summary = json.loads((tmp_path / "gpu_learn.json").read_text())
     assert summary["tiny"] and summary["device"].startswith("cpu")
+    # A tiny run is never a figure: the page renders only a stored result whose status is ok.
+    assert summary["status"] == "tiny" and summary["commit"] and summary["machine"]["cores"]
     assert summary["versions"]["jax"]
     assert [r["seed"] for r in summary["runs"]] == list(gpu_learn.SEEDS)
     assert all(r["train_frames_per_s"] for r in summary["runs"])
     assert printed.count("train frames/s") == 3
+
+
+def test_the_stored_gpu_result_renders_with_its_device_and_versions_beside_every_run():
+    stored = json.loads((gpu_learn.ROOT / "benchmarks" / "gpu_learn.json").read_text())
+    assert stored["status"] == "ok" and not stored["tiny"]
+    page = gpu_learn.report(stored)
+    runs = [r for call in [stored, *stored.get("replicates", [])] for r in call["runs"]]
+    assert page.count("| magi_lp ") == len(runs)
+    assert stored["device"] in page and f"jax {stored['versions']['jax']}" in page
+    assert "torch" in stored["versions"]
+    number, against, _ = gpu_learn.summary(stored)
+    assert "official, published" in against and stored["device"] in number
