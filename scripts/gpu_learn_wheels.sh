@@ -10,8 +10,13 @@
 # set fits a device call's 64 MiB. Into a git-excluded folder (default .whl-learn/; not .whl/,
 # whose mujoco-core 4.0.0 for `make gpu-check` would clash with mujoco 3.17.0). On the GPU
 # machine:
-#   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl-learn/*.whl
-#   PYTHONPATH=/tmp/site make gpu-learn GPU_CHECK_PYTHON=python3
+#   bash benchmarks/gpu_learn_device.sh .whl-learn   (benchmarks/README.md, "The learning run")
+# With DRQV2=<checkout of facebookresearch/drqv2>, also the official agent's seed: its files
+# (checked against official.py's pinned hashes) and its own wheels at the learn check's pins
+# (benchmarks/learn_check/requirements-official.txt: numpy 1.26.4, hydra-core, omegaconf,
+# antlr4, termcolor), into <dest>/official/. Its numpy is its own: under the GPU machine's
+# numpy 2, dm_control's action_scale wrapper makes the action spec float64 and the official
+# replay storage's dtype assertion fails at the first transition (seen on the H200).
 set -euo pipefail
 dest=${1:-.whl-learn}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -36,5 +41,24 @@ mkdir -p "$dest"
 "$py" "$here/repack_wheel.py" "$dest"/dm_control-*.whl \
     --drop dm_control/locomotion/walkers/assets/ --drop dm_control/locomotion/soccer/assets/ \
     --drop dm_control/suite/dog_assets/ --drop dm_control/mujoco/testing/assets/
-ls -1 "$dest"
+if [ -n "${DRQV2:-}" ]; then
+    official_pins() {
+        for name in "$@"; do
+            grep -i -E "^${name}==" "$root/benchmarks/learn_check/requirements-official.txt"
+        done
+    }
+    mkdir -p "$dest/official"
+    # shellcheck disable=SC2046  # one word per pin
+    "$py" -m pip download --quiet --no-deps --only-binary=:all: \
+        --python-version 3.12 --implementation cp --abi cp312 \
+        --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+        --dest "$dest/official" $(official_pins numpy hydra-core omegaconf termcolor)
+    "$py" -m pip wheel --quiet --no-deps --wheel-dir "$dest/official" \
+        "$(official_pins antlr4-python3-runtime)"
+    (cd "$root" && "$py" -c "import sys; from pathlib import Path
+from benchmarks.learn_check import official
+official.check_checkout(Path(sys.argv[1]))
+official.copy_files(Path(sys.argv[1]), Path(sys.argv[2]))" "$DRQV2" "$dest/official/drqv2")
+fi
+ls -1 "$dest" "$dest"/official 2>/dev/null || true
 du -sh "$dest"

@@ -357,3 +357,16 @@ def test_tiny_run_of_the_official_side_resumes_from_its_snapshot(tmp_path):
     )
     assert [frame for frame, _ in result["evaluations"]] == [0, 1200, 2400]
     assert len(result["attempts"]) == 2 and result["attempts"][1]["resumed"]
+
+
+def test_copied_official_files_are_a_checkout_that_passes_the_pinned_hashes(tmp_path):
+    """What `DRQV2=... make gpu-learn-wheels` carries to a GPU machine verifies there."""
+    checkout = os.environ.get("MAGI_LP_DRQV2_CHECKOUT", "")
+    if not checkout:
+        pytest.skip("the official DrQ-v2 is not here: set MAGI_LP_DRQV2_CHECKOUT")
+    copied = official.copy_files(Path(checkout), tmp_path / "drqv2")
+    official.check_checkout(copied)  # raises if a file differs or is missing
+    assert not (copied / ".git").exists() and (copied / "train.py").is_file()
+    (copied / "train.py").write_text("changed")
+    with pytest.raises(official.OfficialCodeMissing, match="differs from commit"):
+        official.check_checkout(copied)

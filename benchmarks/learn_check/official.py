@@ -251,12 +251,9 @@ def check_checkout(path: Path) -> None:
         )
 
 
-def prepare(checkout: Path, scratch: Path) -> Path:
-    """Checks `checkout`, copies the files we use into a fresh `scratch`, applies PATCH.
-
-    Returns the folder to run train.py in (`scratch` itself). A patch text not found exactly
-    once raises RuntimeError with one line: the pinned hashes make that a bug in PATCH.
-    """
+def copy_files(checkout: Path, scratch: Path) -> Path:
+    """Checks `checkout` and copies the files we use, unpatched, into a fresh `scratch`: a
+    checkout of its own, which `check_checkout` passes (how one travels to a GPU machine)."""
     checkout, scratch = Path(checkout), Path(scratch)
     check_checkout(checkout)
     if scratch.exists():
@@ -265,6 +262,16 @@ def prepare(checkout: Path, scratch: Path) -> Path:
     for name in FILE_SHA256:
         shutil.copyfile(checkout / name, scratch / name)
     shutil.copytree(checkout / TASK_DIR, scratch / TASK_DIR)
+    return scratch
+
+
+def prepare(checkout: Path, scratch: Path) -> Path:
+    """Checks `checkout`, copies the files we use into a fresh `scratch`, applies PATCH.
+
+    Returns the folder to run train.py in (`scratch` itself). A patch text not found exactly
+    once raises RuntimeError with one line: the pinned hashes make that a bug in PATCH.
+    """
+    scratch = copy_files(checkout, scratch)
     for edit in PATCH:
         target = scratch / edit.file
         text = target.read_text()

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# `make gpu-learn` on a device machine (benchmarks/README.md, "The learning run"): one call of
+# the `run` tool, with the wheels folder (and .gl, the EGL loader's packages) carried:
+#   bash benchmarks/gpu_learn_device.sh [WHEELS]      (default .whl-learn; MINUTES=7)
+# Unpacks .gl where it was carried (without EGL's loader PyOpenGL finds no EGL), installs the
+# wheels into /tmp/site, and where WHEELS/official/ is there (DRQV2=... make gpu-learn-wheels)
+# the official agent's own into /tmp/site-official, first on its path alone (its numpy 1.26),
+# through .venv-official/bin/python. Writes to $OUT: gpu_learn.json, curves.csv, curves.png,
+# gpu_learn.log and gpu_learn_runs.tgz (the runs' logs; no checkpoints). The commit comes from
+# .commit (`git rev-parse --short HEAD > .commit` here first), the copied tree having no .git.
+set -o pipefail
+export PYTHONUNBUFFERED=1
+wheels=${1:-.whl-learn}
+minutes=${MINUTES:-7}
+out=${OUT:?run this through the device tool, which sets OUT}
+if [ -d .gl ]; then
+    for f in .gl/*.deb; do dpkg -x "$f" /; done
+    ldconfig
+fi
+install() { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir "$@"; }
+install --target /tmp/site "$wheels"/*.whl || exit 3
+export PYTHONPATH=/tmp/site
+official=()
+if [ -d "$wheels/official/drqv2" ]; then
+    install --target /tmp/site-official "$wheels"/official/*.whl || exit 3
+    mkdir -p .venv-official/bin
+    printf '#!/bin/sh\nPYTHONPATH=/tmp/site-official:/tmp/site exec %s "$@"\n' \
+        "$(command -v python3)" >.venv-official/bin/python
+    chmod +x .venv-official/bin/python
+    official=(--official "$wheels/official/drqv2")
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+python3 -c "import jax, torch; print('jax', jax.__version__, jax.devices(), 'torch', torch.__version__)"
+timeout $((${minutes%.*} * 60 + 60)) python3 -m benchmarks.gpu_learn --minutes "$minutes" \
+    --commit "$(cat .commit 2>/dev/null)" --out /tmp/gl "${official[@]}" 2>&1 |
+    tee "$out/gpu_learn.log"
+rc=$?
+cp /tmp/gl/gpu_learn.json /tmp/gl/curves.csv /tmp/gl/curves.png "$out"/ 2>/dev/null
+tar -czf "$out/gpu_learn_runs.tgz" -C /tmp/gl --exclude=checkpoints --exclude='*.pt' \
+    --exclude=code --exclude=buffer .
+ls -l "$out"
+exit $rc
