@@ -150,14 +150,15 @@ def test_lp_main_stops_by_itself_at_its_frame_limit(tmp_path):
         # loggers' 1 s time filter (it did once: 250 of 300 steps seen).
         "--config.logging.time_delta=0.0",
     ]
-    # 600 steps, not 300: the evaluator's first evaluation starts once it has started up and
-    # fetched parameters, and 2 actors had taken 300 steps before that at load 5 (the stop at
-    # the limit cut the evaluation, and no return was logged). A final evaluation at the
-    # limit is not something the distributed program promises yet.
-    limit = 600
+    # 2 actors may take all 300 steps before the evaluator has started up (seen at load 5):
+    # the program then stops only after the evaluation at the limit, as main.py ends.
+    limit = 300
     _distributed_run(workdir, flags, max_actor_steps=limit, timeout_s=480)
     elapsed = time.monotonic() - start
     _check_outputs(workdir, ["actor_0", "actor_1"])
+    evaluations = _rows(workdir / "logs" / "evaluator_0" / "logs.csv")
+    at = [float(row["actor_steps"]) for row in evaluations if row.get("actor_steps")]
+    assert at and max(at) >= limit, f"no evaluation at the limit of {limit} steps: {at}"
     # Stopped at the limit, not before, and within what 2 actors take between two reports to
     # the counter (a stop at episode ends would be up to 2 x 50 steps late).
     actor_steps = checkpoint_counts(workdir)["actor_steps"]

@@ -9,6 +9,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 from unittest import mock
 
 import jax
@@ -222,6 +223,26 @@ def test_single_process_run_stops_and_evaluates_at_exact_step_counts(tmp_path):
     assert [int(row["actor_steps"] or 0) for row in evaluations][5:] == [150]
 
 
+def _evaluator(monkeypatch, steps: list[int], limit: int, until: int) -> tuple[Any, list[int]]:
+    """An EvaluatorNode over a counter at `steps[0]` (every 100 actor steps, limit `limit`, 0
+    for none) whose evaluations are recorded and move the counts by 70 until `until`."""
+    evaluated_at: list[int] = []
+
+    def evaluate(loop, episodes, should_stop):
+        evaluated_at.append(steps[0])
+        if steps[0] < until:
+            steps[0] += 70
+
+    monkeypatch.setattr(nodes, "evaluate", evaluate)
+    node = nodes.EvaluatorNode.__new__(nodes.EvaluatorNode)
+    node._counter = mock.Mock(get_counts=lambda: {"actor_steps": steps[0]})
+    node._evaluation = toy_config().evaluation  # every 100 actor steps
+    node._loop = None
+    node._max_actor_steps = limit
+    node._at_limit = threading.Event()
+    return node, evaluated_at
+
+
 @pytest.mark.parametrize(
     ("start", "expected"),
     [(0, [0, 110, 220, 330]), (130, [210, 320])],  # a new run; one resumed at 130 steps
@@ -231,17 +252,7 @@ def test_distributed_evaluator_evaluates_once_per_multiple_passed(monkeypatch, s
     # an evaluation runs. Each multiple of 100 is evaluated once, at the first look at or
     # after it (a resumed run: from the first multiple at or after its counts).
     steps = [start]
-    evaluated_at = []
-
-    def evaluate(loop, episodes, should_stop):
-        evaluated_at.append(steps[0])
-        steps[0] += 70
-
-    monkeypatch.setattr(nodes, "evaluate", evaluate)
-    node = nodes.EvaluatorNode.__new__(nodes.EvaluatorNode)
-    node._counter = mock.Mock(get_counts=lambda: {"actor_steps": steps[0]})
-    node._evaluation = toy_config().evaluation  # every 100 actor steps
-    node._loop = None
+    node, evaluated_at = _evaluator(monkeypatch, steps, limit=0, until=10**9)
 
     def sleep(seconds):
         steps[0] += 40
@@ -249,6 +260,62 @@ def test_distributed_evaluator_evaluates_once_per_multiple_passed(monkeypatch, s
 
     node.run_evaluations(lambda: steps[0] > 330, sleep)
     assert evaluated_at == expected
+
+
+def test_distributed_evaluator_evaluates_once_more_at_the_limit(monkeypatch):
+    # Limit 250: evaluations at 0, 110 and 220 by the schedule; the actors stop at 290 (the
+    # counts move in batches); once there, one evaluation of the final parameters, then none.
+    steps = [0]
+    node, evaluated_at = _evaluator(monkeypatch, steps, limit=250, until=250)
+    looks = [0]
+
+    def sleep(seconds):
+        looks[0] += 1
+        steps[0] = max(steps[0], min(steps[0] + 40, 290))
+        return False
+
+    assert not node.evaluated_at_limit()
+    node.run_evaluations(lambda: looks[0] > 20, sleep)
+    assert evaluated_at == [0, 110, 220, 290]
+    assert node.evaluated_at_limit()
+
+
+def test_coordinator_stops_at_the_limit_only_after_the_final_evaluations():
+    class Evaluator:
+        def __init__(self, done_after):
+            self.asked, self.done_after = 0, done_after
+
+        def evaluated_at_limit(self):
+            self.asked += 1
+            return self.asked > self.done_after
+
+    class Lifetime:
+        def __init__(self, stop_after=None):
+            self.waits, self.stop_after, self.stopped = 0, stop_after, False
+
+        def wait_for_stop(self, seconds):
+            self.waits += 1
+            return self.stop_after is not None and self.waits > self.stop_after
+
+        def stop_program(self):
+            self.stopped = True
+
+    counter = mock.Mock(get_counts=lambda: {"actor_steps": 300})
+    evaluators = (Evaluator(2), Evaluator(5))
+    lifetime = Lifetime()
+    coordinator = nodes.CoordinatorNode(
+        counter, None, 300, evaluators, poll_seconds=0.0, lifetime=lifetime
+    )
+    coordinator.run()
+    assert lifetime.stopped and evaluators[1].asked == 6 and evaluators[0].asked == 3
+
+    # Ctrl-C while it waits: it stops waiting and leaves the stop to the launcher.
+    lifetime = Lifetime(stop_after=3)
+    coordinator = nodes.CoordinatorNode(
+        counter, None, 300, (Evaluator(100),), poll_seconds=0.0, lifetime=lifetime
+    )
+    coordinator.run()
+    assert not lifetime.stopped
 
 
 # --- the distributed program graph -----------------------------------------------------------

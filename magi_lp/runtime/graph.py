@@ -95,13 +95,21 @@ class NodeSpec:
     @property
     def refs(self) -> list[str]:
         """The nodes this one takes handles of."""
-        found = [a.node for a in (*self.args, *self.kwargs.values()) if isinstance(a, Ref)]
+        found = [
+            ref.node
+            for a in (*self.args, *self.kwargs.values())
+            for ref in (a if isinstance(a, tuple) else (a,))
+            if isinstance(ref, Ref)
+        ]
         return list(dict.fromkeys(found))
 
     def resolved(self, client: Callable[[str], Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        """`args` and `kwargs` with each `Ref` replaced by `client(node name)`."""
+        """`args` and `kwargs` with each `Ref` replaced by `client(node name)`, also in a
+        tuple of them (the coordinator's evaluators)."""
 
         def resolve(value: Any) -> Any:
+            if isinstance(value, tuple) and value and all(isinstance(v, Ref) for v in value):
+                return tuple(client(v.node) for v in value)
             return client(value.node) if isinstance(value, Ref) else value
 
         args = tuple(resolve(a) for a in self.args)

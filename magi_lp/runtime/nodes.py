@@ -379,7 +379,9 @@ class ActorNode:
 class EvaluatorNode:
     """Evaluates at 0 actor steps and at every multiple of `evaluation.every_actor_steps`
     (once the counter node shows it: actors report every `DISTRIBUTED_COUNT_EVERY` steps, and
-    this node looks once a second)."""
+    this node looks once a second), and once more when the actors reach `max_actor_steps`,
+    as `main.py` does at its end: the coordinator waits for that one before it stops the
+    program (`evaluated_at_limit`)."""
 
     def __init__(
         self,
@@ -390,12 +392,15 @@ class EvaluatorNode:
         counter: Any,
         logger_factory: Callable[..., Any],
         *,
+        max_actor_steps: int = 0,
         lifetime: NodeLifetime,
     ):
         prepare_node_process()
         self._lifetime = lifetime
         self._counter = counter
         self._evaluation = experiment.config.evaluation
+        self._max_actor_steps = max_actor_steps
+        self._at_limit = threading.Event()
         self._loop = make_acting_loop(
             experiment,
             environment_spec,
@@ -414,16 +419,27 @@ class EvaluatorNode:
         """Evaluates whenever the actor steps pass the next multiple of `every_actor_steps`
         (a resumed run: the first multiple at or after its counts)."""
         every = int(self._evaluation.every_actor_steps)
+        limit = self._max_actor_steps
         next_at = None
         while not should_stop():
             actor_steps = int(self._counter.get_counts().get("actor_steps", 0))
             if next_at is None:
                 next_at = first_evaluation_at(actor_steps, every)
-            if actor_steps >= next_at:
+            if limit and actor_steps >= limit and not self._at_limit.is_set():
+                # The last evaluation (the one due at a multiple at or before the limit too):
+                # the actors wait at the limit, so these are the run's final parameters.
+                evaluate(self._loop, self._evaluation.episodes, should_stop)
+                if not should_stop():
+                    self._at_limit.set()
+            elif actor_steps >= next_at and not (limit and actor_steps >= limit):
                 evaluate(self._loop, self._evaluation.episodes, should_stop)
                 next_at = next_evaluation_after(actor_steps, every)
             elif sleep(1.0):
                 break
+
+    def evaluated_at_limit(self) -> bool:
+        """Whether the evaluation at `max_actor_steps` is done (the coordinator asks)."""
+        return self._at_limit.is_set()
 
     def run(self) -> None:
         self.run_evaluations(self._lifetime.stopping, self._lifetime.wait_for_stop)
@@ -440,10 +456,15 @@ class CoordinatorNode:
     the actors and before the counter, so that save holds the final counts (and a learner
     blocked waiting for replay saves the state of its last completed step).
 
+    At the limit it first waits for each evaluator's evaluation at the limit (the actors
+    wait there meanwhile), so a run's last evaluation is of its final parameters, as in
+    `main.py`; a stop asked for meanwhile (Ctrl-C) ends the wait.
+
     Attributes (private ones are handles, which an engine must not serve):
       _counter: the counter node.
       _replay: the replay node (a Reverb client under Launchpad).
       _max_actor_steps: the limit.
+      _evaluators: the evaluator nodes.
       checkpoint_replay: checkpoint Reverb before the stop.
       poll_seconds: how often the counts are read.
       lifetime: the engine's `NodeLifetime`.
@@ -452,6 +473,7 @@ class CoordinatorNode:
     _counter: Any
     _replay: Any
     _max_actor_steps: int
+    _evaluators: tuple[Any, ...] = ()
     checkpoint_replay: bool = False
     poll_seconds: float = 0.5
     lifetime: NodeLifetime = dataclasses.field(kw_only=True, repr=False)
@@ -460,9 +482,23 @@ class CoordinatorNode:
         while not self.lifetime.wait_for_stop(self.poll_seconds):
             if self.limit_reached():
                 logging.info("Reached %d actor steps: stopping.", self._max_actor_steps)
+                if not self.wait_for_final_evaluations():
+                    return  # a stop was asked for meanwhile: the launcher stops the program
                 self.finish()
                 self.lifetime.stop_program()
                 return
+
+    def wait_for_final_evaluations(self) -> bool:
+        """Waits until every evaluator has evaluated at the limit; False if a stop came first."""
+        start = time.monotonic()
+        waiting = list(self._evaluators)
+        while waiting:
+            waiting = [e for e in waiting if not e.evaluated_at_limit()]
+            if waiting and self.lifetime.wait_for_stop(self.poll_seconds):
+                return False
+        if self._evaluators:
+            logging.info("Final evaluations took %.1fs", time.monotonic() - start)
+        return True
 
     def limit_reached(self) -> bool:
         """Whether the actors have taken `max_actor_steps` steps."""

@@ -97,16 +97,17 @@ def build_program(
         )
     for index in range(config.num_evaluators):
         args = (experiment, environment_spec, index, learner, counter, logger_factory)
-        nodes.append(
-            NodeSpec("evaluator", index, plan.launch_group("evaluator", index), EvaluatorNode, args)
-        )
+        group = plan.launch_group("evaluator", index)
+        limit = {"max_actor_steps": int(config.max_actor_steps)}
+        nodes.append(NodeSpec("evaluator", index, group, EvaluatorNode, args, limit))
+    evaluators = tuple(Ref(f"evaluator_{i}") for i in range(config.num_evaluators))
     nodes.append(
         NodeSpec(
             "coordinator",
             0,
             plan.launch_group("coordinator", 0),
             CoordinatorNode,
-            (counter, replay, int(config.max_actor_steps)),
+            (counter, replay, int(config.max_actor_steps), evaluators),
             {"checkpoint_replay": bool(config.checkpoint.reverb) and colocated},
         )
     )
