@@ -119,3 +119,36 @@ def _cmdline(pid: int) -> str:
         return f"{pid} " + Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")[:160]
     except OSError:
         return str(pid)
+
+
+def actor_rows(workdir: Path) -> dict[str, list[dict[str, int]]]:
+    """Each actor's logged episodes (`actor_steps` at the episode's end, `episode_length`)."""
+    from tests.e2e_utils import read_csv
+
+    rows = {}
+    for label in ("actor_0", "actor_1"):
+        path = workdir / "logs" / label / "logs.csv"
+        rows[label] = [
+            {key: int(float(row[key])) for key in ("actor_steps", "episode_length")}
+            for row in (read_csv(path) if path.is_file() else [])
+        ]
+    return rows
+
+
+def assert_resumed_to_the_limit(
+    workdir: Path, rows_before: dict[str, int], count_before: int, limit: int
+) -> None:
+    """A resumed run's new episodes counted on from `count_before` (from zero, the first
+    would count from 0), repeated no step, and the run stopped at `limit` (within what the 2
+    actors take between two reports to the counter)."""
+    from magi_lp.runtime.nodes import DISTRIBUTED_COUNT_EVERY
+    from tests.e2e_utils import checkpoint_counts
+
+    new_rows = [
+        row
+        for label, rows in actor_rows(workdir).items()
+        for row in rows[rows_before.get(label, 0) :]
+    ]
+    assert new_rows, "the resumed run logged no episode"
+    assert min(r["actor_steps"] - r["episode_length"] for r in new_rows) >= count_before
+    assert limit <= checkpoint_counts(workdir)["actor_steps"] < limit + 2 * DISTRIBUTED_COUNT_EVERY

@@ -40,6 +40,8 @@ from magi_lp.runtime.nodes import DISTRIBUTED_COUNT_EVERY
 from projects.drq_v2 import tiny
 from tests.e2e_utils import MARK_VAR, TD3_TINY, checkpoint_counts, read_csv
 from tests.slurm_cluster import (
+    actor_rows,
+    assert_resumed_to_the_limit,
     job_state,
     slurm_cluster,  # noqa: F401  (the fixture)
     steps,
@@ -266,17 +268,6 @@ def _training(workdir: Path, rows: int = 3):
     return lambda: learner.is_file() and len(read_csv(learner)) >= rows
 
 
-def _actor_rows(workdir: Path) -> dict[str, list[dict[str, int]]]:
-    rows = {}
-    for label in ("actor_0", "actor_1"):
-        path = workdir / "logs" / label / "logs.csv"
-        rows[label] = [
-            {key: int(float(row[key])) for key in ("actor_steps", "episode_length")}
-            for row in (read_csv(path) if path.is_file() else [])
-        ]
-    return rows
-
-
 def _cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
@@ -392,21 +383,13 @@ def test_scancel_stops_in_tiers_and_a_resubmission_resumes_to_completion(
     assert counts["actor_steps"] > 0 and counts["learner_steps"] >= 1, counts
     _assert_clean(cluster_, workdir, home, job_id, token)
     count_before = counts["actor_steps"]
-    rows_before = {label: len(rows) for label, rows in _actor_rows(workdir).items()}
+    rows_before = {label: len(rows) for label, rows in actor_rows(workdir).items()}
     learner_rows_before = len(read_csv(workdir / "logs/learner/logs.csv"))
 
     limit = count_before + 1000  # an episode is 250 steps: each actor ends one or more
     _, job_id = _submit(cluster_, workdir, [*TD3, f"--config.max_actor_steps={limit}"], home)
     _completed(cluster_, workdir, job_id)
-    new_rows = [
-        row
-        for label, rows in _actor_rows(workdir).items()
-        for row in rows[rows_before.get(label, 0) :]
-    ]
-    assert new_rows, "the resumed run logged no episode"
-    # Counting went on from the checkpoint, no step was repeated, and it stopped at the limit.
-    assert min(r["actor_steps"] - r["episode_length"] for r in new_rows) >= count_before
-    assert limit <= checkpoint_counts(workdir)["actor_steps"] < limit + 2 * DISTRIBUTED_COUNT_EVERY
+    assert_resumed_to_the_limit(workdir, rows_before, count_before, limit)
     resumed = read_csv(workdir / "logs/learner/logs.csv")[learner_rows_before:]
     assert resumed and all(
         int(float(r["learner_steps"])) > counts["learner_steps"] for r in resumed

@@ -22,6 +22,8 @@ from magi_lp.runtime.nodes import DISTRIBUTED_COUNT_EVERY
 from projects.drq_v2 import tiny
 from tests.e2e_utils import MARK_VAR, TD3_TINY, checkpoint_counts, read_csv
 from tests.slurm_cluster import (
+    actor_rows,
+    assert_resumed_to_the_limit,
     job_state,
     slurm_cluster,  # noqa: F401  (the fixture)
     steps,
@@ -61,19 +63,8 @@ def _actor_steps(workdir: Path) -> int:
     )
 
 
-def _actor_rows_by_label(workdir: Path) -> dict[str, list[dict[str, int]]]:
-    rows = {}
-    for label in ("actor_0", "actor_1"):
-        path = workdir / "logs" / label / "logs.csv"
-        rows[label] = [
-            {key: int(float(row[key])) for key in ("actor_steps", "episode_length")}
-            for row in (read_csv(path) if path.is_file() else [])
-        ]
-    return rows
-
-
 def _actor_rows(workdir: Path) -> list[dict[str, int]]:
-    return [row for rows in _actor_rows_by_label(workdir).values() for row in rows]
+    return [row for rows in actor_rows(workdir).values() for row in rows]
 
 
 def _checkpoints(workdir: Path) -> list[int]:
@@ -154,7 +145,7 @@ def test_scancel_stops_cleanly_and_a_resubmission_resumes_to_completion(slurm_cl
     # The counter's count (actor_steps in the actors' rows; steps of an episode cut by the
     # stop are counted at the stop, so the checkpoint holds at least this).
     count_before = max(row["actor_steps"] for row in _actor_rows(workdir))
-    rows_before = {label: len(rows) for label, rows in _actor_rows_by_label(workdir).items()}
+    rows_before = {label: len(rows) for label, rows in actor_rows(workdir).items()}
     learner_rows_before = len(read_csv(learner_csv))
 
     # The same command again, with a limit a little higher: it resumes and completes.
@@ -162,17 +153,7 @@ def test_scancel_stops_cleanly_and_a_resubmission_resumes_to_completion(slurm_cl
     limit = count_before + 250
     result, job_id = _submit(cluster, workdir, [*DRQ, f"--config.max_actor_steps={limit}"])
     _completed_at_its_limit(cluster, workdir, job_id)
-    new_rows = [
-        row
-        for label, rows in _actor_rows_by_label(workdir).items()
-        for row in rows[rows_before.get(label, 0) :]
-    ]
-    assert new_rows, "the resumed run logged no episode"
-    # The counts went on from the checkpoint (from zero, the first new episodes would count
-    # from 0), no step was repeated, and the run stopped at its new limit.
-    assert min(r["actor_steps"] - r["episode_length"] for r in new_rows) >= count_before
-    # At the limit, within what the 2 actors take between two reports to the counter.
-    assert limit <= checkpoint_counts(workdir)["actor_steps"] < limit + 2 * DISTRIBUTED_COUNT_EVERY
+    assert_resumed_to_the_limit(workdir, rows_before, count_before, limit)
     resumed = read_csv(learner_csv)[learner_rows_before:]
     assert all(int(float(r["learner_steps"])) > saved[-1] for r in resumed)
     assert _checkpoints(workdir)[-1] >= saved[-1]
