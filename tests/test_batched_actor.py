@@ -10,6 +10,7 @@ and no item may hold frames of two environments.
 from __future__ import annotations
 
 import collections
+import time
 
 import dm_env
 import jax
@@ -201,6 +202,40 @@ def test_steps_are_counted_as_they_happen_or_in_batches_of_count_every():
     assert loop.flush_counts()["steps"] == 16  # a stop reports what is left
     with pytest.raises(ValueError, match="count_every must be >= 1"):
         ActingLoop(environments, actor, counter, count_every=0)
+
+
+def test_each_episode_row_says_where_a_loop_step_s_time_went():
+    # Each environment step sleeps 3 ms and each observer 2 ms: per environment step that is
+    # at least 3 ms in `env` and 2 ms in `observe` (lower bounds only: a busy machine only
+    # adds to them), and the parts add up to no more than the episode's wall time.
+    class Slow(StackedPixels):
+        def step(self, action):
+            time.sleep(0.003)
+            return super().step(action)
+
+    class Observer:
+        def observe_first(self, timestep):
+            pass
+
+        def observe(self, timestep, action):
+            time.sleep(0.002)
+
+        def episode_done(self, episode_return):
+            pass
+
+    environments = [Slow(0, [5], seed=0), Slow(1, [5], seed=1)]
+    actor = BatchedActor(
+        _uniform_core(), list(jax.random.split(jax.random.PRNGKey(0), 2)), None, [None] * 2
+    )
+    loop = ActingLoop(environments, actor, None, observers=[Observer()], should_update=False)
+    rows = loop.run(num_episodes=2)
+    assert len(rows) == 2
+    for row in rows:
+        assert row["env_ms"] >= 3.0 and row["observe_ms"] >= 2.0, row
+        assert row["policy_ms"] > 0.0 and row["params_ms"] == 0.0, row
+        parts = sum(row[f"{part}_ms"] for part in ("policy", "env", "observe", "params"))
+        # The episode's wall time per environment step of the loop (2 environments' steps).
+        assert parts <= 1.01 * 1000.0 / (2 * row["steps_per_second"]), row
 
 
 def test_one_call_chooses_all_k_actions():

@@ -34,8 +34,19 @@ class _Episode:
     timestep: dm_env.TimeStep
     started: float  # time.monotonic() at reset
     loop_steps_at_start: int  # the loop's steps (all environments) at reset
+    seconds_at_start: dict[str, float]  # the loop's time per part (`TIME_PARTS`) at reset
     steps: int = 0
     episode_return: float = 0.0
+
+
+TIME_PARTS = ("policy", "env", "observe", "params")
+"""Where the loop's time goes, logged per episode as `<part>_ms`: the loop's time in that
+part over the episode, per environment step of the loop (all k environments together, so
+the parts add up to about 1000 / the loop's environment steps per second): `policy`, the
+batched action choice (on an accelerator it waits for the actions, and so for work queued
+before them, such as `main.py`'s update); `env`, the environment steps (physics and
+rendering); `observe`, the actor's and observers' `observe` (replay writes; `main.py`'s
+learner update); `params`, the parameter pull."""
 
 
 class ActingLoop:
@@ -104,6 +115,7 @@ class ActingLoop:
         self._count_every = count_every
         self._uncounted = 0  # loop steps (k environment steps each) not yet counted
         self.counts: dict[str, Any] = {}  # the counter's counts after the last increment
+        self._seconds = dict.fromkeys(TIME_PARTS, 0.0)  # the loop's time per part
 
     def close(self) -> None:
         """Ends the actor's episodes in progress in replay, then closes the logger and the
@@ -123,23 +135,33 @@ class ActingLoop:
         self._actor.observe_first(index, timestep)
         for observer in self._observers:
             observer.observe_first(timestep)
-        episode = _Episode(timestep, time.monotonic(), self._steps)
+        episode = _Episode(timestep, time.monotonic(), self._steps, dict(self._seconds))
         self._episodes[index] = episode
         return episode
 
     def step(self) -> list[dict]:
         """One step of every environment; returns the log rows of the episodes it ended."""
         episodes = [e if e is not None else self._start(i) for i, e in enumerate(self._episodes)]
+        seconds = self._seconds
+        clock = time.perf_counter()
         actions = self._actor.select_actions([e.timestep.observation for e in episodes])
+        now = time.perf_counter()
+        seconds["policy"] += now - clock
         ended = []
         for index, (environment, episode) in enumerate(
             zip(self._environments, episodes, strict=True)
         ):
             action = actions[index]
+            clock = now
             timestep = environment.step(action)
+            now = time.perf_counter()
+            seconds["env"] += now - clock
+            clock = now
             self._actor.observe(index, action, next_timestep=timestep)
             for observer in self._observers:
                 observer.observe(timestep, action)
+            now = time.perf_counter()
+            seconds["observe"] += now - clock
             episode.timestep = timestep
             episode.episode_return += float(np.sum(timestep.reward))
             episode.steps += 1
@@ -149,6 +171,7 @@ class ActingLoop:
         self._uncounted += 1
         if self._should_update:
             self._actor.update()
+            seconds["params"] += time.perf_counter() - now
         if ended or self._uncounted >= self._count_every:
             self.flush_counts(episodes=len(ended))
         if not ended:
@@ -170,6 +193,12 @@ class ActingLoop:
                 "steps_per_second": episode.steps / elapsed,
                 # The process's frames/s over this episode: all k environments together.
                 "frames_per_second": loop_steps * self._frames_per_step / elapsed,
+                **{
+                    f"{part}_ms": 1000.0
+                    * (self._seconds[part] - episode.seconds_at_start[part])
+                    / max(loop_steps, 1)
+                    for part in TIME_PARTS
+                },
                 **counts,
             }
             self._logger.write(row)
