@@ -249,7 +249,30 @@ def read_run(job: dict, seed_frames: int) -> dict:
         "train_frames_per_s": found["train_frames_per_s"],
         "fps_frames": found["fps_frames"],
         "log_tail": runs.log_tail(job["folder"] / "run.log", 15) if job["exit_code"] else [],
+        "time_ms": _time_split(workdir, seed_frames) if job["agent"] == "magi_lp" else {},
     }
+
+
+def _time_split(workdir: Path, seed_frames: int) -> dict[str, float]:
+    """The median over training episodes after the seed frames of where the actor loop's
+    time went, ms per step (`policy_ms`, `env_ms`, `observe_ms`, `params_ms`)."""
+    import statistics
+
+    path = workdir / "logs" / "actor_0" / "logs.csv"
+    if not path.is_file():
+        return {}
+    with open(path, newline="") as file:
+        rows = [
+            r
+            for r in csv.DictReader(file)
+            if float(r.get("actor_steps") or 0) * ACTION_REPEAT > seed_frames
+        ]
+    found = {}
+    for key in ("policy_ms", "env_ms", "observe_ms", "params_ms"):
+        values = [float(r[key]) for r in rows if r.get(key)]
+        if values:
+            found[key] = round(statistics.median(values), 2)
+    return found
 
 
 def _curves(results: list[dict], out: Path) -> Path:
@@ -369,7 +392,8 @@ def main(argv: list[str] | None = None) -> int:
             f"gpu_learn: {result['agent']} seed {result['seed']} (cores {result['cores']}): "
             f"{result['frames']} frames in {result['wall_s']:.0f} s, exit "
             f"{result['exit_code']}{stopped}, train frames/s "
-            f"{fps if fps is None else round(fps, 1)}; returns {returns}"
+            f"{fps if fps is None else round(fps, 1)}; returns {returns}; ms a step "
+            f"{result['time_ms']}"
         )
     from benchmarks import common
 

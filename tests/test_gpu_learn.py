@@ -57,6 +57,8 @@ def test_tiny_learning_run_writes_three_seeds_beside_the_reference(tmp_path, cap
     assert summary["versions"]["jax"]
     assert [r["seed"] for r in summary["runs"]] == list(gpu_learn.SEEDS)
     assert all(r["train_frames_per_s"] for r in summary["runs"])
+    # Where each seed's actor loop spent its time, ms a step: the environment always some.
+    assert all(r["time_ms"]["env_ms"] > 0 for r in summary["runs"]), summary["runs"]
     assert printed.count("train frames/s") == 3
 
 
