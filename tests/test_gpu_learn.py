@@ -7,6 +7,7 @@ learn check's one rule), the curves written beside the official agent's publishe
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 
 import pytest
@@ -49,7 +50,10 @@ def test_tiny_learning_run_writes_three_seeds_beside_the_reference(tmp_path, cap
         assert [int(r["frame"]) for r in mine] == [0, 200, 400, 600]
         assert all(r["agent"] == "magi_lp" and r["official_mean"] for r in mine)
         assert all(0.0 <= float(r["return"]) <= 100.0 for r in mine)  # 100-frame episodes
-    assert (tmp_path / "curves.png").stat().st_size > 10_000
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert (tmp_path / "curves.png").stat().st_size > 10_000
+    else:  # the current stack's venv: the CSV has the curves, and the run says so
+        assert "no PNG (matplotlib is not installed here)" in printed
     summary = json.loads((tmp_path / "gpu_learn.json").read_text())
     assert summary["tiny"] and summary["device"].startswith("cpu")
     # A tiny run is never a figure: the page renders only a stored result whose status is ok.
