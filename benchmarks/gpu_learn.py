@@ -50,12 +50,12 @@ EVAL_EVERY_FRAMES = 20_000
 EVAL_EPISODES = 10
 SEED_FRAMES = 4_000
 MINUTES = 7.0
+"""The whole command's budget by default: one device call of at most 8 minutes, with room
+for the machine's start of the processes and the writing of the figure."""
 TITLE = "Learning on one GPU: 3 seeds of DrQ-v2 side by side at the paper's settings"
 NOT_MEASURED = (
     "not measured: `make gpu-learn` has not run on a GPU machine (benchmarks/gpu_learn.json)"
 )
-"""The whole command's budget by default: one device call of at most 8 minutes, with room
-for the machine's start of the processes and the writing of the figure."""
 STOP_GRACE_S = 45.0
 """Before the deadline, each run gets SIGTERM (ours_main: a final checkpoint, then exit)."""
 GPU_MEMORY_FRACTION = 0.28

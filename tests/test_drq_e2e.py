@@ -30,6 +30,7 @@ from tests.e2e_utils import (
     MARK_VAR,
     assert_no_leftovers,
     checkpoint_counts,
+    column,
     marked_processes,
     read_csv,
 )
@@ -156,8 +157,7 @@ def test_lp_main_stops_by_itself_at_its_frame_limit(tmp_path):
     _distributed_run(workdir, flags, max_actor_steps=limit, timeout_s=480)
     elapsed = time.monotonic() - start
     _check_outputs(workdir, ["actor_0", "actor_1"])
-    evaluations = _rows(workdir / "logs" / "evaluator_0" / "logs.csv")
-    at = [float(row["actor_steps"]) for row in evaluations if row.get("actor_steps")]
+    at = column(_rows(workdir / "logs" / "evaluator_0" / "logs.csv"), "actor_steps")
     assert at and max(at) >= limit, f"no evaluation at the limit of {limit} steps: {at}"
     # Stopped at the limit, not before, and within what 2 actors take between two reports to
     # the counter (a stop at episode ends would be up to 2 x 50 steps late).

@@ -254,11 +254,7 @@ def test_drq_v2_on_ray_trains_to_its_limit_resumes_and_stops_on_ctrl_c_and_a_kil
     assert 300 <= counts["actor_steps"] < 300 + SLACK, counts
     assert counts["learner_steps"] >= 1, counts
     # The run ended after its evaluation at the limit (the coordinator waits for it).
-    evaluated_at = [
-        float(row["actor_steps"])
-        for row in read_csv(first.workdir / "logs/evaluator_0/logs.csv")
-        if row.get("actor_steps")
-    ]
+    evaluated_at = column(read_csv(first.workdir / "logs/evaluator_0/logs.csv"), "actor_steps")
     assert evaluated_at and max(evaluated_at) >= 300, evaluated_at
     first.assert_clean()
 

@@ -47,6 +47,16 @@ class Ref:
     node: str
 
 
+def _refs_in(value: Any) -> tuple[Ref, ...]:
+    """The handles an argument stands for: a `Ref`, or a non-empty tuple of nothing but
+    `Ref`s (the coordinator's evaluators); none for anything else."""
+    if isinstance(value, Ref):
+        return (value,)
+    if isinstance(value, tuple) and value and all(isinstance(v, Ref) for v in value):
+        return value
+    return ()
+
+
 @dataclasses.dataclass(frozen=True)
 class ReplaySpec:
     """What the replay node serves, which each engine serves its own way.
@@ -95,12 +105,7 @@ class NodeSpec:
     @property
     def refs(self) -> list[str]:
         """The nodes this one takes handles of."""
-        found = [
-            ref.node
-            for a in (*self.args, *self.kwargs.values())
-            for ref in (a if isinstance(a, tuple) else (a,))
-            if isinstance(ref, Ref)
-        ]
+        found = [ref.node for a in (*self.args, *self.kwargs.values()) for ref in _refs_in(a)]
         return list(dict.fromkeys(found))
 
     def resolved(self, client: Callable[[str], Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -108,7 +113,7 @@ class NodeSpec:
         tuple of them (the coordinator's evaluators)."""
 
         def resolve(value: Any) -> Any:
-            if isinstance(value, tuple) and value and all(isinstance(v, Ref) for v in value):
+            if isinstance(value, tuple) and _refs_in(value):
                 return tuple(client(v.node) for v in value)
             return client(value.node) if isinstance(value, Ref) else value
 

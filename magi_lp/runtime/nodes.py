@@ -425,13 +425,14 @@ class EvaluatorNode:
             actor_steps = int(self._counter.get_counts().get("actor_steps", 0))
             if next_at is None:
                 next_at = first_evaluation_at(actor_steps, every)
-            if limit and actor_steps >= limit and not self._at_limit.is_set():
+            at_limit = bool(limit) and actor_steps >= limit
+            if at_limit and not self._at_limit.is_set():
                 # The last evaluation (the one due at a multiple at or before the limit too):
                 # the actors wait at the limit, so these are the run's final parameters.
                 evaluate(self._loop, self._evaluation.episodes, should_stop)
                 if not should_stop():
                     self._at_limit.set()
-            elif actor_steps >= next_at and not (limit and actor_steps >= limit):
+            elif not at_limit and actor_steps >= next_at:
                 evaluate(self._loop, self._evaluation.episodes, should_stop)
                 next_at = next_evaluation_after(actor_steps, every)
             elif sleep(1.0):
