@@ -282,8 +282,8 @@ def test_single_process_run_with_several_environments_per_actor(tmp_path):
     assert len(set(seeds[1:])) == 3  # seeds[0]: the spec's throwaway environment
 
 
-def _no_logs(label, steps_key=None, instance=None):
-    del label, steps_key, instance
+def _no_logs(label, steps_key=None, instance=None, *, time_delta=None):
+    del label, steps_key, instance, time_delta
     from acme.utils import loggers
 
     return loggers.NoOpLogger()

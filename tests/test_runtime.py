@@ -213,14 +213,21 @@ def test_single_process_run_stops_and_evaluates_at_exact_step_counts(tmp_path):
     evaluations = read_csv(Workdir(tmp_path).log_csv("evaluator_0"))
     # (The first row comes before any actor step was counted: its actor_steps is empty.)
     assert [int(row["actor_steps"] or 0) for row in evaluations] == [0, 45, 90, 135, 137]
-    # Resumed to 150: the next point (180) lies beyond it, so only the new limit evaluates.
+    # Resumed to 150: the next point (180) lies beyond it, so only the new limit evaluates,
+    # now over 3 episodes. A time filter that drops rows thins the actors' rows (one per
+    # episode) but never an evaluation's.
     config.max_actor_steps = 150
+    config.evaluation.episodes = 3
+    config.logging.time_delta = 3600.0
+    factory = LoggerFactory.from_config(tmp_path, config.logging)
+    actor_rows_before = len(read_csv(Workdir(tmp_path).log_csv("actor_0")))
     again = run_single_process(
         toy_experiment(config), workdir=str(tmp_path), logger_factory=factory, progress=False
     )
     assert again.actor_steps == 150
     evaluations = read_csv(Workdir(tmp_path).log_csv("evaluator_0"))
-    assert [int(row["actor_steps"] or 0) for row in evaluations][5:] == [150]
+    assert [int(row["actor_steps"] or 0) for row in evaluations][5:] == [150] * 3
+    assert len(read_csv(Workdir(tmp_path).log_csv("actor_0"))) == actor_rows_before + 1
 
 
 def _evaluator(monkeypatch, steps: list[int], limit: int, until: int) -> tuple[Any, list[int]]:

@@ -132,7 +132,8 @@ class LoggingSettings:
     wandb: bool = False  # Weights & Biases (needs the wandb package and the network)
     wandb_project: str = ""  # W&B project ("": W&B's default / WANDB_PROJECT)
     terminal: bool = True  # one line per logger write on stdout
-    time_delta: float = 1.0  # seconds between rows a logger keeps (0: every row)
+    # Seconds between rows a logger keeps (0: every row). Evaluators keep every row.
+    time_delta: float = 1.0
 
     def __post_init__(self) -> None:
         fail_unless(self.time_delta >= 0, "logging.time_delta", ">= 0 seconds", self.time_delta)

@@ -156,7 +156,11 @@ def make_acting_loop(
         else None
     )
     counter = counting.Counter(counter, prefix=role, time_delta=0.0)
-    logger = logger_factory(role, steps_key=f"{role}_steps", instance=index)
+    # An evaluator's rows are its evaluations (one per episode): `logging.time_delta` never
+    # drops one, or an evaluation point would average fewer episodes, or vanish.
+    logger = logger_factory(
+        role, steps_key=f"{role}_steps", instance=index, time_delta=0.0 if evaluation else None
+    )
     if k > 1:
         actor = BatchedActor(
             policy,
