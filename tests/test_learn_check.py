@@ -165,6 +165,30 @@ def test_the_exit_code_says_whether_the_goal_held(tmp_path, curves, code):
     assert written["verdict"] == {0: "held", 1: "not held", 3: "incomplete"}[code]
 
 
+def test_the_figure_gives_cpu_seconds_per_frame_and_each_runs_core(tmp_path):
+    """Wall frames/s depend on what else shares a run's core; the CPU seconds over the same
+    windows, and the core each run was pinned to, stand beside them."""
+    results = []
+    for agent, cpu, core in (("magi_lp", 110.0, 0), ("official", 99.0, 1)):
+        for seed, curve in zip(SEEDS, LEARNING[agent], strict=True):
+            run = _result(agent, seed, curve, fps=4.0 if agent == "magi_lp" else 5.0)
+            run["cpu_seconds_per_1000_frames"] = cpu + seed
+            run["attempts"] = [{"attempt": 1, "core": core}, {"attempt": 2, "core": core}]
+            run["machine"] = {"cpu": "AMD EPYC", "cores": 2}
+            results.append(run)
+    _keep(tmp_path / "results", results)
+    found = comparison.write(tmp_path / "results", FULL_LIKE, tiny=True, out=tmp_path)
+    agents = found["tasks"]["cartpole_balance"]
+    assert agents["magi_lp"]["cpu_seconds_per_1000_frames"] == pytest.approx(112.0)
+    assert agents["comparison"]["cpu_ratio"] == pytest.approx(101.0 / 112.0)
+    assert agents["comparison"]["fps_ratio"] == pytest.approx(0.8)
+    assert [run["cores"] for run in agents["official"]["runs"]] == [[1]] * 3
+    page = comparison.report(found)
+    assert "| CPU s / 1,000 train frames |" in page
+    assert "| 4.00 | 112.0 |" in page and "| 5.00 | 101.0 |" in page
+    assert page.count("2 cores | 0 |") == 3 and page.count("2 cores | 1 |") == 3
+
+
 def test_episode_windows_one_rule_for_both_agents():
     # (end frame, wall time, cpu time): episodes of 1000 frames; seed frames 4000;
     # an evaluation at 6000 (after the episode ending there); a relaunch at t=500.

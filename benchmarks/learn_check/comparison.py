@@ -131,11 +131,19 @@ def compare(runs: list[dict], settings: Settings, seeds: tuple[int, ...] = SEEDS
             continue
         agent = agents.setdefault(
             run["agent"],
-            {"seeds": [], "curves": [], "fps": [], "versions": run["versions"], "runs": []},
+            {
+                "seeds": [],
+                "curves": [],
+                "fps": [],
+                "cpu_per_1000": [],
+                "versions": run["versions"],
+                "runs": [],
+            },
         )
         agent["seeds"].append(run["seed"])
         agent["curves"].append(curve)
         agent["fps"].append(run.get("train_frames_per_s"))
+        agent["cpu_per_1000"].append(run.get("cpu_seconds_per_1000_frames"))
         agent["runs"].append(provenance(run))
     for task, agents in tasks.items():
         for name in AGENTS:
@@ -149,6 +157,8 @@ def compare(runs: list[dict], settings: Settings, seeds: tuple[int, ...] = SEEDS
             agent["auc"] = [auc(curve) for curve in agent["curves"]]
             fps = [f for f in agent["fps"] if f]
             agent["train_frames_per_s"] = _mean(fps) if fps else None
+            cpu = [c for c in agent["cpu_per_1000"] if c]
+            agent["cpu_seconds_per_1000_frames"] = _mean(cpu) if cpu else None
             agent["learning"] = learned(
                 task, agent["mean"][0], agent["mean"][-1], settings.episode_frames
             )
@@ -193,6 +203,12 @@ def verdict(agents: dict, seeds: tuple[int, ...]) -> dict:
             if ours["train_frames_per_s"] and theirs["train_frames_per_s"]
             else None
         ),
+        # CPU seconds per training frame, official / ours: > 1 when ours costs less.
+        "cpu_ratio": (
+            theirs["cpu_seconds_per_1000_frames"] / ours["cpu_seconds_per_1000_frames"]
+            if ours["cpu_seconds_per_1000_frames"] and theirs["cpu_seconds_per_1000_frames"]
+            else None
+        ),
     }
 
 
@@ -208,6 +224,7 @@ def provenance(run: dict) -> dict:
         "machine": run.get("machine"),
         "wall_s": run.get("wall_s"),
         "launches": len(attempts),
+        "cores": sorted({a["core"] for a in attempts if a.get("core") is not None}),
         # HEAD's agent and replay code made every launch: otherwise marked in the figure.
         "head_code": bool(attempts) and not other_code,
     }
@@ -307,6 +324,7 @@ def progress(out: Path, settings: Settings, tasks: tuple[str, ...], kept: Path) 
                         "state": "in progress",
                         "evaluations": found["evaluations"],
                         "launches": len(attempts),
+        "cores": sorted({a["core"] for a in attempts if a.get("core") is not None}),
                         "last_launch": attempts[-1].get("started_at"),
                         "commits": sorted({a.get("commit", "?")[:12] for a in attempts}),
                     }
@@ -487,7 +505,9 @@ def report(result: dict) -> str:
         f"{result['goal_ratio']}, with its 95% bootstrap interval over seeds. Training "
         "frames/s, one rule for both: the wall time between the rows written when "
         "consecutive training episodes end, over the episodes after the seed frames that "
-        "hold no evaluation and no relaunch. `python -m benchmarks.learn_check` exits 0 when "
+        "hold no evaluation and no relaunch; over the same windows, the CPU seconds of the "
+        "run's processes (the official replay worker's included) per 1,000 training frames, "
+        "which other work on the core inflates least. `python -m benchmarks.learn_check` exits 0 when "
         "the goal held, 1 when not, 3 while runs are unfinished.",
         "",
         f"**Verdict: {result['verdict']}**: {result['line']}",
@@ -500,8 +520,11 @@ def report(result: dict) -> str:
         lines += [f"**{task}**", ""]
         lines += ["![learning curves](benchmarks/learn_check_curves.png)", ""]
         header = "| agent | seeds | " + " | ".join(f"{p // 1000}k" for p in points)
-        lines += [header + " | AUC | learned | train frames/s | versions |"]
-        lines += ["| --- " * (len(points) + 6) + "|"]
+        lines += [
+            header + " | AUC | learned | train frames/s | CPU s / 1,000 train frames "
+            "| versions |"
+        ]
+        lines += ["| --- " * (len(points) + 7) + "|"]
         for name in AGENTS:
             agent = agents.get(name)
             if agent is None:
@@ -512,15 +535,20 @@ def report(result: dict) -> str:
             ]
             fps = agent["train_frames_per_s"]
             fps_text = f"{fps:.2f}" if fps else "-"
+            cpu = agent.get("cpu_seconds_per_1000_frames")
+            cpu_text = f"{cpu:.1f}" if cpu else "-"
             versions = ", ".join(f"{k} {v}" for k, v in sorted(agent["versions"].items()))
             learning = "yes" if agent["learning"]["learned"] else "**no**"
             lines.append(
                 f"| {name} | {len(agent['seeds'])} | " + " | ".join(cells)
-                + f" | {_mean(agent['auc']):.0f} | {learning} | {fps_text} | {versions} |"
+                + f" | {_mean(agent['auc']):.0f} | {learning} | {fps_text} | {cpu_text} "
+                + f"| {versions} |"
             )  # fmt: skip
         lines += ["", "Each run's provenance:", ""]
-        lines += ["| agent | seed | commits | dirty | launches | wall time | code | machine |"]
-        lines += ["| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        lines += [
+            "| agent | seed | commits | dirty | launches | wall time | code | machine | core |"
+        ]
+        lines += ["| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for name in AGENTS:
             for run in agents.get(name, {}).get("runs", []):
                 code = "HEAD's" if run["head_code"] else "**not HEAD's agent/replay code**"
@@ -528,7 +556,8 @@ def report(result: dict) -> str:
                 lines.append(
                     f"| {name} | {run['seed']} | {', '.join(run['commits'])} | {run['dirty']} "
                     f"| {run['launches']} | {(run['wall_s'] or 0) / 3600:.2f} h | {code} | "
-                    f"{machine.get('cpu', '?')}, {machine.get('cores', '?')} cores |"
+                    f"{machine.get('cpu', '?')}, {machine.get('cores', '?')} cores | "
+                    f"{', '.join(map(str, run.get('cores') or [])) or '?'} |"
                 )
         for left_out in agents.get("not_counted", []):
             lines.append(f"\nNot counted: {left_out['agent']} seed {left_out['seed']} "
