@@ -507,8 +507,8 @@ def report(result: dict) -> str:
         "consecutive training episodes end, over the episodes after the seed frames that "
         "hold no evaluation and no relaunch; over the same windows, the CPU seconds of the "
         "run's processes (the official replay worker's included) per 1,000 training frames, "
-        "which other work on the core inflates least. `python -m benchmarks.learn_check` exits 0 when "
-        "the goal held, 1 when not, 3 while runs are unfinished.",
+        "which other work on the core inflates least. `python -m benchmarks.learn_check` "
+        "exits 0 when the goal held, 1 when not, 3 while runs are unfinished.",
         "",
         f"**Verdict: {result['verdict']}**: {result['line']}",
         "",
