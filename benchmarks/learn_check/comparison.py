@@ -324,7 +324,7 @@ def progress(out: Path, settings: Settings, tasks: tuple[str, ...], kept: Path) 
                         "state": "in progress",
                         "evaluations": found["evaluations"],
                         "launches": len(attempts),
-        "cores": sorted({a["core"] for a in attempts if a.get("core") is not None}),
+                        "cores": sorted({a["core"] for a in attempts if a.get("core") is not None}),
                         "last_launch": attempts[-1].get("started_at"),
                         "commits": sorted({a.get("commit", "?")[:12] for a in attempts}),
                     }
@@ -521,8 +521,7 @@ def report(result: dict) -> str:
         lines += ["![learning curves](benchmarks/learn_check_curves.png)", ""]
         header = "| agent | seeds | " + " | ".join(f"{p // 1000}k" for p in points)
         lines += [
-            header + " | AUC | learned | train frames/s | CPU s / 1,000 train frames "
-            "| versions |"
+            header + " | AUC | learned | train frames/s | CPU s / 1,000 train frames | versions |"
         ]
         lines += ["| --- " * (len(points) + 7) + "|"]
         for name in AGENTS:
