@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.learn_check import __main__ as cli
-from benchmarks.learn_check import comparison, official, runs
+from benchmarks.learn_check import comparison, official, runs, saturation
 from benchmarks.learn_check.settings import (
     KEPT,
     RESULT,
@@ -187,6 +187,37 @@ def test_the_figure_gives_cpu_seconds_per_frame_and_each_runs_core(tmp_path):
     assert "| CPU s / 1,000 train frames |" in page
     assert "| 4.00 | 112.0 |" in page and "| 5.00 | 101.0 |" in page
     assert page.count("2 cores | 0 |") == 3 and page.count("2 cores | 1 |") == 3
+
+
+def test_the_saturation_probe_tells_a_pinned_actor_from_a_fresh_one(tmp_path):
+    """The probe behind "why did this run not learn": our checkpoint's actor on rendered
+    observations; an actor whose last bias is pushed far out is pinned at +1."""
+    import jax
+    import numpy as np
+    from dm_env import specs
+
+    from magi_lp.runtime.checkpointing import Checkpointer
+    from projects.drq_v2.config import get_agent_config
+    from projects.drq_v2.networks import make_networks
+
+    obs = saturation.render_observations("cartpole_balance", 32, 12)
+    assert obs.shape == (12, 32, 32, 9) and obs.dtype == np.uint8
+    assert len({frame.tobytes() for frame in obs}) == 12  # 12 different states
+    action = specs.BoundedArray((1,), np.float32, -1.0, 1.0)
+    networks = make_networks(action, get_agent_config("cartpole", "balance"))
+    params = jax.tree_util.tree_map(np.asarray, networks.init(jax.random.PRNGKey(0), obs[0]))
+    assert saturation.ours_probe(obs, tmp_path / "none", 32) is None  # no checkpoint yet
+    found = {}
+    for name, bias in (("fresh", 0.0), ("pinned", 50.0)):
+        params["actor"]["policy/~/linear_2"]["b"] = np.full((1,), bias, np.float32)
+        folder = tmp_path / name
+        with Checkpointer(folder) as checkpointer:
+            checkpointer.save(7, {"params": params}, {"counts": {"actor_steps": 500}})
+        found[name] = saturation.ours_probe(obs, folder, 32)
+    assert found["pinned"]["pinned"] and found["pinned"]["saturated"] == 1.0
+    assert found["pinned"]["mean_action"] > 0.99 and found["pinned"]["frames"] == 1000
+    assert not found["fresh"]["pinned"] and found["fresh"]["saturated"] == 0.0
+    assert found["fresh"]["action_spread"] > 0.0
 
 
 def test_episode_windows_one_rule_for_both_agents():
@@ -381,6 +412,12 @@ def test_tiny_run_of_the_official_side_resumes_from_its_snapshot(tmp_path):
     )
     assert [frame for frame, _ in result["evaluations"]] == [0, 1200, 2400]
     assert len(result["attempts"]) == 2 and result["attempts"][1]["resumed"]
+    # The saturation probe reads the snapshot with the run's official code, in its venv.
+    argv = ["--out", str(tmp_path), "--seeds", "1", "--image-size", "32", "--observations", "12"]
+    assert saturation.main(argv) == 0
+    probes = json.loads((tmp_path / "saturation.json").read_text())["runs"]
+    assert [(p["agent"], p["observations"]) for p in probes] == [("official", 12)]
+    assert probes[0]["frames"] > 0 and 0.0 <= probes[0]["saturated"] <= 1.0
 
 
 def test_copied_official_files_are_a_checkout_that_passes_the_pinned_hashes(tmp_path):

@@ -1,0 +1,207 @@
+"""Why a run did not learn: is its actor's mean action saturated? Both agents, the same
+observations.
+
+    .venv312/bin/python -m benchmarks.learn_check.saturation [--out runs/learn_check]
+        [--task cartpole_balance] [--seeds 1 2 3] [--image-size 48]
+
+DrQ-v2's actor ends in tanh, and its update (the deterministic policy gradient through the
+critic) reaches the weights only through tanh's slope: once the pre-tanh output is large for
+every observation, the gradient is about zero and the actor can stay at +-1 for good. On
+cartpole_balance a policy pinned at one end drives the cart to the wall and the pole falls at
+once: about 136 per episode, the plateau the learn check's runs show.
+
+This measures it. It renders `--observations` frame stacks of the task at the runs' image
+size with this project's environment (seed 0, uniform random actions, every 5th agent step
+of one episode), the same stacks for every run; then, for each run folder under `--out`
+(finished or not), takes its newest state (ours: the learner's newest checkpoint; the
+official agent: its `snapshot.pt`, read by `.venv-official`'s python and the run's copy of the
+official code) and reports, over those observations: `pinned` (every mean action at the
+same end, |a| > 0.99 with one sign: the collapse), the fraction whose mean action has
+|a| > 0.99 (`saturated`; a learned bang-bang controller is saturated too, at both ends, so
+this alone is not a collapse), the mean action's mean and its spread (standard deviation)
+across observations, and the frames the state was trained to. Writes `saturation.json` in `--out`
+and prints a table. Light: a few CPU seconds a run (one thread), beside the runs.
+
+The official agent's side runs as a script in its own venv (`--official-probe`): nothing of
+magi_lp is imported there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+SATURATED = 0.99
+"""|mean action| above this counts as saturated (tanh's slope there is < 0.02)."""
+EVERY_STEPS = 5
+
+
+def _summary(means: list[float]) -> dict:
+    import numpy as np
+
+    values = np.asarray(means, np.float64).ravel()
+    pinned = bool(np.all(values > SATURATED) or np.all(values < -SATURATED))
+    return {
+        "pinned": pinned,
+        "saturated": float(np.mean(np.abs(values) > SATURATED)),
+        "mean_action": float(values.mean()),
+        "action_spread": float(values.std()),
+        "observations": int(values.size),
+    }
+
+
+def official_probe(observations: str, snapshot: str, code: str) -> dict:
+    """The official agent's mean action on `observations` ([N, H, W, 9] uint8, as ours
+    stacks them: oldest frame first, so [N, 9, H, W] is the official layout)."""
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(1)
+    sys.path.insert(0, code)
+    payload = torch.load(snapshot, map_location="cpu", weights_only=False)
+    agent = payload["agent"]
+    obs = np.ascontiguousarray(np.load(observations)["obs"].transpose(0, 3, 1, 2))
+    obs = torch.as_tensor(obs).float()
+    with torch.no_grad():
+        mean = agent.actor(agent.encoder(obs), 0.0).mean.numpy()
+    frames = int(payload.get("_global_step", 0)) * 2  # action repeat 2
+    return {**_summary(mean.tolist()), "frames": frames}
+
+
+def render_observations(task: str, image_size: int, count: int) -> object:
+    """`count` frame stacks of `task` ([N, H, W, 9] uint8): seed 0, uniform random actions,
+    every `EVERY_STEPS`th agent step, episodes restarted as needed. Headless: EGL unless
+    MUJOCO_GL says otherwise (read when dm_control is first imported)."""
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    import numpy as np
+
+    from projects.drq_v2.config import default_camera_id
+    from projects.drq_v2.environment import make_environment
+    from projects.drq_v2.tasks import PAPER_TASKS
+
+    domain, name = PAPER_TASKS[task]
+    env = make_environment(
+        domain,
+        name,
+        seed=0,
+        image_size=image_size,
+        action_repeat=2,
+        frame_stack=3,
+        camera_id=default_camera_id(domain),
+    )
+    spec = env.action_spec()
+    rng = np.random.default_rng(0)
+    found = []
+    step = env.reset()
+    t = 0
+    while len(found) < count:
+        if step.last():
+            step = env.reset()
+        if t % EVERY_STEPS == 0:
+            found.append(step.observation)
+        step = env.step(rng.uniform(spec.minimum, spec.maximum, spec.shape).astype(np.float32))
+        t += 1
+    return np.stack(found)
+
+
+def ours_probe(observations: object, checkpoints: Path, image_size: int) -> dict | None:
+    """Our learner's newest checkpoint: the actor's mean action on `observations`; None
+    before the run's first checkpoint."""
+    import jax
+    import numpy as np
+    from dm_env import specs
+
+    from magi_lp.runtime.checkpointing import Checkpointer
+    from projects.drq_v2.config import get_agent_config
+    from projects.drq_v2.networks import make_networks
+
+    del image_size  # the networks take their sizes from the observations
+    checkpointer = Checkpointer(checkpoints)
+    if checkpointer.latest_step() is None:
+        return None
+    state, metadata = checkpointer.restore()
+    params = state["params"]
+    config = get_agent_config("cartpole", "balance")
+    action_dim = params["actor"]["policy/~/linear_2"]["b"].shape[0]
+    networks = make_networks(specs.BoundedArray((action_dim,), np.float32, -1.0, 1.0), config)
+    obs = jax.numpy.asarray(observations)
+    mean = networks.actor_apply(params["actor"], networks.encoder_apply(params["encoder"], obs))
+    actor_steps = int((metadata.get("counts") or {}).get("actor_steps", 0))
+    return {**_summary(np.asarray(mean).tolist()), "frames": 2 * actor_steps}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--official-probe", nargs=3, metavar=("OBS", "SNAPSHOT", "CODE"))
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--task", default="cartpole_balance")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--image-size", type=int, default=48)
+    parser.add_argument("--observations", type=int, default=100)
+    args = parser.parse_args(argv)
+    if args.official_probe:
+        print(json.dumps(official_probe(*args.official_probe)))
+        return 0
+
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    from benchmarks import common
+    from benchmarks.learn_check.runs import VENV_OFFICIAL
+    from benchmarks.learn_check.settings import OUT, run_dir
+
+    out = args.out or OUT
+    obs = render_observations(args.task, args.image_size, args.observations)
+    found = []
+    with tempfile.TemporaryDirectory(prefix="magi_lp_saturation_") as scratch:
+        obs_file = Path(scratch) / "obs.npz"
+        __import__("numpy").savez(obs_file, obs=obs)
+        for seed in args.seeds:
+            ours = run_dir(out, "magi_lp", args.task, seed) / "work" / "checkpoints" / "learner"
+            probe = ours_probe(obs, ours, args.image_size) if ours.is_dir() else None
+            if probe is not None:
+                found.append({"agent": "magi_lp", "seed": seed, **probe})
+            folder = run_dir(out, "official", args.task, seed)
+            snapshot = folder / "work" / "snapshot.pt"
+            if snapshot.is_file():
+                python = VENV_OFFICIAL / "bin" / "python"
+                paths = (obs_file, snapshot, folder / "code")
+                done = subprocess.run(
+                    [str(python), __file__, "--official-probe", *map(str, paths)],
+                    capture_output=True,
+                    text=True,
+                    env={**os.environ, "OMP_NUM_THREADS": "1"},
+                    check=False,
+                )
+                if done.returncode != 0:
+                    tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
+                    print(f"saturation: official seed {seed}: {tail[0]}", file=sys.stderr)
+                    continue
+                probe = json.loads(done.stdout.splitlines()[-1])
+                found.append({"agent": "official", "seed": seed, **probe})
+    result = {
+        "task": args.task,
+        "image_size": args.image_size,
+        "observations": args.observations,
+        "saturated_above": SATURATED,
+        "commit": common.git_commit(),
+        "machine": common.machine(),
+        "runs": found,
+    }
+    (Path(out) / "saturation.json").write_text(json.dumps(result, indent=2) + "\n")
+    print("| agent | seed | frames | pinned | saturated | mean action | spread |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for run in found:
+        print(
+            f"| {run['agent']} | {run['seed']} | {run['frames']:,} | "
+            f"{'**yes**' if run['pinned'] else 'no'} | {run['saturated']:.2f} | "
+            f"{run['mean_action']:+.3f} | {run['action_spread']:.3f} |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
