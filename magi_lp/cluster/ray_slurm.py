@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import shlex
 
+from magi_lp.cluster.host_scripts import WAIT_FUNCTION
 from magi_lp.cluster.job import ClusterHost, ClusterJob
 from magi_lp.cluster.ray_cluster import (
     NO_PRESTART,
@@ -39,7 +40,12 @@ from magi_lp.cluster.ray_cluster import (
     resources_json,
     shell_command,
 )
-from magi_lp.cluster.slurm import component_lines, node_address_function, split_settings
+from magi_lp.cluster.slurm import (
+    component_lines,
+    node_address_function,
+    sbatch_directives,
+    split_settings,
+)
 from magi_lp.engines.base import host_resource
 
 HEALTH_CHECKS = {
@@ -64,14 +70,7 @@ def render_ray_sbatch(job: ClusterJob) -> str:
     head_ports = ray_ports(head.base_port, machine_nodes(job, head.name))
     lines = ["#!/bin/bash"]
     lines += [f"# {line}".rstrip() for line in ray_header_lines(job, "SLURM batch script")]
-    lines += [
-        f"#SBATCH --job-name={job.name}",
-        f"#SBATCH --output={job.paths.log_dir}/slurm-%j.out",
-    ]
-    for key in ("partition", "account", "qos", "time"):
-        if settings.get(key):
-            lines.append(f"#SBATCH --{key}={settings[key]}")
-    lines += [f"#SBATCH {option}" for option in split_settings(settings.get("extra_sbatch", ""))]
+    lines += sbatch_directives(job)
     for position, host in enumerate(hosts):
         if position:
             lines.append("#SBATCH hetjob")
@@ -119,20 +118,7 @@ def render_ray_sbatch(job: ClusterJob) -> str:
         'mkdir -p "$RAY_LOGS"',
         'rm -f "$RAY_STOP"',
         "",
-        "# wait for one background process; a trapped signal interrupts `wait` with a code > 128",
-        "# while the process still runs, so wait again then.",
-        "wait_for() {",
-        "  local code",
-        "  while :; do",
-        '    wait "$1"; code=$?',
-        '    if [ "$code" -gt 128 ] && kill -0 "$1" 2>/dev/null; then continue; fi',
-        '    return "$code"',
-        "  done",
-        "}",
-        "describe() {  # an exit status in words",
-        '  if [ "$1" -gt 128 ]; then echo "killed by signal $(kill -l $(($1 - 128)) 2>/dev/null)'
-        ' ($(($1 - 128)))"; else echo "exit code $1"; fi',
-        "}",
+        *WAIT_FUNCTION,
         "pids=()",
         "machines=()",
         "ray_step() {  # ray_step MACHINE SRUN-ARGUMENTS...: a machine's Ray, in the background",

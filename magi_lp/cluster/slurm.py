@@ -42,6 +42,21 @@ def split_settings(text: str) -> list[str]:
     return [part.strip() for part in text.split(";") if part.strip()]
 
 
+def sbatch_directives(job: ClusterJob) -> list[str]:
+    """The job's `#SBATCH` lines both engines' batch scripts start with: its name, where
+    SLURM writes its output, the settings SLURM has a flag for, and `extra_sbatch`."""
+    settings = job.settings
+    lines = [
+        f"#SBATCH --job-name={job.name}",
+        f"#SBATCH --output={job.paths.log_dir}/slurm-%j.out",
+    ]
+    for key in ("partition", "account", "qos", "time"):
+        if settings.get(key):
+            lines.append(f"#SBATCH --{key}={settings[key]}")
+    lines += [f"#SBATCH {option}" for option in split_settings(settings.get("extra_sbatch", ""))]
+    return lines
+
+
 def component_lines(host: ClusterHost, tasks: int) -> list[str]:
     """The `#SBATCH` lines of one machine's component: the whole node, its GPUs."""
     lines = [
@@ -101,14 +116,7 @@ def render_sbatch(job: ClusterJob) -> str:
     het = len(hosts) > 1
     lines = ["#!/bin/bash"]
     lines += [f"# {line}".rstrip() for line in header_lines(job, "SLURM batch script")]
-    lines += [
-        f"#SBATCH --job-name={job.name}",
-        f"#SBATCH --output={job.paths.log_dir}/slurm-%j.out",
-    ]
-    for key in ("partition", "account", "qos", "time"):
-        if settings.get(key):
-            lines.append(f"#SBATCH --{key}={settings[key]}")
-    lines += [f"#SBATCH {option}" for option in split_settings(settings.get("extra_sbatch", ""))]
+    lines += sbatch_directives(job)
     indices = [job.hosts.index(h) for h in hosts]
     for position, index in enumerate(indices):
         if position:
