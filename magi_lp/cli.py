@@ -35,6 +35,7 @@ from ml_collections import config_flags
 from magi_lp import console, engines
 from magi_lp.config_schema import did_you_mean, fact_refusal
 from magi_lp.errors import ConfigError
+from magi_lp.launch import run_folders
 from magi_lp.launch.node_lifetime import quiet_gym_notice
 from magi_lp.placement.xla_flags import check_xla_flags
 from magi_lp.replay.plan import plan_replay_store
@@ -372,9 +373,10 @@ def _run_single_process(
     experiment = _make(make_experiment, config, workdir)
     _make_workdir(workdir)
     console.say(f"workdir: {workdir}")
-    result = single_process.run_single_process(
-        experiment, workdir=str(workdir), logger_factory=logger_factory
-    )
+    with run_folders.private_temp():
+        result = single_process.run_single_process(
+            experiment, workdir=str(workdir), logger_factory=logger_factory
+        )
     if result.resumed_from_step is not None:
         console.say(f"resumed from learner step {result.resumed_from_step}")
     if result.stopped_by_user:

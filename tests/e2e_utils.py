@@ -72,10 +72,11 @@ def run_entry_point(
     *,
     timeout: float,
     mark: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> subprocess.CompletedProcess:
-    """Runs `python <script> <args>` from the repo root; every process it starts inherits
-    a marker variable so the test can find leftovers afterwards."""
-    env = dict(os.environ)
+    """Runs `python <script> <args>` from the repo root (`env`: variables to add); every
+    process it starts inherits a marker variable so the test can find leftovers afterwards."""
+    env = {**os.environ, **(env or {})}
     env[MARK_VAR] = mark or uuid.uuid4().hex
     env.setdefault("MUJOCO_GL", "egl")
     env["PYTHONUNBUFFERED"] = "1"
@@ -90,10 +91,16 @@ def run_entry_point(
 
 
 def start_entry_point(
-    script: str, args: Sequence[str], *, mark: str, log: Path
+    script: str,
+    args: Sequence[str],
+    *,
+    mark: str,
+    log: Path,
+    env: Mapping[str, str] | None = None,
 ) -> subprocess.Popen:
-    """Starts an entry point in the background, its output going to `log`."""
-    env = dict(os.environ)
+    """Starts an entry point in the background, its output going to `log` (`env`: variables
+    to add)."""
+    env = {**os.environ, **(env or {})}
     env[MARK_VAR] = mark
     env.setdefault("MUJOCO_GL", "egl")
     env["PYTHONUNBUFFERED"] = "1"

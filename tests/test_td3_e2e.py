@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from magi_lp.launch import isolation
+from magi_lp.launch import isolation, run_folders
 from magi_lp.runtime.nodes import DISTRIBUTED_COUNT_EVERY
 from tests.e2e_utils import (
     TD3_TINY,
@@ -127,7 +127,13 @@ def test_killed_single_process_run_resumes_from_its_checkpoint(tmp_path):
         "--config.max_actor_steps=100000",
         "--config.checkpoint.every_minutes=0.05",
     ]
-    process = start_entry_point("projects/td3/main.py", args, mark=mark, log=tmp_path / "run1.log")
+    # The runs' temp folder: what a killed run leaves there goes at the next run's start.
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    env = {"TMPDIR": str(temp)}
+    process = start_entry_point(
+        "projects/td3/main.py", args, mark=mark, log=tmp_path / "run1.log", env=env
+    )
     actor_log = tmp_path / "logs/actor_0/logs.csv"
 
     def wait_for(condition) -> None:
@@ -145,6 +151,10 @@ def test_killed_single_process_run_resumes_from_its_checkpoint(tmp_path):
     process.wait(timeout=30)
     killed_at = _latest_checkpoint(tmp_path)
     assert killed_at is not None and killed_at > 0
+    # Killed with SIGKILL: TensorFlow's autograph files stay, in the run's own folder.
+    left = list(temp.iterdir())
+    assert [p.name.startswith(run_folders.RUN_TMP_PREFIX) for p in left] == [True], left
+    assert list(left[0].glob("__autograph_generated_file*.py"))
 
     first_run = read_csv(tmp_path / "logs/actor_0/logs.csv")
     # The steps counted up to the checkpoint (mid-episode: steps are counted as they happen).
@@ -155,9 +165,11 @@ def test_killed_single_process_run_resumes_from_its_checkpoint(tmp_path):
         [*args[:-2], f"--config.max_actor_steps={int(steps_before) + 1000}"],
         timeout=300,
         mark=mark,
+        env=env,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert f"resumed from learner step {killed_at}" in result.stderr
+    assert not list(temp.iterdir())  # the killed run's folder swept, the resumed run's removed
     learner_steps = column(read_csv(tmp_path / "logs/learner/logs.csv"), "learner_steps")
     resumed_rows = [step for step in learner_steps if step > killed_at]
     assert resumed_rows, "no learner rows after the resume"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import os
 import textwrap
 from pathlib import Path
 
@@ -122,3 +123,21 @@ def test_the_tree_names_every_top_level_path_of_the_layout():
         w.cluster_job,
     ):
         assert path.relative_to("W").as_posix() in tree, path
+
+
+def test_a_private_temp_is_this_process_temp_folder_while_it_lasts(tmp_path, monkeypatch):
+    """main.py's temp folder: a stale one of a dead run is swept, its own is removed after."""
+    import tempfile
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    stale = tmp_path / f"{run_folders.RUN_TMP_PREFIX}dead"
+    stale.mkdir()
+    (stale / run_folders.OWNER_FILE).write_text("999999999")  # no such process
+    with run_folders.private_temp() as run_tmp:
+        assert not stale.exists()
+        assert Path(run_tmp).parent == tmp_path and tempfile.gettempdir() == run_tmp
+        with tempfile.NamedTemporaryFile(delete=False) as left_behind:
+            assert Path(left_behind.name).parent == Path(run_tmp)
+    assert not Path(run_tmp).exists() and list(tmp_path.iterdir()) == []
+    assert tempfile.tempdir is None and os.environ["TMPDIR"] == str(tmp_path)

@@ -5,7 +5,8 @@
 - `<log_dir>/launcher.log`: the launcher's own lines, dated (`reporter`);
 - a private temp folder per launch (`make_run_temp`): Launchpad's job files and every
   node's TMPDIR, removed at the end; one whose launcher was SIGKILLed is removed by the
-  next launch (`sweep_stale_run_folders`).
+  next launch (`sweep_stale_run_folders`). A run in one process (`main.py`) takes one as
+  its own temp folder (`private_temp`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
 
@@ -93,3 +94,29 @@ def prepared_log_dir(log_dir: str | os.PathLike) -> Path:
             )
         ) from e
     return path
+
+
+@contextlib.contextmanager
+def private_temp() -> Iterator[str]:
+    """This process's temp folder (TMPDIR and `tempfile.tempdir`) is a fresh run temp folder
+    while the block runs; then it is removed and the old one restored.
+
+    What libraries leave in the temp folder goes with it: TensorFlow's autograph files, for
+    one, which TF removes only at a normal interpreter exit. A process killed with SIGKILL
+    leaves its folder; the next launch or run on this machine removes it
+    (`sweep_stale_run_folders`, by its owner's pid).
+    """
+    before = os.environ.get("TMPDIR"), tempfile.tempdir
+    sweep_stale_run_folders(tempfile.gettempdir())
+    run_tmp = make_run_temp()
+    os.environ["TMPDIR"] = run_tmp
+    tempfile.tempdir = run_tmp
+    try:
+        yield run_tmp
+    finally:
+        if before[0] is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = before[0]
+        tempfile.tempdir = before[1]
+        shutil.rmtree(run_tmp, ignore_errors=True)
