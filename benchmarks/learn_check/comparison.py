@@ -224,10 +224,15 @@ def provenance(run: dict) -> dict:
         "machine": run.get("machine"),
         "wall_s": run.get("wall_s"),
         "launches": len(attempts),
-        "cores": sorted({a["core"] for a in attempts if a.get("core") is not None}),
+        "cores": _cores(attempts),
         # HEAD's agent and replay code made every launch: otherwise marked in the figure.
         "head_code": bool(attempts) and not other_code,
     }
+
+
+def _cores(attempts: list[dict]) -> list[int]:
+    """The cores a run's launches were pinned to."""
+    return sorted({a["core"] for a in attempts if a.get("core") is not None})
 
 
 @functools.cache
@@ -324,7 +329,7 @@ def progress(out: Path, settings: Settings, tasks: tuple[str, ...], kept: Path) 
                         "state": "in progress",
                         "evaluations": found["evaluations"],
                         "launches": len(attempts),
-                        "cores": sorted({a["core"] for a in attempts if a.get("core") is not None}),
+                        "cores": _cores(attempts),
                         "last_launch": attempts[-1].get("started_at"),
                         "commits": sorted({a.get("commit", "?")[:12] for a in attempts}),
                     }
