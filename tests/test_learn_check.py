@@ -187,6 +187,18 @@ def test_the_figure_gives_cpu_seconds_per_frame_and_each_runs_core(tmp_path):
     assert "| CPU s / 1,000 train frames |" in page
     assert "| 4.00 | 112.0 |" in page and "| 5.00 | 101.0 |" in page
     assert page.count("2 cores | 0 |") == 3 and page.count("2 cores | 1 |") == 3
+    # The saturation probe's result, when there is one, says which actor collapsed.
+    assert "Pinned" not in page
+    probe = {"task": "cartpole_balance", "observations": 100, "saturated_above": 0.99}
+    runs = [
+        {"agent": "official", "seed": 2, "frames": 60_000, "pinned": True, "saturated": 1.0,
+         "mean_action": -1.0, "action_spread": 0.0},
+        {"agent": "magi_lp", "seed": 2, "frames": 60_000, "pinned": False, "saturated": 0.52,
+         "mean_action": 0.154, "action_spread": 0.82},
+    ]  # fmt: skip
+    page = comparison.report({**found, "saturation": {**probe, "runs": runs}})
+    assert "| official | 2 | 60,000 | **yes** | 1.00 | -1.000 | 0.000 |" in page
+    assert "| magi_lp | 2 | 60,000 | no | 0.52 | +0.154 | 0.820 |" in page
 
 
 def test_the_saturation_probe_tells_a_pinned_actor_from_a_fresh_one(tmp_path):
@@ -414,7 +426,7 @@ def test_tiny_run_of_the_official_side_resumes_from_its_snapshot(tmp_path):
     assert len(result["attempts"]) == 2 and result["attempts"][1]["resumed"]
     # The saturation probe reads the snapshot with the run's official code, in its venv.
     argv = ["--out", str(tmp_path), "--seeds", "1", "--image-size", "32", "--observations", "12"]
-    assert saturation.main(argv) == 0
+    assert saturation.main([*argv, "--write", str(tmp_path / "saturation.json")]) == 0
     probes = json.loads((tmp_path / "saturation.json").read_text())["runs"]
     assert [(p["agent"], p["observations"]) for p in probes] == [("official", 12)]
     assert probes[0]["frames"] > 0 and 0.0 <= probes[0]["saturated"] <= 1.0

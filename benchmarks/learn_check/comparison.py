@@ -230,6 +230,36 @@ def provenance(run: dict) -> dict:
     }
 
 
+def _saturation() -> dict | None:
+    """The kept runs' actors probed by `saturation.py`, when it has run."""
+    from benchmarks.learn_check.saturation import SATURATION
+
+    return json.loads(SATURATION.read_text()) if SATURATION.is_file() else None
+
+
+def _saturation_lines(probe: dict) -> list[str]:
+    """Why a run did not learn, when its actor is pinned (figure 13)."""
+    lines = [
+        "Each run's actor at its newest state (`python -m benchmarks.learn_check.saturation`, "
+        f"{probe.get('measured_at', '?')}, commit {probe.get('commit', '?')}): its mean action "
+        f"on the same {probe['observations']} rendered frame stacks of {probe['task']} "
+        "(random actions, seed 0). Pinned: every one at the same end of [-1, 1] "
+        f"(|a| > {probe['saturated_above']}), where tanh passes the actor no gradient and the "
+        "cart drives to the wall (a return of about 136); a learned bang-bang controller is "
+        "saturated too, but at both ends.",
+        "",
+        "| agent | seed | frames | pinned | share saturated | mean action | spread |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for run in probe["runs"]:
+        lines.append(
+            f"| {run['agent']} | {run['seed']} | {run['frames']:,} | "
+            f"{'**yes**' if run['pinned'] else 'no'} | {run['saturated']:.2f} | "
+            f"{run['mean_action']:+.3f} | {run['action_spread']:.3f} |"
+        )
+    return [*lines, ""]
+
+
 def _cores(attempts: list[dict]) -> list[int]:
     """The cores a run's launches were pinned to."""
     return sorted({a["core"] for a in attempts if a.get("core") is not None})
@@ -433,6 +463,7 @@ def write(
         },
         "progress": [] if tiny else progress(Path(out), settings, tasks, kept),
         "superseded": None if tiny else superseded(kept),
+        "saturation": None if tiny else _saturation(),
         **comparison,
     }
     json_path.write_text(json.dumps(result, indent=2) + "\n")
@@ -580,6 +611,8 @@ def report(result: dict) -> str:
                 f"{p.get('launches', 0)}{failed} |"
             )
         lines.append("")
+    if result.get("saturation"):
+        lines += _saturation_lines(result["saturation"])
     old = result.get("superseded")
     if old:
         ours, theirs = old["magi_lp"], old["official"]

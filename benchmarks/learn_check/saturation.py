@@ -19,8 +19,10 @@ official code) and reports, over those observations: `pinned` (every mean action
 same end, |a| > 0.99 with one sign: the collapse), the fraction whose mean action has
 |a| > 0.99 (`saturated`; a learned bang-bang controller is saturated too, at both ends, so
 this alone is not a collapse), the mean action's mean and its spread (standard deviation)
-across observations, and the frames the state was trained to. Writes `saturation.json` in `--out`
-and prints a table. Light: a few CPU seconds a run (one thread), beside the runs.
+across observations, and the frames the state was trained to. Writes `SATURATION`
+(`benchmarks/learn_check/results/saturation.json`, committed; figure 13 shows it) and prints
+a table; `--write PATH` writes elsewhere. Light: a few CPU seconds a run (one thread),
+beside the runs.
 
 The official agent's side runs as a script in its own venv (`--official-probe`): nothing of
 magi_lp is imported there.
@@ -34,11 +36,14 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 SATURATED = 0.99
 """|mean action| above this counts as saturated (tanh's slope there is < 0.02)."""
 EVERY_STEPS = 5
+SATURATION = Path(__file__).resolve().parent / "results" / "saturation.json"
+"""The probe of the kept runs, read by the figure (comparison.report)."""
 
 
 def _summary(means: list[float]) -> dict:
@@ -143,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--image-size", type=int, default=48)
     parser.add_argument("--observations", type=int, default=100)
+    parser.add_argument("--write", type=Path, default=SATURATION)
     args = parser.parse_args(argv)
     if args.official_probe:
         print(json.dumps(official_probe(*args.official_probe)))
@@ -187,11 +193,13 @@ def main(argv: list[str] | None = None) -> int:
         "image_size": args.image_size,
         "observations": args.observations,
         "saturated_above": SATURATED,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "commit": common.git_commit(),
         "machine": common.machine(),
         "runs": found,
     }
-    (Path(out) / "saturation.json").write_text(json.dumps(result, indent=2) + "\n")
+    args.write.parent.mkdir(parents=True, exist_ok=True)
+    args.write.write_text(json.dumps(result, indent=2) + "\n")
     print("| agent | seed | frames | pinned | saturated | mean action | spread |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for run in found:
