@@ -218,14 +218,14 @@ def test_the_saturation_probe_tells_a_pinned_actor_from_a_fresh_one(tmp_path):
     action = specs.BoundedArray((1,), np.float32, -1.0, 1.0)
     networks = make_networks(action, get_agent_config("cartpole", "balance"))
     params = jax.tree_util.tree_map(np.asarray, networks.init(jax.random.PRNGKey(0), obs[0]))
-    assert saturation.ours_probe(obs, tmp_path / "none", 32) is None  # no checkpoint yet
+    assert saturation.ours_probe(obs, tmp_path / "none") is None  # no checkpoint yet
     found = {}
     for name, bias in (("fresh", 0.0), ("pinned", 50.0)):
         params["actor"]["policy/~/linear_2"]["b"] = np.full((1,), bias, np.float32)
         folder = tmp_path / name
         with Checkpointer(folder) as checkpointer:
             checkpointer.save(7, {"params": params}, {"counts": {"actor_steps": 500}})
-        found[name] = saturation.ours_probe(obs, folder, 32)
+        found[name] = saturation.ours_probe(obs, folder)
     assert found["pinned"]["pinned"] and found["pinned"]["saturated"] == 1.0
     assert found["pinned"]["mean_action"] > 0.99 and found["pinned"]["frames"] == 1000
     assert not found["fresh"]["pinned"] and found["fresh"]["saturated"] == 0.0

@@ -239,7 +239,9 @@ def _saturation() -> dict | None:
 
 def _saturation_lines(probe: dict) -> list[str]:
     """Why a run did not learn, when its actor is pinned (figure 13)."""
-    lines = [
+    from benchmarks.learn_check.saturation import table
+
+    return [
         "Each run's actor at its newest state (`python -m benchmarks.learn_check.saturation`, "
         f"{probe.get('measured_at', '?')}, commit {probe.get('commit', '?')}): its mean action "
         f"on the same {probe['observations']} rendered frame stacks of {probe['task']} "
@@ -248,16 +250,9 @@ def _saturation_lines(probe: dict) -> list[str]:
         "cart drives to the wall (a return of about 136); a learned bang-bang controller is "
         "saturated too, but at both ends.",
         "",
-        "| agent | seed | frames | pinned | share saturated | mean action | spread |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        *table(probe["runs"]),
+        "",
     ]
-    for run in probe["runs"]:
-        lines.append(
-            f"| {run['agent']} | {run['seed']} | {run['frames']:,} | "
-            f"{'**yes**' if run['pinned'] else 'no'} | {run['saturated']:.2f} | "
-            f"{run['mean_action']:+.3f} | {run['action_spread']:.3f} |"
-        )
-    return [*lines, ""]
 
 
 def _cores(attempts: list[dict]) -> list[int]:

@@ -114,7 +114,7 @@ def render_observations(task: str, image_size: int, count: int) -> object:
     return np.stack(found)
 
 
-def ours_probe(observations: object, checkpoints: Path, image_size: int) -> dict | None:
+def ours_probe(observations: object, checkpoints: Path) -> dict | None:
     """Our learner's newest checkpoint: the actor's mean action on `observations`; None
     before the run's first checkpoint."""
     import jax
@@ -125,7 +125,6 @@ def ours_probe(observations: object, checkpoints: Path, image_size: int) -> dict
     from projects.drq_v2.config import get_agent_config
     from projects.drq_v2.networks import make_networks
 
-    del image_size  # the networks take their sizes from the observations
     checkpointer = Checkpointer(checkpoints)
     if checkpointer.latest_step() is None:
         return None
@@ -144,9 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--official-probe", nargs=3, metavar=("OBS", "SNAPSHOT", "CODE"))
     parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--task", default="cartpole_balance")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    parser.add_argument("--image-size", type=int, default=48)
+    parser.add_argument("--task", default=None, help="default: the check's first task")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None, help="default: SEEDS")
+    parser.add_argument("--image-size", type=int, default=None, help="default: the check's")
     parser.add_argument("--observations", type=int, default=100)
     parser.add_argument("--write", type=Path, default=SATURATION)
     args = parser.parse_args(argv)
@@ -155,19 +154,24 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    import numpy as np
+
     from benchmarks import common
     from benchmarks.learn_check.runs import VENV_OFFICIAL
-    from benchmarks.learn_check.settings import OUT, run_dir
+    from benchmarks.learn_check.settings import DEFAULT_TASKS, FULL, OUT, SEEDS, run_dir
 
     out = args.out or OUT
+    args.task = args.task or DEFAULT_TASKS[0]
+    args.seeds = args.seeds or list(SEEDS)
+    args.image_size = args.image_size or FULL.image_size
     obs = render_observations(args.task, args.image_size, args.observations)
     found = []
     with tempfile.TemporaryDirectory(prefix="magi_lp_saturation_") as scratch:
         obs_file = Path(scratch) / "obs.npz"
-        __import__("numpy").savez(obs_file, obs=obs)
+        np.savez(obs_file, obs=obs)
         for seed in args.seeds:
             ours = run_dir(out, "magi_lp", args.task, seed) / "work" / "checkpoints" / "learner"
-            probe = ours_probe(obs, ours, args.image_size) if ours.is_dir() else None
+            probe = ours_probe(obs, ours) if ours.is_dir() else None
             if probe is not None:
                 found.append({"agent": "magi_lp", "seed": seed, **probe})
             folder = run_dir(out, "official", args.task, seed)
@@ -200,15 +204,23 @@ def main(argv: list[str] | None = None) -> int:
     }
     args.write.parent.mkdir(parents=True, exist_ok=True)
     args.write.write_text(json.dumps(result, indent=2) + "\n")
-    print("| agent | seed | frames | pinned | saturated | mean action | spread |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    for run in found:
-        print(
+    print("\n".join(table(found)))
+    return 0
+
+
+def table(runs: list[dict]) -> list[str]:
+    """The probe's runs as a Markdown table (printed here, and in figure 13)."""
+    lines = [
+        "| agent | seed | frames | pinned | share saturated | mean action | spread |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for run in runs:
+        lines.append(
             f"| {run['agent']} | {run['seed']} | {run['frames']:,} | "
             f"{'**yes**' if run['pinned'] else 'no'} | {run['saturated']:.2f} | "
             f"{run['mean_action']:+.3f} | {run['action_spread']:.3f} |"
         )
-    return 0
+    return lines
 
 
 if __name__ == "__main__":

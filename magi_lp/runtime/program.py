@@ -47,7 +47,8 @@ def build_program(
       experiment: builder, factories and config.
       plan: the validated placement plan; decides each node's launch group (and so its env).
       workdir: where checkpoints and logs go.
-      logger_factory: picklable `(label, steps_key=None) -> Logger`, called inside nodes.
+      logger_factory: picklable `(label, steps_key=None, instance=None, *, time_delta=None)
+        -> Logger` (`LoggerFactory`), called inside nodes.
       name: the program's name.
       transport: how the engine carries replay ('reverb': a Reverb server in the replay node;
         'served': the store's own server, `ReplayStore.make_server`).
