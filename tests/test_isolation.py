@@ -2,13 +2,14 @@
 
 The integration tests start tests/isolation_program.py (a ReverbNode and two CourierNodes) and
 connect to every TCP port its processes listen on from a separate network namespace made here
-(`ip netns add`, a veth pair in 192.0.2.0/24). Traffic goes only to loopback and to the
+(`ip netns add`, a veth pair in 198.18.0.0/15). Traffic goes only to loopback and to the
 addresses of that veth pair, which is removed afterwards.
 """
 
 import contextlib
 import errno
 import fcntl
+import ipaddress
 import json
 import os
 import pty
@@ -361,12 +362,33 @@ def test_listening_sockets_reads_addresses_and_exposure():
 # --- a real Launchpad program ----------------------------------------------------------------
 
 
+def _free_pair(seed: int) -> tuple[str, str]:
+    """The two addresses of a /30 of 198.18.0.0/15 that overlaps no network of this machine's
+    interfaces, the `seed`th one on: a pair on the host's own network could be its address or
+    its gateway's (this machine's eth0 is 192.0.2.2/24, its gateway 192.0.2.1: the earlier
+    pick from 192.0.2.0/24 by pid made exactly that pair for one pid in 63)."""
+    taken = [
+        ipaddress.ip_interface(f"{a.address}/{a.netmask}").network
+        for addresses in psutil.net_if_addrs().values()
+        for a in addresses
+        if a.family == socket.AF_INET and a.netmask
+    ]
+    subnets = list(ipaddress.ip_network("198.18.0.0/15").subnets(new_prefix=30))
+    for i in range(len(subnets)):
+        net = subnets[(seed + i) % len(subnets)]
+        if not any(net.overlaps(t) for t in taken):
+            host_ip, ns_ip = net.hosts()
+            return str(host_ip), str(ns_ip)
+    pytest.skip("every /30 of 198.18.0.0/15 is on a network of this machine")
+
+
 @pytest.fixture
 def probe_namespace():
     """A network namespace joined to this one by a veth pair; yields (ns, host_ip, ns_ip).
 
-    Addresses are a /30 of 192.0.2.0/24 (documentation range) picked from the pid, so runs
-    in parallel do not collide. Everything is removed afterwards, also on failure.
+    Addresses are a /30 of 198.18.0.0/15 (the benchmarking range) picked from the pid, so runs
+    in parallel do not collide, and on no network this machine's interfaces are on
+    (`_free_pair`). Everything is removed afterwards, also on failure.
     """
     if os.geteuid() != 0:
         pytest.skip("the probe namespace and its veth pair need root (CAP_NET_ADMIN)")
@@ -374,8 +396,7 @@ def probe_namespace():
         pytest.skip("iproute2's `ip` is needed to make the probe namespace")
     tag = os.getpid() % 100000
     ns, host_if, ns_if = f"magi-iso-{tag}", f"mgiso{tag}h", f"mgiso{tag}p"
-    base = 4 * (os.getpid() % 63)
-    host_ip, ns_ip = f"192.0.2.{base + 1}", f"192.0.2.{base + 2}"
+    host_ip, ns_ip = _free_pair(os.getpid())
     steps = [
         ["ip", "netns", "add", ns],
         ["ip", "link", "add", host_if, "type", "veth", "peer", "name", ns_if],
