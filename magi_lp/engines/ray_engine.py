@@ -265,7 +265,7 @@ class _NodeProcess:
         )
 
 
-def _start_ray(run_tmp: str, num_gpus: int) -> None:
+def _start_ray(run_tmp: str, gpu_ids: tuple[int, ...]) -> None:
     from magi_lp.engines import ENGINES
 
     address = ENGINES["ray"].cluster_address()  # RAY_ADDRESS, as the entry point read it
@@ -281,17 +281,18 @@ def _start_ray(run_tmp: str, num_gpus: int) -> None:
     # A token made for this run, in the environment Ray's processes inherit: token
     # authentication without ~/.ray/auth_token.
     ray_seam.use_run_token()
-    ray.init(
-        _temp_dir=run_tmp,
-        _node_ip_address="127.0.0.1",
-        num_cpus=os.cpu_count() or 1,
-        num_gpus=num_gpus,
-        # Ray runs its workers at nice 15 by default, below everything else on the machine;
-        # the nodes are the run's work, as Launchpad's are (measured here under load: every
-        # node actor at nice 15 beside the learning runs and the suite).
-        _system_config={"worker_niceness": 0},
-        **options,
-    )
+    with ray_seam.gpus_shown_to_raylet(gpu_ids):
+        ray.init(
+            _temp_dir=run_tmp,
+            _node_ip_address="127.0.0.1",
+            num_cpus=os.cpu_count() or 1,
+            num_gpus=len(gpu_ids),
+            # Ray runs its workers at nice 15 by default, below everything else on the machine;
+            # the nodes are the run's work, as Launchpad's are (measured here under load: every
+            # node actor at nice 15 beside the learning runs and the suite).
+            _system_config={"worker_niceness": 0},
+            **options,
+        )
 
 
 def _node_env(launch: Launch, spec: NodeSpec) -> dict[str, str]:
@@ -531,9 +532,10 @@ def run(launch: Launch) -> int:
     saved_env = {k: os.environ.get(k) for k in ray_seam.AUTH_VARS}
     status = None
     try:
-        num_gpus = len(getattr(launch.plan.inventory, "gpus", ()) or ())
+        inventory = launch.plan.inventory
+        gpu_ids = tuple(g.index for g in getattr(inventory, "gpus", ()) or ())
         started = time.monotonic()
-        _start_ray(run_tmp, num_gpus)
+        _start_ray(run_tmp, gpu_ids)
         signals.install()  # Ray's start may have put its own handlers in place
         driver = _Driver(launch, signals)
         driver.start()

@@ -15,6 +15,13 @@ not offer comes from here, each with what breaks if an upgrade changes it:
   when the connection to the actor closed and its raylet said nothing (a killed raylet or
   machine, seen first by the driver). If these change: a node on a lost machine is reported
   as killed by SIGKILL with no machine named (the run still ends at once).
+- The raylet's GPU check: `ray.init(num_gpus=N)` refuses to start ("Attempting to start
+  raylet with N GPU, but CUDA_VISIBLE_DEVICES contains []") when the starting process's
+  `CUDA_VISIBLE_DEVICES` lists fewer than N. The driver hides every GPU from itself (it must
+  hold no CUDA context), so the embedded Ray is started with the plan's GPUs listed there for
+  the call only (`gpus_shown_to_raylet`); each node's own env sets the variable again, and
+  Ray is told to leave it. Seen on the H200 on 2026-11-27, the first GPU run of the engine. If
+  it changes: a GPU run on Ray stops at its start with that ValueError.
 
 Every function checks what it needs and raises one RuntimeError naming the attribute and the
 pinned version (requirements-py312.txt).
@@ -22,8 +29,10 @@ pinned version (requirements-py312.txt).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
+from collections.abc import Iterator
 
 PINNED = "Ray 2.60.0 as pinned in requirements-py312.txt"
 
@@ -50,6 +59,25 @@ def use_run_token(token: str | None = None) -> str:
     os.environ["RAY_AUTH_TOKEN"] = token
     _raylet.Config.initialize("")
     return token
+
+
+@contextlib.contextmanager
+def gpus_shown_to_raylet(gpu_ids: tuple[int, ...]) -> Iterator[None]:
+    """`CUDA_VISIBLE_DEVICES` lists the plan's GPUs while the embedded Ray starts, so that its
+    raylet accepts `num_gpus=len(gpu_ids)`; the driver's own value comes back after. Nothing
+    changes for a run with no GPUs."""
+    if not gpu_ids:
+        yield
+        return
+    saved = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_ids)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = saved
 
 
 def lost_machine(error: BaseException, address: str) -> str | None:
