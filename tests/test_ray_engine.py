@@ -301,9 +301,10 @@ def test_bad_input_is_refused_before_ray_starts(tmp_path, flag, says):
 
 @pytest.mark.timeout(300)
 def test_each_node_gets_its_groups_env_and_the_plans_gpus_on_logical_ray_gpus(tmp_path):
-    """The Ray engine with a fake 2-GPU inventory (Ray's GPUs are logical here): each node's
-    process has its launch group's env from the plan before Python starts, the plan's GPU ids
-    (Ray does not replace them) and Ray's count of its GPUs; handles reach other nodes."""
+    """The Ray engine with a fake 2-GPU inventory (Ray's GPUs are logical here), started from a
+    driver that sees no GPU as lp_main's does: each node's process has its launch group's env
+    from the plan before Python starts, the plan's GPU ids (Ray does not replace them) and
+    Ray's count of its GPUs; handles reach other nodes."""
     import types
 
     from magi_lp.engines import ray_engine
@@ -331,9 +332,8 @@ def test_each_node_gets_its_groups_env_and_the_plans_gpus_on_logical_ray_gpus(tm
             (str(folder), ["learner_0", "actor_0", "actor_1"], Ref("learner_0"), Ref("actor_1")),
         ),
     ]
-    plan = types.SimpleNamespace(
-        envs=lambda: envs, inventory=types.SimpleNamespace(gpus=("gpu0", "gpu1"))
-    )
+    gpus = (types.SimpleNamespace(index=0), types.SimpleNamespace(index=1))
+    plan = types.SimpleNamespace(envs=lambda: envs, inventory=types.SimpleNamespace(gpus=gpus))
     experiment = types.SimpleNamespace(
         config=types.SimpleNamespace(max_actor_steps=1), frames_per_step=1
     )
@@ -343,7 +343,12 @@ def test_each_node_gets_its_groups_env_and_the_plans_gpus_on_logical_ray_gpus(tm
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("HOME", str(home))
         patch.delenv("RAY_ADDRESS", raising=False)
+        # lp_main's driver hides every GPU from itself: Ray 2.60's raylet refused num_gpus=2
+        # against that empty list until the engine showed it the plan's GPUs for ray.init (the
+        # first GPU run, H200, 2026-11-27).
+        patch.setenv("CUDA_VISIBLE_DEVICES", "")
         code = ray_engine.run(launch)
+        assert os.environ["CUDA_VISIBLE_DEVICES"] == ""  # the driver's own, back
     assert code == 0
     reports = {p.stem: json.loads(p.read_text()) for p in folder.glob("*_*.json")}
     learner, actor = reports["learner_0"], reports["actor_0"]
