@@ -192,7 +192,10 @@ def _section(number: int, figure: Figure, result: dict | None) -> str:
     if run.get("mode") == "stored":
         if result.get("status") != "ok":
             return f"{heading}\n\n**{result['reason']}**"
-        return f"{heading}\n\n_read from `{run['source']}`_\n\n{module.report(result).strip()}"
+        # Rendered from the file itself: its own keys (gpu_system's "run") beside the page's
+        # "run" metadata would be overwritten in `result`.
+        stored = _load(common.REPO / run["source"]) or result
+        return f"{heading}\n\n_read from `{run['source']}`_\n\n{module.report(stored).strip()}"
     stamp = (
         f"_{run.get('mode', '?')} mode, {run.get('measured_at', '?')}, commit "
         f"{run.get('commit', '?')}, {run.get('wall_s', '?')} s; load average "

@@ -23,6 +23,7 @@ from types import SimpleNamespace
 import pytest
 
 from benchmarks import gpu_system
+from benchmarks import run as bench_run
 from tests.e2e_utils import MARK_VAR, REPO, assert_no_leftovers, read_csv
 
 # Every field the result must hold, dotted; None is a value only where the tiny run has no GPU.
@@ -144,6 +145,14 @@ def test_the_tiny_run_measures_the_whole_system_and_leaves_nothing(tmp_path):
     assert not any(home.iterdir()), f"files in HOME: {list(home.rglob('*'))}"
     # Its reading renders (the page renders only a GPU result; the words are the same).
     assert "fed" in gpu_system.report(result) and "fed" in gpu_system.summary(result)[2]
+    # And through the page, as a stored GPU result: the run's own block (its command, its
+    # stop) is rendered, not the page's metadata of the same name.
+    stored = tmp_path / "gpu_system_stored.json"
+    stored.write_text(json.dumps({**result, "status": "ok"}))
+    figure = bench_run.Figure("gpu_system", "benchmarks.gpu_system", 0, 0, stored=str(stored))
+    section = bench_run._section(15, figure, bench_run.stored_result(figure))
+    assert f"`{result['run']['command']}`" in section, section[:1500]
+    assert f"stopped by SIGINT after {run['ran_s']:.0f} s" in section, section[:1500]
 
 
 _CONFIG = SimpleNamespace(
