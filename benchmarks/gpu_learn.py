@@ -253,6 +253,14 @@ def read_run(job: dict, seed_frames: int) -> dict:
     }
 
 
+def ended_well(run: dict) -> bool:
+    """Exit 0, or the official agent stopped at the deadline: its train.py has no SIGTERM
+    handler, so the deadline's SIGTERM ends it with -15 (on the H200, 2026-11-27), which is
+    what fits a call, not a failure."""
+    stopped = run["stopped_at_deadline"] and run["exit_code"] == -signal.SIGTERM
+    return run["exit_code"] == 0 or (run["agent"] == "official" and stopped)
+
+
 def _time_split(workdir: Path, seed_frames: int) -> dict[str, float]:
     """The median over training episodes after the seed frames of where the actor loop's
     time went, ms per step (`policy_ms`, `env_ms`, `observe_ms`, `params_ms`)."""
@@ -397,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     from benchmarks import common
 
-    ok = all(r["exit_code"] == 0 and r["evaluations"] for r in results)
+    ok = all(ended_well(r) and r["evaluations"] for r in results)
     found = common.machine()
     summary = {
         "status": "tiny" if tiny else ("ok" if ok else "error"),
@@ -448,8 +456,9 @@ def summary(result: dict) -> tuple[str, str, str]:
         f"official, published: {published.get('mean', float('nan')):.0f} "
         f"[{published.get('min', float('nan')):.0f}, {published.get('max', float('nan')):.0f}]"
     )
-    fps = [r["train_frames_per_s"] for r in runs if r["train_frames_per_s"]]
-    return number, comparison, f"{min(fps):.0f}-{max(fps):.0f} train frames/s a seed"
+    ours = [r for r in runs if r["agent"] == "magi_lp"]
+    fps = [r["train_frames_per_s"] for r in ours if r["train_frames_per_s"]]
+    return number, comparison, f"{min(fps):.0f}-{max(fps):.0f} train frames/s a seed (ours)"
 
 
 def report(result: dict) -> str:

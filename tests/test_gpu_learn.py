@@ -71,8 +71,27 @@ def test_the_stored_gpu_result_renders_with_its_device_and_versions_beside_every
     assert stored["status"] == "ok" and not stored["tiny"]
     page = gpu_learn.report(stored)
     runs = [r for call in [stored, *stored.get("replicates", [])] for r in call["runs"]]
-    assert page.count("| magi_lp ") == len(runs)
+    for agent in ("magi_lp", "official"):
+        assert page.count(f"| {agent} ") == sum(r["agent"] == agent for r in runs), agent
     assert stored["device"] in page and f"jax {stored['versions']['jax']}" in page
     assert "torch" in stored["versions"]
     number, against, _ = gpu_learn.summary(stored)
     assert "official, published" in against and stored["device"] in number
+
+
+@pytest.mark.parametrize(
+    ("agent", "exit_code", "stopped", "well"),
+    [
+        ("magi_lp", 0, True, True),  # ours: SIGTERM saves a checkpoint and exits 0
+        ("magi_lp", -15, True, False),  # ours killed by it: its stop failed
+        ("official", -15, True, True),  # no handler in its train.py: what the deadline does
+        ("official", -15, False, False),  # killed by someone else
+        ("official", 1, True, False),
+        ("official", 0, False, True),
+    ],
+)
+def test_a_run_ended_well_when_it_exited_0_or_the_official_met_the_deadline(
+    agent, exit_code, stopped, well
+):
+    run = {"agent": agent, "exit_code": exit_code, "stopped_at_deadline": stopped}
+    assert gpu_learn.ended_well(run) is well
