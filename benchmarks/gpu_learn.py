@@ -458,6 +458,10 @@ def summary(result: dict) -> tuple[str, str, str]:
     )
     ours = [r for r in runs if r["agent"] == "magi_lp"]
     fps = [r["train_frames_per_s"] for r in ours if r["train_frames_per_s"]]
+    beside = [r["train_frames_per_s"] for r in runs if r["agent"] == "official"]
+    if any(beside):  # measured beside ours, on the same machine in the same call
+        fps_beside = ", ".join(f"{v:.0f}" for v in beside if v)
+        comparison += f"; official seed beside ours: {fps_beside} train frames/s"
     return number, comparison, f"{min(fps):.0f}-{max(fps):.0f} train frames/s a seed (ours)"
 
 

@@ -77,6 +77,9 @@ def test_the_stored_gpu_result_renders_with_its_device_and_versions_beside_every
     assert "torch" in stored["versions"]
     number, against, _ = gpu_learn.summary(stored)
     assert "official, published" in against and stored["device"] in number
+    beside = [r for r in runs if r["agent"] == "official" and r["train_frames_per_s"]]
+    assert beside, "the stored result holds the official seed run beside ours"
+    assert f"official seed beside ours: {beside[0]['train_frames_per_s']:.0f}" in against
 
 
 @pytest.mark.parametrize(
