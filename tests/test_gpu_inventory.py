@@ -7,7 +7,9 @@ import pytest
 from magi_lp.errors import ConfigError
 from magi_lp.placement.gpu_inventory import (
     GpuInventory,
+    gpu_memory_by_pid,
     pick_identical,
+    process_memory_on_gpu,
     query_inventory,
     rank_by_load,
 )
@@ -196,3 +198,40 @@ def test_query_inventory_reads_the_driver_and_its_cuda_version(tmp_path):
     # An NVML without those calls (older nvidia-ml-py, the fake above) leaves them unknown.
     old = query_inventory(FakeNvml([_device(RTX3080, "a")]))
     assert (old.driver_version, old.cuda_driver_version) == ("", 0)
+
+
+class _Process:
+    def __init__(self, pid, mib):
+        self.pid = pid
+        self.usedGpuMemory = None if mib is None else int(mib * 2**20)  # pynvml's name
+
+
+class FakeNvmlProcesses(FakeNvml):
+    """FakeNvml with NVML's two process lists per GPU: {index: (compute, graphics)}."""
+
+    def __init__(self, devices, lists):
+        super().__init__(devices)
+        self.lists = lists
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle):  # noqa: N802 - pynvml's names
+        return [_Process(pid, mib) for pid, mib in self.lists[handle][0]]
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle):  # noqa: N802 - pynvml's names
+        if self.lists[handle][1] is None:
+            raise _NvmlError("Not Supported")
+        return [_Process(pid, mib) for pid, mib in self.lists[handle][1]]
+
+
+def test_a_process_with_compute_and_graphics_contexts_counts_once_per_gpu():
+    # pid 7: an actor stepping JAX and rendering through EGL on GPU 0 (nvidia-smi's C+G: one
+    # figure, in both of NVML's lists), and JAX on GPU 1; pid 8: an evaluator rendering only;
+    # pid 9: a process whose amount the driver hides; GPU 1 has no graphics list.
+    devices = [_device(RTX3060, "00000000:01:00.0"), _device(RTX3080, "00000000:02:00.0")]
+    lists = {
+        0: ([(7, 1387.5), (9, None)], [(7, 1387.5), (8, 77.0)]),
+        1: ([(7, 500.0)], None),
+    }
+    nvml = FakeNvmlProcesses(devices, lists)
+    assert gpu_memory_by_pid(nvml) == {7: 1887.5, 8: 77.0, 9: 0.0}
+    assert process_memory_on_gpu(nvml, 0) == {7: 1387.5, 8: 77.0, 9: None}
+    assert nvml.shutdowns == 1

@@ -17,6 +17,7 @@ from typing import Any
 
 from benchmarks.common import REPO, kill_marked, marked_env, tail
 from benchmarks.gpu_check.settings import MIB, READY_TIMEOUT_S
+from magi_lp.placement.gpu_inventory import process_memory_on_gpu
 
 
 class NvmlProcesses:
@@ -32,24 +33,16 @@ class NvmlProcesses:
         ]
 
     def by_pid(self) -> dict[int, float]:
-        """pid -> MiB; -1.0 for a process NVML lists without an amount."""
+        """pid -> MiB; -1.0 for a process NVML lists without an amount. A process with both a
+        compute and a graphics context counts once on each GPU (`process_memory_on_gpu`)."""
         usage: dict[int, float] = {}
         for handle in self._handles:
-            for name in (
-                "nvmlDeviceGetComputeRunningProcesses",
-                "nvmlDeviceGetGraphicsRunningProcesses",
-            ):
-                try:
-                    processes = getattr(self._nvml, name)(handle)
-                except Exception:  # not supported on this board / driver
-                    continue
-                for p in processes:
-                    used = getattr(p, "usedGpuMemory", None)
-                    mib = -1.0 if used is None else used / MIB
-                    if usage.get(p.pid, 0.0) >= 0 and mib >= 0:
-                        usage[p.pid] = usage.get(p.pid, 0.0) + mib
-                    else:
-                        usage.setdefault(p.pid, mib)
+            for pid, found in process_memory_on_gpu(self._nvml, handle).items():
+                mib = -1.0 if found is None else found
+                if usage.get(pid, 0.0) >= 0 and mib >= 0:
+                    usage[pid] = usage.get(pid, 0.0) + mib
+                else:
+                    usage.setdefault(pid, mib)
         return usage
 
     def used_mib(self) -> list[float]:

@@ -252,10 +252,37 @@ def pick_identical(
     return chosen
 
 
+def process_memory_on_gpu(nvml: Any, handle: Any) -> dict[int, float | None]:
+    """pid -> MiB of each process on one GPU, from NVML's compute and graphics lists; None
+    where the driver hides the amount.
+
+    A process with both a compute and a graphics context (nvidia-smi's "C+G": an actor that
+    steps JAX on the GPU and renders through EGL there) is in both lists with its one figure,
+    so it counts once: summed, the H200's actors read twice their memory (2,775 MiB where
+    nvidia-smi's single figure is half that). A list the board does not support is skipped.
+    """
+    found: dict[int, float | None] = {}
+    for query in (
+        nvml.nvmlDeviceGetComputeRunningProcesses,
+        nvml.nvmlDeviceGetGraphicsRunningProcesses,
+    ):
+        try:
+            processes = query(handle)
+        except Exception:  # NVMLError (Not Supported), or the board is gone
+            continue
+        for process in processes:
+            used = getattr(process, "usedGpuMemory", None)
+            mib = None if used is None else used / 2**20
+            known = found.get(process.pid)
+            found[process.pid] = mib if known is None else max(known, mib or 0.0)
+    return found
+
+
 def gpu_memory_by_pid(nvml: Any = None) -> dict[int, float]:
     """GPU memory each process holds, in MiB summed over GPUs (empty without NVML).
 
-    Reads compute and graphics processes of every GPU; for the launcher's status view.
+    Reads compute and graphics processes of every GPU (each process once per GPU:
+    `process_memory_on_gpu`); for the launcher's status view.
     """
     if nvml is None:
         try:
@@ -270,17 +297,8 @@ def gpu_memory_by_pid(nvml: Any = None) -> dict[int, float]:
     try:
         for index in range(nvml.nvmlDeviceGetCount()):
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            for query in (
-                nvml.nvmlDeviceGetComputeRunningProcesses,
-                nvml.nvmlDeviceGetGraphicsRunningProcesses,
-            ):
-                try:
-                    processes = query(handle)
-                except nvml.NVMLError:
-                    continue
-                for process in processes:
-                    memory = process.usedGpuMemory or 0  # None where the driver hides it
-                    used[process.pid] = used.get(process.pid, 0.0) + memory / 2**20
+            for pid, mib in process_memory_on_gpu(nvml, handle).items():
+                used[pid] = used.get(pid, 0.0) + (mib or 0.0)  # None: hidden by the driver
     except nvml.NVMLError:
         pass
     finally:
