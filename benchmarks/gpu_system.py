@@ -995,6 +995,8 @@ def report(result: dict) -> str:
             f"{entry.get('official_frame', '-')} | {entry.get('official_mean', '-')} "
             f"[{entry.get('official_min', '-')}, {entry.get('official_max', '-')}] | {on} |"
         )
+    for note in result.get("notes", []):  # what was learned or corrected after the run
+        lines += ["", note]
     return "\n".join(lines)
 
 
