@@ -217,7 +217,11 @@ def plan_and_reckoning(config: Any) -> tuple[Any, dict]:
     compile's answer goes to os.environ, which the run inherits: it does not compile again)."""
     from magi_lp.placement.memory import CUDA_CONTEXT_BYTES
     from magi_lp.replay.plan import plan_replay_store
-    from magi_lp.runtime.config import make_placement_plan, validate_experiment_config
+    from magi_lp.runtime.config import (
+        make_placement_plan,
+        placement_requests,
+        validate_experiment_config,
+    )
     from magi_lp.runtime.memory_reckoning import size_gpu_memory
     from projects.drq_v2.config import validate_config
     from projects.drq_v2.experiment import make_experiment
@@ -230,14 +234,21 @@ def plan_and_reckoning(config: Any) -> tuple[Any, dict]:
     started = time.monotonic()
     plan = size_gpu_memory(experiment, plan, store)
     groups = {}
-    for group, need in (getattr(plan, "memory", None) or {}).items():
+    needs = getattr(plan, "memory", None) or {}
+    for group, request in placement_requests(config).items():
         placement = plan.groups[plan.launch_group(group, 0)]
+        renders = render_bytes(placement.env, request.renders)
+        need = needs.get(group)
+        if need is None and not renders:
+            continue  # nothing of it on a GPU, as far as the plan knows
         groups[group] = {
-            "reckoned_bytes": need.total,
-            "with_context_bytes": need.total + CUDA_CONTEXT_BYTES,
+            "reckoned_bytes": need.total if need else 0,
+            "render_bytes": renders,
+            # A CPU node that only renders on a GPU starts no CUDA context there.
+            "with_context_bytes": (need.total + CUDA_CONTEXT_BYTES if need else 0) + renders,
             "fraction": placement.gpu_memory,
             "preallocated": placement.env.get("XLA_PYTHON_CLIENT_PREALLOCATE") == "true",
-            "how": need.describe(),
+            "how": need.describe() if need else f"{request.renders} EGL render context(s)",
         }
     return plan, {
         "state": "done",
@@ -247,6 +258,15 @@ def plan_and_reckoning(config: Any) -> tuple[Any, dict]:
         "notices": [*plan.notices, *plan.warnings],
         "groups": groups,
     }
+
+
+def render_bytes(env: dict[str, str], environments: int) -> int:
+    """The GL contexts a node's environments hold on a GPU: where its env renders through EGL
+    and sees a GPU (`RENDER_CONTEXT_BYTES` each), else 0 (Mesa's software EGL, or no render)."""
+    from magi_lp.placement.memory import RENDER_CONTEXT_BYTES
+
+    on_gpu = env.get("MUJOCO_GL") == "egl" and bool(env.get("CUDA_VISIBLE_DEVICES"))
+    return environments * RENDER_CONTEXT_BYTES if on_gpu else 0
 
 
 def _learner_env(plan: Any) -> dict[str, str]:

@@ -196,6 +196,18 @@ def test_memory_is_set_beside_the_reckoning_of_its_group():
     assert "reckoned_mib" not in memory["counter/0"]
 
 
+def test_render_contexts_count_where_a_node_renders_through_egl_on_a_gpu():
+    from magi_lp.placement.memory import RENDER_CONTEXT_BYTES
+
+    actor = {"MUJOCO_GL": "egl", "CUDA_VISIBLE_DEVICES": "0", "JAX_PLATFORMS": "cuda,cpu"}
+    evaluator = {"MUJOCO_GL": "egl", "CUDA_VISIBLE_DEVICES": "0", "JAX_PLATFORMS": "cpu"}
+    mesa = {"MUJOCO_GL": "egl", "CUDA_VISIBLE_DEVICES": ""}
+    learner = {"MUJOCO_GL": "off", "CUDA_VISIBLE_DEVICES": "0"}
+    assert gpu_system.render_bytes(actor, 8) == 8 * RENDER_CONTEXT_BYTES
+    assert gpu_system.render_bytes(evaluator, 1) == RENDER_CONTEXT_BYTES
+    assert gpu_system.render_bytes(mesa, 8) == 0 and gpu_system.render_bytes(learner, 0) == 0
+
+
 def test_the_config_is_the_papers_task_in_the_one_gpu_layout():
     config = gpu_system.get_config("gpu")
     layout = gpu_system._layout()

@@ -214,6 +214,37 @@ def test_a_store_that_cannot_fit_beside_the_actors_is_refused_in_one_line():
     assert "agent.replay_buffer_size=" in message
 
 
+def test_environments_rendering_on_a_gpu_are_counted_in_what_is_left_of_it():
+    # The 1-GPU layout's shape: the learner and two actors of 8 environments on GPU 0, the
+    # actors rendering there through EGL, and a CPU evaluator rendering one environment on
+    # it (render_gpu=0); a CPU actor group on Mesa's software EGL holds nothing there.
+    requests = {
+        "learner": GroupRequest(ResourceSpec(device="gpu", gpu_memory="auto", render="none"), 1),
+        "actor": GroupRequest(ResourceSpec(device="gpu", gpu_memory="auto"), 2, renders=8),
+        "evaluator": GroupRequest(ResourceSpec(device="cpu", render_gpu=0), 1, renders=1),
+        "cpu_actor": GroupRequest(ResourceSpec(device="cpu"), 3, renders=8),
+    }
+    needs = {"learner": need(store=20 * GIB), "actor": need("actor", state=GIB // 4)}
+    plan = make_plan(requests, H100_80, CUDA12, memory=needs)
+    line = plan.memory_lines[0]
+    renders = 17 * memory_lib.RENDER_CONTEXT_BYTES
+    assert f"17 EGL render context(s) {memory_lib.gb(renders)}" in line, line
+    fractions = needs["learner"].fraction_of(80 * GIB) + 2 * needs["actor"].fraction_of(80 * GIB)
+    pools = fractions * 80 * GIB
+    left = 80 * GIB - pools - 3 * memory_lib.CUDA_CONTEXT_BYTES - renders
+    assert line.endswith(f"left: {memory_lib.gb(left)}"), line
+
+    # They are counted in the fit too: a GPU that holds the pools and CUDA contexts but not
+    # the render contexts is refused, naming them.
+    tight = int(left) + memory_lib.RENDER_CONTEXT_BYTES  # used by other processes
+    crowded = GpuInventory((gpu(0, H100, total_gib=80, used_gib=tight / GIB),))
+    with pytest.raises(ConfigError) as refused:
+        make_plan(requests, crowded, CUDA12, memory=needs)
+    assert "17 EGL render context(s)" in str(refused.value)
+    with pytest.raises(ValueError, match="renders"):
+        GroupRequest(ResourceSpec(device="cpu"), 1, renders=-1)
+
+
 @pytest.mark.integration
 def test_nodes_that_do_not_fit_together_are_refused_naming_the_auto_node(tiny_plan):
     # The actors' fractions (0.49 each) pass the sum check beside the learner's 0.004, but
@@ -230,7 +261,7 @@ def test_nodes_that_do_not_fit_together_are_refused_naming_the_auto_node(tiny_pl
     message = str(refused.value)
     assert "\n" not in message
     assert message.startswith("GPU 0:NVIDIA H100 80GB HBM3 has 85.9 GB but its nodes need 86.")
-    assert "actor 2 x 42.1 GB, 3 CUDA contexts 1.6 GB" in message
+    assert "actor 2 x 42.1 GB, 3 CUDA context(s) 1.6 GB" in message
     learner = needs["learner"]
     assert f"learner node 0 needs {memory_lib.gb(learner.total)}" in message
     assert "fewer nodes on that GPU (num_actors, resources.actor.gpus)" in message

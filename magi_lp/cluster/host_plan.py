@@ -454,7 +454,8 @@ def make_host_plan(
             notices.append(f"host {host.name} runs no node (hosts.place names it for none)")
             continue
         host_requests = {
-            g: GroupRequest(requests[g].spec, len(indices)) for g, indices in share.items()
+            g: GroupRequest(requests[g].spec, len(indices), renders=requests[g].renders)
+            for g, indices in share.items()
         }
         inventory, host_requests = _host_inventory(host, host_requests, notices)
         try:

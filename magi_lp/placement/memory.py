@@ -26,7 +26,8 @@ and a stated margin, turns the bytes into each node's fraction, and checks the G
 JAX takes its limit as a fraction of the device's memory (XLA_PYTHON_CLIENT_MEM_FRACTION; no
 JAX build here takes bytes), so the need is rounded up to the next `FRACTION_STEP` of the
 node's smallest GPU. Each process on a GPU also holds a CUDA context outside JAX's pool
-(`CUDA_CONTEXT_BYTES`), counted in what is left of each GPU, not in the fraction.
+(`CUDA_CONTEXT_BYTES`), and each environment that renders through EGL on a GPU a GL context
+there (`RENDER_CONTEXT_BYTES`), counted in what is left of each GPU, not in the fraction.
 
 This module imports no JAX (the placement layer never does): it only does the arithmetic.
 """
@@ -48,6 +49,12 @@ MIN_MARGIN_BYTES = 256 << 20
 
 CUDA_CONTEXT_BYTES = 512 << 20
 """What each process that starts CUDA holds outside JAX's pool (300-700 MB measured)."""
+
+RENDER_CONTEXT_BYTES = 80 << 20
+"""What each environment that renders through EGL on a GPU holds there, outside JAX's pool
+(its GL context and framebuffers; MuJoCo keeps one per environment). Measured on an H200
+(figure 15): 77 MiB for an evaluator rendering one environment with no CUDA context; 587 MiB
+for an actor's 8 environments over its reckoned pool and CUDA context."""
 
 FRACTION_STEP = 0.001
 """The fraction is rounded up to this (80 MB of an 80 GB GPU)."""
@@ -166,21 +173,40 @@ class GpuShare:
     sized: bool = False
 
 
-def check_gpu(label: str, total: int, used_by_others: int, shares: Sequence[GpuShare]) -> int:
-    """What is left of a GPU after its nodes' pools and CUDA contexts.
+def overheads(shares: Sequence[GpuShare], render_contexts: int = 0) -> tuple[int, str]:
+    """(bytes, words) of what a GPU's processes hold outside their pools: a CUDA context per
+    node computing on it, a GL context per environment rendering on it."""
+    contexts = CUDA_CONTEXT_BYTES * len(shares)
+    words = f"{len(shares)} CUDA context(s) {gb(contexts)}"
+    renders = RENDER_CONTEXT_BYTES * render_contexts
+    if render_contexts:
+        words += f", {render_contexts} EGL render context(s) {gb(renders)}"
+    return contexts + renders, words
+
+
+def check_gpu(
+    label: str,
+    total: int,
+    used_by_others: int,
+    shares: Sequence[GpuShare],
+    render_contexts: int = 0,
+) -> int:
+    """What is left of a GPU after its nodes' pools, CUDA contexts and render contexts.
 
     Args:
       label: the GPU in words ("0:NVIDIA H100 80GB HBM3").
       total: its memory, bytes.
       used_by_others: bytes other processes already hold on it (NVML).
-      shares: the planned nodes on it.
+      shares: the planned nodes computing on it.
+      render_contexts: the environments rendering on it through EGL (any node's, a CPU
+        node's with `render_gpu` too).
 
     Raises:
       ConfigError: they do not fit; one line naming the node that needs the most, its need
         and the fix.
     """
-    contexts = CUDA_CONTEXT_BYTES * len(shares)
-    left = total - used_by_others - contexts - sum(s.pool for s in shares)
+    held, words = overheads(shares, render_contexts)
+    left = total - used_by_others - held - sum(s.pool for s in shares)
     if left >= 0:
         return left
     # The node to name: the biggest that was sized by its reckoning ('auto'), since that is
@@ -199,7 +225,7 @@ def check_gpu(label: str, total: int, used_by_others: int, shares: Sequence[GpuS
     raise ConfigError(
         fact_refusal(
             f"GPU {label} has {gb(total)} but its nodes need {gb(total - left - used_by_others)} "
-            f"({summary}, {len(shares)} CUDA contexts {gb(contexts)}{others})",
+            f"({summary}, {words}{others})",
             what,
             f"lower it with {fix}",
         )
@@ -238,7 +264,8 @@ def reckoning_lines(needs: Mapping[str, MemoryNeed], gpu_lines: Sequence[str]) -
     out = [
         f"GPU memory, reckoned (need = compiled peak + state + batches + store + margin of "
         f"{MARGIN_FRACTION:.0%}, at least {gb(MIN_MARGIN_BYTES)}; each process also holds a "
-        f"CUDA context, counted as {gb(CUDA_CONTEXT_BYTES)}):"
+        f"CUDA context, counted as {gb(CUDA_CONTEXT_BYTES)}, and each environment rendering "
+        f"on a GPU a GL context, counted as {gb(RENDER_CONTEXT_BYTES)}):"
     ]
     out += [f"  {need.describe()}" for need in needs.values()]
     out += [f"  {line}" for line in gpu_lines]

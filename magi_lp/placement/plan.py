@@ -60,18 +60,24 @@ class GroupRequest:
         learner), the batch; the plan refuses a device count that does not divide it.
         None: no such check.
       batch_key: the config key that sets `batch_size`, named in that refusal.
+      renders: the environments each node steps (and renders, as its spec's `render` says):
+        where that is EGL on a GPU, each holds a GL context there, which the memory check
+        counts (`memory.RENDER_CONTEXT_BYTES`). 0: the node steps none.
     """
 
     spec: ResourceSpec
     num_nodes: int
     batch_size: int | None = None
     batch_key: str = "batch_size"
+    renders: int = 0
 
     def __post_init__(self) -> None:
         nodes, size = self.num_nodes, self.batch_size
         fail_unless(is_int(nodes) and nodes >= 0, "num_nodes", "an integer >= 0", nodes)
         ok = size is None or (is_int(size) and size >= 1)
         fail_unless(ok, self.batch_key, "an integer >= 1", size)
+        renders = self.renders
+        fail_unless(is_int(renders) and renders >= 0, "renders", "an integer >= 0", renders)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -464,6 +470,8 @@ def make_plan(
     planned_load: dict[int, float] = {}
     # GPU id -> [(group, node index, spec)] of the nodes computing on it.
     on_gpu: dict[int, list[tuple[str, int, ResourceSpec]]] = {}
+    # GPU id -> the environments rendering on it through EGL (each a GL context there).
+    renders_on: dict[int, int] = {}
 
     for group, request in requests.items():
         if not isinstance(group, str) or not group:
@@ -498,6 +506,10 @@ def make_plan(
             # software renderer. No notice: most CPU groups (replay, counter) never render.
             per_node = [()] * request.num_nodes
             node_specs = [spec] * request.num_nodes
+        for node_ids in per_node:
+            gpu_id = _render_gpu(spec, node_ids)
+            if gpu_id is not None and request.renders:
+                renders_on[gpu_id] = renders_on.get(gpu_id, 0) + request.renders
 
         overridden = sorted(set(spec.env) & set(MANAGED_VARIABLES))
         if overridden:
@@ -546,7 +558,7 @@ def make_plan(
     memory_lines: list[str] = []
     if memory:
         auto = {g: r.spec.gpu_memory == "auto" for g, r in requests.items()}
-        memory_lines = _check_reckoned(on_gpu, inventory, memory, auto)
+        memory_lines = _check_reckoned(on_gpu, inventory, memory, auto, renders_on)
     _check_memory(on_gpu, inventory, notices)
     return PlacementPlan(
         groups=placements,
@@ -609,22 +621,34 @@ def _note_memory(
             warnings.append(warning)
 
 
+def _render_gpu(spec: ResourceSpec, node_ids: Sequence[int]) -> int | None:
+    """The GPU a node's EGL renders on: its `render_gpu`, else a GPU node's first GPU; None
+    where it renders on no GPU (another backend, or a CPU node on Mesa's software EGL)."""
+    if spec.render != "egl":
+        return None
+    if spec.render_gpu is not None:
+        return spec.render_gpu
+    return node_ids[0] if node_ids else None
+
+
 def _check_reckoned(
     on_gpu: Mapping[int, list[tuple[str, int, ResourceSpec]]],
     inventory: GpuInventory,
     memory: Mapping[str, memory_lib.MemoryNeed],
     requested_auto: Mapping[str, bool],
+    renders_on: Mapping[int, int],
 ) -> list[str]:
-    """Every GPU's nodes against its memory; returns one "what is left" line per GPU.
+    """Every GPU's nodes (and the environments rendering on it) against its memory; returns
+    one "what is left" line per GPU.
 
     Raises:
       ConfigError: one line naming the node that needs the most, its need and the fix.
     """
     lines = []
-    for gpu_id in sorted(on_gpu):
+    for gpu_id in sorted(set(on_gpu) | set(renders_on)):
         gpu = inventory[gpu_id]
         shares = []
-        for group, index, spec in on_gpu[gpu_id]:
+        for group, index, spec in on_gpu.get(gpu_id, []):
             need = memory.get(group)
             if spec.memory_fraction is not None:
                 pool = int(spec.memory_fraction * gpu.memory_total_bytes)
@@ -634,19 +658,19 @@ def _check_reckoned(
                 pool = need.total if need is not None else 0
             sized = need is not None and requested_auto.get(group, False)
             shares.append(memory_lib.GpuShare(group, index, pool, need, sized))
+        renders = renders_on.get(gpu_id, 0)
         left = memory_lib.check_gpu(
-            gpu.label, gpu.memory_total_bytes, gpu.memory_used_bytes, shares
+            gpu.label, gpu.memory_total_bytes, gpu.memory_used_bytes, shares, renders
         )
         used = (
             f", {memory_lib.gb(gpu.memory_used_bytes)} in use already"
             if gpu.memory_used_bytes
             else ""
         )
+        nodes = f"{memory_lib.summarise(shares)}, " if shares else ""
         lines.append(
             f"GPU {gpu.label}: {memory_lib.gb(gpu.memory_total_bytes)}{used}; "
-            f"{memory_lib.summarise(shares)}, {len(shares)} CUDA context(s) "
-            f"{memory_lib.gb(len(shares) * memory_lib.CUDA_CONTEXT_BYTES)}; "
-            f"left: {memory_lib.gb(left)}"
+            f"{nodes}{memory_lib.overheads(shares, renders)[1]}; left: {memory_lib.gb(left)}"
         )
     return lines
 

@@ -311,6 +311,11 @@ def placement_requests(config: ml_collections.ConfigDict) -> dict[str, GroupRequ
     requests["learner"] = dataclasses.replace(
         requests["learner"], batch_size=learner_batch_size(config), batch_key=LEARNER_BATCH_KEY
     )
+    # The environments each node steps (an evaluator steps one): where its spec renders
+    # through EGL on a GPU, each holds a GL context there, which the memory check counts.
+    for group, renders in (("actor", int(config.get("envs_per_actor", 1))), ("evaluator", 1)):
+        if group in requests:
+            requests[group] = dataclasses.replace(requests[group], renders=renders)
     if config.colocate_learner_and_replay:
         requests.pop("replay")
     return requests
