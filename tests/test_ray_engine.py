@@ -187,13 +187,27 @@ def test_a_stop_signal_ends_the_ray_run_in_tiers_with_a_final_save(tmp_path, sig
     run.assert_clean()
 
 
-def _relaunched_past(tmp_path: Path, argv: list[str], learner_steps: int, name: str) -> Run:
+def _relaunched_past(tmp_path: Path, argv: list[str], counts: dict, name: str) -> Run:
     """`argv` relaunched in the same workdir with no limit, once its learner has logged a
-    step beyond `learner_steps` (the saved count it resumed from)."""
+    row beyond the saved `counts` it resumed from: a learner step and counted actor steps
+    past them. (The learner's first steps come from the restored replay, before any actor has
+    reported a step: a stop then saves the actors' counts unchanged, as a fresh-clone run on a
+    busy machine saw.)"""
     run = Run(tmp_path, [*argv, "--config.max_actor_steps=1000000"], name)
+    learner_steps, actor_steps = counts["learner_steps"], counts["actor_steps"]
+
+    def past() -> bool:
+        log = run.workdir / "logs/learner/logs.csv"
+        rows = read_csv(log) if log.exists() else []
+        return any(
+            float(row.get("learner_steps") or 0) > learner_steps
+            and float(row.get("actor_steps") or 0) > actor_steps
+            for row in rows
+        )
+
     run.wait_for(
-        lambda: any(s > learner_steps for s in _learner_steps(run.workdir)),
-        f"a learner step after {learner_steps} (the resume)",
+        past,
+        f"a learner row past {learner_steps} learner and {actor_steps} actor steps (the resume)",
         timeout=360,
     )
     return run
@@ -260,7 +274,7 @@ def test_drq_v2_on_ray_trains_to_its_limit_resumes_and_stops_on_ctrl_c_and_a_kil
     assert evaluated_at and max(evaluated_at) >= 300, evaluated_at
     first.assert_clean()
 
-    second = _relaunched_past(tmp_path, drq, counts["learner_steps"], "second")
+    second = _relaunched_past(tmp_path, drq, counts, "second")
     os.kill(second.process.pid, signal.SIGINT)
     assert second.wait(60) == 0, second.output()[-5000:]
     output = second.output()
@@ -273,7 +287,7 @@ def test_drq_v2_on_ray_trains_to_its_limit_resumes_and_stops_on_ctrl_c_and_a_kil
     assert steps == sorted(steps), "learner steps went back after the resume"
     second.assert_clean()
 
-    third = _relaunched_past(tmp_path, drq, resumed["learner_steps"], "third")
+    third = _relaunched_past(tmp_path, drq, resumed, "third")
     ended_after = _kill_actor_1(third)
     print(f"DrQ-v2, SIGKILL of actor 1: the driver exited {ended_after:.1f} s later")
     third.assert_clean()
