@@ -7,8 +7,13 @@ at the paper's settings on cartpole_balance (84x84 pixels, batch 256, everything
 paper's; replay 100k transitions instead of 1M: no run stores more than 30k, so nothing is
 ever evicted either way), each to 60k frames or until `--minutes` is spent, with an
 evaluation of 10 episodes at 0 and every 20k frames (the published curves' points).
-Optionally one seed of the official agent beside them (`--official PATH`, with
-`.venv-official` holding a CUDA build of torch). Writes, under `--out` (default
+Optionally seeds of the official agent beside them (`--official PATH`, with
+`.venv-official` holding a CUDA build of torch; `--official-seeds 1` by default); `--seeds`
+picks ours ("" for none: a call of official seeds only). A second call with the same `--out`
+on a warm machine continues every run where the first's deadline stopped it (ours from the
+checkpoint its SIGTERM wrote, replay included; the official agent from its snapshot at its
+episode's start); each run folder's `launches.json` keeps the launch times, which the one
+frames/s rule leaves out. Writes, under `--out` (default
 `runs/gpu_learn`): each run's folder, `curves.csv` (each seed's evaluation returns beside the
 official agent's published mean/min/max at the same frames), `curves.png`, and
 `gpu_learn.json` (device, JAX/PyTorch versions, frames/s of each run by the learn check's
@@ -21,7 +26,8 @@ highest seed, mean wall-clock hour) in `benchmarks/reference/drqv2_official_curv
 Without a GPU it says so in one line and runs the same code at a tiny size (32x32 pixels,
 small networks, 600 frames, 3 seeds side by side): a check of the command, not a result.
 
-    python -m benchmarks.gpu_learn [--minutes 7] [--out DIR] [--tiny] [--official PATH]
+    python -m benchmarks.gpu_learn [--minutes 7] [--out DIR] [--tiny] [--seeds 1,2,3]
+        [--official PATH [--official-seeds 1]]
 """
 
 from __future__ import annotations
@@ -140,13 +146,16 @@ def ours_command(seed: int, workdir: Path, tiny: bool) -> list[str]:
         f"--config.evaluation.every_actor_steps={every // ACTION_REPEAT}",
         f"--config.evaluation.episodes={episodes}",
         "--config.replay.store=device",
+        # The replay goes into the checkpoint the deadline's SIGTERM writes, so that a second
+        # call on the same warm machine (same --out) continues the run where it stopped.
+        "--config.checkpoint.replay=True",
         "--config.logging.tensorboard=False",
         "--config.env.video.every_evaluations=0",
         *(TINY if tiny else PAPER),
     ]
 
 
-def official_command(checkout: Path, folder: Path) -> tuple[list[str], Path]:
+def official_command(checkout: Path, folder: Path, seed: int = 1) -> tuple[list[str], Path]:
     from benchmarks.learn_check import official
 
     code_dir = official.prepare(checkout, folder / "code")
@@ -154,7 +163,7 @@ def official_command(checkout: Path, folder: Path) -> tuple[list[str], Path]:
         code_dir,
         ROOT / ".venv-official" / "bin" / "python",
         task=TASK,
-        seed=1,
+        seed=seed,
         image_size=84,
         batch_size=256,
         train_frames=FRAMES + ACTION_REPEAT,
@@ -185,6 +194,29 @@ def _env(tiny: bool) -> dict[str, str]:
     return env
 
 
+def record_launch(folder: Path, when: float) -> list[float]:
+    """Adds a launch time to the run folder's `launches.json`; returns them all. A run that
+    a later call continues (same --out on a warm machine) has several, and the one frames/s
+    rule leaves out the episodes a launch falls in."""
+    path = folder / "launches.json"
+    launches = json.loads(path.read_text()) if path.exists() else []
+    launches.append(when)
+    path.write_text(json.dumps(launches))
+    return launches
+
+
+def parse_seeds(text: str) -> tuple[int, ...]:
+    """ "1,2,3" -> (1, 2, 3); "" -> () (no run of that agent)."""
+    try:
+        seeds = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        message = f"gpu_learn: seeds are whole numbers separated by commas, not {text!r}"
+        raise SystemExit(message) from None
+    if len(set(seeds)) != len(seeds) or any(seed < 0 for seed in seeds):
+        raise SystemExit(f"gpu_learn: seeds must be distinct and >= 0, not {text!r}")
+    return seeds
+
+
 def run_side_by_side(jobs: list[dict], seconds: float) -> None:
     """Starts every job at once (each pinned to its cores), stops them all before the
     deadline (SIGTERM, then SIGKILL after the grace), fills in exit codes and wall times."""
@@ -199,7 +231,7 @@ def run_side_by_side(jobs: list[dict], seconds: float) -> None:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        job["started"] = time.time()
+        job["launches"] = record_launch(job["folder"], time.time())
     stop_at = start + max(seconds - STOP_GRACE_S, 1.0)
 
     def note_ends() -> None:
@@ -236,7 +268,7 @@ def read_run(job: dict, seed_frames: int) -> dict:
     )
     workdir = job["folder"] / "work"
     reader = runs.ours_result if job["agent"] == "magi_lp" else runs.official_result
-    found = reader(settings, workdir, [job["started"]])
+    found = reader(settings, workdir, job["launches"])
     return {
         "agent": job["agent"],
         "seed": job["seed"],
@@ -344,7 +376,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=MINUTES, help="whole budget")
     parser.add_argument("--out", default=str(ROOT / "runs" / "gpu_learn"))
     parser.add_argument("--tiny", action="store_true", help="tiny sizes even with a GPU")
-    parser.add_argument("--official", default="", help="a drqv2 checkout: one official seed")
+    parser.add_argument("--official", default="", help="a drqv2 checkout: official seeds too")
+    parser.add_argument("--seeds", default=",".join(map(str, SEEDS)), help="ours, e.g. 1,2,3")
+    parser.add_argument(
+        "--official-seeds", default="1", help="the official agent's, with --official (1,2,3)"
+    )
     parser.add_argument(
         "--commit", default="", help="the commit the tree is at, where it has no .git (a device)"
     )
@@ -358,12 +394,17 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     every, episodes = TINY_EVAL if tiny else (EVAL_EVERY_FRAMES, EVAL_EPISODES)
     frames = TINY_FRAMES if tiny else FRAMES
+    seeds, official_seeds = parse_seeds(args.seeds), parse_seeds(args.official_seeds)
     with_official = bool(args.official) and not tiny and official_has_cuda()
     if args.official and not with_official:
         print("gpu_learn: no official seed (tiny size, or .venv-official has no CUDA torch)")
-    groups = core_groups(len(SEEDS) + int(with_official))
+    if not with_official:
+        official_seeds = ()
+    if not seeds and not official_seeds:
+        raise SystemExit("gpu_learn: no run to make (--seeds is empty and no official seed)")
+    groups = core_groups(len(seeds) + len(official_seeds))
     jobs = []
-    for index, seed in enumerate(SEEDS):
+    for index, seed in enumerate(seeds):
         folder = out / f"magi_lp_seed_{seed}"
         folder.mkdir(parents=True, exist_ok=True)
         jobs.append({
@@ -371,16 +412,16 @@ def main(argv: list[str] | None = None) -> int:
             "command": ours_command(seed, folder / "work", tiny), "env": _env(tiny),
             "frames": frames, "eval_episodes": episodes,
         })  # fmt: skip
-    if with_official:
+    for index, seed in enumerate(official_seeds, start=len(seeds)):
         from benchmarks.learn_check import official
 
-        folder = out / "official_seed_1"
+        folder = out / f"official_seed_{seed}"
         folder.mkdir(parents=True, exist_ok=True)
-        command, code_dir = official_command(Path(args.official), folder)
+        command, code_dir = official_command(Path(args.official), folder, seed)
         jobs.append({
-            "agent": "official", "seed": 1, "folder": folder, "cores": groups[-1],
+            "agent": "official", "seed": seed, "folder": folder, "cores": groups[index],
             "command": command, "cwd": code_dir, "env": {**os.environ, **official.environment(),
-            "OMP_NUM_THREADS": str(len(groups[-1]))}, "frames": frames, "eval_episodes": 1,
+            "OMP_NUM_THREADS": str(len(groups[index]))}, "frames": frames, "eval_episodes": 1,
         })  # fmt: skip
     left = 60 * args.minutes - (time.monotonic() - start)
     run_side_by_side(jobs, left)
@@ -476,8 +517,8 @@ def report(result: dict) -> str:
         f"`make gpu-learn` (benchmarks/gpu_learn.py) on {result['device']}, "
         f"{result['machine']['cores']} cores ({result['machine']['cpu']}); {versions_text}. "
         f"{result['task']} at the paper's settings ({' '.join(settings['args'])}), "
-        f"3 seeds side by side, each with its own cores and "
-        f"{GPU_MEMORY_FRACTION} of the GPU's memory, evaluated "
+        f"each call's runs side by side, each with its own cores (ours with "
+        f"{GPU_MEMORY_FRACTION} of the GPU's memory each), evaluated "
         f"({settings['eval_episodes']} episodes) every {settings['eval_every_frames'] // 1000}k "
         "frames, each call "
         "stopped at its deadline (SIGTERM: a checkpoint). Every number was measured there.",

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # `make gpu-learn` on a device machine (benchmarks/README.md, "The learning run"): one call of
 # the `run` tool, with the wheels folder (and .gl, the EGL loader's packages) carried:
-#   bash benchmarks/gpu_learn_device.sh [WHEELS]      (default .whl-learn; MINUTES=7)
+#   bash benchmarks/gpu_learn_device.sh [WHEELS] [ARGS...]   (default .whl-learn; MINUTES=7)
+# ARGS go to benchmarks.gpu_learn (e.g. --seeds "" --official-seeds 1,2,3). The runs live in
+# /tmp/gl, which a warm machine keeps: a second call continues them where the first stopped.
 # Unpacks .gl where it was carried (without EGL's loader PyOpenGL finds no EGL), installs the
 # wheels into /tmp/site, and where WHEELS/official/ is there (DRQV2=... make gpu-learn-wheels)
 # the official agent's own into /tmp/site-official, first on its path alone (its numpy 1.26),
@@ -11,6 +13,7 @@
 set -o pipefail
 export PYTHONUNBUFFERED=1
 wheels=${1:-.whl-learn}
+shift $(($# > 0 ? 1 : 0))
 minutes=${MINUTES:-7}
 out=${OUT:?run this through the device tool, which sets OUT}
 if [ -d .gl ]; then
@@ -32,7 +35,7 @@ fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -c "import jax, torch; print('jax', jax.__version__, jax.devices(), 'torch', torch.__version__)"
 timeout $((${minutes%.*} * 60 + 60)) python3 -m benchmarks.gpu_learn --minutes "$minutes" \
-    --commit "$(cat .commit 2>/dev/null)" --out /tmp/gl "${official[@]}" 2>&1 |
+    --commit "$(cat .commit 2>/dev/null)" --out /tmp/gl "${official[@]}" "$@" 2>&1 |
     tee "$out/gpu_learn.log"
 rc=$?
 cp /tmp/gl/gpu_learn.json /tmp/gl/curves.csv /tmp/gl/curves.png "$out"/ 2>/dev/null

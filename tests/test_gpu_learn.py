@@ -98,3 +98,17 @@ def test_a_run_ended_well_when_it_exited_0_or_the_official_met_the_deadline(
 ):
     run = {"agent": agent, "exit_code": exit_code, "stopped_at_deadline": stopped}
     assert gpu_learn.ended_well(run) is well
+
+
+def test_seeds_are_parsed_and_a_bad_list_is_one_message():
+    assert gpu_learn.parse_seeds("1,2,3") == (1, 2, 3)
+    assert gpu_learn.parse_seeds("") == () and gpu_learn.parse_seeds(" 2 ") == (2,)
+    for bad in ("1,x", "1,1", "-1"):
+        with pytest.raises(SystemExit, match="gpu_learn: seeds"):
+            gpu_learn.parse_seeds(bad)
+
+
+def test_a_continued_run_keeps_every_launch_for_the_frames_per_second_rule(tmp_path):
+    assert gpu_learn.record_launch(tmp_path, 100.0) == [100.0]
+    assert gpu_learn.record_launch(tmp_path, 700.0) == [100.0, 700.0]
+    assert json.loads((tmp_path / "launches.json").read_text()) == [100.0, 700.0]
