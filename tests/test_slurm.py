@@ -12,6 +12,7 @@ After every job nothing of it may be left running on any node.
 from __future__ import annotations
 
 import re
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -208,10 +209,16 @@ def test_a_job_the_cluster_cannot_run_is_refused_in_one_line(slurm_cluster, tmp_
 @pytest.mark.timeout(300)
 def test_td3_runs_through_the_cluster_to_its_step_limit(slurm_cluster, tmp_path):  # noqa: F811
     cluster, workdir = slurm_cluster, tmp_path / "run"
+    temp = Path(tempfile.gettempdir())
+    before = set(temp.glob("__autograph_generated_file*"))
     _, job_id = _submit(
         cluster, workdir, [*TD3, "--config.max_actor_steps=500"], entry="projects/td3/lp_main.py"
     )
     _completed_at_its_limit(cluster, workdir, job_id)
+    # The nodes' TensorFlow wrote its autograph files into each node's private temp folder,
+    # which went with the node (os._exit skips TF's own removal; 12 were left before).
+    left = set(temp.glob("__autograph_generated_file*")) - before
+    assert not left, f"the job left {len(left)} autograph files in {temp}"
     # Within what the 2 actors take between two reports to the counter.
     assert 500 <= checkpoint_counts(workdir)["actor_steps"] < 500 + 2 * DISTRIBUTED_COUNT_EVERY
     assert read_csv(workdir / "logs/learner/logs.csv"), "the learner logged no update"

@@ -17,7 +17,11 @@ launcher (see `magi_lp.cluster.stop_board`):
   it started before it exits;
 - SIGTERM (an engine stopping the job: `scancel`, a time limit, preemption) starts the
   program's tiered stop through the coordinator rather than ending this node at once, so
-  the learner's final save still finds the counter.
+  the learner's final save still finds the counter;
+- the node runs with a private temp folder (TMPDIR and `tempfile.tempdir`), removed before it
+  exits: it leaves with `os._exit`, which skips TensorFlow's removal of its autograph files
+  (each TD3 run on the test's SLURM cluster left 12 in the host's /tmp). A node killed with
+  SIGKILL leaves its folder, which the next node or run on that host removes.
 
 The environment (the placement plan's env for the group) is set by whoever starts the
 command; this module reads the node's identity from the job's manifest.json.
@@ -112,7 +116,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.log_dir:
         _redirect_output(Path(args.log_dir) / args.group / str(task))
     _die_with_parent()
-    code = _run_node(manifest, job_dir, args.group, task, name)
+    from magi_lp.launch import run_folders
+
+    with run_folders.private_temp():
+        code = _run_node(manifest, job_dir, args.group, task, name)
     sys.stdout.flush()
     sys.stderr.flush()
     _kill_children()
