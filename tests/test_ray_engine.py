@@ -323,7 +323,9 @@ def test_each_node_gets_its_groups_env_and_the_plans_gpus_on_logical_ray_gpus(tm
 
     from magi_lp.engines import ray_engine
     from magi_lp.engines.base import Launch
+    from magi_lp.placement.gpu_inventory import GpuInventory
     from magi_lp.runtime.graph import NodeSpec, ProgramGraph, Ref
+    from tests.fake_nvidia import gpu
 
     sys.path.insert(0, str(REPO / "tests"))
     import ray_toys
@@ -346,8 +348,7 @@ def test_each_node_gets_its_groups_env_and_the_plans_gpus_on_logical_ray_gpus(tm
             (str(folder), ["learner_0", "actor_0", "actor_1"], Ref("learner_0"), Ref("actor_1")),
         ),
     ]
-    gpus = (types.SimpleNamespace(index=0), types.SimpleNamespace(index=1))
-    plan = types.SimpleNamespace(envs=lambda: envs, inventory=types.SimpleNamespace(gpus=gpus))
+    plan = types.SimpleNamespace(envs=lambda: envs, inventory=GpuInventory((gpu(0), gpu(1))))
     experiment = types.SimpleNamespace(
         config=types.SimpleNamespace(max_actor_steps=1), frames_per_step=1
     )

@@ -532,10 +532,8 @@ def run(launch: Launch) -> int:
     saved_env = {k: os.environ.get(k) for k in ray_seam.AUTH_VARS}
     status = None
     try:
-        inventory = launch.plan.inventory
-        gpu_ids = tuple(g.index for g in getattr(inventory, "gpus", ()) or ())
         started = time.monotonic()
-        _start_ray(run_tmp, gpu_ids)
+        _start_ray(run_tmp, launch.plan.inventory.ids())
         signals.install()  # Ray's start may have put its own handlers in place
         driver = _Driver(launch, signals)
         driver.start()
