@@ -237,7 +237,7 @@ def plan_and_reckoning(config: Any) -> tuple[Any, dict]:
     needs = getattr(plan, "memory", None) or {}
     for group, request in placement_requests(config).items():
         placement = plan.groups[plan.launch_group(group, 0)]
-        renders = render_bytes(placement.env, request.renders)
+        renders = render_bytes(placement, request.renders)
         need = needs.get(group)
         if need is None and not renders:
             continue  # nothing of it on a GPU, as far as the plan knows
@@ -260,13 +260,13 @@ def plan_and_reckoning(config: Any) -> tuple[Any, dict]:
     }
 
 
-def render_bytes(env: dict[str, str], environments: int) -> int:
-    """The GL contexts a node's environments hold on a GPU: where its env renders through EGL
-    and sees a GPU (`RENDER_CONTEXT_BYTES` each), else 0 (Mesa's software EGL, or no render)."""
+def render_bytes(placement: Any, environments: int) -> int:
+    """The GL contexts a node's environments hold on a GPU: where the plan has its EGL render
+    on one (`GroupPlacement.render_gpu`, `RENDER_CONTEXT_BYTES` each), else 0 (Mesa's
+    software EGL, or no render)."""
     from magi_lp.placement.memory import RENDER_CONTEXT_BYTES
 
-    on_gpu = env.get("MUJOCO_GL") == "egl" and bool(env.get("CUDA_VISIBLE_DEVICES"))
-    return environments * RENDER_CONTEXT_BYTES if on_gpu else 0
+    return environments * RENDER_CONTEXT_BYTES if placement.render_gpu is not None else 0
 
 
 def _learner_env(plan: Any) -> dict[str, str]:

@@ -197,15 +197,26 @@ def test_memory_is_set_beside_the_reckoning_of_its_group():
 
 
 def test_render_contexts_count_where_a_node_renders_through_egl_on_a_gpu():
+    from magi_lp.placement.gpu_inventory import GpuInventory
     from magi_lp.placement.memory import RENDER_CONTEXT_BYTES
+    from magi_lp.placement.plan import GroupRequest, make_plan
+    from magi_lp.placement.resources import ResourceSpec
+    from tests.fake_nvidia import CUDA12, H100, gpu
 
-    actor = {"MUJOCO_GL": "egl", "CUDA_VISIBLE_DEVICES": "0", "JAX_PLATFORMS": "cuda,cpu"}
-    evaluator = {"MUJOCO_GL": "egl", "CUDA_VISIBLE_DEVICES": "0", "JAX_PLATFORMS": "cpu"}
-    mesa = {"MUJOCO_GL": "egl", "CUDA_VISIBLE_DEVICES": ""}
-    learner = {"MUJOCO_GL": "off", "CUDA_VISIBLE_DEVICES": "0"}
-    assert gpu_system.render_bytes(actor, 8) == 8 * RENDER_CONTEXT_BYTES
-    assert gpu_system.render_bytes(evaluator, 1) == RENDER_CONTEXT_BYTES
-    assert gpu_system.render_bytes(mesa, 8) == 0 and gpu_system.render_bytes(learner, 0) == 0
+    # The 1-GPU layout's shape on a fake H100: GPU actors rendering there, a CPU evaluator
+    # rendering on GPU 0, CPU actors on Mesa's software EGL, a learner that renders nothing.
+    requests = {
+        "learner": GroupRequest(ResourceSpec(device="gpu", gpu_memory=0.5, render="none"), 1),
+        "actor": GroupRequest(ResourceSpec(device="gpu", gpu_memory=0.1), 2, renders=8),
+        "evaluator": GroupRequest(ResourceSpec(device="cpu", render_gpu=0), 1, renders=1),
+        "mesa": GroupRequest(ResourceSpec(device="cpu"), 1, renders=8),
+    }
+    plan = make_plan(requests, GpuInventory((gpu(0, H100, total_gib=80),)), CUDA12)
+    groups = plan.groups
+    assert gpu_system.render_bytes(groups["actor"], 8) == 8 * RENDER_CONTEXT_BYTES
+    assert gpu_system.render_bytes(groups["evaluator"], 1) == RENDER_CONTEXT_BYTES
+    assert gpu_system.render_bytes(groups["mesa"], 8) == 0
+    assert gpu_system.render_bytes(groups["learner"], 8) == 0
 
 
 def test_the_config_is_the_papers_task_in_the_one_gpu_layout():

@@ -92,7 +92,10 @@ class GroupPlacement:
       gpu_ids: the GPUs each of these nodes computes on (empty for CPU).
       gpu_memory: the spec's gpu_memory on a GPU; None on the CPU.
       preallocate: whether JAX preallocates (GPU only; None on the CPU).
-      render_gpu: the GPU EGL renders on, or None (first visible GPU / software).
+      render_gpu: the GPU these nodes' EGL renders on: the spec's `render_gpu`, else a GPU
+        node's first GPU; None where they render on no GPU (another backend, or a CPU node
+        on Mesa's software EGL). The memory check counts their environments' GL contexts
+        there.
       env: the environment overrides for these nodes.
       jax_backend: the backend JAX makes the default in these nodes ("cuda" or "cpu").
       cpu_devices: JAX devices a CPU node sees (`ResourceSpec.cpu_devices`); 1 on a GPU.
@@ -506,10 +509,6 @@ def make_plan(
             # software renderer. No notice: most CPU groups (replay, counter) never render.
             per_node = [()] * request.num_nodes
             node_specs = [spec] * request.num_nodes
-        for node_ids in per_node:
-            gpu_id = _render_gpu(spec, node_ids)
-            if gpu_id is not None and request.renders:
-                renders_on[gpu_id] = renders_on.get(gpu_id, 0) + request.renders
 
         overridden = sorted(set(spec.env) & set(MANAGED_VARIABLES))
         if overridden:
@@ -547,13 +546,17 @@ def make_plan(
                 if device == "gpu"
                 else None,
                 preallocate=node_spec.effective_preallocate if device == "gpu" else None,
-                render_gpu=spec.render_gpu if spec.render == "egl" else None,
+                render_gpu=_render_gpu(spec, node_ids),
                 env=env,
                 jax_backend=jax_backend(env, jax_build),
                 cpu_devices=spec.cpu_devices if device == "cpu" else 1,
                 memory_auto=device == "gpu" and spec.gpu_memory == "auto",
             )
             _check_batch_divides(group, request, placements[name])
+            render_gpu = placements[name].render_gpu
+            if render_gpu is not None and request.renders:
+                renders = len(indices) * request.renders
+                renders_on[render_gpu] = renders_on.get(render_gpu, 0) + renders
 
     memory_lines: list[str] = []
     if memory:
