@@ -332,6 +332,15 @@ def _curves(results: list[dict], out: Path) -> Path:
     return path
 
 
+def _style(result: dict, index: int) -> dict[str, str]:
+    """Ours in the colour cycle, one colour a run; the official agent in black, dashed, with
+    square markers, so that no run of ours shares its look (the H100 call's figure drew the
+    official seed in ours' seed 2's orange)."""
+    if result["agent"] == "official":
+        return {"color": "k", "linestyle": "--", "marker": "s"}
+    return {"color": f"C{index}", "linestyle": "-", "marker": "o"}
+
+
 def _plot(results: list[dict], out: Path, title: str) -> Path | str:
     """The curves as a PNG, or a note where matplotlib is not installed (the CSV has them)."""
     if importlib.util.find_spec("matplotlib") is None:
@@ -355,8 +364,7 @@ def _plot(results: list[dict], out: Path, title: str) -> Path | str:
         x, y = zip(*result["evaluations"], strict=True)
         fps = result["train_frames_per_s"]
         fps_text = f"{fps:.0f} frames/s" if fps else "frames/s: no clean episode"
-        color = "C1" if result["agent"] == "official" else f"C{index}"
-        axis.plot(x, y, "o-", color=color,
+        axis.plot(x, y, **_style(result, index),
                   label=f"{result['agent']} seed {result['seed']} ({fps_text})")  # fmt: skip
     reached = max([r["frames"] for r in results] + [EVAL_EVERY_FRAMES])
     axis.set_xlim(0, reached * 1.05)
@@ -439,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
         returns = [(f, round(v, 1)) for f, v in result["evaluations"]]
         print(
             f"gpu_learn: {result['agent']} seed {result['seed']} (cores {result['cores']}): "
-            f"{result['frames']} frames in {result['wall_s']:.0f} s, exit "
+            f"{result['frames']} frames, {result['wall_s']:.0f} s in this call, exit "
             f"{result['exit_code']}{stopped}, train frames/s "
             f"{fps if fps is None else round(fps, 1)}; returns {returns}; ms a step "
             f"{result['time_ms']}"
@@ -469,6 +477,7 @@ def main(argv: list[str] | None = None) -> int:
         "reference": REFERENCE_SOURCE,
         "runs": results,
     }
+    summary["calls"] = call_history(out / "gpu_learn.json", summary)
     (out / "gpu_learn.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(f"gpu_learn: {device}; {stack}")
     print(f"gpu_learn: {_curves(results, out)}, {_plot(results, out, title)}, "
@@ -477,32 +486,69 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if ok else 1
 
 
+def _call(summary: dict) -> dict:
+    """One device call, as the calls list keeps it: when, what code, how long, how far."""
+    return {
+        "measured_at": summary["measured_at"],
+        "commit": summary["commit"],
+        "device": summary["device"],
+        "minutes": summary["minutes"],
+        "wall_s": round(summary["wall_s"], 1),
+        "frames": {f"{r['agent']} {r['seed']}": r["frames"] for r in summary["runs"]},
+    }
+
+
+def call_history(previous: Path, summary: dict) -> list[dict]:
+    """The calls that made these runs: those the `--out` folder's last gpu_learn.json
+    names (a call continuing runs on a warm machine finds it there), then this one. The runs'
+    evaluations and frames/s cover every call; `minutes` and `wall_s` are this call's alone."""
+    earlier: list[dict] = []
+    with contextlib.suppress(FileNotFoundError, json.JSONDecodeError, KeyError):
+        saved = json.loads(previous.read_text())
+        earlier = saved.get("calls") or [_call(saved)]
+    return [*earlier, _call(summary)]
+
+
+def _stamp(call: dict) -> str:
+    """A call's row label: when, on what, at which commit, and its minutes (each call's)."""
+    calls = call.get("calls") or [call]
+    minutes = " + ".join(f"{c['minutes']:g}" for c in calls)
+    over = f" over {len(calls)} calls on one warm machine" if len(calls) > 1 else ""
+    return (
+        f"{call['measured_at']}, {call['device'].removeprefix('gpu: ')}, "
+        f"commit {call['commit']}, {minutes} min{over}"
+    )
+
+
 def _returns_at(result: dict, frames: list[int]) -> list[str]:
     found = dict(result["evaluations"])
     return [f"{found[f]:.0f}" if f in found else "" for f in frames]
 
 
 def summary(result: dict) -> tuple[str, str, str]:
-    """(number, comparison, ratio) for BENCHMARKS.md's table."""
-    runs = [r for call in [result, *result.get("replicates", [])] for r in call["runs"]]
-    at = max(EVAL_EVERY_FRAMES, min(max(f for f, _ in r["evaluations"]) for r in runs))
-    returns = [dict(r["evaluations"]).get(at) for r in runs]
-    returns = [v for v in returns if v is not None]
-    mean = sum(returns) / len(returns)
+    """(number, comparison, ratio) for BENCHMARKS.md's table: the headline call's runs (the
+    stored result; its replicates are in the figure's table), at the furthest evaluation
+    every seed of ours reached."""
+    ours = [r for r in result["runs"] if r["agent"] == "magi_lp"]
+    at = max(EVAL_EVERY_FRAMES, min(max(f for f, _ in r["evaluations"]) for r in ours))
+    returns = [v for v in (dict(r["evaluations"]).get(at) for r in ours) if v is not None]
     published = reference_curve(result["task"]).get(at, {})
     number = (
-        f"mean return {mean:.0f} at {at // 1000}k frames ({len(returns)} runs, {result['device']})"
+        f"mean return {sum(returns) / len(returns):.0f} at {at // 1000}k frames "
+        f"({len(returns)} seeds of ours, {result['device']})"
     )
     comparison = (
         f"official, published: {published.get('mean', float('nan')):.0f} "
         f"[{published.get('min', float('nan')):.0f}, {published.get('max', float('nan')):.0f}]"
     )
-    ours = [r for r in runs if r["agent"] == "magi_lp"]
     fps = [r["train_frames_per_s"] for r in ours if r["train_frames_per_s"]]
-    beside = [r["train_frames_per_s"] for r in runs if r["agent"] == "official"]
-    if any(beside):  # measured beside ours, on the same machine in the same call
-        fps_beside = ", ".join(f"{v:.0f}" for v in beside if v)
-        comparison += f"; official seed beside ours: {fps_beside} train frames/s"
+    beside = [r for r in result["runs"] if r["agent"] == "official" and r["train_frames_per_s"]]
+    if beside:  # measured beside ours, on the same machine in the same call
+        speeds = ", ".join(f"{r['train_frames_per_s']:.0f}" for r in beside)
+        at_beside = [dict(r["evaluations"]).get(at) for r in beside]
+        returned = ", ".join(f"{v:.0f}" for v in at_beside if v is not None)
+        comparison += f"; official seed beside ours: {speeds} train frames/s"
+        comparison += f", return {returned} at {at // 1000}k" if returned else ""
     return number, comparison, f"{min(fps):.0f}-{max(fps):.0f} train frames/s a seed (ours)"
 
 
@@ -529,7 +575,7 @@ def report(result: dict) -> str:
         "| --- | --- | --- | --- | " + " | ".join("---" for _ in frames) + " |",
     ]
     for call in calls:
-        stamp = f"{call['measured_at']}, commit {call['commit']}, {call['minutes']:g} min"
+        stamp = _stamp(call)
         for r in call["runs"]:
             fps = r["train_frames_per_s"]
             lines.append(
@@ -550,9 +596,10 @@ def report(result: dict) -> str:
     )
     lines += ["", f"Reference: {result['reference']}."]
     if result.get("png"):
-        lines += ["", f"![{result['task']} on one GPU, first call]({result['png']})"]
-    for note in result.get("notes", []):
-        lines += ["", note]
+        lines += ["", f"![{result['task']} on one GPU, the first row's call]({result['png']})"]
+    for call in calls:  # the headline call's notes first, then each replicate's
+        for note in call.get("notes", []):
+            lines += ["", note]
     return "\n".join(lines)
 
 

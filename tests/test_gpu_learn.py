@@ -112,3 +112,28 @@ def test_a_continued_run_keeps_every_launch_for_the_frames_per_second_rule(tmp_p
     assert gpu_learn.record_launch(tmp_path, 100.0) == [100.0]
     assert gpu_learn.record_launch(tmp_path, 700.0) == [100.0, 700.0]
     assert json.loads((tmp_path / "launches.json").read_text()) == [100.0, 700.0]
+
+
+def test_no_run_of_ours_is_drawn_like_the_official_seed():
+    official = gpu_learn._style({"agent": "official"}, 1)
+    ours = [gpu_learn._style({"agent": "magi_lp"}, index) for index in range(3)]
+    assert official not in ours and len({o["color"] for o in ours}) == 3
+
+
+def test_a_continued_call_names_every_call_that_made_its_runs(tmp_path):
+    def call(minutes: float, frames: int) -> dict:
+        return {
+            "measured_at": f"t{minutes}", "commit": "abc", "device": "gpu: H100",
+            "minutes": minutes, "wall_s": 60 * minutes,
+            "runs": [{"agent": "magi_lp", "seed": 1, "frames": frames}],
+        }  # fmt: skip
+
+    saved = tmp_path / "gpu_learn.json"
+    first = call(8.6, 40_000)
+    first["calls"] = gpu_learn.call_history(saved, first)  # nothing there yet: one call
+    assert [c["minutes"] for c in first["calls"]] == [8.6]
+    saved.write_text(json.dumps(first))
+    second = call(4.4, 58_000)
+    second["calls"] = gpu_learn.call_history(saved, second)
+    assert [c["frames"]["magi_lp 1"] for c in second["calls"]] == [40_000, 58_000]
+    assert "8.6 + 4.4 min over 2 calls" in gpu_learn._stamp(second)

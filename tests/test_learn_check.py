@@ -259,7 +259,9 @@ def test_a_relaunchs_rows_replace_the_ones_it_repeats():
     ends = runs._ours_episode_ends(rows)
     assert [frame for frame, _, _ in ends] == [1000, 2000, 3400, 4400]
     evaluations = [(3000, 1.0), (3000, 2.0), (3000, 9.0), (3000, 11.0), (0, 5.0)]
-    assert runs._last_per_frame(evaluations, keep=2) == [(0, 5.0), (3000, 10.0)]
+    assert runs._last_per_frame(evaluations, keep=2) == [(3000, 10.0)]  # frame 0: 1 of 2
+    # An evaluation cut short by a deadline is no point of the curve.
+    assert runs._last_per_frame([(0, 5.0), (0, 7.0), (20, 1.0)], keep=2) == [(0, 6.0)]
 
 
 def test_a_missing_official_checkout_is_one_line_saying_what_to_fetch(tmp_path):
