@@ -39,7 +39,7 @@ DRQV2     ?= ../drqv2
 SEEDS     ?=
 TASKS     ?= cartpole_balance
 
-.PHONY: setup setup312 run test test-launchpad test-current test-fast lint format docs bench bench-quick gpu-check gpu-learn gpu-system gpu-check-wheels gpu-learn-wheels gpu-system-wheels golden clean slurm-up slurm-down learn-check
+.PHONY: setup setup312 run test test-launchpad test-current test-fast lint format docs bench bench-quick gpu-check gpu-learn gpu-learn-check gpu-system gpu-check-wheels gpu-learn-wheels gpu-system-wheels golden clean slurm-up slurm-down learn-check
 
 setup:
 	@bash scripts/setup_venv.sh $(VENV) $(JAX)
@@ -125,6 +125,12 @@ gpu-check: $(if $(filter $(PY),$(GPU_CHECK_PYTHON)),setup)
 # device call of <= 8 minutes); tiny without a GPU.
 gpu-learn: $(if $(filter $(PY),$(GPU_CHECK_PYTHON)),setup)
 	$(GPU_CHECK_PYTHON) -m benchmarks.gpu_learn $(GPU_LEARN_ARGS)
+
+# The preregistered comparison at those settings (seeds 4-6 of each agent, to 40k frames) over
+# the gpu_learn.json files committed under benchmarks/gpu_learn_check/: exit 0 held, 1 not
+# held, 3 incomplete. Needs no GPU (it reads results).
+gpu-learn-check: setup
+	$(PY) -m benchmarks.gpu_learn_check
 
 # The cp312 wheels the GPU check needs on a GPU machine without network, into .whl/.
 gpu-check-wheels:

@@ -27,7 +27,10 @@ Without a GPU it says so in one line and runs the same code at a tiny size (32x3
 small networks, 600 frames, 3 seeds side by side): a check of the command, not a result.
 
     python -m benchmarks.gpu_learn [--minutes 7] [--out DIR] [--tiny] [--seeds 1,2,3]
-        [--official PATH [--official-seeds 1]]
+        [--official PATH [--official-seeds 1]] [--frames 60000]
+
+The preregistered comparison of the two agents at these settings (seeds 4-6 of each, to 40k
+frames) is `benchmarks.gpu_learn_check`: its runs are made with this command.
 """
 
 from __future__ import annotations
@@ -132,8 +135,8 @@ def core_groups(count: int) -> list[list[int]]:
     return [[cores[i % len(cores)]] for i in range(count)]
 
 
-def ours_command(seed: int, workdir: Path, tiny: bool) -> list[str]:
-    frames = TINY_FRAMES if tiny else FRAMES
+def ours_command(seed: int, workdir: Path, tiny: bool, frames: int = FRAMES) -> list[str]:
+    frames = TINY_FRAMES if tiny else frames
     every, episodes = TINY_EVAL if tiny else (EVAL_EVERY_FRAMES, EVAL_EPISODES)
     return [
         sys.executable,
@@ -155,7 +158,9 @@ def ours_command(seed: int, workdir: Path, tiny: bool) -> list[str]:
     ]
 
 
-def official_command(checkout: Path, folder: Path, seed: int = 1) -> tuple[list[str], Path]:
+def official_command(
+    checkout: Path, folder: Path, seed: int = 1, frames: int = FRAMES
+) -> tuple[list[str], Path]:
     from benchmarks.learn_check import official
 
     code_dir = official.prepare(checkout, folder / "code")
@@ -166,7 +171,7 @@ def official_command(checkout: Path, folder: Path, seed: int = 1) -> tuple[list[
         seed=seed,
         image_size=84,
         batch_size=256,
-        train_frames=FRAMES + ACTION_REPEAT,
+        train_frames=frames + ACTION_REPEAT,
         eval_every_frames=EVAL_EVERY_FRAMES,
         eval_episodes=EVAL_EPISODES,
         seed_frames=SEED_FRAMES,
@@ -392,7 +397,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--commit", default="", help="the commit the tree is at, where it has no .git (a device)"
     )
+    parser.add_argument(
+        "--frames",
+        type=int,
+        default=FRAMES,
+        help=f"each run's goal, a multiple of {EVAL_EVERY_FRAMES}",
+    )
     args = parser.parse_args(argv)
+    if args.frames <= 0 or args.frames % EVAL_EVERY_FRAMES:
+        raise SystemExit(
+            f"gpu_learn: --frames is each run's goal and must be a positive multiple of "
+            f"{EVAL_EVERY_FRAMES} (the evaluation points), e.g. 40000; not {args.frames}"
+        )
     start = time.monotonic()
     gpu = has_gpu()
     tiny = args.tiny or not gpu
@@ -401,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     every, episodes = TINY_EVAL if tiny else (EVAL_EVERY_FRAMES, EVAL_EPISODES)
-    frames = TINY_FRAMES if tiny else FRAMES
+    frames = TINY_FRAMES if tiny else args.frames
     seeds, official_seeds = parse_seeds(args.seeds), parse_seeds(args.official_seeds)
     with_official = bool(args.official) and not tiny and official_has_cuda()
     if args.official and not with_official:
@@ -417,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
         folder.mkdir(parents=True, exist_ok=True)
         jobs.append({
             "agent": "magi_lp", "seed": seed, "folder": folder, "cores": groups[index],
-            "command": ours_command(seed, folder / "work", tiny), "env": _env(tiny),
+            "command": ours_command(seed, folder / "work", tiny, frames), "env": _env(tiny),
             "frames": frames, "eval_episodes": episodes,
         })  # fmt: skip
     for index, seed in enumerate(official_seeds, start=len(seeds)):
@@ -425,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
 
         folder = out / f"official_seed_{seed}"
         folder.mkdir(parents=True, exist_ok=True)
-        command, code_dir = official_command(Path(args.official), folder, seed)
+        command, code_dir = official_command(Path(args.official), folder, seed, frames)
         jobs.append({
             "agent": "official", "seed": seed, "folder": folder, "cores": groups[index],
             "command": command, "cwd": code_dir, "env": {**os.environ, **official.environment(),

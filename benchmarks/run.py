@@ -85,6 +85,7 @@ FIGURES = (
 BY_NAME = {figure.name: figure for figure in FIGURES}
 HEADLINE = (
     "learn_check",
+    "gpu_learn",
     "replay_memory",
     "device_store",
     "actor_throughput",
@@ -93,6 +94,7 @@ HEADLINE = (
     "learner_updates",
     "td3_learning",
     "gpu_check",
+    "gpu_system",
     "batched_actor",
     "data_parallel_learner",
 )

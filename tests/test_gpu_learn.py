@@ -137,3 +137,15 @@ def test_a_continued_call_names_every_call_that_made_its_runs(tmp_path):
     second["calls"] = gpu_learn.call_history(saved, second)
     assert [c["frames"]["magi_lp 1"] for c in second["calls"]] == [40_000, 58_000]
     assert "8.6 + 4.4 min over 2 calls" in gpu_learn._stamp(second)
+
+
+@pytest.mark.parametrize("frames", ["0", "30000", "-20000"])
+def test_a_goal_off_the_evaluation_points_is_one_message_before_any_run(tmp_path, frames):
+    with pytest.raises(SystemExit, match="gpu_learn: --frames is each run's goal"):
+        gpu_learn.main(["--frames", frames, "--out", str(tmp_path)])
+    assert not any(tmp_path.iterdir())  # no run folder made
+
+
+def test_the_goal_reaches_both_agents_commands(tmp_path):
+    ours = gpu_learn.ours_command(4, tmp_path, tiny=False, frames=40_000)
+    assert "--config.max_actor_steps=20000" in ours

@@ -1,0 +1,175 @@
+"""The preregistered comparison at the paper's settings on a GPU: `make gpu-learn-check`.
+
+PREREGISTERED on 2026-11-27, in the commit that added this file, before any run it counts
+had started. What counts:
+
+- Task cartpole_balance at the paper's settings, as `make gpu-learn` runs them: 84x84
+  pixels, batch 256, 4000 seed frames, replay 100k (no run of 40k frames stores more than
+  20k transitions), evaluations of 10 episodes at 0, 20k and 40k frames.
+- Seeds 4, 5 and 6 of each agent (`SEEDS`), none of which had run at these settings. Seeds
+  1-3 of ours and seed 1 of the official agent ran there first (figure 16, H100, 2026-11-27:
+  ours 989, 989, 973 at 40k; the official 988); they are not counted, and the seeds are never
+  grown after a miss.
+- The rules are the CPU learn check's (`benchmarks.learn_check.comparison`): both agents
+  must have learned (mean return at 40k >= 2 x the mean at frame 0 and >= 700); the AUC is
+  each run's mean return at 20k and 40k; goal: our mean AUC / the official mean AUC >= 0.9,
+  with a 95% bootstrap interval over seeds. Held, not held or incomplete; exit 0, 1 or 3.
+- A GPU machine is lent for 15 minutes a session, and no official run outlasts its machine
+  (its snapshot and replay stay there): the official seeds run in one session, two device
+  calls on one warm machine (`--seeds "" --official-seeds 4,5,6 --frames 40000`: at the 76
+  train frames/s one official seed made on 4 H100 cores, about 700 s of runs); ours in the
+  same or another (`--seeds 4,5,6 --frames 40000`). Learning per frame does not depend on the
+  machine; the frames/s of each are stated with its device and are not compared across
+  machines.
+
+Reads the `gpu_learn.json` of each session's last call, committed under
+`benchmarks/gpu_learn_check/` (any name ending in .json).
+
+    python -m benchmarks.gpu_learn_check [RESULT.json ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from benchmarks import common, gpu_learn
+from benchmarks.learn_check import comparison
+from benchmarks.learn_check.settings import Settings
+
+SEEDS = (4, 5, 6)
+"""The preregistered seeds of each agent: the comparison counts these and no others."""
+FRAMES = 40_000
+SETTINGS = Settings(
+    image_size=84,
+    batch_size=256,
+    frames=FRAMES,
+    eval_every_frames=gpu_learn.EVAL_EVERY_FRAMES,
+    eval_episodes=gpu_learn.EVAL_EPISODES,
+    seed_frames=gpu_learn.SEED_FRAMES,
+    replay_size=100_000,
+)
+KEPT = common.REPO / "benchmarks" / "gpu_learn_check"
+"""Each session's last gpu_learn.json, committed."""
+
+
+def at_these_settings(result: dict) -> bool:
+    """Whether a gpu_learn.json was made at the preregistered settings (not tiny, the
+    paper's arguments, the evaluation points, a goal of 40k frames or more)."""
+    settings = result.get("settings", {})
+    return (
+        not result.get("tiny", True)
+        and result.get("task") == gpu_learn.TASK
+        and settings.get("args") == list(gpu_learn.PAPER)
+        and settings.get("eval_every_frames") == SETTINGS.eval_every_frames
+        and settings.get("eval_episodes") == SETTINGS.eval_episodes
+        and settings.get("frames_goal", 0) >= FRAMES
+    )
+
+
+def runs_of(result: dict, source: str) -> list[dict]:
+    """A gpu_learn.json's runs in the comparison's form: each with its task, settings (the
+    preregistered ones, or none where the result was made at others), versions, machine."""
+    settings = dataclasses.asdict(SETTINGS) if at_these_settings(result) else {}
+    return [
+        {
+            **run,
+            "task": result.get("task"),
+            "settings": settings,
+            "versions": result.get("versions", {}),
+            "machine": {**result.get("machine", {}), "device": result.get("device")},
+            "source": source,
+            "commit": result.get("commit"),
+        }
+        for run in result.get("runs", [])
+    ]
+
+
+def furthest(runs: list[dict]) -> tuple[list[dict], list[dict]]:
+    """One run per (agent, seed): the one that reached the most frames; and the rest."""
+    best: dict[tuple[str, int], dict] = {}
+    for run in runs:
+        key = (run["agent"], run["seed"])
+        if key not in best or run["frames"] > best[key]["frames"]:
+            best[key] = run
+    kept = list(best.values())
+    return kept, [run for run in runs if all(run is not k for k in kept)]
+
+
+def check(paths: list[Path]) -> dict:
+    """The comparison over the results in `paths`: comparison.compare's answer for the task,
+    with the verdict, and what was read."""
+    runs: list[dict] = []
+    for path in paths:
+        runs += runs_of(json.loads(Path(path).read_text()), Path(path).name)
+    kept, repeated = furthest(runs)
+    found = comparison.compare(kept, SETTINGS, SEEDS)
+    agents = found["tasks"].get(gpu_learn.TASK, {})
+    if "comparison" not in agents:  # no run of the task at these settings and seeds
+        missing = {name: list(SEEDS) for name in ("magi_lp", "official")}
+        agents["comparison"] = {
+            "verdict": comparison.INCOMPLETE,
+            "missing_seeds": missing,
+            "why": "runs not finished",
+        }
+    return {
+        "points": found["points"],
+        "seeds": list(SEEDS),
+        "agents": agents,
+        "read": [str(p) for p in paths],
+        "left_out": [f"{r['agent']} {r['seed']} ({r['source']})" for r in repeated],
+    }
+
+
+def lines(found: dict) -> list[str]:
+    """The check in words: each agent's curve and learning, then the verdict."""
+    agents, points = found["agents"], found["points"]
+    out = [
+        f"gpu_learn_check: {gpu_learn.TASK} at the paper's settings, seeds "
+        f"{', '.join(map(str, SEEDS))} of each agent (preregistered), points "
+        f"{', '.join(f'{p // 1000}k' for p in points)}"
+    ]
+    for name in ("magi_lp", "official"):
+        agent = agents.get(name)
+        if agent is None:
+            out.append(f"  {name}: no run yet")
+            continue
+        curve = ", ".join(f"{v:.0f}" for v in agent["mean"])
+        fps = agent["train_frames_per_s"]
+        out.append(
+            f"  {name}: seeds {agent['seeds']}, mean return {curve}; "
+            f"learned: {agent['learning']['learned']} ({agent['learning']['rule']}); "
+            f"train frames/s {'-' if fps is None else f'{fps:.1f}'}"
+        )
+    verdict = agents["comparison"]
+    ratio = verdict.get("auc_ratio")
+    interval = verdict.get("auc_ratio_95")
+    if ratio is not None:
+        out.append(
+            f"  AUC ratio (ours / official) {ratio:.3f}, 95% [{interval[0]:.3f}, "
+            f"{interval[1]:.3f}]; goal >= {comparison.GOAL_RATIO}"
+        )
+    if verdict.get("missing_seeds"):
+        out.append(f"  missing: {verdict['missing_seeds']}")
+    out.append(f"gpu_learn_check: {verdict['verdict']}: {verdict['why']}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("results", nargs="*", help=f"gpu_learn.json files (default: {KEPT})")
+    args = parser.parse_args(argv)
+    paths = [Path(p) for p in args.results] or sorted(KEPT.glob("*.json"))
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise SystemExit(f"gpu_learn_check: no such file: {', '.join(missing)}")
+    found = check(paths)
+    print("\n".join(lines(found)))
+    return comparison.EXIT[found["agents"]["comparison"]["verdict"]]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
