@@ -210,6 +210,23 @@ class SteadyStateReplay(NamedTuple):
     client: Any  # reverb.Client of that server
 
 
+UNUSED_CHECKPOINTS = "magi_lp_unused_reverb_checkpoints"
+"""A Reverb checkpoint folder under the temp folder that no benchmark makes: Reverb creates it
+only when a checkpoint is taken, and none is."""
+
+
+def no_checkpoints() -> Any:
+    """A checkpointer for a Reverb server that takes no checkpoint. With none, `reverb.Server`
+    makes a folder in the temp folder (its TempDirCheckpointer) and never removes it: one
+    stray folder per server a benchmark starts."""
+    import tempfile
+
+    import reverb
+
+    path = os.path.join(tempfile.gettempdir(), UNUSED_CHECKPOINTS)
+    return reverb.checkpointers.DefaultCheckpointer(path=path)
+
+
 def steady_state_replay() -> SteadyStateReplay:
     """`steady_state_experiment()` and its replay tables, served without rate limits, so an
     actor benchmark measures acting and inserting, never waiting for a learner."""
@@ -221,7 +238,9 @@ def steady_state_replay() -> SteadyStateReplay:
     experiment = steady_state_experiment()
     spec = experiment.get_environment_spec()
     tables = resolve_store(experiment.builder, experiment.config).make_tables(spec)
-    server = reverb.Server([without_rate_limit(table) for table in tables])
+    server = reverb.Server(
+        [without_rate_limit(table) for table in tables], checkpointer=no_checkpoints()
+    )
     return SteadyStateReplay(experiment, spec, server, reverb.Client(f"localhost:{server.port}"))
 
 

@@ -76,8 +76,10 @@ def _fill(store, steps: int, writers: int = 1) -> None:
 
 _SERVER = r"""
 import sys, time, reverb
+from benchmarks.common import no_checkpoints
 from magi_lp.replay.frame_queue import make_step_queue_table
-server = reverb.Server([make_step_queue_table("steps", int(sys.argv[1]))])
+server = reverb.Server([make_step_queue_table("steps", int(sys.argv[1]))],
+                       checkpointer=no_checkpoints())
 print(server.port, flush=True)
 time.sleep(3600)
 """

@@ -12,7 +12,12 @@ Shared helpers: `tests/e2e_utils.py` (fresh processes: Python snippets, entry po
 
 from __future__ import annotations
 
+import shutil
 import signal
+import tempfile
+from collections.abc import Iterator
+
+import pytest
 
 
 def pytest_configure(config) -> None:
@@ -28,3 +33,25 @@ def pytest_configure(config) -> None:
     del config
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _temp_folder_of_this_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """This process's temp files go to one folder, removed when the suite ends.
+
+    A `reverb.Server` started without a checkpointer (as most replay tests start theirs)
+    makes a folder in the temp folder (Reverb's TempDirCheckpointer) and never removes it:
+    `make test` left dozens in /tmp. Only this process is redirected (`tempfile.tempdir`):
+    the programs the tests start keep the real temp folder, so a test that checks what a
+    program leaves there still sees it. pytest's own folders (`tmp_path`) stay where pytest
+    keeps them, its last three runs, for a failure to be looked into.
+    """
+    tmp_path_factory.getbasetemp()  # resolved under the real temp folder, before the switch
+    folder = tempfile.mkdtemp(prefix="magi_lp_tests_")
+    before = tempfile.tempdir
+    tempfile.tempdir = folder
+    try:
+        yield
+    finally:
+        tempfile.tempdir = before
+        shutil.rmtree(folder, ignore_errors=True)
