@@ -21,11 +21,18 @@ if [ -d .gl ]; then
     ldconfig
 fi
 install() { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir "$@"; }
-install --target /tmp/site "$wheels"/*.whl || exit 3
+# A second call on the same warm machine finds them installed (pip would only warn, once a
+# package, that each target folder is there already).
+if [ ! -f /tmp/site/.installed ]; then
+    install --target /tmp/site "$wheels"/*.whl && touch /tmp/site/.installed || exit 3
+fi
 export PYTHONPATH=/tmp/site
 official=()
 if [ -d "$wheels/official/drqv2" ]; then
-    install --target /tmp/site-official "$wheels"/official/*.whl || exit 3
+    if [ ! -f /tmp/site-official/.installed ]; then
+        install --target /tmp/site-official "$wheels"/official/*.whl &&
+            touch /tmp/site-official/.installed || exit 3
+    fi
     mkdir -p .venv-official/bin
     printf '#!/bin/sh\nPYTHONPATH=/tmp/site-official:/tmp/site exec %s "$@"\n' \
         "$(command -v python3)" >.venv-official/bin/python

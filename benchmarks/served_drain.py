@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -45,7 +44,7 @@ def main() -> None:
     from magi_lp.replay.step_queue import StepQueue, step_example
 
     spec = FrameReplaySpec((84, 84, 3), 3, 3, 0.99, 100_000, 256, action_shape=(6,))
-    folder = tempfile.mkdtemp(prefix="magi_lp_drain_")
+    folder = ray_seam.run_temp_folder("magi_lp_drain_")
     ray_seam.use_run_token()
     ray.init(
         _temp_dir=folder,

@@ -16,7 +16,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import uuid
 from types import SimpleNamespace
 
@@ -24,6 +23,7 @@ import pytest
 
 from benchmarks import gpu_system
 from benchmarks import run as bench_run
+from magi_lp.engines import ray_seam
 from tests.e2e_utils import MARK_VAR, REPO, assert_no_leftovers, read_csv
 
 # Every field the result must hold, dotted; None is a value only where the tiny run has no GPU.
@@ -260,7 +260,7 @@ def test_the_one_gpu_layouts_nodes_all_get_a_place_on_ray(tmp_path):
     assert shares == [0.25] * (2 + config.num_actors), shares
     home = tmp_path / "home"
     home.mkdir()
-    session = tempfile.mkdtemp(prefix="gs_ray_")  # Ray's socket paths must stay short
+    session = ray_seam.run_temp_folder("gs_ray_")  # Ray's socket paths must stay short
     try:
         done = subprocess.run(
             [sys.executable, "-c", _PLACE_ON_RAY, session, *map(str, shares)],

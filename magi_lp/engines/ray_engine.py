@@ -38,7 +38,6 @@ import secrets
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -528,7 +527,7 @@ def run(launch: Launch) -> int:
     check(launch.graph)
     signals = StopSignals()
     signals.install()
-    run_tmp = tempfile.mkdtemp(prefix="magi_lp_ray_")
+    run_tmp = ray_seam.run_temp_folder()
     saved_env = {k: os.environ.get(k) for k in ray_seam.AUTH_VARS}
     status = None
     try:
