@@ -26,6 +26,7 @@ class Reporter:
             "env": {k: os.environ.get(k) for k in PROBED},
             "ray_gpu_ids": [str(g) for g in ray.get_gpu_ids()],
             "jax_imported": "jax" in __import__("sys").modules,
+            "tempdir": __import__("tempfile").gettempdir(),
         }
         partial = Path(folder) / f".{name}.partial"
         partial.write_text(json.dumps(report))

@@ -328,7 +328,17 @@ learner.close()
 @pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="wandb not installed")
 def test_real_wandb_offline_writes_in_the_workdir_and_a_relaunch_resumes_the_run(tmp_path):
     # The real package in its offline mode: no network, every file under <workdir>/wandb.
-    env = dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true", PYTHONPATH=str(REPO))
+    # The writer's temp folder is its own, as a node's is (the launch's private one):
+    # wandb-core leaves a folder and a socket there at every exit (wandb/wandb#11518).
+    node_tmp = tmp_path / "node_tmp"
+    node_tmp.mkdir()
+    env = dict(
+        os.environ,
+        WANDB_MODE="offline",
+        WANDB_SILENT="true",
+        PYTHONPATH=str(REPO),
+        TMPDIR=str(node_tmp),
+    )
     env.pop("WANDB_API_KEY", None)
     for value in ("1", "2"):
         subprocess.run(

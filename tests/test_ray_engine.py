@@ -374,6 +374,10 @@ def test_each_node_gets_its_groups_env_and_the_plans_gpus_on_logical_ray_gpus(tm
     assert actor["env"]["OMP_NUM_THREADS"] == "3"  # the plan's threads, not Ray's default 1
     assert not learner["jax_imported"]  # the env was there before anything imported JAX
     assert len({r["pid"] for r in reports.values()}) == 3  # one process per node
+    # The nodes' temp folder is the run's own, in its Ray folder, and went with it.
+    node_tmp = Path(learner["tempdir"])
+    assert node_tmp.name == ray_engine.NODE_TMP and node_tmp.parent.name.startswith("magi_lp_ray_")
+    assert actor["tempdir"] == str(node_tmp) and not node_tmp.parent.exists()
     assert json.loads((folder / "answers.json").read_text()) == ["pong", "pong"]
     for name in ("learner/0", "actor/1", "coordinator/0"):
         assert (tmp_path / "work" / "nodes" / name).is_file(), name

@@ -294,8 +294,18 @@ def _start_ray(run_tmp: str, gpu_ids: tuple[int, ...]) -> None:
         )
 
 
-def _node_env(launch: Launch, spec: NodeSpec) -> dict[str, str]:
+NODE_TMP = "node_tmp"
+"""The nodes' temp folder (TMPDIR) in the run's Ray folder on the driver's machine, removed
+with it: what libraries leave in a temp folder (wandb-core's folder and socket, which it never
+removes: wandb/wandb#11518) goes too, as on Launchpad, whose nodes get the launch's private
+temp folder. Not set for a cluster of several machines (RAY_ADDRESS): the folder is on this
+one only."""
+
+
+def _node_env(launch: Launch, spec: NodeSpec, node_tmp: str | None = None) -> dict[str, str]:
     env = {"PYTHONUNBUFFERED": "1", _KEEP_CUDA_VAR: "1", **launch.plan.envs().get(spec.group, {})}
+    if node_tmp is not None:
+        env["TMPDIR"] = node_tmp
     # The node imports the project (its classes are pickled by reference).
     paths = [str(Path(__file__).resolve().parents[2]), *sys.path]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if p and Path(p).is_dir()))
@@ -325,8 +335,9 @@ def _gpu_requests(envs: list[dict[str, str]]) -> list[float]:
 class _Driver:
     """Starts the graph's nodes as actors, supervises them and stops them in tiers."""
 
-    def __init__(self, launch: Launch, signals: StopSignals):
+    def __init__(self, launch: Launch, signals: StopSignals, node_tmp: str | None = None):
         self._launch = launch
+        self._node_tmp = node_tmp
         self._graph: ProgramGraph = launch.graph
         self._signals = signals
         self._nodes: list[_NodeProcess] = []
@@ -351,11 +362,11 @@ class _Driver:
         actor_class = ray.remote(_NodeActor)
         clients: dict[str, NodeClient] = {}
         workdir = Workdir(self._launch.workdir)
-        gpus = _gpu_requests([_node_env(self._launch, spec) for spec in graph.nodes])
-        for spec, num_gpus in zip(graph.nodes, gpus, strict=True):
+        envs = [_node_env(self._launch, spec, self._node_tmp) for spec in graph.nodes]
+        gpus = _gpu_requests(envs)
+        for spec, env, num_gpus in zip(graph.nodes, envs, gpus, strict=True):
             if self._signals.received:
                 break  # a stop while starting: the nodes made so far are stopped as usual
-            env = _node_env(self._launch, spec)
             args, kwargs = spec.resolved(clients.__getitem__)
             log = workdir.node_log(spec.group, spec.index)
             actor = actor_class.options(
@@ -527,14 +538,20 @@ def run(launch: Launch) -> int:
     check(launch.graph)
     signals = StopSignals()
     signals.install()
+    from magi_lp.engines import ENGINES
+
     run_tmp = ray_seam.run_temp_folder()
+    node_tmp = None
+    if not ENGINES["ray"].cluster_address():  # Ray started here: every node on this machine
+        node_tmp = os.path.join(run_tmp, NODE_TMP)
+        os.mkdir(node_tmp)
     saved_env = {k: os.environ.get(k) for k in ray_seam.AUTH_VARS}
     status = None
     try:
         started = time.monotonic()
         _start_ray(run_tmp, launch.plan.inventory.ids())
         signals.install()  # Ray's start may have put its own handlers in place
-        driver = _Driver(launch, signals)
+        driver = _Driver(launch, signals, node_tmp)
         driver.start()
         driver.say(f"Ray and every node up in {time.monotonic() - started:.1f} s")
         status = make_status_monitor(
