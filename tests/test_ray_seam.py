@@ -69,6 +69,8 @@ def test_a_runs_ray_folder_keeps_every_socket_path_within_linuxs_limit(tmp_path,
     monkeypatch.setattr(ray_seam, "RAY_FALLBACK_ROOT", str(long))
     monkeypatch.setattr(tempfile, "tempdir", str(long))
     room = limit - len("magi_lp_ray_12345678/" + ray_seam.LONGEST_SOCKET) - 1
-    with pytest.raises(ConfigError, match=rf"^TMPDIR: .* of at most {room} characters"):
+    with pytest.raises(
+        ConfigError, match=rf"^TMPDIR {long}: Ray's .*; set TMPDIR .* of at most {room} characters"
+    ):
         ray_seam.run_temp_folder()
     assert sorted(p.name for p in long.iterdir()) == []  # nothing made where it was refused

@@ -64,6 +64,7 @@ def run_temp_folder(prefix: str = "magi_lp_ray_") -> str:
       ConfigError: one line naming TMPDIR and the longest it may be, where neither fits or
         can be written (before Ray starts anything).
     """
+    from magi_lp.config_schema import fact_refusal
     from magi_lp.errors import ConfigError
 
     name = prefix + "x" * 8  # mkdtemp's 8 random characters
@@ -74,9 +75,12 @@ def run_temp_folder(prefix: str = "magi_lp_ray_") -> str:
             return tempfile.mkdtemp(prefix=prefix, dir=root)
     room = SOCKET_PATH_LIMIT - len(os.path.join(name, LONGEST_SOCKET)) - 1
     raise ConfigError(
-        f"TMPDIR: Ray's socket paths under the temp folder {tempfile.gettempdir()!r} would pass "
-        f"Linux's {SOCKET_PATH_LIMIT}-byte limit, and {RAY_FALLBACK_ROOT} cannot be written: "
-        f"set TMPDIR to a writable folder of at most {room} characters (e.g. TMPDIR=/tmp)"
+        fact_refusal(
+            f"TMPDIR {tempfile.gettempdir()}",
+            f"Ray's socket paths under it would pass Linux's {SOCKET_PATH_LIMIT}-byte limit, "
+            f"and {RAY_FALLBACK_ROOT} cannot be written",
+            f"set TMPDIR to a writable folder of at most {room} characters (e.g. TMPDIR=/tmp)",
+        )
     )
 
 
