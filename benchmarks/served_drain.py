@@ -39,12 +39,12 @@ def main() -> None:
     args = parser.parse_args()
     import ray
 
-    from magi_lp.engines import ray_seam
+    from magi_lp.engines import ray_paths, ray_seam
     from magi_lp.replay.spec import FrameReplaySpec
     from magi_lp.replay.step_queue import StepQueue, step_example
 
     spec = FrameReplaySpec((84, 84, 3), 3, 3, 0.99, 100_000, 256, action_shape=(6,))
-    folder = ray_seam.run_temp_folder("magi_lp_drain_")
+    folder = ray_paths.run_temp_folder("magi_lp_drain_")
     ray_seam.use_run_token()
     ray.init(
         _temp_dir=folder,

@@ -23,7 +23,7 @@ import pytest
 
 from benchmarks import gpu_system
 from benchmarks import run as bench_run
-from magi_lp.engines import ray_seam
+from magi_lp.engines import ray_paths
 from tests.e2e_utils import MARK_VAR, REPO, assert_no_leftovers, read_csv
 
 # Every field the result must hold, dotted; None is a value only where the tiny run has no GPU.
@@ -260,7 +260,7 @@ def test_the_one_gpu_layouts_nodes_all_get_a_place_on_ray(tmp_path):
     assert shares == [0.25] * (2 + config.num_actors), shares
     home = tmp_path / "home"
     home.mkdir()
-    session = ray_seam.run_temp_folder("gs_ray_")  # Ray's socket paths must stay short
+    session = ray_paths.run_temp_folder("gs_ray_")  # Ray's socket paths must stay short
     try:
         done = subprocess.run(
             [sys.executable, "-c", _PLACE_ON_RAY, session, *map(str, shares)],
@@ -277,7 +277,7 @@ def test_the_one_gpu_layouts_nodes_all_get_a_place_on_ray(tmp_path):
 
 _PLACE_ON_RAY = """
 import sys, ray
-from magi_lp.engines import ray_seam
+from magi_lp.engines import ray_paths
 ray_seam.use_run_token()  # as the engine does: no ~/.ray/auth_token
 ray.init(num_cpus=1, num_gpus=1, include_dashboard=False, _temp_dir=sys.argv[1],
          _node_ip_address="127.0.0.1", configure_logging=False, log_to_driver=False)

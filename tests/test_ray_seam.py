@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
-import pytest
-
 from magi_lp.engines import ray_seam
-from magi_lp.errors import ConfigError
 from magi_lp.launch.exit_report import NodeExit, format_exit_report
 
 # ray.exceptions.ActorDiedError's text when the GCS marked the actor's node dead (Ray 2.60:
@@ -45,32 +41,3 @@ def test_a_dead_machine_is_named_and_a_dead_process_is_not_blamed_on_it(tmp_path
     log.write_text("training\n")
     report = format_exit_report(NodeExit("actor", 0, 4242, -9, log, cause))
     assert f"cause: {cause}" in report and "another process killed it" not in report
-
-
-def test_a_runs_ray_folder_keeps_every_socket_path_within_linuxs_limit(tmp_path, monkeypatch):
-    short, fallback = tmp_path / "t", tmp_path / "r"
-    long = tmp_path / ("scratch" * 6)  # a TMPDIR like a cluster job's scratch folder
-    for folder in (short, fallback, long):
-        folder.mkdir()
-    # The limit as if the temp folder were /tmp: a folder as long as `short` just fits.
-    limit = len(str(short / "magi_lp_ray_12345678" / ray_seam.LONGEST_SOCKET))
-    monkeypatch.setattr(ray_seam, "SOCKET_PATH_LIMIT", limit)
-    monkeypatch.setattr(ray_seam, "RAY_FALLBACK_ROOT", str(fallback))
-
-    def made_under(temp: Path) -> Path:
-        monkeypatch.setattr(tempfile, "tempdir", str(temp))
-        made = Path(ray_seam.run_temp_folder())
-        assert made.is_dir() and made.name.startswith("magi_lp_ray_")
-        assert len(str(made / ray_seam.LONGEST_SOCKET)) <= limit
-        return made.parent
-
-    assert made_under(short) == short
-    assert made_under(long) == fallback  # where Ray's own default root would be
-    monkeypatch.setattr(ray_seam, "RAY_FALLBACK_ROOT", str(long))
-    monkeypatch.setattr(tempfile, "tempdir", str(long))
-    room = limit - len("magi_lp_ray_12345678/" + ray_seam.LONGEST_SOCKET) - 1
-    with pytest.raises(
-        ConfigError, match=rf"^TMPDIR {long}: Ray's .*; set TMPDIR .* of at most {room} characters"
-    ):
-        ray_seam.run_temp_folder()
-    assert sorted(p.name for p in long.iterdir()) == []  # nothing made where it was refused

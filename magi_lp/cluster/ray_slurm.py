@@ -46,7 +46,12 @@ from magi_lp.cluster.slurm import (
     sbatch_directives,
     split_settings,
 )
+from magi_lp.engines import ray_paths
 from magi_lp.engines.base import host_resource
+
+RAY_FOLDER = "magi_lp_ray.9999999999.999"
+"""The longest name a machine's Ray folder gets in the script (`magi_lp_ray.<job id>.<machine
+position>`), for the rule that keeps Ray's socket paths short."""
 
 HEALTH_CHECKS = {
     "RAY_health_check_initial_delay_ms": "2000",
@@ -113,7 +118,10 @@ def render_ray_sbatch(job: ClusterJob) -> str:
         f"export AUTOSCALER_METRIC_PORT={head_ports.port('autoscaler_metrics')}",
         f'RAY_HEAD="{gcs}"',
         'RAY_LOGS="$LOGS/ray-${SLURM_JOB_ID:-0}"',
-        'RAY_TMP="${TMPDIR:-/tmp}/magi_lp_ray.${SLURM_JOB_ID:-0}"',
+        "# Under TMPDIR where Ray's socket paths fit Linux's 107 bytes, else under /tmp.",
+        'RAY_ROOT="${TMPDIR:-/tmp}"',
+        f'[ "${{#RAY_ROOT}}" -le {ray_paths.longest_root(RAY_FOLDER)} ] || RAY_ROOT=/tmp',
+        'RAY_TMP="$RAY_ROOT/magi_lp_ray.${SLURM_JOB_ID:-0}"',
         'RAY_STOP="$RAY_TMP.stop"',
         'mkdir -p "$RAY_LOGS"',
         'rm -f "$RAY_STOP"',

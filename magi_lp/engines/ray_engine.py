@@ -48,7 +48,7 @@ from typing import Any
 import ray
 
 from magi_lp import console
-from magi_lp.engines import ray_seam
+from magi_lp.engines import ray_paths, ray_seam
 from magi_lp.engines.base import Launch, saves_at_stop, stop_tier
 from magi_lp.launch.exit_report import NodeExit, format_exit_report
 from magi_lp.launch.supervisor import StopSignals, stop_outcome
@@ -540,7 +540,7 @@ def run(launch: Launch) -> int:
     signals.install()
     from magi_lp.engines import ENGINES
 
-    run_tmp = ray_seam.run_temp_folder()
+    run_tmp = ray_paths.run_temp_folder()
     node_tmp = None
     if not ENGINES["ray"].cluster_address():  # Ray started here: every node on this machine
         node_tmp = os.path.join(run_tmp, NODE_TMP)

@@ -23,13 +23,9 @@ not offer comes from here, each with what breaks if an upgrade changes it:
   Ray is told to leave it. Seen on the H200 on 2026-11-27, the first GPU run of the engine. If
   it changes: a GPU run on Ray stops at its start with that ValueError.
 
-- Where Ray puts its sockets: under its temp folder (`_temp_dir`), at
-  `session_<start time>_<driver pid>/sockets/plasma_store` (and `raylet`), each path checked
-  against Linux's AF_UNIX limit of 107 bytes. Ray's own default root on Linux is /tmp, not
-  the temp folder, for that reason. A run's Ray folder goes under the temp folder where its
-  longest socket path fits, else under /tmp (`run_temp_folder`). Seen with the test suite's
-  own temp folder (/tmp/magi_lp_tests_<8>/magi_lp_ray_<8>/...: 109 bytes). If it changes: a
-  long TMPDIR stops Ray's start with "validate_socket_filename failed".
+- Where Ray puts its sockets, and the 107-byte limit Ray checks them against: the pure rule
+  that keeps a run's Ray folder within it is `magi_lp.engines.ray_paths` (no Ray import, so
+  that the SLURM script's writer can use it too).
 
 Every function checks what it needs and raises one RuntimeError naming the attribute and the
 pinned version (requirements-py312.txt).
@@ -40,48 +36,12 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import tempfile
 from collections.abc import Iterator
 
 PINNED = "Ray 2.60.0 as pinned in requirements-py312.txt"
 
 AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")
 """The environment variables that carry a run's token to every process of its cluster."""
-
-SOCKET_PATH_LIMIT = 107
-"""Linux's AF_UNIX path limit (108 bytes) less the terminating byte, as Ray checks it."""
-LONGEST_SOCKET = "session_2026-11-27_08-12-52_585813_4194304/sockets/plasma_store"
-"""The longest path Ray puts a socket at under its temp folder: the session (its start time
-to the microsecond, the driver's pid of up to 7 digits), then the plasma store's socket."""
-RAY_FALLBACK_ROOT = "/tmp"
-
-
-def run_temp_folder(prefix: str = "magi_lp_ray_") -> str:
-    """A new folder for one run's Ray files (the caller removes it): under the temp folder
-    where Ray's longest socket path there fits `SOCKET_PATH_LIMIT`, else under /tmp.
-
-    Raises:
-      ConfigError: one line naming TMPDIR and the longest it may be, where neither fits or
-        can be written (before Ray starts anything).
-    """
-    from magi_lp.config_schema import fact_refusal
-    from magi_lp.errors import ConfigError
-
-    name = prefix + "x" * 8  # mkdtemp's 8 random characters
-    roots = dict.fromkeys((tempfile.gettempdir(), RAY_FALLBACK_ROOT))
-    for root in roots:
-        longest = os.path.join(root, name, LONGEST_SOCKET)
-        if len(longest.encode()) <= SOCKET_PATH_LIMIT and os.access(root, os.W_OK | os.X_OK):
-            return tempfile.mkdtemp(prefix=prefix, dir=root)
-    room = SOCKET_PATH_LIMIT - len(os.path.join(name, LONGEST_SOCKET)) - 1
-    raise ConfigError(
-        fact_refusal(
-            f"TMPDIR {tempfile.gettempdir()}",
-            f"Ray's socket paths under it would pass Linux's {SOCKET_PATH_LIMIT}-byte limit, "
-            f"and {RAY_FALLBACK_ROOT} cannot be written",
-            f"set TMPDIR to a writable folder of at most {room} characters (e.g. TMPDIR=/tmp)",
-        )
-    )
 
 
 def _require(owner: object, name: str) -> None:
