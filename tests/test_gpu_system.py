@@ -277,7 +277,7 @@ def test_the_one_gpu_layouts_nodes_all_get_a_place_on_ray(tmp_path):
 
 _PLACE_ON_RAY = """
 import sys, ray
-from magi_lp.engines import ray_paths
+from magi_lp.engines import ray_seam
 ray_seam.use_run_token()  # as the engine does: no ~/.ray/auth_token
 ray.init(num_cpus=1, num_gpus=1, include_dashboard=False, _temp_dir=sys.argv[1],
          _node_ip_address="127.0.0.1", configure_logging=False, log_to_driver=False)
