@@ -12,7 +12,6 @@ After every job nothing of it may be left running on any node.
 from __future__ import annotations
 
 import re
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -21,7 +20,7 @@ import pytest
 
 from magi_lp.runtime.nodes import DISTRIBUTED_COUNT_EVERY
 from projects.drq_v2 import tiny
-from tests.e2e_utils import MARK_VAR, TD3_TINY, checkpoint_counts, read_csv
+from tests.e2e_utils import MARK_VAR, TD3_TINY, checkpoint_counts, program_temp_dir, read_csv
 from tests.slurm_cluster import (
     actor_rows,
     assert_resumed_to_the_limit,
@@ -209,7 +208,7 @@ def test_a_job_the_cluster_cannot_run_is_refused_in_one_line(slurm_cluster, tmp_
 @pytest.mark.timeout(300)
 def test_td3_runs_through_the_cluster_to_its_step_limit(slurm_cluster, tmp_path):  # noqa: F811
     cluster, workdir = slurm_cluster, tmp_path / "run"
-    temp = Path(tempfile.gettempdir())
+    temp = program_temp_dir()  # where the nodes write, not this process's session folder
     before = set(temp.glob("__autograph_generated_file*"))
     _, job_id = _submit(
         cluster, workdir, [*TD3, "--config.max_actor_steps=500"], entry="projects/td3/lp_main.py"
