@@ -264,10 +264,8 @@ class _NodeProcess:
         )
 
 
-def _start_ray(run_tmp: str, gpu_ids: tuple[int, ...]) -> None:
-    from magi_lp.engines import ENGINES
-
-    address = ENGINES["ray"].cluster_address()  # RAY_ADDRESS, as the entry point read it
+def _start_ray(run_tmp: str, gpu_ids: tuple[int, ...], address: str | None) -> None:
+    """Joins the cluster at `address`, or (None) starts Ray here in `run_tmp`."""
     options: dict[str, Any] = {
         "include_dashboard": False,
         "log_to_driver": False,
@@ -540,16 +538,17 @@ def run(launch: Launch) -> int:
     signals.install()
     from magi_lp.engines import ENGINES
 
+    address = ENGINES["ray"].cluster_address()  # RAY_ADDRESS, as the entry point read it
     run_tmp = ray_paths.run_temp_folder()
     node_tmp = None
-    if not ENGINES["ray"].cluster_address():  # Ray started here: every node on this machine
+    if not address:  # Ray started here: every node on this machine
         node_tmp = os.path.join(run_tmp, NODE_TMP)
         os.mkdir(node_tmp)
     saved_env = {k: os.environ.get(k) for k in ray_seam.AUTH_VARS}
     status = None
     try:
         started = time.monotonic()
-        _start_ray(run_tmp, launch.plan.inventory.ids())
+        _start_ray(run_tmp, launch.plan.inventory.ids(), address)
         signals.install()  # Ray's start may have put its own handlers in place
         driver = _Driver(launch, signals, node_tmp)
         driver.start()
