@@ -38,7 +38,7 @@ from pathlib import Path
 
 from benchmarks import common, gpu_learn
 from benchmarks.learn_check import comparison
-from benchmarks.learn_check.settings import Settings
+from benchmarks.learn_check.settings import AGENTS, Settings
 
 SEEDS = (4, 5, 6)
 """The preregistered seeds of each agent: the comparison counts these and no others."""
@@ -95,8 +95,8 @@ def furthest(runs: list[dict]) -> tuple[list[dict], list[dict]]:
         key = (run["agent"], run["seed"])
         if key not in best or run["frames"] > best[key]["frames"]:
             best[key] = run
-    kept = list(best.values())
-    return kept, [run for run in runs if all(run is not k for k in kept)]
+    kept = {id(run) for run in best.values()}
+    return list(best.values()), [run for run in runs if id(run) not in kept]
 
 
 def check(paths: list[Path]) -> dict:
@@ -109,12 +109,7 @@ def check(paths: list[Path]) -> dict:
     found = comparison.compare(kept, SETTINGS, SEEDS)
     agents = found["tasks"].get(gpu_learn.TASK, {})
     if "comparison" not in agents:  # no run of the task at these settings and seeds
-        missing = {name: list(SEEDS) for name in ("magi_lp", "official")}
-        agents["comparison"] = {
-            "verdict": comparison.INCOMPLETE,
-            "missing_seeds": missing,
-            "why": "runs not finished",
-        }
+        agents["comparison"] = comparison.verdict(agents, SEEDS)
     return {
         "points": found["points"],
         "seeds": list(SEEDS),
@@ -132,7 +127,7 @@ def lines(found: dict) -> list[str]:
         f"{', '.join(map(str, SEEDS))} of each agent (preregistered), points "
         f"{', '.join(f'{p // 1000}k' for p in points)}"
     ]
-    for name in ("magi_lp", "official"):
+    for name in AGENTS:
         agent = agents.get(name)
         if agent is None:
             out.append(f"  {name}: no run yet")
