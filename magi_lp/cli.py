@@ -35,7 +35,7 @@ from ml_collections import config_flags
 from magi_lp import console, engines
 from magi_lp.config_schema import did_you_mean, fact_refusal
 from magi_lp.errors import ConfigError
-from magi_lp.launch import run_folders
+from magi_lp.launch import interrupts, run_folders
 from magi_lp.launch.node_lifetime import quiet_gym_notice
 from magi_lp.placement.xla_flags import check_xla_flags
 from magi_lp.replay.plan import plan_replay_store
@@ -502,9 +502,10 @@ def _interrupted(error: BaseException) -> bool:
 
 def _interrupted_before_start() -> int:
     # Ctrl-C before the launcher took over its signals (while importing or building). The same
-    # Ctrl-C can come twice: to the process group, and forwarded by the isolation parent (the
-    # launcher's own handler drops such echoes); a second KeyboardInterrupt in this line would
-    # print a traceback (seen once in a busy suite run), so further SIGINTs are ignored first.
+    # Ctrl-C can come twice: to the process group, and forwarded by the isolation parent
+    # (`interrupts.one_interrupt` and the launcher's own handler drop such echoes); a Ctrl-C
+    # after that block, in this line, would print a traceback (seen once in a busy suite run),
+    # so further SIGINTs are ignored first.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     console.say("interrupted before the run started; nothing was launched or written")
     return 130
@@ -523,7 +524,8 @@ def _main(
         # Before a project's checks import dm_control, which would otherwise pick GLFW.
         os.environ.setdefault("MUJOCO_GL", "egl")
         try:
-            code = runner(make, validate_config)
+            with interrupts.one_interrupt():
+                code = runner(make, validate_config)
         except ConfigError as error:
             _fail(str(error))
         except Exception as error:

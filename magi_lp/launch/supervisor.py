@@ -17,7 +17,7 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
-from magi_lp.launch import node_lifetime, processes
+from magi_lp.launch import interrupts, node_lifetime, processes
 from magi_lp.launch.exit_report import NodeExit, format_exit_report
 from magi_lp.launch.launchpad_seam import active_workers
 
@@ -29,8 +29,6 @@ _POLL_SECS = 0.1
 # reported instead of hanging the launcher forever.
 KILL_WAIT_SECS = 10.0
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-# A repeat of the same signal within this time is an echo, not a second request.
-_ECHO_SECS = 0.2
 _KILL_SIGNALS = (signal.SIGQUIT,)
 
 
@@ -72,7 +70,8 @@ class StopSignals:
     def _on_signal(self, signum: int, frame: Any) -> None:
         del frame
         now = time.monotonic()
-        if self.received and self.received[-1] == signum and now - self._last_at < _ECHO_SECS:
+        echo = now - self._last_at < interrupts.ECHO_SECS
+        if self.received and self.received[-1] == signum and echo:
             # The same signal twice within milliseconds is one stop sent to a whole process
             # group (`kill -INT -PGID`), reaching this launcher directly and again through
             # the isolation parent, which forwards what it cannot tell from a terminal's.

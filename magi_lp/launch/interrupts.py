@@ -1,0 +1,118 @@
+"""Ctrl-C before a runner or launcher takes over the signals: one KeyboardInterrupt, never a
+traceback, never lost.
+
+While an entry point imports TensorFlow, Reverb and JAX (seconds), SIGINT raises
+KeyboardInterrupt, which the CLI turns into one line. Two ways that goes wrong:
+
+- The same stop arrives twice: `kill -INT -PGID` reaches the program directly and again
+  through the isolation parent, which forwards what it cannot tell from a terminal's Ctrl-C.
+  A second KeyboardInterrupt can land while the first is being handled.
+- A KeyboardInterrupt raised while a garbage-collection callback runs (JAX registers one,
+  `_xla_gc_callback`, called at every collection) or a `__del__`: Python cannot raise it
+  there, prints it as "Exception ignored in ... Traceback ... KeyboardInterrupt" and drops
+  it. The traceback reaches the user, and a Ctrl-C that was not an echo is lost: the run
+  goes on.
+
+Seen together in a fresh-clone suite run (2026-11-27, test_launcher_e2e's Ctrl-C while
+importing, a `killpg`): one copy was dropped in `_xla_gc_callback` with its traceback
+printed, the other gave the one line.
+
+`one_interrupt()` handles both while it is active: a repeat of SIGINT within `ECHO_SECS` of
+the KeyboardInterrupt it raised is the same stop (dropped), a later one raises again (the user
+insisting); and a KeyboardInterrupt that Python drops that way is not printed, and SIGINT is
+sent again a moment later (`RESEND_SECS`), to be raised in the main flow. The launcher's own
+handler (`supervisor.StopSignals`) replaces it while a launch runs and puts it back after; it
+uses the same `ECHO_SECS`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from types import FrameType
+from typing import Any
+
+ECHO_SECS = 0.2
+"""A repeat of the same signal within this time is an echo of one stop, not a second request
+(what `kill -INT -PGID` gives a process under the isolation parent: two copies within
+milliseconds)."""
+
+
+RESEND_SECS = 0.01
+"""How long after Python dropped a KeyboardInterrupt the SIGINT is sent again: enough for the
+collection (or `__del__`) that dropped it to end; another dropped one is sent again too."""
+
+
+class _OneInterrupt:
+    """The SIGINT handler: KeyboardInterrupt, except for an echo of the last one raised."""
+
+    def __init__(self) -> None:
+        self._raised_at: float | None = None
+        self._owed = False
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        del signum, frame
+        now = time.monotonic()
+        echo = self._raised_at is not None and now - self._raised_at < ECHO_SECS
+        if echo and not self._owed:
+            return
+        self._owed = False
+        self._raised_at = now
+        raise KeyboardInterrupt
+
+    @property
+    def raised(self) -> bool:
+        """Whether it has raised a KeyboardInterrupt."""
+        return self._raised_at is not None
+
+    def lost(self) -> None:
+        """The KeyboardInterrupt raised last was dropped by Python (a gc callback's or a
+        `__del__`'s): SIGINT again, echo or not, from a thread `RESEND_SECS` later. Not at
+        once: a signal raised here is handled at once too, inside the unraisable hook or the
+        collection's next callback, where it would be dropped again."""
+        self._owed = True
+        resend = threading.Timer(RESEND_SECS, os.kill, (os.getpid(), signal.SIGINT))
+        resend.daemon = True
+        resend.start()
+
+
+@contextlib.contextmanager
+def one_interrupt() -> Iterator[None]:
+    """SIGINT as `_OneInterrupt` and a KeyboardInterrupt dropped by Python raised again,
+    inside the block (main thread only); the previous handler and unraisable hook after it,
+    unless a Ctrl-C came (then the caller ends the process, as the CLI does). A SIGINT this
+    process inherited as ignored stays ignored."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        # Inherited as ignored (`cmd &` from a script): it stays so, for the launcher too.
+        yield
+        return
+    handler = _OneInterrupt()
+    previous_handler = signal.signal(signal.SIGINT, handler)
+    previous_hook = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        ours = signal.getsignal(signal.SIGINT) is handler
+        dropped = unraisable.exc_type is not None and issubclass(
+            unraisable.exc_type, KeyboardInterrupt
+        )
+        if ours and dropped:
+            handler.lost()
+            return
+        previous_hook(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        # After a Ctrl-C both stay: the process is stopping, and an echo that arrives while
+        # the KeyboardInterrupt unwinds, before the caller ignores SIGINT, is still dropped.
+        if not handler.raised:
+            if sys.unraisablehook is hook:
+                sys.unraisablehook = previous_hook
+            if signal.getsignal(signal.SIGINT) is handler:
+                signal.signal(signal.SIGINT, previous_handler)

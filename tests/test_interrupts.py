@@ -1,0 +1,111 @@
+"""Ctrl-C before the launcher takes over (`magi_lp.launch.interrupts.one_interrupt`): one
+KeyboardInterrupt for one stop sent twice, and none lost or printed when it lands in a
+garbage-collection callback. Real signals to this process and Python's real gc callbacks."""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import sys
+import time
+
+from magi_lp.launch import interrupts
+
+
+def _run_until_interrupted(seconds: float = 2.0, send: bool = False) -> bool:
+    """Python bytecode for up to `seconds` (where a pending signal's handler runs), after a
+    SIGINT to this process if `send`: whether a KeyboardInterrupt came."""
+    deadline = time.monotonic() + seconds
+    try:
+        if send:
+            os.kill(os.getpid(), signal.SIGINT)
+        while time.monotonic() < deadline:
+            sum(range(100))
+    except KeyboardInterrupt:
+        return True
+    return False
+
+
+def test_one_stop_sent_twice_is_one_keyboard_interrupt(monkeypatch):
+    # A long echo time, so that a busy machine's pause between the two copies still fits.
+    monkeypatch.setattr(interrupts, "ECHO_SECS", 30.0)
+    try:
+        with interrupts.one_interrupt():
+            assert _run_until_interrupted(send=True)
+            # The second copy (the isolation parent's forward of `kill -INT -PGID`) within
+            # the echo time is dropped: no second KeyboardInterrupt while the first is handled.
+            assert not _run_until_interrupted(0.05, send=True)
+            # A Ctrl-C after the echo time is the user insisting: raised again.
+            monkeypatch.setattr(interrupts, "ECHO_SECS", 0.0)
+            assert _run_until_interrupted(send=True)
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def test_an_interrupt_landing_in_a_gc_callback_is_raised_again_with_nothing_printed(capfd):
+    fired = []
+
+    def callback(phase: str, info: dict) -> None:
+        # The SIGINT arrives while the callback runs (as JAX's `_xla_gc_callback` does at
+        # every collection): its handler raises there, where Python cannot raise.
+        if phase == "start" and not fired:
+            fired.append(True)
+            signal.raise_signal(signal.SIGINT)
+            sum(range(100))  # bytecode: the handler runs here, inside the callback
+
+    gc.callbacks.append(callback)
+    try:
+        with interrupts.one_interrupt():
+            try:
+                gc.collect()
+                again = _run_until_interrupted()
+            except KeyboardInterrupt:  # raised again at once, after the collection
+                again = True
+            assert fired and again, "the Ctrl-C was lost"
+    finally:
+        gc.callbacks.remove(callback)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    assert "Exception ignored" not in capfd.readouterr().err
+
+
+def test_without_it_python_prints_and_drops_that_interrupt(capfd):
+    """The failure it prevents, shown with Python's default handler: the traceback printed and
+    the Ctrl-C gone."""
+    fired = []
+
+    def callback(phase: str, info: dict) -> None:
+        if phase == "start" and not fired:
+            fired.append(True)
+            signal.raise_signal(signal.SIGINT)
+            sum(range(100))
+
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = sys.__unraisablehook__  # pytest's own hook would keep it
+    gc.callbacks.append(callback)
+    try:
+        gc.collect()
+        lost = not _run_until_interrupted(0.2)
+    finally:
+        gc.callbacks.remove(callback)
+        sys.unraisablehook = previous_hook
+    assert fired and lost
+    assert "KeyboardInterrupt" in capfd.readouterr().err
+
+
+def test_the_block_leaves_things_as_it_found_them_when_no_ctrl_c_came():
+    handler, hook = signal.getsignal(signal.SIGINT), sys.unraisablehook
+    with interrupts.one_interrupt():
+        assert signal.getsignal(signal.SIGINT) is not handler
+        assert sys.unraisablehook is not hook
+    assert signal.getsignal(signal.SIGINT) is handler and sys.unraisablehook is hook
+
+
+def test_a_sigint_inherited_as_ignored_stays_ignored():
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with interrupts.one_interrupt():
+            assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+            assert not _run_until_interrupted(0.05, send=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
