@@ -41,6 +41,7 @@ import csv
 import importlib.metadata
 import importlib.util
 import json
+import math
 import os
 import signal
 import subprocess
@@ -67,6 +68,14 @@ NOT_MEASURED = (
 )
 STOP_GRACE_S = 45.0
 """Before the deadline, each run gets SIGTERM (ours_main: a final checkpoint, then exit)."""
+EVALUATION_S = 45.0
+"""One evaluation of 10 episodes at 84x84, about: the official seed's log on the H200 (its
+clock at 5,000 and 6,000 frames, 13 s per 1,000 training frames) leaves about 40 s for its
+frame-0 evaluation beside the seed frames. What a continuing call adds for the evaluation at
+the goal."""
+CALL_START_S = 30.0
+"""A continuing call's start before its runs go on: the tool's transfer, the install check,
+the runs' imports and their checkpoint's or snapshot's load (not measured apart)."""
 GPU_MEMORY_FRACTION = 0.28
 """Each of the 3 processes' share of the GPU's memory (JAX's preallocation)."""
 
@@ -87,6 +96,10 @@ TINY = (
     "--config.agent.num_expl_steps=50",
     "--config.agent.replay_buffer_size=5000",
     "--config.env.max_episode_frames=100",
+    # Every training episode a row: tiny episodes end within a second, and the default 1 s
+    # filter had dropped the one a run ended on, leaving the frames/s rule no window (a run
+    # alone on its core, 2 of 5 tiny runs here). The paper's episodes take seconds each.
+    "--config.logging.time_delta=0",
 )
 TINY_FRAMES = 600
 TINY_EVAL = (200, 1)
@@ -125,13 +138,19 @@ def reference_curve(task: str) -> dict[int, dict[str, float]]:
         }
 
 
-def core_groups(count: int) -> list[list[int]]:
-    """This process's cores split into `count` groups, one per run (round robin where
-    there are fewer cores than runs)."""
-    cores = sorted(os.sched_getaffinity(0))
+def core_groups(count: int, cores: list[int] | None = None) -> list[list[int]]:
+    """This process's cores (or `cores`) split into `count` groups, one per run, every core
+    used: the groups' sizes differ by one at most, and the larger ones are the last (the
+    official agent's runs, started after ours, which the one frames/s rule found the
+    slower); round robin where there are fewer cores than runs."""
+    cores = sorted(os.sched_getaffinity(0) if cores is None else cores)
+    if count == 0:  # every run finished in an earlier call
+        return []
     if len(cores) >= count:
-        size = len(cores) // count
-        return [cores[i * size : (i + 1) * size] for i in range(count)]
+        size, extra = divmod(len(cores), count)
+        sizes = [size + (index >= count - extra) for index in range(count)]
+        starts = [sum(sizes[:index]) for index in range(count)]
+        return [cores[start : start + n] for start, n in zip(starts, sizes, strict=True)]
     return [[cores[i % len(cores)]] for i in range(count)]
 
 
@@ -263,6 +282,22 @@ def run_side_by_side(jobs: list[dict], seconds: float) -> None:
         job.setdefault("wall_s", time.monotonic() - start)
 
 
+def finished_before(job: dict, seed_frames: int) -> bool:
+    """Whether an earlier call with this --out finished the job's run (its evaluation at the
+    goal is complete); such a run is not started again (a relaunch would load its checkpoint
+    or snapshot for nothing, and the official agent would play its last episode again), and
+    its cores go to the runs still going. Marks it so: no cores, exit 0, 0 s in this call."""
+    path = job["folder"] / "launches.json"
+    if not path.is_file():
+        return False
+    earlier = {**job, "launches": json.loads(path.read_text()), "exit_code": 0, "wall_s": 0.0,
+               "cores": [], "finished_before": True}  # fmt: skip
+    if not any(f >= job["frames"] for f, _ in read_run(earlier, seed_frames)["evaluations"]):
+        return False
+    job.update(earlier)
+    return True
+
+
 def read_run(job: dict, seed_frames: int) -> dict:
     """Evaluations and frames/s (the learn check's one rule) of a finished job."""
     from benchmarks.learn_check import runs
@@ -280,6 +315,7 @@ def read_run(job: dict, seed_frames: int) -> dict:
         "cores": job["cores"],
         "exit_code": job["exit_code"],
         "stopped_at_deadline": job.get("stopped_at_deadline", False),
+        "finished_before": job.get("finished_before", False),
         "wall_s": job["wall_s"],
         "frames": max([f for f, _ in found["train_episode_rewards"]], default=0),
         "evaluations": found["evaluations"],
@@ -426,30 +462,35 @@ def main(argv: list[str] | None = None) -> int:
         official_seeds = ()
     if not seeds and not official_seeds:
         raise SystemExit("gpu_learn: no run to make (--seeds is empty and no official seed)")
-    groups = core_groups(len(seeds) + len(official_seeds))
+    seed_frames = TINY_SEED_FRAMES if tiny else SEED_FRAMES
     jobs = []
-    for index, seed in enumerate(seeds):
+    for seed in seeds:
         folder = out / f"magi_lp_seed_{seed}"
         folder.mkdir(parents=True, exist_ok=True)
         jobs.append({
-            "agent": "magi_lp", "seed": seed, "folder": folder, "cores": groups[index],
+            "agent": "magi_lp", "seed": seed, "folder": folder,
             "command": ours_command(seed, folder / "work", tiny, frames), "env": _env(tiny),
             "frames": frames, "eval_episodes": episodes,
         })  # fmt: skip
-    for index, seed in enumerate(official_seeds, start=len(seeds)):
+    for seed in official_seeds:
         from benchmarks.learn_check import official
 
         folder = out / f"official_seed_{seed}"
         folder.mkdir(parents=True, exist_ok=True)
         command, code_dir = official_command(Path(args.official), folder, seed, frames)
         jobs.append({
-            "agent": "official", "seed": seed, "folder": folder, "cores": groups[index],
-            "command": command, "cwd": code_dir, "env": {**os.environ, **official.environment(),
-            "OMP_NUM_THREADS": str(len(groups[index]))}, "frames": frames, "eval_episodes": 1,
+            "agent": "official", "seed": seed, "folder": folder, "command": command,
+            "cwd": code_dir, "env": {**os.environ, **official.environment()}, "frames": frames,
+            "eval_episodes": 1,
         })  # fmt: skip
+    to_run = [job for job in jobs if not finished_before(job, seed_frames)]
+    for job, cores in zip(to_run, core_groups(len(to_run)), strict=True):
+        job["cores"] = cores
+        if job["agent"] == "official":
+            job["env"]["OMP_NUM_THREADS"] = str(len(cores))
     left = 60 * args.minutes - (time.monotonic() - start)
-    run_side_by_side(jobs, left)
-    seed_frames = TINY_SEED_FRAMES if tiny else SEED_FRAMES
+    if to_run:
+        run_side_by_side(to_run, left)
     results = [read_run(job, seed_frames) for job in jobs]
     device = device_name()
     stack = versions()
@@ -460,6 +501,8 @@ def main(argv: list[str] | None = None) -> int:
     for result in results:
         fps = result["train_frames_per_s"]
         stopped = " (stopped at the deadline)" if result["stopped_at_deadline"] else ""
+        if result["finished_before"]:
+            stopped = " (finished in an earlier call: not started again)"
         returns = [(f, round(v, 1)) for f, v in result["evaluations"]]
         print(
             f"gpu_learn: {result['agent']} seed {result['seed']} (cores {result['cores']}): "
@@ -495,6 +538,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     summary["calls"] = call_history(out / "gpu_learn.json", summary)
     (out / "gpu_learn.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"gpu_learn: {next_call(summary, frames)}")
     print(f"gpu_learn: {device}; {stack}")
     print(f"gpu_learn: {_curves(results, out)}, {_plot(results, out, title)}, "
           f"{out / 'gpu_learn.json'}; reference: {REFERENCE_SOURCE}")  # fmt: skip
@@ -523,6 +567,41 @@ def call_history(previous: Path, summary: dict) -> list[dict]:
         saved = json.loads(previous.read_text())
         earlier = saved.get("calls") or [_call(saved)]
     return [*earlier, _call(summary)]
+
+
+def next_call(summary: dict, goal: int) -> str:
+    """How long a call continuing these runs (same --out, warm machine) must be for every
+    run to reach `goal` frames, at the rate each made in this call (the frames it gained
+    over the call's wall time, its start, evaluations and stop included), and then make its
+    evaluation there (`EVALUATION_S`). Where a run gained nothing this call, no estimate.
+    A run is done once its evaluation at `goal` is complete (one the deadline cut short is
+    not kept: the next call makes it again)."""
+    calls = summary["calls"]
+    before = calls[-2]["frames"] if len(calls) > 1 else {}
+    wall = max(summary["wall_s"], 1.0)
+    needs: dict[str, float | None] = {}
+    for run in summary["runs"]:
+        if any(frame >= goal for frame, _ in run["evaluations"]):
+            continue
+        name = f"{run['agent']} {run['seed']}"
+        left = max(goal - run["frames"], 0)
+        gained = run["frames"] - before.get(name, 0)
+        needs[name] = left * wall / gained + EVALUATION_S if gained > 0 else None
+    if not needs:
+        return f"every run has its evaluation at {goal:,} frames: no further call"
+    shown = "; ".join(
+        f"{name} {'no frames this call' if s is None else f'about {s:.0f} s'}"
+        for name, s in needs.items()
+    )
+    known = [s for s in needs.values() if s is not None]
+    if not known:
+        return f"to reach {goal:,} frames: {shown}"
+    minutes = math.ceil((max(known) + STOP_GRACE_S + CALL_START_S) / 6.0) / 10.0
+    return (
+        f"to reach {goal:,} frames at this call's rates: {shown}; a continuing call needs "
+        f"MINUTES={minutes:g} or more (the {STOP_GRACE_S:.0f} s stop and {CALL_START_S:.0f} s "
+        "start included)"
+    )
 
 
 def _stamp(call: dict) -> str:

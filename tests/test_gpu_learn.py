@@ -28,9 +28,23 @@ def test_the_paper_run_fits_one_device_call_of_eight_minutes():
     assert "--config.env.image_size=84" in gpu_learn.PAPER
     assert "--config.agent.batch_size=256" in gpu_learn.PAPER
     assert gpu_learn.GPU_MEMORY_FRACTION * len(gpu_learn.SEEDS) < 0.9
-    # 3 runs on 16 cores: 5 each; on fewer cores than runs, round robin.
     groups = gpu_learn.core_groups(3)
     assert len(groups) == 3 and all(groups)
+
+
+@pytest.mark.parametrize(
+    ("count", "sizes"),
+    [(3, [5, 5, 6]), (4, [4, 4, 4, 4]), (6, [2, 2, 3, 3, 3, 3]), (16, [1] * 16)],
+)
+def test_every_core_goes_to_a_run_and_the_last_runs_get_the_spare_ones(count, sizes):
+    groups = gpu_learn.core_groups(count, list(range(16)))
+    assert [len(g) for g in groups] == sizes
+    assert sorted(c for g in groups for c in g) == list(range(16))  # each core once
+
+
+def test_fewer_cores_than_runs_share_them_round_robin():
+    assert gpu_learn.core_groups(3, [0, 1]) == [[0], [1], [0]]
+    assert gpu_learn.core_groups(0, [0, 1]) == []
 
 
 @pytest.mark.integration
@@ -60,10 +74,23 @@ def test_tiny_learning_run_writes_three_seeds_beside_the_reference(tmp_path, cap
     assert summary["status"] == "tiny" and summary["commit"] and summary["machine"]["cores"]
     assert summary["versions"]["jax"]
     assert [r["seed"] for r in summary["runs"]] == list(gpu_learn.SEEDS)
-    assert all(r["train_frames_per_s"] for r in summary["runs"])
+    assert all(r["train_frames_per_s"] for r in summary["runs"]), summary["runs"]
     # Where each seed's actor loop spent its time, ms a step: the environment always some.
     assert all(r["time_ms"]["env_ms"] > 0 for r in summary["runs"]), summary["runs"]
     assert printed.count("train frames/s") == 3
+    assert "every run has its evaluation at 600 frames: no further call" in printed
+    # A second call with the same --out (a warm machine's) starts none of the finished runs
+    # again and reports them as they were.
+    launches = [(tmp_path / f"magi_lp_seed_{s}" / "launches.json").read_text() for s in (1, 2, 3)]
+    assert gpu_learn.main(["--minutes", "12", "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("(finished in an earlier call: not started again)") == 3, printed
+    again = json.loads((tmp_path / "gpu_learn.json").read_text())
+    assert [r["evaluations"] for r in again["runs"]] == [r["evaluations"] for r in summary["runs"]]
+    assert [len(c["frames"]) for c in again["calls"]] == [3, 3]
+    assert launches == [
+        (tmp_path / f"magi_lp_seed_{s}" / "launches.json").read_text() for s in (1, 2, 3)
+    ]
 
 
 def test_the_stored_gpu_result_renders_with_its_device_and_versions_beside_every_run():
@@ -137,6 +164,40 @@ def test_a_continued_call_names_every_call_that_made_its_runs(tmp_path):
     second["calls"] = gpu_learn.call_history(saved, second)
     assert [c["frames"]["magi_lp 1"] for c in second["calls"]] == [40_000, 58_000]
     assert "8.6 + 4.4 min over 2 calls" in gpu_learn._stamp(second)
+
+
+def _calls(*frames: dict[str, int], wall_s: float = 500.0, evaluated: int = 20_000) -> dict:
+    """A summary as gpu_learn writes it: its calls' frames, and its runs at the last call's,
+    each with complete evaluations up to `evaluated` frames."""
+    runs = []
+    for name, reached in frames[-1].items():
+        agent, seed = name.split()
+        points = range(0, min(reached, evaluated) + 1, 20_000)
+        runs.append({"agent": agent, "seed": int(seed), "frames": reached,
+                     "evaluations": [[f, 500.0] for f in points]})  # fmt: skip
+    return {"wall_s": wall_s, "calls": [{"frames": f} for f in frames], "runs": runs}
+
+
+def test_a_call_says_how_long_the_next_must_be_for_every_run_to_reach_the_goal():
+    # First call: the official seed made 25k frames in 500 s; 15k more at that rate is 300 s,
+    # its evaluation 45 s; plus the stop's 45 s and the start's 30 s: 420 s, MINUTES=7.
+    # Ours has its 40k evaluation: done.
+    summary = _calls({"official 4": 25_000, "magi_lp 4": 40_000}, evaluated=40_000)
+    line = gpu_learn.next_call(summary, 40_000)
+    assert "official 4 about 345 s" in line and "magi_lp 4" not in line
+    assert "MINUTES=7 or more" in line
+    # A continued call counts only what it gained itself: 30k -> 36k in 200 s.
+    line = gpu_learn.next_call(
+        _calls({"official 4": 30_000}, {"official 4": 36_000}, wall_s=200.0), 40_000
+    )
+    assert "official 4 about 178 s" in line
+    stuck = gpu_learn.next_call(_calls({"a 1": 10_000}, {"a 1": 10_000}), 40_000)
+    assert "no frames this call" in stuck and "MINUTES" not in stuck
+    # At 40k frames with the 40k evaluation cut short by the deadline: not done yet.
+    cut = gpu_learn.next_call(_calls({"magi_lp 4": 40_000}, evaluated=20_000), 40_000)
+    assert "magi_lp 4 about 45 s" in cut and "MINUTES=2 or more" in cut
+    done = gpu_learn.next_call(_calls({"official 4": 40_000}, evaluated=40_000), 40_000)
+    assert done == "every run has its evaluation at 40,000 frames: no further call"
 
 
 @pytest.mark.parametrize("frames", ["0", "30000", "-20000"])
