@@ -314,14 +314,11 @@ def test_bad_input_is_refused_before_ray_starts(tmp_path, flag, says):
 
 
 @pytest.mark.timeout(300)
-def test_each_node_gets_its_groups_env_and_the_plans_gpus_on_logical_ray_gpus(tmp_path):
-    """The Ray engine with a fake 2-GPU inventory (Ray's GPUs are logical here), started from a
-    driver that sees no GPU as lp_main's does: each node's process has its launch group's env
-    from the plan before Python starts, the plan's GPU ids (Ray does not replace them) and
-    Ray's count of its GPUs; handles reach other nodes."""
+def _toy_launch(tmp_path: Path):
+    """A Launch of ray_toys' nodes (learner, 2 actors, coordinator) with a fake 2-GPU
+    inventory (Ray's GPUs are logical here); each node reports into `tmp_path/reports`."""
     import types
 
-    from magi_lp.engines import ray_engine
     from magi_lp.engines.base import Launch
     from magi_lp.placement.gpu_inventory import GpuInventory
     from magi_lp.runtime.graph import NodeSpec, ProgramGraph, Ref
@@ -352,7 +349,18 @@ def test_each_node_gets_its_groups_env_and_the_plans_gpus_on_logical_ray_gpus(tm
     experiment = types.SimpleNamespace(
         config=types.SimpleNamespace(max_actor_steps=1), frames_per_step=1
     )
-    launch = Launch(ProgramGraph("toys", nodes, store=None), plan, experiment, tmp_path / "work")
+    return Launch(ProgramGraph("toys", nodes, store=None), plan, experiment, tmp_path / "work")
+
+
+def test_each_node_gets_its_groups_env_and_the_plans_gpus_on_logical_ray_gpus(tmp_path):
+    """The Ray engine with a fake 2-GPU inventory (Ray's GPUs are logical here), started from a
+    driver that sees no GPU as lp_main's does: each node's process has its launch group's env
+    from the plan before Python starts, the plan's GPU ids (Ray does not replace them) and
+    Ray's count of its GPUs; handles reach other nodes."""
+    from magi_lp.engines import ray_engine
+
+    launch = _toy_launch(tmp_path)
+    folder = tmp_path / "reports"
     home = tmp_path / "home"
     home.mkdir()
     with pytest.MonkeyPatch.context() as patch:
@@ -381,4 +389,37 @@ def test_each_node_gets_its_groups_env_and_the_plans_gpus_on_logical_ray_gpus(tm
     assert json.loads((folder / "answers.json").read_text()) == ["pong", "pong"]
     for name in ("learner/0", "actor/1", "coordinator/0"):
         assert (tmp_path / "work" / "nodes" / name).is_file(), name
+    assert not any(home.iterdir())
+
+
+@pytest.mark.timeout(300)
+def test_a_ctrl_c_while_ray_starts_stops_ray_and_starts_no_node(tmp_path, capfd):
+    """A real SIGINT to this driver while the embedded Ray starts (right after ray.init: the
+    window where a Ctrl-C landed in a TD3 run by hand, 2026-11-27): no node starts, and the
+    run says so in one line instead of "started 0 nodes", "Ray and every node up" and an
+    empty status table written to the workdir."""
+    from magi_lp.engines import ray_engine
+
+    launch = _toy_launch(tmp_path)
+    start_ray = ray_engine._start_ray
+
+    def start_then_ctrl_c(*args, **kwargs):
+        start_ray(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)  # the engine's handler records it
+
+    home = tmp_path / "home"
+    home.mkdir()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HOME", str(home))
+        patch.delenv("RAY_ADDRESS", raising=False)
+        patch.setattr(ray_engine, "_start_ray", start_then_ctrl_c)
+        code = ray_engine.run(launch)
+    output = capfd.readouterr()
+    said = output.out + output.err
+    assert code == 0, said
+    assert "received SIGINT while Ray started: no node was started; Ray stopped" in said
+    assert "started 0" not in said and "every node up" not in said
+    assert not any((tmp_path / "reports").iterdir())  # no node ran
+    assert not (tmp_path / "work" / "status.csv").exists()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handed back
     assert not any(home.iterdir())

@@ -381,15 +381,18 @@ class _Driver:
             self._nodes.append(_NodeProcess(spec, actor, pid, log, address))
         for node in self._nodes:
             node.run_ref = node.actor.run.remote()
+        self.clients = clients
+        if not self._nodes:  # a stop before the first node: run() says so
+            return
         counts = {}
         for node in self._nodes:
             counts[node.spec.role] = counts.get(node.spec.role, 0) + 1
+        of = f" of {len(graph.nodes)}" if len(self._nodes) < len(graph.nodes) else ""
         self.say(
-            f"started {len(self._nodes)} nodes on Ray "
+            f"started {len(self._nodes)}{of} nodes on Ray "
             f"({', '.join(f'{r} x{c}' for r, c in counts.items())}); logs in "
             f"{workdir.nodes}/<group>/<index>"
         )
-        self.clients = clients
 
     def status_nodes(self) -> list[tuple[str, int, Any]]:
         return [(n.spec.group, n.spec.index, n) for n in self._nodes]
@@ -552,7 +555,14 @@ def run(launch: Launch) -> int:
         signals.install()  # Ray's start may have put its own handlers in place
         driver = _Driver(launch, signals, node_tmp)
         driver.start()
-        driver.say(f"Ray and every node up in {time.monotonic() - started:.1f} s")
+        if signals.received and not driver.status_nodes():
+            # The stop came while Ray started: no node ran, so nothing is stopped, sampled or
+            # written (the status table would have been an empty one in the workdir).
+            name = signal.Signals(signals.received[0]).name
+            driver.say(f"received {name} while Ray started: no node was started; Ray stopped")
+            return 0
+        if not signals.received:
+            driver.say(f"Ray and every node up in {time.monotonic() - started:.1f} s")
         status = make_status_monitor(
             _probe(driver, launch.workdir),
             launch.plan,

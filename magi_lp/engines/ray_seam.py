@@ -9,6 +9,11 @@ not offer comes from here, each with what breaks if an upgrade changes it:
   never in `~/.ray/auth_token`) after `import ray` must make Ray read it again (Ray's own
   `authentication_token_setup._enable_token_auth` does the same). If it changes: the
   embedded Ray fails to start ("Authentication token is missing or incorrect").
+- `ray._raylet.AuthenticationTokenLoader.instance().reset_cache()`: Ray's C++ side caches the
+  token it first loaded, so a second run in the same process (a new token, a new embedded
+  Ray) had its driver offer the first run's token and failed to connect with that same
+  error (two in-process runs of the engine's tests, 2026-11-27). Ray's own test helper
+  (`ray._private.authentication_test_utils.reset_auth_token_state`) does the same.
 - The text of Ray's actor errors when the actor's machine is gone: Ray says so only in its
   messages, not in attributes. `ActorDiedError`: "...because its node has died..." once the
   GCS has marked the machine dead; `ActorUnavailableError`: "...temporarily unavailable..."
@@ -58,10 +63,13 @@ def use_run_token(token: str | None = None) -> str:
     from ray import _raylet
 
     _require(_raylet, "Config")
+    _require(_raylet, "AuthenticationTokenLoader")
     token = token or secrets.token_hex(16)
     os.environ["RAY_AUTH_MODE"] = "token"
     os.environ["RAY_AUTH_TOKEN"] = token
     _raylet.Config.initialize("")
+    # The config first, then the cache (the order of Ray's own reset_auth_token_state).
+    _raylet.AuthenticationTokenLoader.instance().reset_cache()
     return token
 
 
