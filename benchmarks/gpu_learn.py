@@ -98,7 +98,7 @@ TINY = (
     "--config.env.max_episode_frames=100",
     # Every training episode a row: tiny episodes end within a second, and the default 1 s
     # filter had dropped the one a run ended on, leaving the frames/s rule no window (a run
-    # alone on its core, 2 of 5 tiny runs here). The paper's episodes take seconds each.
+    # alone on its core, in 3 of 8 tiny test runs here). The paper's episodes take seconds each.
     "--config.logging.time_delta=0",
 )
 TINY_FRAMES = 600
