@@ -33,10 +33,7 @@ if [ -d "$wheels/official/drqv2" ]; then
         install --target /tmp/site-official "$wheels"/official/*.whl &&
             touch /tmp/site-official/.installed || exit 3
     fi
-    mkdir -p .venv-official/bin
-    printf '#!/bin/sh\nPYTHONPATH=/tmp/site-official:/tmp/site exec %s "$@"\n' \
-        "$(command -v python3)" >.venv-official/bin/python
-    chmod +x .venv-official/bin/python
+    bash benchmarks/official_python.sh .venv-official /tmp/site-official:/tmp/site || exit 3
     official=(--official "$wheels/official/drqv2")
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader

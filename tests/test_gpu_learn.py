@@ -9,6 +9,8 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
+import os
+import subprocess
 
 import pytest
 
@@ -210,3 +212,39 @@ def test_a_goal_off_the_evaluation_points_is_one_message_before_any_run(tmp_path
 def test_the_goal_reaches_both_agents_commands(tmp_path):
     ours = gpu_learn.ours_command(4, tmp_path, tiny=False, frames=40_000)
     assert "--config.max_actor_steps=20000" in ours
+
+
+def _official_python(venv, paths: str = "/x/site-official:/x/site"):
+    return subprocess.run(
+        ["bash", str(gpu_learn.ROOT / "benchmarks" / "official_python.sh"), str(venv), paths],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+
+
+def test_the_official_wrapper_never_writes_through_a_venvs_interpreter_link(tmp_path):
+    """gpu_learn_device.sh wrote its wrapper to .venv-official/bin/python, which on a
+    development machine is a link to pyenv's python3.11: the interpreter itself was replaced by
+    the wrapper (2026-11-27). A real venv is left alone; an earlier wrapper, even a link, is
+    replaced, and what it pointed to is not touched."""
+    interpreter = tmp_path / "python3.11"
+    interpreter.write_bytes(b"\x7fELF a real interpreter")
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /somewhere\n")
+    (venv / "bin" / "python").symlink_to(interpreter)
+    assert "not replaced" in _official_python(venv).stdout
+    assert (venv / "bin" / "python").is_symlink()
+    assert interpreter.read_bytes() == b"\x7fELF a real interpreter"
+    # The device machine: no venv; then a second call finds the first's wrapper (here a link).
+    device = tmp_path / "device"
+    _official_python(device)
+    wrapper = (device / "bin" / "python").read_text()
+    assert "PYTHONPATH=/x/site-official:/x/site exec " in wrapper
+    assert os.access(device / "bin" / "python", os.X_OK)
+    (device / "bin" / "python").unlink()
+    (device / "bin" / "python").symlink_to(interpreter)
+    _official_python(device)
+    assert not (device / "bin" / "python").is_symlink()
+    assert interpreter.read_bytes() == b"\x7fELF a real interpreter"
