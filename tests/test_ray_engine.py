@@ -423,3 +423,32 @@ def test_a_ctrl_c_while_ray_starts_stops_ray_and_starts_no_node(tmp_path, capfd)
     assert not (tmp_path / "work" / "status.csv").exists()
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handed back
     assert not any(home.iterdir())
+
+
+@pytest.mark.timeout(300)
+def test_a_ctrl_c_after_the_first_node_stops_the_nodes_started_and_says_how_many(tmp_path, capfd):
+    """A real SIGINT to this driver right after the first of the 4 toy nodes started: the
+    engine starts no more, says "started 1 of 4", and stops that one as any stop does."""
+    from magi_lp.engines import ray_engine
+
+    launch = _toy_launch(tmp_path)
+
+    class FirstThenCtrlC(ray_engine._NodeProcess):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            os.kill(os.getpid(), signal.SIGINT)  # the engine's handler records it
+
+    home = tmp_path / "home"
+    home.mkdir()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HOME", str(home))
+        patch.delenv("RAY_ADDRESS", raising=False)
+        patch.setattr(ray_engine, "_NodeProcess", FirstThenCtrlC)
+        code = ray_engine.run(launch)
+    output = capfd.readouterr()
+    said = output.out + output.err
+    assert code == 0, said
+    assert "started 1 of 4 nodes on Ray (learner x1)" in said
+    assert "received SIGINT" in said and "every node up" not in said
+    assert [p.name for p in (tmp_path / "reports").iterdir()] == ["learner_0.json"]
+    assert not any(home.iterdir())
