@@ -392,6 +392,24 @@ def test_each_node_gets_its_groups_env_and_the_plans_gpus_on_logical_ray_gpus(tm
     assert not any(home.iterdir())
 
 
+def _toys_stopped(tmp_path: Path, capfd, name: str, replacement) -> tuple[int, str]:
+    """ray_engine.run of the toy launch with `ray_engine.<name>` replaced (where the test's
+    SIGINT comes from), HOME a folder of its own and left empty; (exit code, what it said)."""
+    from magi_lp.engines import ray_engine
+
+    launch = _toy_launch(tmp_path)
+    home = tmp_path / "home"
+    home.mkdir()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HOME", str(home))
+        patch.delenv("RAY_ADDRESS", raising=False)
+        patch.setattr(ray_engine, name, replacement)
+        code = ray_engine.run(launch)
+    output = capfd.readouterr()
+    assert not any(home.iterdir())
+    return code, output.out + output.err
+
+
 @pytest.mark.timeout(300)
 def test_a_ctrl_c_while_ray_starts_stops_ray_and_starts_no_node(tmp_path, capfd):
     """A real SIGINT to this driver while the embedded Ray starts (right after ray.init: the
@@ -400,29 +418,19 @@ def test_a_ctrl_c_while_ray_starts_stops_ray_and_starts_no_node(tmp_path, capfd)
     empty status table written to the workdir."""
     from magi_lp.engines import ray_engine
 
-    launch = _toy_launch(tmp_path)
     start_ray = ray_engine._start_ray
 
     def start_then_ctrl_c(*args, **kwargs):
         start_ray(*args, **kwargs)
         os.kill(os.getpid(), signal.SIGINT)  # the engine's handler records it
 
-    home = tmp_path / "home"
-    home.mkdir()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("HOME", str(home))
-        patch.delenv("RAY_ADDRESS", raising=False)
-        patch.setattr(ray_engine, "_start_ray", start_then_ctrl_c)
-        code = ray_engine.run(launch)
-    output = capfd.readouterr()
-    said = output.out + output.err
+    code, said = _toys_stopped(tmp_path, capfd, "_start_ray", start_then_ctrl_c)
     assert code == 0, said
     assert "received SIGINT while Ray started: no node was started; Ray stopped" in said
     assert "started 0" not in said and "every node up" not in said
     assert not any((tmp_path / "reports").iterdir())  # no node ran
     assert not (tmp_path / "work" / "status.csv").exists()
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handed back
-    assert not any(home.iterdir())
 
 
 @pytest.mark.timeout(300)
@@ -431,24 +439,13 @@ def test_a_ctrl_c_after_the_first_node_stops_the_nodes_started_and_says_how_many
     engine starts no more, says "started 1 of 4", and stops that one as any stop does."""
     from magi_lp.engines import ray_engine
 
-    launch = _toy_launch(tmp_path)
-
     class FirstThenCtrlC(ray_engine._NodeProcess):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             os.kill(os.getpid(), signal.SIGINT)  # the engine's handler records it
 
-    home = tmp_path / "home"
-    home.mkdir()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("HOME", str(home))
-        patch.delenv("RAY_ADDRESS", raising=False)
-        patch.setattr(ray_engine, "_NodeProcess", FirstThenCtrlC)
-        code = ray_engine.run(launch)
-    output = capfd.readouterr()
-    said = output.out + output.err
+    code, said = _toys_stopped(tmp_path, capfd, "_NodeProcess", FirstThenCtrlC)
     assert code == 0, said
     assert "started 1 of 4 nodes on Ray (learner x1)" in said
     assert "received SIGINT" in said and "every node up" not in said
     assert [p.name for p in (tmp_path / "reports").iterdir()] == ["learner_0.json"]
-    assert not any(home.iterdir())
