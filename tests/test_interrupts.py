@@ -4,11 +4,13 @@ garbage-collection callback. Real signals to this process and Python's real gc c
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import signal
 import sys
 import time
+from collections.abc import Iterator
 
 from magi_lp.launch import interrupts
 
@@ -43,12 +45,14 @@ def test_one_stop_sent_twice_is_one_keyboard_interrupt(monkeypatch):
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-def test_an_interrupt_landing_in_a_gc_callback_is_raised_again_with_nothing_printed(capfd):
-    fired = []
+@contextlib.contextmanager
+def _sigint_inside_a_gc_callback() -> Iterator[list[bool]]:
+    """A gc callback that, at the next collection's start, sends SIGINT and runs bytecode,
+    so that the handler runs inside the callback (as one lands in JAX's `_xla_gc_callback`,
+    called at every collection), where Python cannot raise. Yields whether it fired."""
+    fired: list[bool] = []
 
     def callback(phase: str, info: dict) -> None:
-        # The SIGINT arrives while the callback runs (as JAX's `_xla_gc_callback` does at
-        # every collection): its handler raises there, where Python cannot raise.
         if phase == "start" and not fired:
             fired.append(True)
             signal.raise_signal(signal.SIGINT)
@@ -56,7 +60,14 @@ def test_an_interrupt_landing_in_a_gc_callback_is_raised_again_with_nothing_prin
 
     gc.callbacks.append(callback)
     try:
-        with interrupts.one_interrupt():
+        yield fired
+    finally:
+        gc.callbacks.remove(callback)
+
+
+def test_an_interrupt_landing_in_a_gc_callback_is_raised_again_with_nothing_printed(capfd):
+    try:
+        with _sigint_inside_a_gc_callback() as fired, interrupts.one_interrupt():
             try:
                 gc.collect()
                 again = _run_until_interrupted()
@@ -64,7 +75,6 @@ def test_an_interrupt_landing_in_a_gc_callback_is_raised_again_with_nothing_prin
                 again = True
             assert fired and again, "the Ctrl-C was lost"
     finally:
-        gc.callbacks.remove(callback)
         signal.signal(signal.SIGINT, signal.default_int_handler)
     assert "Exception ignored" not in capfd.readouterr().err
 
@@ -72,22 +82,13 @@ def test_an_interrupt_landing_in_a_gc_callback_is_raised_again_with_nothing_prin
 def test_without_it_python_prints_and_drops_that_interrupt(capfd):
     """The failure it prevents, shown with Python's default handler: the traceback printed and
     the Ctrl-C gone."""
-    fired = []
-
-    def callback(phase: str, info: dict) -> None:
-        if phase == "start" and not fired:
-            fired.append(True)
-            signal.raise_signal(signal.SIGINT)
-            sum(range(100))
-
     previous_hook = sys.unraisablehook
     sys.unraisablehook = sys.__unraisablehook__  # pytest's own hook would keep it
-    gc.callbacks.append(callback)
     try:
-        gc.collect()
-        lost = not _run_until_interrupted(0.2)
+        with _sigint_inside_a_gc_callback() as fired:
+            gc.collect()
+            lost = not _run_until_interrupted(0.2)
     finally:
-        gc.callbacks.remove(callback)
         sys.unraisablehook = previous_hook
     assert fired and lost
     assert "KeyboardInterrupt" in capfd.readouterr().err
