@@ -546,6 +546,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if ok else 1
 
 
+def _run_key(run: dict) -> str:
+    """A run's name in a call's `frames` ("official 4"): what `next_call` looks up there."""
+    return f"{run['agent']} {run['seed']}"
+
+
 def _call(summary: dict) -> dict:
     """One device call, as the calls list keeps it: when, what code, how long, how far."""
     return {
@@ -554,7 +559,7 @@ def _call(summary: dict) -> dict:
         "device": summary["device"],
         "minutes": summary["minutes"],
         "wall_s": round(summary["wall_s"], 1),
-        "frames": {f"{r['agent']} {r['seed']}": r["frames"] for r in summary["runs"]},
+        "frames": {_run_key(r): r["frames"] for r in summary["runs"]},
     }
 
 
@@ -583,7 +588,7 @@ def next_call(summary: dict, goal: int) -> str:
     for run in summary["runs"]:
         if any(frame >= goal for frame, _ in run["evaluations"]):
             continue
-        name = f"{run['agent']} {run['seed']}"
+        name = _run_key(run)
         left = max(goal - run["frames"], 0)
         gained = run["frames"] - before.get(name, 0)
         needs[name] = left * wall / gained + EVALUATION_S if gained > 0 else None
