@@ -9,6 +9,7 @@ import gc
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 
@@ -72,6 +73,32 @@ def test_an_interrupt_landing_in_a_gc_callback_is_raised_again_with_nothing_prin
                 gc.collect()
                 again = _run_until_interrupted()
             except KeyboardInterrupt:  # raised again at once, after the collection
+                again = True
+            assert fired and again, "the Ctrl-C was lost"
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    assert "Exception ignored" not in capfd.readouterr().err
+
+
+def test_a_resent_sigint_handled_before_the_hook_returns_is_sent_again(capfd, monkeypatch):
+    """A busy machine can run the resending thread's first SIGINT while the hook still waits
+    for that thread to start (CI, 2026-11-27: raised inside the hook, printed as "Exception
+    ignored in sys.unraisablehook" and lost). Made certain here: starting the thread first
+    handles a SIGINT inside the hook."""
+    real_start = threading.Thread.start
+
+    def start_after_a_sigint(thread: threading.Thread) -> None:
+        signal.raise_signal(signal.SIGINT)
+        sum(range(100))  # bytecode: the handler runs here, inside the hook
+        real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start_after_a_sigint)
+    try:
+        with _sigint_inside_a_gc_callback() as fired, interrupts.one_interrupt():
+            try:
+                gc.collect()
+                again = _run_until_interrupted()
+            except KeyboardInterrupt:
                 again = True
             assert fired and again, "the Ctrl-C was lost"
     finally:

@@ -44,19 +44,23 @@ milliseconds)."""
 
 
 RESEND_SECS = 0.01
-"""How long after Python dropped a KeyboardInterrupt the SIGINT is sent again: enough for the
-collection (or `__del__`) that dropped it to end; another dropped one is sent again too."""
+"""How often, after Python dropped a KeyboardInterrupt, the SIGINT is sent again until it is
+raised: enough for the collection (or `__del__`) that dropped it to end."""
 
 
 class _OneInterrupt:
-    """The SIGINT handler: KeyboardInterrupt, except for an echo of the last one raised."""
+    """The SIGINT handler: KeyboardInterrupt, except for an echo of the last one raised, and
+    never while the unraisable hook runs (where Python would drop it too)."""
 
     def __init__(self) -> None:
         self._raised_at: float | None = None
         self._owed = False
+        self.in_hook = False
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
         del signum, frame
+        if self.in_hook:
+            return  # dropped there too; the resending thread sends it again
         now = time.monotonic()
         echo = self._raised_at is not None and now - self._raised_at < ECHO_SECS
         if echo and not self._owed:
@@ -72,13 +76,19 @@ class _OneInterrupt:
 
     def lost(self) -> None:
         """The KeyboardInterrupt raised last was dropped by Python (a gc callback's or a
-        `__del__`'s): SIGINT again, echo or not, from a thread `RESEND_SECS` later. Not at
-        once: a signal raised here is handled at once too, inside the unraisable hook or the
-        collection's next callback, where it would be dropped again."""
+        `__del__`'s): SIGINT again, echo or not, every `RESEND_SECS` from a thread until the
+        handler has raised it. Not at once from here: a signal raised here is handled at once,
+        inside the unraisable hook, where it would be dropped again. A busy machine can run the
+        thread's first send before this hook returns (starting a thread waits for it to run):
+        the handler ignores it there and the next send comes."""
         self._owed = True
-        resend = threading.Timer(RESEND_SECS, os.kill, (os.getpid(), signal.SIGINT))
-        resend.daemon = True
-        resend.start()
+        threading.Thread(target=self._resend, name="resend-sigint", daemon=True).start()
+
+    def _resend(self) -> None:
+        while self._owed:
+            time.sleep(RESEND_SECS)
+            if self._owed:
+                os.kill(os.getpid(), signal.SIGINT)
 
 
 @contextlib.contextmanager
@@ -101,7 +111,11 @@ def one_interrupt() -> Iterator[None]:
             unraisable.exc_type, KeyboardInterrupt
         )
         if ours and dropped:
-            handler.lost()
+            handler.in_hook = True
+            try:
+                handler.lost()
+            finally:
+                handler.in_hook = False
             return
         previous_hook(unraisable)
 
