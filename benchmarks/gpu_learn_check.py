@@ -25,13 +25,27 @@ had started. What counts:
 Reads the `gpu_learn.json` of each session's last call, committed under
 `benchmarks/gpu_learn_check/` (any name ending in .json).
 
-    python -m benchmarks.gpu_learn_check [RESULT.json ...]
+AMENDED on 2026-11-27, in the commit that added `CPU_KEPT`, before any run it counts had
+started (none had run on either machine): the same six runs may be made on this project's
+2-core CPU machine, since a GPU is lent to a few sessions only and one session's 15 minutes do
+not hold both agents' runs. `python -m benchmarks.learn_check --paper` (in the background:
+`bash benchmarks/learn_check/background.sh --paper`) runs each on one core at exactly these
+settings (ours: the same `ours_main` arguments as `make gpu-learn`, with a checkpoint every 10
+minutes; the official agent: the same command on `device=cpu`), and keeps each finished run
+under `benchmarks/gpu_learn_check/cpu/`. The comparison is made within one kind of machine:
+the six GPU runs together, or the six CPU runs together, never a mix. The set whose sixth run
+finished first counts (a GPU run's time is its result's `measured_at`, a CPU run's the end of
+its last launch); the other set, if it completes, is reported beside it and does not change
+the verdict. Frames/s are compared only within the set.
+
+    python -m benchmarks.gpu_learn_check [RESULT.json ...] [--cpu-results DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import json
 import sys
 from pathlib import Path
@@ -54,6 +68,10 @@ SETTINGS = Settings(
 )
 KEPT = common.REPO / "benchmarks" / "gpu_learn_check"
 """Each session's last gpu_learn.json, committed."""
+CPU_KEPT = KEPT / "cpu"
+"""The CPU runs' results (`python -m benchmarks.learn_check --paper`), committed:
+agent/task/seed_N.json, as the learn check keeps its own."""
+MACHINES = ("gpu", "cpu")
 
 
 def at_these_settings(result: dict) -> bool:
@@ -70,9 +88,17 @@ def at_these_settings(result: dict) -> bool:
     )
 
 
+def _epoch(iso: str | None) -> float | None:
+    try:
+        return datetime.datetime.strptime(iso or "", "%Y-%m-%dT%H:%M:%S%z").timestamp()
+    except ValueError:
+        return None
+
+
 def runs_of(result: dict, source: str) -> list[dict]:
     """A gpu_learn.json's runs in the comparison's form: each with its task, settings (the
-    preregistered ones, or none where the result was made at others), versions, machine."""
+    preregistered ones, or none where the result was made at others), versions, machine,
+    and when the result was written (`finished`)."""
     settings = dataclasses.asdict(SETTINGS) if at_these_settings(result) else {}
     return [
         {
@@ -83,9 +109,29 @@ def runs_of(result: dict, source: str) -> list[dict]:
             "machine": {**result.get("machine", {}), "device": result.get("device")},
             "source": source,
             "commit": result.get("commit"),
+            "finished": _epoch(result.get("measured_at")),
         }
         for run in result.get("runs", [])
     ]
+
+
+def cpu_runs(kept: Path) -> list[dict]:
+    """The learn check's finished CPU runs kept in `kept`, in the same form: `frames` their
+    last evaluation's, `finished` the end of their last launch. A run at other settings is
+    left out by the comparison, as a GPU one is."""
+    found = []
+    for path in sorted(Path(kept).glob("*/*/seed_*.json")):
+        run = json.loads(path.read_text())
+        ends = [a["ended"] for a in run.get("attempts", []) if a.get("ended")]
+        found.append(
+            {
+                **run,
+                "frames": max((int(f) for f, _ in run["evaluations"]), default=0),
+                "source": str(path.relative_to(kept)),
+                "finished": max(ends, default=None),
+            }
+        )
+    return found
 
 
 def furthest(runs: list[dict]) -> tuple[list[dict], list[dict]]:
@@ -99,34 +145,65 @@ def furthest(runs: list[dict]) -> tuple[list[dict], list[dict]]:
     return list(best.values()), [run for run in runs if id(run) not in kept]
 
 
-def check(paths: list[Path]) -> dict:
-    """The comparison over the results in `paths`: comparison.compare's answer for the task,
-    with the verdict, and what was read."""
-    runs: list[dict] = []
-    for path in paths:
-        runs += runs_of(json.loads(Path(path).read_text()), Path(path).name)
+def _one_machine(runs: list[dict]) -> dict:
+    """The comparison over one kind of machine's runs: the furthest run of each (agent,
+    seed); comparison.compare's answer with its verdict; when its last counted run finished
+    (None while incomplete)."""
     kept, repeated = furthest(runs)
     found = comparison.compare(kept, SETTINGS, SEEDS)
     agents = found["tasks"].get(gpu_learn.TASK, {})
     if "comparison" not in agents:  # no run of the task at these settings and seeds
         agents["comparison"] = comparison.verdict(agents, SEEDS)
+    complete = agents["comparison"]["verdict"] != comparison.INCOMPLETE
+    counted = [
+        run for run in kept if run["seed"] in SEEDS and comparison.same_settings(
+            run.get("settings", {}), SETTINGS)
+    ]  # fmt: skip
+    times = [run.get("finished") for run in counted]
     return {
         "points": found["points"],
-        "seeds": list(SEEDS),
         "agents": agents,
-        "read": [str(p) for p in paths],
+        "finished": max(times) if complete and None not in times else None,
         "left_out": [f"{r['agent']} {r['seed']} ({r['source']})" for r in repeated],
     }
 
 
-def lines(found: dict) -> list[str]:
-    """The check in words: each agent's curve and learning, then the verdict."""
-    agents, points = found["agents"], found["points"]
-    out = [
-        f"gpu_learn_check: {gpu_learn.TASK} at the paper's settings, seeds "
-        f"{', '.join(map(str, SEEDS))} of each agent (preregistered), points "
-        f"{', '.join(f'{p // 1000}k' for p in points)}"
-    ]
+def check(paths: list[Path], cpu_kept: Path | None = None) -> dict:
+    """The comparison over the gpu_learn.json files in `paths` and the CPU runs kept in
+    `cpu_kept`, within each kind of machine; the verdict is the set that completed first
+    (the amendment), "incomplete" while neither has. `agents` is that set's (or, while
+    incomplete, the one with more runs finished)."""
+    runs: list[dict] = []
+    for path in paths:
+        runs += runs_of(json.loads(Path(path).read_text()), Path(path).name)
+    machines = {
+        "gpu": _one_machine(runs),
+        "cpu": _one_machine(cpu_runs(cpu_kept) if cpu_kept is not None else []),
+    }
+    done = [m for m in MACHINES if machines[m]["finished"] is not None]
+    if done:
+        counted = min(done, key=lambda m: machines[m]["finished"])
+    else:  # the set nearer to done is shown; the verdict waits
+
+        def finished_runs(machine: str) -> int:
+            agents = machines[machine]["agents"]
+            return sum(len(agents[a]["seeds"]) for a in AGENTS if a in agents)
+
+        counted = max(MACHINES, key=finished_runs)  # ties: the GPU's, listed first
+    chosen = machines[counted]
+    return {
+        "points": chosen["points"],
+        "seeds": list(SEEDS),
+        "machine": counted if done else None,
+        "agents": chosen["agents"],
+        "machines": machines,
+        "read": [str(p) for p in paths] + ([str(cpu_kept)] if cpu_kept is not None else []),
+        "left_out": machines["gpu"]["left_out"] + machines["cpu"]["left_out"],
+    }
+
+
+def _agent_lines(agents: dict) -> list[str]:
+    out = []
     for name in AGENTS:
         agent = agents.get(name)
         if agent is None:
@@ -139,7 +216,29 @@ def lines(found: dict) -> list[str]:
             f"learned: {agent['learning']['learned']} ({agent['learning']['rule']}); "
             f"train frames/s {'-' if fps is None else f'{fps:.1f}'}"
         )
-    verdict = agents["comparison"]
+    return out
+
+
+def lines(found: dict) -> list[str]:
+    """The check in words: each machine's runs (each agent's curve and learning), then the
+    verdict of the set counted."""
+    points = found["points"]
+    out = [
+        f"gpu_learn_check: {gpu_learn.TASK} at the paper's settings, seeds "
+        f"{', '.join(map(str, SEEDS))} of each agent (preregistered), points "
+        f"{', '.join(f'{p // 1000}k' for p in points)}; one kind of machine counts"
+    ]
+    for machine in MACHINES:
+        agents = found["machines"][machine]["agents"]
+        if not any(name in agents for name in AGENTS):
+            out.append(f"  on {machine}: no run finished")
+            continue
+        state = "counted" if found["machine"] == machine else "not counted"
+        if found["machine"] is None:
+            state = "shown" if found["agents"] is agents else "not shown"
+        out.append(f"  on {machine} ({state}):")
+        out += ["  " + line for line in _agent_lines(agents)]
+    verdict = found["agents"]["comparison"]
     ratio = verdict.get("auc_ratio")
     interval = verdict.get("auc_ratio_95")
     if ratio is not None:
@@ -149,19 +248,23 @@ def lines(found: dict) -> list[str]:
         )
     if verdict.get("missing_seeds"):
         out.append(f"  missing: {verdict['missing_seeds']}")
-    out.append(f"gpu_learn_check: {verdict['verdict']}: {verdict['why']}")
+    where = f" (on {found['machine']})" if found["machine"] else ""
+    out.append(f"gpu_learn_check: {verdict['verdict']}{where}: {verdict['why']}")
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="*", help=f"gpu_learn.json files (default: {KEPT})")
+    parser.add_argument(
+        "--cpu-results", default=str(CPU_KEPT), help="the CPU runs' kept results (a folder)"
+    )
     args = parser.parse_args(argv)
     paths = [Path(p) for p in args.results] or sorted(KEPT.glob("*.json"))
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
         raise SystemExit(f"gpu_learn_check: no such file: {', '.join(missing)}")
-    found = check(paths)
+    found = check(paths, Path(args.cpu_results))
     print("\n".join(lines(found)))
     return comparison.EXIT[found["agents"]["comparison"]["verdict"]]
 

@@ -1,16 +1,20 @@
 """The preregistered GPU comparison (benchmarks/gpu_learn_check.py) over gpu_learn.json files
-shaped as `make gpu-learn` writes them: it holds for two learners alike, and fails, with its
-exit code, for a learner that never updates, for one that learns at half the rate, and while
-a preregistered seed is missing. Runs of other seeds or settings are not counted. (The same
-rules, against a tiny run with a broken critic target, are tests/test_learn_check.py's.)"""
+shaped as `make gpu-learn` writes them, and over CPU runs kept as `learn_check --paper` keeps
+them: it holds for two learners alike, and fails, with its exit code, for a learner that never
+updates, for one that learns at half the rate, and while a preregistered seed is missing. Runs
+of other seeds or settings are not counted; one kind of machine counts, the one whose six runs
+finished first. (The same rules, against a tiny run with a broken critic target, are
+tests/test_learn_check.py's.)"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 from benchmarks import gpu_learn, gpu_learn_check
-from benchmarks.learn_check import comparison
+from benchmarks.learn_check import __main__ as learn_check_main
+from benchmarks.learn_check import comparison, official, runs
 
 LEARNS = [(0, 380.0), (20_000, 520.0), (40_000, 960.0)]
 
@@ -23,6 +27,7 @@ def _result(agent: str, curves: dict[int, list[tuple[int, float]]], **change) ->
         "machine": {"cpu": "Intel(R) Xeon(R) Processor", "cores": 16},
         "versions": {"jax": "0.11.2"},
         "commit": "abc1234",
+        "measured_at": "2026-12-01T10:00:00+0000",
         "settings": {
             "frames_goal": 40_000,
             "eval_every_frames": 20_000,
@@ -52,8 +57,32 @@ def _write(folder: Path, name: str, result: dict) -> Path:
 
 def _check(tmp_path: Path, ours: dict, official: dict, capsys) -> tuple[int, str]:
     paths = [_write(tmp_path, "ours", ours), _write(tmp_path, "official", official)]
-    code = gpu_learn_check.main([str(p) for p in paths])
+    code = gpu_learn_check.main([*map(str, paths), "--cpu-results", str(folder_of_none(tmp_path))])
     return code, capsys.readouterr().out
+
+
+def folder_of_none(tmp_path: Path) -> Path:
+    return tmp_path / "no-cpu-runs"
+
+
+def _keep_cpu(kept: Path, agent: str, curves: dict, ended: float, **change) -> None:
+    """CPU runs as `python -m benchmarks.learn_check --paper` keeps them (runs.run_one)."""
+    for seed, curve in curves.items():
+        result = {
+            "agent": agent,
+            "task": gpu_learn.TASK,
+            "seed": seed,
+            "settings": dataclasses.asdict(gpu_learn_check.SETTINGS),
+            "versions": {"jax": "0.4.30"},
+            "machine": {"cpu": "AMD EPYC", "cores": 2},
+            "attempts": [{"attempt": 1, "started": ended - 3600, "ended": ended + seed}],
+            "evaluations": curve,
+            "train_frames_per_s": 2.5 if agent == "magi_lp" else 1.8,
+            **change,
+        }
+        path = kept / agent / gpu_learn.TASK / f"seed_{seed}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result))
 
 
 def _seeds(curve: list[tuple[int, float]]) -> dict[int, list[tuple[int, float]]]:
@@ -101,7 +130,7 @@ def test_a_missing_seed_or_point_leaves_it_incomplete_and_other_runs_do_not_coun
             ("official", _result("official", _seeds(LEARNS))),
         ]
     ]
-    code = gpu_learn_check.main([str(p) for p in paths])
+    code = gpu_learn_check.main([*map(str, paths), "--cpu-results", str(folder_of_none(tmp_path))])
     out = capsys.readouterr().out
     assert code == comparison.EXIT[comparison.INCOMPLETE], out
     assert "missing: {'magi_lp': [6], 'official': []}" in out
@@ -126,3 +155,92 @@ def test_no_result_yet_is_incomplete_and_a_missing_file_is_one_line(tmp_path, ca
         assert "gpu_learn_check: no such file" in str(stop)
     else:
         raise AssertionError("a missing file must stop the check with one line")
+
+
+def test_six_cpu_runs_alone_make_the_verdict_on_cpu(tmp_path, capsys):
+    kept = tmp_path / "cpu"
+    frozen = [(f, LEARNS[0][1]) for f, _ in LEARNS]
+    _keep_cpu(kept, "magi_lp", _seeds(frozen), ended=1.8e9)
+    _keep_cpu(kept, "official", _seeds(LEARNS), ended=1.8e9)
+    code = gpu_learn_check.main(["--cpu-results", str(kept)])  # no GPU result given
+    out = capsys.readouterr().out
+    assert code == comparison.EXIT[comparison.NOT_HELD], out
+    assert "gpu_learn_check: not held (on cpu): magi_lp did not learn" in out
+    assert "on cpu (counted):" in out and "train frames/s 2.5" in out
+
+
+def test_cpu_runs_at_other_settings_do_not_count(tmp_path):
+    kept = tmp_path / "cpu"
+    figure_13 = dataclasses.asdict(dataclasses.replace(gpu_learn_check.SETTINGS, image_size=48))
+    _keep_cpu(kept, "magi_lp", _seeds(LEARNS), ended=1.8e9, settings=figure_13)
+    _keep_cpu(kept, "official", _seeds(LEARNS), ended=1.8e9)
+    found = gpu_learn_check.check([], kept)
+    assert found["agents"]["comparison"]["verdict"] == comparison.INCOMPLETE
+    assert "magi_lp" not in found["machines"]["cpu"]["agents"]
+
+
+def test_the_machine_whose_six_runs_finished_first_counts_and_sets_never_mix(tmp_path, capsys):
+    gpu = [
+        _write(tmp_path, "ours", _result("magi_lp", _seeds(LEARNS))),
+        _write(tmp_path, "official", _result("official", _seeds(LEARNS))),
+    ]
+    gpu_done = gpu_learn_check._epoch("2026-12-01T10:00:00+0000")
+    kept = tmp_path / "cpu"
+    # The CPU's ours did not learn; its official runs finished an hour before the GPU's.
+    frozen = [(f, LEARNS[0][1]) for f, _ in LEARNS]
+    _keep_cpu(kept, "official", _seeds(LEARNS), ended=gpu_done - 3600)
+    # Three GPU runs of ours beside three CPU runs of the official agent: no set is complete.
+    mixed = gpu_learn_check.check(gpu[:1], kept)
+    assert mixed["machine"] is None
+    assert mixed["agents"]["comparison"]["verdict"] == comparison.INCOMPLETE
+
+    _keep_cpu(kept, "magi_lp", _seeds(frozen), ended=gpu_done + 60)  # after the GPU's sixth
+    found = gpu_learn_check.check(gpu, kept)
+    assert found["machine"] == "gpu"
+    assert found["agents"]["comparison"]["verdict"] == comparison.HELD
+    assert found["machines"]["cpu"]["agents"]["comparison"]["verdict"] == comparison.NOT_HELD
+
+    _keep_cpu(kept, "magi_lp", _seeds(frozen), ended=gpu_done - 60)  # before it
+    code = gpu_learn_check.main([*map(str, gpu), "--cpu-results", str(kept)])
+    out = capsys.readouterr().out
+    assert code == comparison.EXIT[comparison.NOT_HELD], out
+    assert "on gpu (not counted):" in out and "on cpu (counted):" in out
+
+
+def test_the_cpu_runs_are_the_gpu_runs_commands_at_the_same_settings(monkeypatch, tmp_path):
+    """The amendment's claim: `learn_check --paper` runs each agent with `make gpu-learn`'s
+    arguments (ours: a checkpoint every 10 minutes besides; the official agent: on the CPU)."""
+    workdir = tmp_path / "work"
+    cpu = runs.ours_command(gpu_learn_check.SETTINGS, gpu_learn.TASK, 4, workdir)
+    gpu = gpu_learn.ours_command(4, workdir, tiny=False, frames=gpu_learn_check.FRAMES)
+    assert sorted(cpu[1:]) == sorted([*gpu[1:], "--config.checkpoint.every_minutes=10.0"])
+    monkeypatch.setattr(official, "prepare", lambda checkout, folder: folder)
+    gpu_official, code_dir = gpu_learn.official_command(
+        tmp_path / "drqv2", tmp_path, 4, gpu_learn_check.FRAMES
+    )
+    cpu_official = runs.official_command(
+        gpu_learn_check.SETTINGS, gpu_learn.TASK, 4, code_dir, tmp_path / "work"
+    )
+    assert gpu_official == [a.replace("device=cpu", "device=cuda") for a in cpu_official]
+    assert "device=cuda" in gpu_official
+
+
+def test_learn_check_paper_reports_the_gpu_checks_verdict_and_refuses_tiny(
+    monkeypatch, tmp_path, capsys
+):
+    monkeypatch.setattr(gpu_learn_check, "KEPT", tmp_path / "gpu")  # no GPU result
+    kept = tmp_path / "cpu"
+    _keep_cpu(kept, "magi_lp", _seeds(LEARNS), ended=1.8e9)
+    _keep_cpu(kept, "official", _seeds(LEARNS), ended=1.8e9)
+    argv = ["--paper", "--report-only", "--kept", str(kept), "--out", str(tmp_path / "runs")]
+    assert learn_check_main.main(argv) == comparison.EXIT[comparison.HELD]
+    out = capsys.readouterr().out
+    assert "0 run(s) to do (84x84 pixels" in out and "held (on cpu)" in out
+    for wrong in (["--tiny"], ["--tasks", "walker_stand"]):
+        try:
+            learn_check_main.main(["--paper", "--report-only", *wrong])
+        except SystemExit as stop:
+            assert stop.code == 2
+        else:
+            raise AssertionError(f"--paper with {wrong} must be refused")
+        assert "--paper" in capsys.readouterr().err

@@ -3,6 +3,7 @@
     python -m benchmarks.learn_check --official PATH [--tasks cartpole_balance]
         [--cores 0,1] [--agents magi_lp,official] [--out runs/learn_check] [--report-only]
     python -m benchmarks.learn_check --tiny --agents magi_lp --out DIR   # a check of the command
+    python -m benchmarks.learn_check --paper --official PATH   # the GPU check's runs, on CPU
 
 Runs every preregistered (agent, task, seed) (`settings.SEEDS`, fixed before the runs) whose
 result is not kept yet (benchmarks/learn_check/results/, committed), one per core at a time
@@ -16,6 +17,12 @@ benchmarks/results.json and BENCHMARKS.md (done here when every run is finished)
 Exit code: 0 the goal held (both agents learned, AUC ratio >= 0.9), 1 it did not, 3 runs
 are unfinished (run again to continue them), 2 the official checkout is missing.
 `--seeds` runs other seeds too, but only the preregistered ones are counted.
+
+`--paper` runs the preregistered GPU comparison's six runs (`benchmarks.gpu_learn_check`:
+seeds 4-6 of each agent at the paper's settings, 84x84, batch 256, to 40k frames) here, one
+per core, as its amendment allows: run folders under runs/learn_check_paper, results kept
+under benchmarks/gpu_learn_check/cpu/, and `gpu_learn_check`'s verdict and exit code instead of
+figure 13's (its learn_check.json is not touched).
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ import sys
 import threading
 from pathlib import Path
 
-from benchmarks import common
+from benchmarks import common, gpu_learn, gpu_learn_check
 from benchmarks.learn_check import comparison, official, runs
 from benchmarks.learn_check.settings import (
     AGENTS,
@@ -39,6 +46,7 @@ from benchmarks.learn_check.settings import (
     FULL,
     KEPT,
     OUT,
+    PAPER_OUT,
     TINY,
     kept_result,
     run_dir,
@@ -56,11 +64,11 @@ def _names(text: str) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--official", default="", help="a checkout of facebookresearch/drqv2")
-    parser.add_argument("--seeds", default=",".join(map(str, DEFAULT_SEEDS)))
+    parser.add_argument("--seeds", default="", help="default: the preregistered ones")
     parser.add_argument("--tasks", default=",".join(DEFAULT_TASKS))
     parser.add_argument("--agents", default=",".join(AGENTS))
     parser.add_argument("--cores", default="0,1", help="one run at a time on each")
-    parser.add_argument("--out", default=str(OUT))
+    parser.add_argument("--out", default="", help=f"default: {OUT} ({PAPER_OUT} for --paper)")
     parser.add_argument(
         "--kept",
         default="",
@@ -68,9 +76,21 @@ def main(argv: list[str] | None = None) -> int:
         "OUT/results); background.sh runs from a pinned worktree and keeps them here",
     )
     parser.add_argument("--tiny", action="store_true", help="tiny settings: checks the command")
+    parser.add_argument(
+        "--paper",
+        action="store_true",
+        help="the preregistered GPU comparison's runs (benchmarks.gpu_learn_check), here",
+    )
     parser.add_argument("--report-only", action="store_true", help="run nothing; report")
     args = parser.parse_args(argv)
-    settings = TINY if args.tiny else FULL
+    if args.paper and args.tiny:
+        parser.error("--paper and --tiny: choose one (--paper runs the paper's settings)")
+    if args.paper and _names(args.tasks) != [gpu_learn.TASK]:
+        parser.error(f"--paper: its task is {gpu_learn.TASK} only; leave --tasks out")
+    settings = gpu_learn_check.SETTINGS if args.paper else TINY if args.tiny else FULL
+    args.seeds = args.seeds or ",".join(
+        map(str, gpu_learn_check.SEEDS if args.paper else DEFAULT_SEEDS)
+    )
     agents = _names(args.agents)
     unknown = sorted(set(agents) - set(AGENTS))
     if unknown:
@@ -82,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         except official.OfficialCodeMissing as error:
             print(f"learn_check: {error}", file=sys.stderr)
             return 2
-    out = Path(args.out)
+    out = Path(args.out or (PAPER_OUT if args.paper else OUT))
     other = _background_pid(out)
     if other and not args.report_only:
         log = out / "background.log"
@@ -91,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # Tiny checks keep their results beside their runs; real ones in the repository.
     kept = Path(args.kept) if args.kept else out / "results" if args.tiny else KEPT
+    if args.paper and not args.kept:
+        kept = gpu_learn_check.CPU_KEPT
     jobs: queue.Queue = queue.Queue()
     for seed in _ints(args.seeds):
         for task in _names(args.tasks):
@@ -141,6 +163,10 @@ def _run_and_report(args, settings, agents, checkout, out, kept, jobs, stopping)
         runs.stop_all()
         for worker in workers:
             worker.join()
+    if args.paper:  # the GPU check's verdict over every kept result, GPU and CPU
+        found = gpu_learn_check.check(sorted(gpu_learn_check.KEPT.glob("*.json")), kept)
+        print("\n".join(gpu_learn_check.lines(found)))
+        return comparison.EXIT[found["agents"]["comparison"]["verdict"]]
     result = comparison.write(kept, settings, args.tiny, out, tuple(_names(args.tasks)))
     print(f"learn_check: verdict {result['verdict']}: {result['line']}")
     print(f"learn_check: wrote {', '.join(result['files'])}")

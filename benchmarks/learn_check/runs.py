@@ -180,6 +180,28 @@ def ours_command(settings: Settings, task: str, seed: int, workdir: Path) -> lis
     ]
 
 
+def official_command(
+    settings: Settings, task: str, seed: int, code_dir: Path, workdir: Path
+) -> list[str]:
+    """The official train.py (prepared in `code_dir`) on CPU at `settings`."""
+    return official.command(
+        code_dir,
+        VENV_OFFICIAL / "bin" / "python",
+        task=task,
+        seed=seed,
+        image_size=settings.image_size,
+        batch_size=settings.batch_size,
+        # One step past the last frame: train.py evaluates at the top of a step, and stops
+        # before the step at num_train_frames: this gives the evaluation at `frames`.
+        train_frames=settings.frames + ACTION_REPEAT,
+        eval_every_frames=settings.eval_every_frames,
+        eval_episodes=settings.eval_episodes,
+        seed_frames=settings.seed_frames,
+        replay_size=settings.replay_size,
+        workdir=workdir,
+    )
+
+
 def _ours_episode_ends(rows: list[dict[str, str]]) -> list[tuple[int, float, float | None]]:
     """(end frame, wall_time, cpu_time) of each training episode, a relaunch's repeats
     removed. One launch's episodes follow each other (each starts where the last ended); a
@@ -385,23 +407,7 @@ def _run_locked(
     else:
         assert checkout is not None
         code_dir = official.prepare(checkout, folder / "code")
-        command = official.command(
-            code_dir,
-            VENV_OFFICIAL / "bin" / "python",
-            task=task,
-            seed=seed,
-            image_size=settings.image_size,
-            batch_size=settings.batch_size,
-            # One step past the last frame: train.py evaluates at the top of a step, and
-            # stops before the step at num_train_frames: this gives the evaluation at
-            # `frames`.
-            train_frames=settings.frames + ACTION_REPEAT,
-            eval_every_frames=settings.eval_every_frames,
-            eval_episodes=settings.eval_episodes,
-            seed_frames=settings.seed_frames,
-            replay_size=settings.replay_size,
-            workdir=workdir,
-        )
+        command = official_command(settings, task, seed, code_dir, workdir)
         code, cpu_s = _launch(_pinned(core, command), official.environment(), log, code_dir)
     attempt["ended"] = time.time()
     attempt["exit_code"] = code

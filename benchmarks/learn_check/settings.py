@@ -30,6 +30,8 @@ SEEDS = (1, 2, 3)
 DEFAULT_SEEDS = SEEDS
 OUT = common.REPO / "runs" / "learn_check"
 """Run folders (logs, checkpoints; git-ignored)."""
+PAPER_OUT = common.REPO / "runs" / "learn_check_paper"
+"""`--paper`'s run folders: the preregistered GPU comparison's runs made here."""
 RESULT = "result.json"
 """Each finished run writes this into its folder; a folder without it is continued."""
 FAILED = "failed"
