@@ -99,7 +99,7 @@ def test_the_queue_carries_each_step_once_in_order(queue, drainers):
     for adder in adders:
         adder.close()
     steps = sum(len(ep) for eps in data for ep in eps)
-    assert settle(lambda: drainer.steps) == steps
+    assert settle(lambda: drainer.steps, steps) == steps
     drainer.close()
     got = store.transitions_at(0)
     want = reference(data)
@@ -114,7 +114,8 @@ def test_a_slow_learner_holds_the_writer_back_at_the_schedule(queue, drainers, s
     _, gate, drainer, iterator = learner_side(queue, spec, drainers)
     writer = start_writer(queue, spec, steps=400)
     # No batch sampled: the drain stops at min_replay_size + error buffer transitions...
-    assert settle(lambda: gate.inserted) == SCHEDULE.min_replay_size + ERROR_BUFFER
+    held = SCHEDULE.min_replay_size + ERROR_BUFFER
+    assert settle(lambda: gate.inserted, held) == held
     # ...then the queue fills and the writer's inserts block.
     written = settle(lambda: writer.written)
     assert writer.is_alive() and written < 100
@@ -124,7 +125,8 @@ def test_a_slow_learner_holds_the_writer_back_at_the_schedule(queue, drainers, s
 
     for _ in range(5):  # each batch lets 2 more transitions in, no more
         next(iterator)
-    assert settle(lambda: gate.inserted) == SCHEDULE.min_replay_size + 5 * 2 + ERROR_BUFFER
+    held = SCHEDULE.min_replay_size + 5 * 2 + ERROR_BUFFER
+    assert settle(lambda: gate.inserted, held) == held
     assert settle(lambda: writer.written) > written
 
     # A stop: the writer blocked on the full queue gives its write up within its poll...
@@ -149,20 +151,20 @@ def test_a_slow_writer_stalls_the_learner_at_the_schedule(queue, drainers, start
     batches = []
     learner = threading.Thread(target=lambda: [batches.append(1) for _ in iterator], daemon=True)
     learner.start()
-    assert settle(lambda: writer.written) == 30  # paused
-    assert settle(lambda: gate.inserted) == 28
+    assert settle(lambda: writer.written, 30) == 30  # paused
+    assert settle(lambda: gate.inserted, 28) == 28
     # Exactly the updates 28 inserted transitions allow: (28 - 10) // 2 + 1 = 10.
-    assert settle(lambda: len(batches)) == SCHEDULE.updates_due(28) == 10
+    assert settle(lambda: len(batches), 10) == SCHEDULE.updates_due(28) == 10
     assert learner.is_alive()  # waiting for steps, not sampling ahead
 
     writer.pause_at = 50
     writer.go.set()
-    assert settle(lambda: writer.written) == 50
-    assert settle(lambda: gate.inserted) == 48
-    assert settle(lambda: len(batches)) == SCHEDULE.updates_due(48) == 20
+    assert settle(lambda: writer.written, 50) == 50
+    assert settle(lambda: gate.inserted, 48) == 48
+    assert settle(lambda: len(batches), 20) == SCHEDULE.updates_due(48) == 20
 
     drainer.close()
-    learner.join(timeout=2.0)
+    learner.join(timeout=30.0)  # at once when it works; a busy machine may be slow
     assert not learner.is_alive()  # the stop ended the learner's wait
 
 

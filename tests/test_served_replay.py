@@ -142,9 +142,13 @@ class Writer(threading.Thread):
         return time.monotonic() - start
 
 
-def settle(read, seconds: float = 20.0, quiet: float = 1.0):
-    """Waits until `read()` stops changing for `quiet` seconds; returns its value."""
+def settle(read, expect=None, seconds: float = 60.0, quiet: float = 1.0):
+    """Waits until `read()` stops changing for `quiet` seconds; returns its value. With
+    `expect`, first until it reads that (within `seconds`): on a busy machine a thread can
+    stall for longer than `quiet` before it gets there, which read as settled too early."""
     deadline = time.monotonic() + seconds
+    while expect is not None and read() != expect and time.monotonic() < deadline:
+        time.sleep(0.05)
     value, since = read(), time.monotonic()
     while time.monotonic() < deadline:
         time.sleep(0.05)
@@ -367,7 +371,7 @@ def _through_the_served_queue(data, started) -> tuple[list[bytes], set[bytes]]:
     for adder in adders:
         adder.close()
     steps = sum(len(ep) for eps in data for ep in eps)
-    assert settle(lambda: drainer.steps, quiet=0.5) == steps
+    assert settle(lambda: drainer.steps, steps, quiet=0.5) == steps
     assert queue.info()["inserted"] == steps  # each step one item: a frame crosses once
     got = store.transitions_at(0)
     sampled = jax.device_get(next(iterator))
@@ -407,7 +411,8 @@ def test_a_slow_learner_holds_the_served_writer_back_at_the_schedule(started):
     started.append(writer)
     writer.start()
     # No batch sampled: the drain stops at min_replay_size + error buffer transitions...
-    assert settle(lambda: gate.inserted) == SCHEDULE.min_replay_size + ERROR_BUFFER
+    held = SCHEDULE.min_replay_size + ERROR_BUFFER
+    assert settle(lambda: gate.inserted, held) == held
     # ...then the queue fills and the writer's inserts wait.
     written = settle(lambda: writer.written)
     assert writer.is_alive() and queue.info()["size"] == 20
@@ -416,7 +421,8 @@ def test_a_slow_learner_holds_the_served_writer_back_at_the_schedule(started):
 
     for _ in range(5):  # each batch lets 2 more transitions in, no more
         next(iterator)
-    assert settle(lambda: gate.inserted) == SCHEDULE.min_replay_size + 5 * 2 + ERROR_BUFFER
+    held = SCHEDULE.min_replay_size + 5 * 2 + ERROR_BUFFER
+    assert settle(lambda: gate.inserted, held) == held
     assert settle(lambda: writer.written) > written
 
     # A stop: the writer waiting on the full queue gives its write up within a call...
@@ -442,19 +448,19 @@ def test_a_slow_served_writer_stalls_the_learner_at_the_schedule(started):
     batches = []
     learner = threading.Thread(target=lambda: [batches.append(1) for _ in iterator], daemon=True)
     learner.start()
-    assert settle(lambda: writer.written) == 30
-    assert settle(lambda: gate.inserted) == 28
-    assert settle(lambda: len(batches)) == SCHEDULE.updates_due(28) == 10
+    assert settle(lambda: writer.written, 30) == 30
+    assert settle(lambda: gate.inserted, 28) == 28
+    assert settle(lambda: len(batches), 10) == SCHEDULE.updates_due(28) == 10
     assert learner.is_alive()  # waiting for steps, not sampling ahead
 
     writer.pause_at = 50
     writer.go.set()
-    assert settle(lambda: writer.written) == 50
-    assert settle(lambda: gate.inserted) == 48
-    assert settle(lambda: len(batches)) == SCHEDULE.updates_due(48) == 20
+    assert settle(lambda: writer.written, 50) == 50
+    assert settle(lambda: gate.inserted, 48) == 48
+    assert settle(lambda: len(batches), 20) == SCHEDULE.updates_due(48) == 20
 
     drainer.close()
-    learner.join(timeout=1.0)
+    learner.join(timeout=30.0)  # at once when it works; a busy machine may be slow
     assert not learner.is_alive()  # the stop ended the learner's wait
 
 
@@ -643,7 +649,7 @@ def test_a_served_td3_writer_held_back_by_the_limiter_gives_up_at_a_stop(started
     writer = Writer(adder, stop, 10_000, pixels=False)
     started.append(writer)
     writer.start()
-    assert settle(lambda: writer.written) == 16  # min_replay_size + error buffer, then held
+    assert settle(lambda: writer.written, 16) == 16  # min_replay_size + error buffer, then held
     assert writer.is_alive()
     assert writer.finish() < 1.0
     assert not writer.is_alive() and writer.abandoned
@@ -796,7 +802,10 @@ def test_the_served_host_transitions_end_to_end_in_threads(started):
         batch = next(replay.iterator)
     assert batch.observation.shape == (4, 3)
     # Held back at min_replay_size + the default error buffer (200) + 2 per batch sampled.
-    assert settle(lambda: replay.info()["replay_inserted"], quiet=0.5) == 10 + 200 + 3 * 2
+    assert (
+        settle(lambda: replay.info()["replay_inserted"], 10 + 200 + 3 * 2, quiet=0.5)
+        == 10 + 200 + 3 * 2
+    )
     saved = replay.save()
     info = table.info()
 
