@@ -38,7 +38,12 @@ finished first counts (a GPU run's time is its result's `measured_at`, a CPU run
 its last launch); the other set, if it completes, is reported beside it and does not change
 the verdict. Frames/s are compared only within the set.
 
-    python -m benchmarks.gpu_learn_check [RESULT.json ...] [--cpu-results DIR]
+    python -m benchmarks.gpu_learn_check [RESULT.json ...] [--cpu-results DIR] [--write]
+
+`--write` (what `make gpu-learn-check` passes) also writes the figure's result,
+benchmarks/gpu_learn_check.json, and its curves, benchmarks/gpu_learn_check_curves.png, with the
+CPU runs' progress from runs/learn_check_paper/; `python -m benchmarks.run --only
+gpu_learn_check` renders them into BENCHMARKS.md (figure 17).
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -68,6 +74,8 @@ SETTINGS = Settings(
 )
 KEPT = common.REPO / "benchmarks" / "gpu_learn_check"
 """Each session's last gpu_learn.json, committed."""
+JSON = common.REPO / "benchmarks" / "gpu_learn_check.json"
+PNG = common.REPO / "benchmarks" / "gpu_learn_check_curves.png"
 CPU_KEPT = KEPT / "cpu"
 """The CPU runs' results (`python -m benchmarks.learn_check --paper`), committed:
 agent/task/seed_N.json, as the learn check keeps its own."""
@@ -253,11 +261,184 @@ def lines(found: dict) -> list[str]:
     return out
 
 
+# -- the figure (benchmarks.run reads benchmarks/gpu_learn_check.json) ---------------------
+
+TITLE = "The preregistered comparison at the paper's settings: seeds 4-6 of each agent"
+NOT_MEASURED = (
+    "not measured: `make gpu-learn-check` has not written benchmarks/gpu_learn_check.json"
+)
+
+
+def write(
+    found: dict,
+    json_path: Path = JSON,
+    png_path: Path = PNG,
+    cpu_kept: Path = CPU_KEPT,
+    cpu_runs_out: Path | None = None,
+) -> dict:
+    """The check's figure result (verdict, each machine's curves and runs' provenance, the
+    published curve at the points, the progress of the CPU runs kept in `cpu_kept` and run
+    under `cpu_runs_out`, by default learn_check --paper's) as JSON, and the curves as PNG."""
+    from benchmarks.learn_check import settings as learn_check_settings
+
+    cpu_runs_out = cpu_runs_out or learn_check_settings.PAPER_OUT
+
+    verdict = found["agents"]["comparison"]
+    reference = gpu_learn.reference_curve(gpu_learn.TASK)
+    result = {
+        "status": "ok",
+        "verdict": verdict["verdict"],
+        "line": verdict["why"] + (f" (on {found['machine']})" if found["machine"] else ""),
+        "measured_at": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "commit": common.git_commit(),
+        "task": gpu_learn.TASK,
+        "settings": dataclasses.asdict(SETTINGS),
+        "goal_ratio": comparison.GOAL_RATIO,
+        "learn_rule": f"final mean >= {comparison.LEARN_FACTOR:g} x frame-0 mean and >= "
+        f"{comparison.LEARN_MIN[gpu_learn.TASK]:g}",
+        "seeds": list(SEEDS),
+        "points": found["points"],
+        "reference": {str(p): reference[p] for p in found["points"] if p in reference},
+        "machine_counted": found["machine"],
+        "machines": {
+            m: {
+                "agents": found["machines"][m]["agents"],
+                "finished": found["machines"][m]["finished"],
+            }
+            for m in MACHINES
+        },
+        "progress": comparison.progress(cpu_runs_out, SETTINGS, (gpu_learn.TASK,), cpu_kept, SEEDS),
+        "read": found["read"],
+        "left_out": found["left_out"],
+    }
+    result["png"] = _plot(result, png_path)
+    json_path.write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def _plot(result: dict, path: Path) -> str:
+    """Each machine's runs (mean bold, seeds thin) beside the published curve; a note where
+    matplotlib is missing or no run has finished."""
+    shown = [m for m in MACHINES if any(a in result["machines"][m]["agents"] for a in AGENTS)]
+    if not shown:
+        return "no PNG (no run finished)"
+    if importlib.util.find_spec("matplotlib") is None:
+        return "no PNG (matplotlib is not installed here)"
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, len(shown), figsize=(6.5 * len(shown), 4.5), squeeze=False)
+    x = result["points"]
+    reference = {int(f): v for f, v in result["reference"].items()}
+    frames = sorted(reference)
+    for axis, machine in zip(axes[0], shown, strict=True):
+        axis.fill_between(frames, [reference[f]["min"] for f in frames],
+                          [reference[f]["max"] for f in frames], alpha=0.2, color="gray",
+                          label="official, published: lowest to highest of 10 seeds")  # fmt: skip
+        axis.plot(frames, [reference[f]["mean"] for f in frames], color="gray",
+                  label="official, published: mean")  # fmt: skip
+        agents = result["machines"][machine]["agents"]
+        for name, color in zip(AGENTS, ("C0", "k"), strict=True):
+            agent = agents.get(name)
+            if agent is None:
+                continue
+            for curve in agent["curves"]:
+                axis.plot(x, curve, color=color, alpha=0.3, linewidth=1)
+            axis.plot(x, agent["mean"], "o-", color=color, linewidth=2,
+                      label=f"{name}: mean of seeds {agent['seeds']}")  # fmt: skip
+        state = "counted" if result["machine_counted"] == machine else "not counted"
+        axis.set_title(f"{gpu_learn.TASK} on {machine} ({state})", fontsize=9)
+        axis.set_xlabel("frames")
+        axis.set_ylabel("evaluation return (10 episodes)")
+        axis.legend(fontsize=7)
+    figure.suptitle("DrQ-v2 at the paper's settings (84x84, batch 256), preregistered seeds",
+                    fontsize=9)  # fmt: skip
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return str(path.relative_to(common.REPO)) if path.is_relative_to(common.REPO) else str(path)
+
+
+def _finished(result: dict, machine: str) -> int:
+    agents = result["machines"][machine]["agents"]
+    return sum(len(agents[a]["seeds"]) for a in AGENTS if a in agents)
+
+
+def summary(result: dict) -> tuple[str, str, str]:
+    """(number, comparison, ratio) for BENCHMARKS.md's table."""
+    against = f"official DrQ-v2, seeds {result['seeds']} of each, 84x84, batch 256, 40k frames"
+    rule = f"goal >= {result['goal_ratio']}, both agents learned"
+    counted = result["machine_counted"]
+    if counted is None:
+        done = ", ".join(f"{m} {_finished(result, m)} / 6" for m in MACHINES)
+        return f"in progress: runs finished: {done}", against, rule
+    found = result["machines"][counted]["agents"]["comparison"]
+    low, high = found["auc_ratio_95"]
+    return (
+        f"{result['verdict']} on {counted}: AUC ratio {found['auc_ratio']:.3f} "
+        f"(95% [{low:.2f}, {high:.2f}])",
+        against,
+        rule,
+    )
+
+
+def report(result: dict) -> str:
+    """The figure's section: the preregistration, the verdict, each machine's runs."""
+    points = result["points"]
+    reference = result["reference"]
+    lines = [
+        "The comparison that can fail, at the paper's settings (84x84 pixels, batch 256, 4000 "
+        "seed frames, replay 100k, evaluations of 10 episodes at "
+        f"{', '.join(f'{p // 1000}k' for p in points)} frames) on {result['task']}. "
+        "**Preregistered** (`benchmarks/gpu_learn_check.py`'s docstring, 2026-11-27, before any "
+        f"run it counts): seeds {', '.join(map(str, result['seeds']))} of each agent, never "
+        f"grown; learned: {result['learn_rule']}, both agents; AUC: a run's mean return over "
+        f"the points after frame 0; goal: AUC ratio (this / official) >= {result['goal_ratio']}"
+        ", with its 95% bootstrap interval over seeds. Its amendment (before any counted run "
+        "started) lets the six runs be made on a GPU (`make gpu-learn`) or on the 2-core CPU "
+        "machine (`python -m benchmarks.learn_check --paper`), never mixed: the machine whose "
+        "six runs finished first counts. Frames/s by the learn check's one rule, compared only "
+        "within one machine. `python -m benchmarks.gpu_learn_check` exits 0 held, 1 not held, 3 "
+        "incomplete (`make gpu-learn-check` runs it and renders this figure).",
+        "",
+        f"**Verdict: {result['verdict']}**: {result['line']}",
+        "",
+    ]
+    published = " | ".join(
+        f"{reference[str(p)]['mean']:.0f} ({reference[str(p)]['min']:.0f}-"
+        f"{reference[str(p)]['max']:.0f})"
+        if str(p) in reference
+        else ""
+        for p in points
+    )
+    for machine in MACHINES:
+        agents = result["machines"][machine]["agents"]
+        if not any(name in agents for name in AGENTS):
+            lines += [f"On {machine}: no run finished.", ""]
+            continue
+        state = "counted" if result["machine_counted"] == machine else "not counted"
+        lines += [f"**On {machine}** ({state}):", ""]
+        lines += comparison.agent_table(agents, points)
+        lines.append(f"| official, published (10 seeds) | 10 | {published} | | | | | |")
+        lines += ["", "Each run's provenance:", ""]
+        lines += comparison.provenance_table(agents)
+        lines.append("")
+    lines += comparison.progress_table(result.get("progress", []))
+    if result.get("png", "").endswith(".png"):
+        lines += [f"![curves]({result['png']})", ""]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="*", help=f"gpu_learn.json files (default: {KEPT})")
     parser.add_argument(
         "--cpu-results", default=str(CPU_KEPT), help="the CPU runs' kept results (a folder)"
+    )
+    parser.add_argument(
+        "--write", action="store_true", help=f"also write {JSON.name} and {PNG.name}"
     )
     args = parser.parse_args(argv)
     paths = [Path(p) for p in args.results] or sorted(KEPT.glob("*.json"))
@@ -266,6 +447,9 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"gpu_learn_check: no such file: {', '.join(missing)}")
     found = check(paths, Path(args.cpu_results))
     print("\n".join(lines(found)))
+    if args.write:
+        written = write(found, cpu_kept=Path(args.cpu_results))
+        print(f"gpu_learn_check: wrote {JSON.relative_to(common.REPO)}, {written['png']}")
     return comparison.EXIT[found["agents"]["comparison"]["verdict"]]
 
 

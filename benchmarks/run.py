@@ -81,6 +81,13 @@ FIGURES = (
     Figure("engines", "benchmarks.engines", 900, 3600),
     Figure("gpu_system", "benchmarks.gpu_system", 0, 0, stored="benchmarks/gpu_system.json"),
     Figure("gpu_learn", "benchmarks.gpu_learn", 0, 0, stored="benchmarks/gpu_learn.json"),
+    Figure(
+        "gpu_learn_check",
+        "benchmarks.gpu_learn_check",
+        0,
+        0,
+        stored="benchmarks/gpu_learn_check.json",
+    ),
 )
 BY_NAME = {figure.name: figure for figure in FIGURES}
 HEADLINE = (

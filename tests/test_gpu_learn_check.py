@@ -244,3 +244,37 @@ def test_learn_check_paper_reports_the_gpu_checks_verdict_and_refuses_tiny(
         else:
             raise AssertionError(f"--paper with {wrong} must be refused")
         assert "--paper" in capsys.readouterr().err
+
+
+def test_the_figure_names_the_machine_counted_with_each_run_and_the_published_curve(tmp_path):
+    kept = tmp_path / "cpu"
+    _keep_cpu(kept, "magi_lp", _seeds(LEARNS), ended=1.8e9)
+    _keep_cpu(kept, "official", _seeds(LEARNS), ended=1.8e9)
+    gpu = [_write(tmp_path, "ours", _result("magi_lp", _seeds(LEARNS)))]  # 3 of 6 on the GPU
+    result = gpu_learn_check.write(
+        gpu_learn_check.check(gpu, kept),
+        tmp_path / "check.json",
+        tmp_path / "curves.png",
+        cpu_kept=kept,
+        cpu_runs_out=tmp_path / "runs",
+    )
+    assert json.loads((tmp_path / "check.json").read_text())["verdict"] == comparison.HELD
+    assert (tmp_path / "curves.png").stat().st_size > 0 or result["png"].startswith("no PNG")
+    number, against, rule = gpu_learn_check.summary(result)
+    assert number.startswith("held on cpu: AUC ratio 1.000 (95% [")
+    assert "seeds [4, 5, 6]" in against and "0.9" in rule
+    page = gpu_learn_check.report(result)
+    assert "**On cpu** (counted):" in page and "**On gpu** (not counted):" in page
+    assert "| official, published (10 seeds) | 10 | 374 (309-508) | 375 (135-492) | 835" in page
+    assert "Runs not finished yet" not in page  # every CPU run is kept
+
+    nothing = gpu_learn_check.write(
+        gpu_learn_check.check([], tmp_path / "none"),
+        tmp_path / "empty.json",
+        tmp_path / "e.png",
+        cpu_kept=tmp_path / "none",
+        cpu_runs_out=tmp_path / "runs",
+    )
+    assert nothing["png"] == "no PNG (no run finished)"
+    assert "| magi_lp | 4 | not started | - | 0 |" in gpu_learn_check.report(nothing)
+    assert gpu_learn_check.summary(nothing)[0] == "in progress: runs finished: gpu 0 / 6, cpu 0 / 6"

@@ -217,16 +217,20 @@ def provenance(run: dict) -> dict:
     attempts = run.get("attempts", [])
     head = _head_code()
     other_code = [a["attempt"] for a in attempts if a.get("code") != head]
+    commits = sorted({a.get("commit", "?")[:12] for a in attempts})
+    if not commits and run.get("commit"):  # a gpu_learn.json's run: its call's commit
+        commits = [str(run["commit"])]
     return {
         "seed": run["seed"],
-        "commits": sorted({a.get("commit", "?")[:12] for a in attempts}) or ["not recorded"],
+        "commits": commits or ["not recorded"],
         "dirty": any(a.get("dirty") for a in attempts) if attempts else None,
         "machine": run.get("machine"),
         "wall_s": run.get("wall_s"),
         "launches": len(attempts),
-        "cores": _cores(attempts),
-        # HEAD's agent and replay code made every launch: otherwise marked in the figure.
-        "head_code": bool(attempts) and not other_code,
+        "cores": _cores(attempts) or list(run.get("cores") or []),
+        # HEAD's agent and replay code made every launch: otherwise marked in the figure;
+        # None where the launches' code was not recorded (a GPU call's).
+        "head_code": (not other_code) if attempts else None,
     }
 
 
@@ -316,7 +320,13 @@ def _plot(path: Path, comparison: dict, settings: Settings) -> str:
     return str(path)
 
 
-def progress(out: Path, settings: Settings, tasks: tuple[str, ...], kept: Path) -> list[dict]:
+def progress(
+    out: Path,
+    settings: Settings,
+    tasks: tuple[str, ...],
+    kept: Path,
+    seeds: tuple[int, ...] = SEEDS,
+) -> list[dict]:
     """Each preregistered run's state: done (kept), in progress (its evaluations so far and
     launches, from its folder under `out`), or not started; failed launches counted."""
     from benchmarks.learn_check import runs
@@ -324,7 +334,7 @@ def progress(out: Path, settings: Settings, tasks: tuple[str, ...], kept: Path) 
 
     states = []
     for task in tasks:
-        for seed in SEEDS:
+        for seed in seeds:
             for agent in AGENTS:
                 folder = run_dir(out, agent, task, seed)
                 failed = sorted(failed_record(kept, agent, task, seed, 0).parent.glob(
@@ -513,6 +523,72 @@ def _cells(values: list[float]) -> str:
     return " | ".join(f"{v:.0f}" for v in values)
 
 
+def agent_table(agents: dict, points: list[int]) -> list[str]:
+    """Each agent's curve (mean, lowest-highest seed), AUC, learning, frames/s, versions."""
+    header = "| agent | seeds | " + " | ".join(f"{p // 1000}k" for p in points)
+    lines = [header + " | AUC | learned | train frames/s | CPU s / 1,000 train frames | versions |"]
+    lines += ["| --- " * (len(points) + 7) + "|"]
+    for name in AGENTS:
+        agent = agents.get(name)
+        if agent is None:
+            continue
+        cells = [
+            f"{m:.0f} ({lo:.0f}-{hi:.0f})"
+            for m, lo, hi in zip(agent["mean"], agent["min"], agent["max"], strict=True)
+        ]
+        fps = agent["train_frames_per_s"]
+        fps_text = f"{fps:.2f}" if fps else "-"
+        cpu = agent.get("cpu_seconds_per_1000_frames")
+        cpu_text = f"{cpu:.1f}" if cpu else "-"
+        versions = ", ".join(f"{k} {v}" for k, v in sorted(agent["versions"].items()))
+        learning = "yes" if agent["learning"]["learned"] else "**no**"
+        lines.append(
+            f"| {name} | {len(agent['seeds'])} | " + " | ".join(cells)
+            + f" | {_mean(agent['auc']):.0f} | {learning} | {fps_text} | {cpu_text} "
+            + f"| {versions} |"
+        )  # fmt: skip
+    return lines
+
+
+def provenance_table(agents: dict) -> list[str]:
+    """Each counted run's commits, launches, wall time, code, machine and cores."""
+    lines = ["| agent | seed | commits | dirty | launches | wall time | code | machine | core |"]
+    lines += ["| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for name in AGENTS:
+        for run in agents.get(name, {}).get("runs", []):
+            code = {True: "HEAD's", False: "**not HEAD's agent/replay code**"}.get(
+                run["head_code"], "not recorded"
+            )
+            machine = run.get("machine") or {}
+            where = f"{machine.get('cpu', '?')}, {machine.get('cores', '?')} cores"
+            if machine.get("device"):
+                where = f"{machine['device']}; {where}"
+            lines.append(
+                f"| {name} | {run['seed']} | {', '.join(run['commits'])} | {run['dirty']} "
+                f"| {run['launches']} | {(run['wall_s'] or 0) / 3600:.2f} h | {code} | "
+                f"{where} | {', '.join(map(str, run.get('cores') or [])) or '?'} |"
+            )
+    return lines
+
+
+def progress_table(progress: list[dict]) -> list[str]:
+    """The runs not finished yet: state, evaluations so far, launches (none: no lines)."""
+    running = [p for p in progress if p["state"] != "done"]
+    if not running:
+        return []
+    lines = ["Runs not finished yet (each resumes from its checkpoint on the next call):", ""]
+    lines += ["| agent | seed | state | evaluations so far (frame: return) | launches |"]
+    lines += ["| --- | --- | --- | --- | --- |"]
+    for p in running:
+        evals = ", ".join(f"{f // 1000}k: {v:.0f}" for f, v in p["evaluations"]) or "-"
+        failed = f" ({p['failed_launches']} failed)" if p["failed_launches"] else ""
+        lines.append(
+            f"| {p['agent']} | {p['seed']} | {p['state']} | {evals} | "
+            f"{p.get('launches', 0)}{failed} |"
+        )
+    return [*lines, ""]
+
+
 def report(result: dict) -> str:
     """The figure's section: the preregistered check, its state or verdict, the runs'
     provenance, and the superseded first check."""
@@ -550,62 +626,14 @@ def report(result: dict) -> str:
             continue
         lines += [f"**{task}**", ""]
         lines += ["![learning curves](benchmarks/learn_check_curves.png)", ""]
-        header = "| agent | seeds | " + " | ".join(f"{p // 1000}k" for p in points)
-        lines += [
-            header + " | AUC | learned | train frames/s | CPU s / 1,000 train frames | versions |"
-        ]
-        lines += ["| --- " * (len(points) + 7) + "|"]
-        for name in AGENTS:
-            agent = agents.get(name)
-            if agent is None:
-                continue
-            cells = [
-                f"{m:.0f} ({lo:.0f}-{hi:.0f})"
-                for m, lo, hi in zip(agent["mean"], agent["min"], agent["max"], strict=True)
-            ]
-            fps = agent["train_frames_per_s"]
-            fps_text = f"{fps:.2f}" if fps else "-"
-            cpu = agent.get("cpu_seconds_per_1000_frames")
-            cpu_text = f"{cpu:.1f}" if cpu else "-"
-            versions = ", ".join(f"{k} {v}" for k, v in sorted(agent["versions"].items()))
-            learning = "yes" if agent["learning"]["learned"] else "**no**"
-            lines.append(
-                f"| {name} | {len(agent['seeds'])} | " + " | ".join(cells)
-                + f" | {_mean(agent['auc']):.0f} | {learning} | {fps_text} | {cpu_text} "
-                + f"| {versions} |"
-            )  # fmt: skip
+        lines += agent_table(agents, points)
         lines += ["", "Each run's provenance:", ""]
-        lines += [
-            "| agent | seed | commits | dirty | launches | wall time | code | machine | core |"
-        ]
-        lines += ["| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-        for name in AGENTS:
-            for run in agents.get(name, {}).get("runs", []):
-                code = "HEAD's" if run["head_code"] else "**not HEAD's agent/replay code**"
-                machine = run.get("machine") or {}
-                lines.append(
-                    f"| {name} | {run['seed']} | {', '.join(run['commits'])} | {run['dirty']} "
-                    f"| {run['launches']} | {(run['wall_s'] or 0) / 3600:.2f} h | {code} | "
-                    f"{machine.get('cpu', '?')}, {machine.get('cores', '?')} cores | "
-                    f"{', '.join(map(str, run.get('cores') or [])) or '?'} |"
-                )
+        lines += provenance_table(agents)
         for left_out in agents.get("not_counted", []):
             lines.append(f"\nNot counted: {left_out['agent']} seed {left_out['seed']} "
                          f"({left_out['why']}).")  # fmt: skip
         lines.append("")
-    running = [p for p in result.get("progress", []) if p["state"] != "done"]
-    if running:
-        lines += ["Runs not finished yet (each resumes from its checkpoint on the next call):", ""]
-        lines += ["| agent | seed | state | evaluations so far (frame: return) | launches |"]
-        lines += ["| --- | --- | --- | --- | --- |"]
-        for p in running:
-            evals = ", ".join(f"{f // 1000}k: {v:.0f}" for f, v in p["evaluations"]) or "-"
-            failed = f" ({p['failed_launches']} failed)" if p["failed_launches"] else ""
-            lines.append(
-                f"| {p['agent']} | {p['seed']} | {p['state']} | {evals} | "
-                f"{p.get('launches', 0)}{failed} |"
-            )
-        lines.append("")
+    lines += progress_table(result.get("progress", []))
     if result.get("saturation"):
         lines += _saturation_lines(result["saturation"])
     old = result.get("superseded")
