@@ -227,7 +227,10 @@ def provenance(run: dict) -> dict:
         "machine": run.get("machine"),
         "wall_s": run.get("wall_s"),
         "launches": len(attempts),
-        "cores": _cores(attempts) or list(run.get("cores") or []),
+        # A CPU run's launches' cores; a GPU call's run lists its own (a kept CPU result's
+        # "cores" is how many it had: 1).
+        "cores": _cores(attempts)
+        or (list(run["cores"]) if isinstance(run.get("cores"), list) else []),
         # HEAD's agent and replay code made every launch: otherwise marked in the figure;
         # None where the launches' code was not recorded (a GPU call's).
         "head_code": (not other_code) if attempts else None,
