@@ -128,18 +128,27 @@ def cpu_runs(kept: Path) -> list[dict]:
     last evaluation's, `finished` the end of their last launch. A run at other settings is
     left out by the comparison, as a GPU one is."""
     found = []
-    for path in sorted(Path(kept).glob("*/*/seed_*.json")):
-        run = json.loads(path.read_text())
+    for run in comparison.load_runs(kept):
         ends = [a["ended"] for a in run.get("attempts", []) if a.get("ended")]
         found.append(
             {
                 **run,
                 "frames": max((int(f) for f, _ in run["evaluations"]), default=0),
-                "source": str(path.relative_to(kept)),
+                "source": f"{run['agent']}/{run['task']}/seed_{run['seed']}.json",
                 "finished": max(ends, default=None),
             }
         )
     return found
+
+
+def gpu_results() -> list[Path]:
+    """The gpu_learn.json files committed under `KEPT`."""
+    return sorted(KEPT.glob("*.json"))
+
+
+def runs_finished(agents: dict) -> int:
+    """How many runs of one machine's set have every evaluation point (both agents)."""
+    return sum(len(agents[a]["seeds"]) for a in AGENTS if a in agents)
 
 
 def furthest(runs: list[dict]) -> tuple[list[dict], list[dict]]:
@@ -191,13 +200,8 @@ def check(paths: list[Path], cpu_kept: Path | None = None) -> dict:
     done = [m for m in MACHINES if machines[m]["finished"] is not None]
     if done:
         counted = min(done, key=lambda m: machines[m]["finished"])
-    else:  # the set nearer to done is shown; the verdict waits
-
-        def finished_runs(machine: str) -> int:
-            agents = machines[machine]["agents"]
-            return sum(len(agents[a]["seeds"]) for a in AGENTS if a in agents)
-
-        counted = max(MACHINES, key=finished_runs)  # ties: the GPU's, listed first
+    else:  # the set nearer to done is shown; the verdict waits; ties: the GPU's, listed first
+        counted = max(MACHINES, key=lambda m: runs_finished(machines[m]["agents"]))
     chosen = machines[counted]
     return {
         "points": chosen["points"],
@@ -361,18 +365,15 @@ def _plot(result: dict, path: Path) -> str:
     return str(path.relative_to(common.REPO)) if path.is_relative_to(common.REPO) else str(path)
 
 
-def _finished(result: dict, machine: str) -> int:
-    agents = result["machines"][machine]["agents"]
-    return sum(len(agents[a]["seeds"]) for a in AGENTS if a in agents)
-
-
 def summary(result: dict) -> tuple[str, str, str]:
     """(number, comparison, ratio) for BENCHMARKS.md's table."""
     against = f"official DrQ-v2, seeds {result['seeds']} of each, 84x84, batch 256, 40k frames"
     rule = f"goal >= {result['goal_ratio']}, both agents learned"
     counted = result["machine_counted"]
     if counted is None:
-        done = ", ".join(f"{m} {_finished(result, m)} / 6" for m in MACHINES)
+        done = ", ".join(
+            f"{m} {runs_finished(result['machines'][m]['agents'])} / 6" for m in MACHINES
+        )
         return f"in progress: runs finished: {done}", against, rule
     found = result["machines"][counted]["agents"]["comparison"]
     low, high = found["auc_ratio_95"]
@@ -441,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
         "--write", action="store_true", help=f"also write {JSON.name} and {PNG.name}"
     )
     args = parser.parse_args(argv)
-    paths = [Path(p) for p in args.results] or sorted(KEPT.glob("*.json"))
+    paths = [Path(p) for p in args.results] or gpu_results()
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
         raise SystemExit(f"gpu_learn_check: no such file: {', '.join(missing)}")

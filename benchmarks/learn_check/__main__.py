@@ -167,10 +167,10 @@ def _run_and_report(args, settings, agents, checkout, out, kept, jobs, stopping)
         tasks = tuple(_names(args.tasks))
         for state in comparison.progress(out, settings, tasks, kept, gpu_learn_check.SEEDS):
             if state["state"] != "done":
-                evals = ", ".join(f"{f // 1000}k: {v:.0f}" for f, v in state["evaluations"])
+                evals = comparison.evaluations_text(state["evaluations"])
                 print(f"learn_check: {state['agent']} seed {state['seed']}: {state['state']}"
                       f"{'; evaluations ' + evals if evals else ''}")  # fmt: skip
-        found = gpu_learn_check.check(sorted(gpu_learn_check.KEPT.glob("*.json")), kept)
+        found = gpu_learn_check.check(gpu_learn_check.gpu_results(), kept)
         print("\n".join(gpu_learn_check.lines(found)))
         return comparison.EXIT[found["agents"]["comparison"]["verdict"]]
     result = comparison.write(kept, settings, args.tiny, out, tuple(_names(args.tasks)))

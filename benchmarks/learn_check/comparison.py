@@ -574,6 +574,11 @@ def provenance_table(agents: dict) -> list[str]:
     return lines
 
 
+def evaluations_text(evaluations: list) -> str:
+    """A run's evaluations so far in words ("0k: 621, 20k: 540"); "" when none."""
+    return ", ".join(f"{int(f) // 1000}k: {v:.0f}" for f, v in evaluations)
+
+
 def progress_table(progress: list[dict]) -> list[str]:
     """The runs not finished yet: state, evaluations so far, launches (none: no lines)."""
     running = [p for p in progress if p["state"] != "done"]
@@ -583,7 +588,7 @@ def progress_table(progress: list[dict]) -> list[str]:
     lines += ["| agent | seed | state | evaluations so far (frame: return) | launches |"]
     lines += ["| --- | --- | --- | --- | --- |"]
     for p in running:
-        evals = ", ".join(f"{f // 1000}k: {v:.0f}" for f, v in p["evaluations"]) or "-"
+        evals = evaluations_text(p["evaluations"]) or "-"
         failed = f" ({p['failed_launches']} failed)" if p["failed_launches"] else ""
         lines.append(
             f"| {p['agent']} | {p['seed']} | {p['state']} | {evals} | "
