@@ -237,7 +237,7 @@ def test_learn_check_paper_reports_the_gpu_checks_verdict_and_refuses_tiny(
     argv = ["--paper", "--report-only", "--kept", str(kept), "--out", str(tmp_path / "runs")]
     assert learn_check_main.main(argv) == comparison.EXIT[comparison.HELD]
     out = capsys.readouterr().out
-    assert "0 run(s) to do (84x84 pixels" in out and "held (on cpu)" in out
+    assert "report only (84x84 pixels" in out and "held (on cpu)" in out
     assert "not started" not in out  # every run is kept
     argv = ["--paper", "--report-only", "--kept", str(tmp_path / "none"), "--out", argv[-1]]
     assert learn_check_main.main(argv) == comparison.EXIT[comparison.INCOMPLETE]

@@ -120,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
                 folder = run_dir(out, agent, task, seed)
                 if not _kept(kept, agent, task, seed, settings) and not args.report_only:
                     jobs.put((agent, task, seed, folder))
-    print(f"learn_check: {jobs.qsize()} run(s) to do ({settings.reduced()}); kept in {out}")
+    todo = "report only" if args.report_only else f"{jobs.qsize()} run(s) to do"
+    print(f"learn_check: {todo} ({settings.reduced()}); kept in {out}")
     stopping = threading.Event()
 
     def stop(signum, frame):  # SIGTERM: stop the runs at a checkpoint; they resume
