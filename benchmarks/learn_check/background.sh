@@ -13,9 +13,11 @@
 # each resume runs the same code. Results are kept in this checkout
 # (benchmarks/learn_check/results/), run folders in runs/learn_check/. Each run continues
 # from its checkpoint (ours) or snapshot.pt (the official agent): call this again after a
-# machine or session restart. Log: runs/learn_check/background.log (appended); the command's
-# pid: runs/learn_check/background.pid. `kill $(cat runs/learn_check/background.pid)` stops
-# it: the runs save a checkpoint and resume on the next call.
+# machine or session restart. Those live in runs/ (too large to commit): a machine that comes
+# up new has lost them, and its runs start again from frame 0. Log:
+# runs/learn_check/background.log (appended); the command's pid:
+# runs/learn_check/background.pid. `kill $(cat runs/learn_check/background.pid)` stops it: the
+# runs save a checkpoint and resume on the next call.
 #
 # The runs are at nice 19. Where the kernel groups processes by session
 # (CONFIG_SCHED_AUTOGROUP, /proc/sys/kernel/sched_autogroup_enabled = 1), that nice only
