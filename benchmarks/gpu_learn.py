@@ -480,8 +480,8 @@ def main(argv: list[str] | None = None) -> int:
         command, code_dir = official_command(Path(args.official), folder, seed, frames)
         jobs.append({
             "agent": "official", "seed": seed, "folder": folder, "command": command,
-            "cwd": code_dir, "env": {**os.environ, **official.environment()}, "frames": frames,
-            "eval_episodes": 1,
+            "cwd": code_dir, "env": {**os.environ, **official.environment(folder)},
+            "frames": frames, "eval_episodes": 1,
         })  # fmt: skip
     to_run = [job for job in jobs if not finished_before(job, seed_frames)]
     for job, cores in zip(to_run, core_groups(len(to_run)), strict=True):

@@ -445,3 +445,23 @@ def test_copied_official_files_are_a_checkout_that_passes_the_pinned_hashes(tmp_
     (copied / "train.py").write_text("changed")
     with pytest.raises(official.OfficialCodeMissing, match="differs from commit"):
         official.check_checkout(copied)
+
+
+def test_the_official_runs_torch_leaves_nothing_in_tmp(tmp_path):
+    """torch 2.13's optimizer step makes $TMPDIR/torchinductor_<user> (its inductor cache):
+    the official run's env names that cache inside the run's folder instead."""
+    env = official.environment(tmp_path / "run")
+    assert Path(env["TORCHINDUCTOR_CACHE_DIR"]).parent == tmp_path / "run"
+    python = runs.VENV_OFFICIAL / "bin" / "python"
+    if not python.exists():
+        pytest.skip("no .venv-official here (scripts/setup_official_venv.sh makes it)")
+    step = "import torch; m = torch.nn.Linear(3, 3); torch.optim.Adam(m.parameters()).step()"
+    for name, extra in (("plain", {}), ("run", env)):
+        temp = tmp_path / f"tmp_{name}"
+        temp.mkdir()
+        subprocess.run(
+            [str(python), "-c", step], env={**os.environ, "TMPDIR": str(temp), **extra},
+            check=True, timeout=120,
+        )  # fmt: skip
+        left = [path.name.startswith("torchinductor_") for path in temp.iterdir()]
+        assert left == ([True] if name == "plain" else []), (name, left)  # the check can fail

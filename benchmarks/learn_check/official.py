@@ -284,14 +284,18 @@ def prepare(checkout: Path, scratch: Path) -> Path:
     return scratch
 
 
-def environment() -> dict[str, str]:
-    """Environment variables for the run (add them to os.environ's copy).
+def environment(folder: Path) -> dict[str, str]:
+    """Environment variables for the run kept in `folder` (add them to os.environ's copy).
 
     One torch thread comes from OMP_NUM_THREADS=1 (torch reads it at import; no patch);
     MUJOCO_GL=egl is what train.py sets itself anyway (headless EGL; llvmpipe on a CPU-only
-    machine, where LP_NUM_THREADS=0 keeps rendering in the calling thread).
+    machine, where LP_NUM_THREADS=0 keeps rendering in the calling thread). torch (2.13) makes
+    $TMPDIR/torchinductor_<user> at import unless TORCHINDUCTOR_CACHE_DIR names its cache: the
+    run's folder, so that a run leaves nothing in /tmp (torch makes nothing there unless it
+    compiles, which train.py does not).
     """
     return {
+        "TORCHINDUCTOR_CACHE_DIR": str(Path(folder) / "torchinductor"),
         "MUJOCO_GL": "egl",
         "PYOPENGL_PLATFORM": "egl",
         "LP_NUM_THREADS": "0",
