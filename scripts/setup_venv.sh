@@ -76,13 +76,15 @@ run "$python" -m pip install --quiet --no-deps --no-build-isolation -e .
 if ! ldconfig -p 2>/dev/null | grep -q 'libEGL.so.1'; then
     echo "warning: libEGL not found; pixel environments need it (Debian: apt-get install libegl1 libegl-mesa0)." >&2
 fi
-# TensorFlow's Keras makes ~/.keras when it is imported: every Python of this venv points it
-# inside the venv instead (KERAS_HOME, unless already set), so no run, test or set-up writes
+# TensorFlow's Keras makes ~/.keras when it is imported, and matplotlib ~/.cache/matplotlib and
+# ~/.config/matplotlib when it is: every Python of this venv points them inside the venv
+# instead (KERAS_HOME, MPLCONFIGDIR, each unless already set), so no run, test or set-up writes
 # in the home folder. A .pth line that starts with `import` runs at each interpreter's start.
 if [ -z "$dry" ]; then
     site=$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-    echo 'import os, sys; os.environ.setdefault("KERAS_HOME", os.path.join(sys.prefix, "keras"))' \
-        >"$site/magi_lp_keras_home.pth"
+    rm -f "$site/magi_lp_keras_home.pth"  # this file's name before matplotlib joined it
+    echo 'import os, sys; os.environ.setdefault("KERAS_HOME", os.path.join(sys.prefix, "keras")); os.environ.setdefault("MPLCONFIGDIR", os.path.join(sys.prefix, "matplotlib"))' \
+        >"$site/magi_lp_home.pth"
 fi
 printf 'request=%s\n%s\n' "$request" "$wanted" >"$stamp"
 if [ "$choice" = cuda12 ]; then

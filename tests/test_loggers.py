@@ -332,14 +332,18 @@ def test_real_wandb_offline_writes_in_the_workdir_and_a_relaunch_resumes_the_run
     # wandb-core leaves a folder and a socket there at every exit (wandb/wandb#11518).
     node_tmp = tmp_path / "node_tmp"
     node_tmp.mkdir()
+    home = tmp_path / "home"  # wandb-core's debug logs went to ~/.cache/wandb before
+    home.mkdir()
     env = dict(
         os.environ,
         WANDB_MODE="offline",
         WANDB_SILENT="true",
         PYTHONPATH=str(REPO),
         TMPDIR=str(node_tmp),
+        HOME=str(home),
     )
-    env.pop("WANDB_API_KEY", None)
+    for name in ("WANDB_API_KEY", "WANDB_CACHE_DIR", "XDG_CACHE_HOME"):
+        env.pop(name, None)
     for value in ("1", "2"):
         subprocess.run(
             [sys.executable, "-c", _WANDB_WRITER, str(tmp_path), value],
@@ -355,6 +359,8 @@ def test_real_wandb_offline_writes_in_the_workdir_and_a_relaunch_resumes_the_run
         data = (run / f"run-{run_id}.wandb").read_bytes()
         assert b"learner/critic_loss" in data and b"evaluator/episode_return" in data
     assert not list(Path(tmp_path).glob("*.wandb")), "wandb wrote outside <workdir>/wandb"
+    assert not list(home.rglob("*")), f"written in HOME: {list(home.rglob('*'))}"
+    assert list((tmp_path / "wandb" / "cache").rglob("core-debug-*.log"))
 
 
 def test_tensorboard_without_a_writer_is_off_with_one_notice(tmp_path, monkeypatch, capsys):

@@ -274,7 +274,8 @@ class WandbLogger(Logger):
 
     One W&B run per process, shared by every label in it (the single-process runner has
     several): runs are grouped by the workdir's name and named after the first label. The
-    run id is kept in `<workdir>/wandb/<name>.run_id`, so a relaunch resumes the same run.
+    run id is kept in `<workdir>/wandb/<name>.run_id`, so a relaunch resumes the same run,
+    and W&B's own logs go to `<workdir>/wandb/cache` (unless WANDB_CACHE_DIR is set).
     Each label plots against its own step key (`define_metric`), so labels with different
     step counters can share a run.
     """
@@ -295,6 +296,9 @@ class WandbLogger(Logger):
         if wandb.run is None:
             wandb_dir = os.fspath(Workdir(workdir).wandb)
             os.makedirs(wandb_dir, exist_ok=True)
+            # wandb-core writes its debug logs to ~/.cache/wandb/logs unless WANDB_CACHE_DIR
+            # names another place: the workdir's, so nothing of a run goes to the home folder.
+            os.environ.setdefault("WANDB_CACHE_DIR", os.path.join(wandb_dir, "cache"))
             id_path = os.path.join(wandb_dir, f"{label}.run_id")
             if os.path.exists(id_path):
                 with open(id_path) as f:
