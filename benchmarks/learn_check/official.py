@@ -290,9 +290,9 @@ def environment(folder: Path) -> dict[str, str]:
     One torch thread comes from OMP_NUM_THREADS=1 (torch reads it at import; no patch);
     MUJOCO_GL=egl is what train.py sets itself anyway (headless EGL; llvmpipe on a CPU-only
     machine, where LP_NUM_THREADS=0 keeps rendering in the calling thread). torch (2.13) makes
-    $TMPDIR/torchinductor_<user> at import unless TORCHINDUCTOR_CACHE_DIR names its cache: the
-    run's folder, so that a run leaves nothing in /tmp (torch makes nothing there unless it
-    compiles, which train.py does not).
+    its inductor cache, $TMPDIR/torchinductor_<user>, at an optimizer's first step unless
+    TORCHINDUCTOR_CACHE_DIR names another place: the run's folder, so that a run leaves
+    nothing in /tmp.
     """
     return {
         "TORCHINDUCTOR_CACHE_DIR": str(Path(folder) / "torchinductor"),
