@@ -47,7 +47,8 @@ choice=$("$python" "$here/choose_jax_build.py" "$request")
 
 # 3. Install only when the choice or an input of the set-up changed.
 inputs=$(cd "$root" && cat requirements.txt requirements-cuda12.txt setup.py \
-    scripts/setup_venv.sh scripts/choose_jax_build.py scripts/find_python.sh |
+    scripts/setup_venv.sh scripts/choose_jax_build.py scripts/find_python.sh \
+    scripts/write_home_pth.sh |
     sha256sum | cut -d' ' -f1)
 wanted=$(printf 'choice=%s\ninputs=%s' "$choice" "$inputs")
 if [ -f "$stamp" ] && [ "$(grep -v '^request=' "$stamp")" = "$wanted" ]; then
@@ -76,16 +77,9 @@ run "$python" -m pip install --quiet --no-deps --no-build-isolation -e .
 if ! ldconfig -p 2>/dev/null | grep -q 'libEGL.so.1'; then
     echo "warning: libEGL not found; pixel environments need it (Debian: apt-get install libegl1 libegl-mesa0)." >&2
 fi
-# TensorFlow's Keras makes ~/.keras when it is imported, and matplotlib ~/.cache/matplotlib and
-# ~/.config/matplotlib when it is: every Python of this venv points them inside the venv
-# instead (KERAS_HOME, MPLCONFIGDIR, each unless already set), so no run, test or set-up writes
-# in the home folder. A .pth line that starts with `import` runs at each interpreter's start.
-if [ -z "$dry" ]; then
-    site=$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-    rm -f "$site/magi_lp_keras_home.pth"  # this file's name before matplotlib joined it
-    echo 'import os, sys; os.environ.setdefault("KERAS_HOME", os.path.join(sys.prefix, "keras")); os.environ.setdefault("MPLCONFIGDIR", os.path.join(sys.prefix, "matplotlib"))' \
-        >"$site/magi_lp_home.pth"
-fi
+# Caches that TensorFlow's Keras, matplotlib and Mesa would make in the home folder go inside
+# the venv instead (scripts/write_home_pth.sh says which and why).
+[ -n "$dry" ] || bash "$here/write_home_pth.sh" "$venv"
 printf 'request=%s\n%s\n' "$request" "$wanted" >"$stamp"
 if [ "$choice" = cuda12 ]; then
     echo "magi_lp setup: done; \`make gpu-check\` measures the GPU with this build"

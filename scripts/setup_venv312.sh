@@ -26,7 +26,7 @@ if [ ! -x "$python" ] || ! "$python" -c 'import sys; sys.exit(sys.version_info[:
 fi
 
 inputs=$(cd "$root" && cat requirements-py312.txt requirements-py312-nodeps.txt \
-    scripts/setup_venv312.sh scripts/find_python.sh | sha256sum | cut -d' ' -f1)
+    scripts/setup_venv312.sh scripts/find_python.sh scripts/write_home_pth.sh | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "inputs=$inputs" ]; then
     echo "magi_lp setup: $venv is up to date (Python 3.12, current stack)"
     exit 0
@@ -39,5 +39,6 @@ cd "$root"
 "$python" -m pip install --quiet --no-deps -r requirements-py312-nodeps.txt
 site=$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 echo "$root" >"$site/magi_lp_repo.pth"
+bash "$here/write_home_pth.sh" "$venv"  # caches in the venv, not the home folder
 echo "inputs=$inputs" >"$stamp"
 echo "magi_lp setup: $venv ready"

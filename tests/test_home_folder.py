@@ -1,6 +1,6 @@
 """Nothing of a run goes to the home folder: TensorFlow's Keras, imported by every Launchpad
-node, makes `~/.keras` unless KERAS_HOME points elsewhere, and the venv's set-up points it
-inside the venv (scripts/setup_venv.sh)."""
+node, makes `~/.keras` unless KERAS_HOME points elsewhere, matplotlib its caches, Mesa its
+shader cache; the venv's set-up points each inside the venv (scripts/write_home_pth.sh)."""
 
 from __future__ import annotations
 
@@ -28,19 +28,38 @@ def test_plotting_writes_nothing_in_home(tmp_path):
         "plt.plot([0, 1]); plt.savefig(sys.argv[1])"
     )
     png = tmp_path / "curve.png"
-    written = _written_in_home(
-        tmp_path, ["-c", plot, str(png)], unset=("MPLCONFIGDIR", "XDG_CACHE_HOME")
-    )
+    written = _written_in_home(tmp_path, ["-c", plot, str(png)], unset=("MPLCONFIGDIR",))
     assert png.stat().st_size > 0
     assert not written, f"written in HOME: {written}"
 
 
-def _written_in_home(tmp_path, args: list[str], unset: tuple[str, ...]) -> list:
-    """What this venv's Python, run with `args`, HOME in a temp folder and `unset` removed
-    from its environment, wrote in that HOME."""
+@pytest.mark.integration  # renders a frame in a fresh interpreter (~5 s)
+def test_rendering_writes_nothing_in_home(tmp_path):
+    """Mesa's EGL (how MuJoCo renders without a GPU) keeps its shader cache in
+    $XDG_CACHE_HOME/mesa_shader_cache, else under the home folder of the password database,
+    whatever $HOME says; the venv's set-up points MESA_SHADER_CACHE_DIR inside the venv."""
+    render = (
+        "from dm_control import suite; env = suite.load('cartpole', 'balance'); env.reset(); "
+        "assert env.physics.render(84, 84, camera_id=0).shape == (84, 84, 3)"
+    )
+    gl = {"MUJOCO_GL": "egl", "PYOPENGL_PLATFORM": "egl"}
+    written = _written_in_home(tmp_path, ["-c", render], unset=("MESA_SHADER_CACHE_DIR",), extra=gl)
+    assert not written, f"written in HOME: {written}"
+
+
+def _written_in_home(
+    tmp_path, args: list[str], unset: tuple[str, ...], extra: dict[str, str] | None = None
+) -> list:
+    """What this venv's Python, run with `args`, HOME in a temp folder (and the XDG folders
+    under it, which some libraries read instead of HOME), `unset` removed from its environment
+    and `extra` added, wrote in that HOME."""
     home = tmp_path / "home"
     home.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in unset}
     env["HOME"] = str(home)
+    env["XDG_CACHE_HOME"] = str(home / ".cache")
+    env["XDG_CONFIG_HOME"] = str(home / ".config")
+    env["XDG_DATA_HOME"] = str(home / ".local" / "share")
+    env.update(extra or {})
     subprocess.run([sys.executable, *args], env=env, check=True, timeout=300)
-    return list(home.rglob("*"))
+    return sorted(str(path.relative_to(home)) for path in home.rglob("*"))

@@ -447,6 +447,30 @@ def test_copied_official_files_are_a_checkout_that_passes_the_pinned_hashes(tmp_
         official.check_checkout(copied)
 
 
+def test_the_official_runs_rendering_leaves_nothing_in_home(tmp_path):
+    """Mesa's EGL keeps its shader cache under $XDG_CACHE_HOME (else the password database's
+    home folder): the official run's env names that cache inside the run's folder instead."""
+    env = official.environment(tmp_path / "run")
+    assert Path(env["MESA_SHADER_CACHE_DIR"]).parent == tmp_path / "run"
+    python = runs.VENV_OFFICIAL / "bin" / "python"
+    if not python.exists():
+        pytest.skip("no .venv-official here (scripts/setup_official_venv.sh makes it)")
+    render = (
+        "from dm_control import suite; e = suite.load('cartpole', 'balance'); e.reset(); "
+        "e.physics.render(84, 84, camera_id=0)"
+    )
+    base = {k: v for k, v in os.environ.items() if k != "MESA_SHADER_CACHE_DIR"}
+    for name, extra in (("plain", {"MUJOCO_GL": "egl", "PYOPENGL_PLATFORM": "egl"}), ("run", env)):
+        cache = tmp_path / f"cache_{name}"
+        cache.mkdir()
+        subprocess.run(
+            [str(python), "-c", render], env={**base, "XDG_CACHE_HOME": str(cache), **extra},
+            check=True, timeout=120,
+        )  # fmt: skip
+        left = [path.name for path in cache.iterdir()]
+        assert left == (["mesa_shader_cache"] if name == "plain" else []), (name, left)
+
+
 def test_the_official_runs_torch_leaves_nothing_in_tmp(tmp_path):
     """torch 2.13's optimizer step makes $TMPDIR/torchinductor_<user> (its inductor cache):
     the official run's env names that cache inside the run's folder instead."""

@@ -149,7 +149,7 @@ def sandbox(tmp_path):
     (repo / "scripts").mkdir(parents=True)
     for name in ("requirements.txt", "requirements-cuda12.txt", "setup.py", "Makefile"):
         shutil.copy(REPO / name, repo / name)
-    for name in ("setup_venv.sh", "find_python.sh", "choose_jax_build.py"):
+    for name in ("setup_venv.sh", "find_python.sh", "choose_jax_build.py", "write_home_pth.sh"):
         shutil.copy(REPO / "scripts" / name, repo / "scripts" / name)
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)

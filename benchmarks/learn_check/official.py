@@ -292,10 +292,13 @@ def environment(folder: Path) -> dict[str, str]:
     machine, where LP_NUM_THREADS=0 keeps rendering in the calling thread). torch (2.13) makes
     its inductor cache, $TMPDIR/torchinductor_<user>, at an optimizer's first step unless
     TORCHINDUCTOR_CACHE_DIR names another place: the run's folder, so that a run leaves
-    nothing in /tmp.
+    nothing in /tmp. Mesa's EGL keeps its shader cache in the home folder (found through the
+    password database, not $HOME) unless MESA_SHADER_CACHE_DIR names another place: the run's
+    folder too (scripts/write_home_pth.sh does the same for this project's venvs).
     """
     return {
         "TORCHINDUCTOR_CACHE_DIR": str(Path(folder) / "torchinductor"),
+        "MESA_SHADER_CACHE_DIR": str(Path(folder) / "mesa_shader_cache"),
         "MUJOCO_GL": "egl",
         "PYOPENGL_PLATFORM": "egl",
         "LP_NUM_THREADS": "0",
