@@ -32,6 +32,7 @@ import pytest
 from benchmarks.learn_check import __main__ as cli
 from benchmarks.learn_check import comparison, official, runs, saturation
 from benchmarks.learn_check.settings import (
+    ACTION_REPEAT,
     KEPT,
     RESULT,
     SEEDS,
@@ -40,6 +41,7 @@ from benchmarks.learn_check.settings import (
     kept_result,
     run_dir,
 )
+from projects.drq_v2.config import get_agent_config, replay_schedule
 
 ROOT = Path(__file__).resolve().parents[1]
 CURRENT_STACK_LEG = pytest.mark.skipif(
@@ -337,6 +339,14 @@ def test_tiny_run_of_this_projects_side_resumes_after_a_kill_and_is_kept(tmp_pat
     assert attempts[1]["commit"] and "dirty" in attempts[1]
     log = (folder / "run-2.log").read_text()
     assert "resumed from learner step" in log, log[-2000:]
+    # With its replay restored the relaunch keeps the schedule: as many updates in all as
+    # one uninterrupted run of the same frames makes.
+    agent = get_agent_config()
+    agent.min_replay_frames, agent.batch_size = TINY.seed_frames, TINY.batch_size
+    updates = max(int(p.name) for p in learner.iterdir())  # the final checkpoint's step
+    assert updates == replay_schedule(agent, ACTION_REPEAT).updates_due(
+        TINY.frames // ACTION_REPEAT
+    ), updates
     # The relaunch went on from its checkpoint: its first episode starts past frame 0, and
     # the rows of the first launch it repeats are left out of the frames/s windows.
     with open(actor_log, newline="") as file:

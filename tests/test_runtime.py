@@ -200,6 +200,30 @@ def test_single_process_run_learns_on_schedule_and_resumes(tmp_path):
     assert again.learner_steps == result.learner_steps + schedule.updates_due(50)
 
 
+@pytest.mark.integration  # a real Reverb server and environment, ~15 s
+def test_a_resumed_run_with_its_replay_restored_keeps_the_uninterrupted_ratio(tmp_path):
+    """With the replay restored from its checkpoint the schedule goes on from the run's counts:
+    the relaunch ends with as many updates as one run of all the steps (the learn check's runs
+    stop and resume this way; counting from the relaunch skipped min_replay_size steps' worth
+    of updates at each resume)."""
+    config = toy_config(max_actor_steps=100)
+    config.checkpoint.reverb = True
+    factory = LoggerFactory.from_config(tmp_path, config.logging)
+    experiment = toy_experiment(config)
+    schedule = experiment.builder.replay_schedule()
+    first = run_single_process(
+        experiment, workdir=str(tmp_path), logger_factory=factory, progress=False
+    )
+    assert first.learner_steps == schedule.updates_due(100)
+    config.max_actor_steps = 150
+    again = run_single_process(
+        toy_experiment(config), workdir=str(tmp_path), logger_factory=factory, progress=False
+    )
+    assert again.resumed_from_step == first.learner_steps and again.actor_steps == 150
+    assert schedule.updates_due(150) != first.learner_steps + schedule.updates_due(50)
+    assert again.learner_steps == schedule.updates_due(150)
+
+
 @pytest.mark.integration  # a real Reverb server and environment, ~10 s
 def test_single_process_run_stops_and_evaluates_at_exact_step_counts(tmp_path):
     # Neither the limit nor the evaluation points are at an episode's end (10 steps).

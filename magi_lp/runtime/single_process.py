@@ -62,16 +62,23 @@ class InterleavedLearning:
         schedule: ReplaySchedule,
         has_items: Callable[[], bool],
         on_step: Callable[[int], None] | None = None,
+        *,
+        steps: int = 0,
+        updates: int = 0,
     ):
+        """`steps` and `updates` are the counts the schedule goes on from: the run's actor
+        steps and learner updates when the replay was restored with them (a resumed run then
+        keeps the uninterrupted run's ratio), 0 and 0 when the replay starts empty (learning
+        restarts once it holds `min_replay_size` items again, as the distributed program's
+        rate limiter has it)."""
         self._learner = learner
         self._schedule = schedule
         self._has_items = has_items
         self._replay_ready = False
         self._on_step = on_step
-        # Counted from this process's start: replay starts empty on every (re)launch, so
-        # learning restarts only once it holds `min_replay_size` items again.
-        self.steps = 0
-        self.updates = 0
+        self._start_steps = steps
+        self.steps = steps
+        self.updates = updates
 
     def _replay_has_items(self) -> bool:
         if not self._replay_ready:
@@ -93,7 +100,7 @@ class InterleavedLearning:
             self._learner.step()
             self.updates += 1
         if self._on_step is not None:
-            self._on_step(self.steps)
+            self._on_step(self.steps - self._start_steps)
 
     def episode_done(self, episode_return: float) -> None:
         del episode_return
@@ -145,8 +152,16 @@ def run_single_process(
         frames_per_step=experiment.frames_per_step,
         disable=None if progress else True,
     )
+    # A replay restored from the checkpoint holds what the run wrote up to it: the schedule
+    # goes on from the run's counts. An empty one (no replay checkpoint) starts it again.
+    restored = start_steps > 0 and replay.has_items()
     learning = InterleavedLearning(
-        learner, schedule, replay.has_items, on_step=lambda steps: bar.update(start_steps + steps)
+        learner,
+        schedule,
+        replay.has_items,
+        on_step=lambda steps: bar.update(start_steps + steps),
+        steps=start_steps if restored else 0,
+        updates=learner.steps if restored else 0,
     )
     actor = make_acting_loop(
         experiment,
