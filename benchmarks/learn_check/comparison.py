@@ -231,7 +231,7 @@ def provenance(run: dict) -> dict:
         # "cores" is how many it had: 1).
         "cores": _cores(attempts)
         or (list(run["cores"]) if isinstance(run.get("cores"), list) else []),
-        # HEAD's agent and replay code made every launch: otherwise marked in the figure;
+        # HEAD's agent, replay and runner code made every launch: otherwise marked in the figure;
         # None where the launches' code was not recorded (a GPU call's).
         "head_code": (not other_code) if attempts else None,
     }

@@ -46,8 +46,9 @@ from magi_lp.runtime.workdir import Workdir
 VENV312 = common.REPO / ".venv312"
 VENV_OFFICIAL = common.REPO / ".venv-official"
 ATTEMPTS = "attempts.jsonl"
-CODE_PATHS = ("projects/drq_v2", "magi_lp/agent", "magi_lp/replay")
-"""The agent's and the replay's code: a run made by other code than HEAD's is marked."""
+CODE_PATHS = ("projects/drq_v2", "magi_lp/agent", "magi_lp/replay", "magi_lp/runtime")
+"""The agent's, the replay's and the runner's code (the runner decides when the learner
+updates): a run made by other code than HEAD's is marked."""
 LOG_TAIL = 30
 
 
@@ -73,7 +74,7 @@ def _git(*args: str) -> str:
 
 
 def code_state() -> dict:
-    """HEAD, whether the tree is dirty, and the agent's and replay's code (`CODE_PATHS`):
+    """HEAD, whether the tree is dirty, and the agent's, replay's and runner's code (`CODE_PATHS`):
     HEAD's git tree hash of each, or "dirty:" and a hash of its changes (tracked and new
     files) where the work tree differs from HEAD there."""
     dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
