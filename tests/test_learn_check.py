@@ -122,6 +122,24 @@ def test_the_superseded_first_check_fails_today_and_its_frozen_learner_too():
     assert summary["old_rule_frozen"]["ratio"] > comparison.GOAL_RATIO
 
 
+def test_provenance_marks_our_runs_made_by_other_code_and_not_the_official_agents():
+    head = runs.code_state()
+    attempt = {"attempt": 1, "commit": head["commit"], "dirty": False, "code": head["code"]}
+    before_runner = {**attempt, "code": {k: v for k, v in head["code"].items()
+                                         if k != "magi_lp/runtime"}}  # fmt: skip
+    ours = {"agent": "magi_lp", "seed": 4, "attempts": [attempt]}
+    assert comparison.provenance(ours)["head_code"] is True
+    mixed = {**ours, "attempts": [attempt, {**before_runner, "attempt": 2}]}
+    assert comparison.provenance(mixed)["head_code"] is False
+    theirs = {"agent": "official", "seed": 4, "attempts": [before_runner]}
+    assert comparison.provenance(theirs)["head_code"] is None
+    table = comparison.provenance_table(
+        {"magi_lp": {"runs": [comparison.provenance(mixed)]},
+         "official": {"runs": [comparison.provenance(theirs)]}}
+    )  # fmt: skip
+    assert "not HEAD's agent/replay/runner code" in table[2] and "official, pinned" in table[3]
+
+
 def test_only_preregistered_seeds_count_and_missing_ones_leave_it_incomplete():
     extra = [*_runs(LEARNING), _result("magi_lp", 99, [350, 350, 350, 350, 350])]
     found = comparison.compare(extra, FULL_LIKE)["tasks"]["cartpole_balance"]

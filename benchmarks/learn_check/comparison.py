@@ -232,8 +232,9 @@ def provenance(run: dict) -> dict:
         "cores": _cores(attempts)
         or (list(run["cores"]) if isinstance(run.get("cores"), list) else []),
         # HEAD's agent, replay and runner code made every launch: otherwise marked in the figure;
-        # None where the launches' code was not recorded (a GPU call's).
-        "head_code": (not other_code) if attempts else None,
+        # None where the launches' code was not recorded (a GPU call's) or is not ours (the
+        # official agent's is pinned by hashes: official.check_checkout).
+        "head_code": (not other_code) if attempts and run.get("agent") != "official" else None,
     }
 
 
@@ -559,8 +560,8 @@ def provenance_table(agents: dict) -> list[str]:
     lines += ["| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name in AGENTS:
         for run in agents.get(name, {}).get("runs", []):
-            code = {True: "HEAD's", False: "**not HEAD's agent/replay code**"}.get(
-                run["head_code"], "not recorded"
+            code = {True: "HEAD's", False: "**not HEAD's agent/replay/runner code**"}.get(
+                run["head_code"], "official, pinned" if name == "official" else "not recorded"
             )
             machine = run.get("machine") or {}
             where = f"{machine.get('cpu', '?')}, {machine.get('cores', '?')} cores"
