@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -33,7 +34,9 @@ from benchmarks.learn_check import __main__ as cli
 from benchmarks.learn_check import comparison, official, runs, saturation
 from benchmarks.learn_check.settings import (
     ACTION_REPEAT,
+    FULL,
     KEPT,
+    PREREGISTERED_AT,
     RESULT,
     SEEDS,
     TINY,
@@ -120,6 +123,25 @@ def test_the_superseded_first_check_fails_today_and_its_frozen_learner_too():
     summary = comparison.superseded(KEPT)
     # The old rule (frame 0 inside the AUC) let the frozen learner through.
     assert summary["old_rule_frozen"]["ratio"] > comparison.GOAL_RATIO
+
+
+def test_the_preregistered_settings_and_seeds_are_those_of_their_commit():
+    """The file has changed since (the paper comparison's folders): never FULL or SEEDS."""
+    shown = subprocess.run(
+        ["git", "show", f"{PREREGISTERED_AT}:benchmarks/learn_check/settings.py"],
+        cwd=ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+    if shown.returncode != 0:
+        pytest.skip(f"{PREREGISTERED_AT} is not in this clone's history (a shallow clone)")
+    then = types.ModuleType("settings_at_preregistration")
+    sys.modules[then.__name__] = then  # dataclasses look their module up there
+    try:
+        exec(compile(shown.stdout, f"settings.py@{PREREGISTERED_AT}", "exec"), then.__dict__)
+    finally:
+        del sys.modules[then.__name__]
+    assert dataclasses.asdict(then.FULL) == dataclasses.asdict(FULL)
+    assert then.SEEDS == SEEDS
+    assert comparison._settings_commit().startswith(PREREGISTERED_AT + " 2026-11-26")
 
 
 def test_provenance_marks_our_runs_made_by_other_code_and_not_the_official_agents():

@@ -27,7 +27,7 @@ import random
 from pathlib import Path
 
 from benchmarks import common
-from benchmarks.learn_check.settings import AGENTS, SEEDS, Settings
+from benchmarks.learn_check.settings import AGENTS, PREREGISTERED_AT, SEEDS, Settings
 
 JSON = common.REPO / "benchmarks" / "learn_check.json"
 CSV = common.REPO / "benchmarks" / "learn_check_curves.csv"
@@ -481,10 +481,10 @@ def write(
 
 
 def _settings_commit() -> str:
-    """The last commit that changed the settings (the preregistration)."""
+    """The preregistration's commit and date (the file has changed since in other parts)."""
     from benchmarks.learn_check.runs import _git
 
-    return _git("log", "-1", "--format=%h %cs", "--", "benchmarks/learn_check/settings.py")
+    return _git("log", "-1", "--format=%h %cs", PREREGISTERED_AT) or PREREGISTERED_AT
 
 
 # -- the figure on BENCHMARKS.md (benchmarks.run reads benchmarks/learn_check.json) --------

@@ -27,6 +27,9 @@ AGENTS = ("magi_lp", "official")
 DEFAULT_TASKS = ("cartpole_balance",)
 SEEDS = (1, 2, 3)
 """The preregistered seeds of each agent: the comparison counts these and no others."""
+PREREGISTERED_AT = "e7dbb9a"
+"""The commit that fixed `FULL` and `SEEDS` (2026-11-26); later commits to this file may not
+change either (tests/test_learn_check.py checks it against that commit's file)."""
 DEFAULT_SEEDS = SEEDS
 OUT = common.REPO / "runs" / "learn_check"
 """Run folders (logs, checkpoints; git-ignored)."""
