@@ -489,8 +489,15 @@ def main(argv: list[str] | None = None) -> int:
         if job["agent"] == "official":
             job["env"]["OMP_NUM_THREADS"] = str(len(cores))
     left = 60 * args.minutes - (time.monotonic() - start)
-    if to_run:
-        run_side_by_side(to_run, left)
+    try:
+        if to_run:
+            run_side_by_side(to_run, left)
+    finally:
+        from benchmarks.learn_check.official import remove_temp
+
+        for job in jobs:
+            if job["agent"] == "official":
+                remove_temp(job["env"])
     results = [read_run(job, seed_frames) for job in jobs]
     device = device_name()
     stack = versions()

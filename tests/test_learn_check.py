@@ -21,9 +21,11 @@ import dataclasses
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import types
 from pathlib import Path
@@ -482,6 +484,36 @@ def test_tiny_run_of_the_official_side_resumes_from_its_snapshot(tmp_path):
     probes = json.loads((tmp_path / "saturation.json").read_text())["runs"]
     assert [(p["agent"], p["observations"]) for p in probes] == [("official", 12)]
     assert probes[0]["frames"] > 0 and 0.0 <= probes[0]["saturated"] <= 1.0
+
+
+def test_a_stopped_official_launch_leaves_its_temp_files_only_until_the_next(tmp_path, monkeypatch):
+    """The official replay worker's multiprocessing makes $TMPDIR/pymp-*, which a launch killed
+    by a signal (each session's end) leaves: the run's env gives it a TMPDIR of its own, short
+    enough for multiprocessing's Unix sockets, emptied by the next launch's env and removed by
+    remove_temp."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "system_tmp"))
+    (tmp_path / "system_tmp").mkdir()
+    folder = tmp_path / ("a_long_run_folder_" * 8) / "official" / "cartpole_balance" / "seed_4"
+    killed = "import multiprocessing.util as u, os; u.get_temp_dir(); os.kill(os.getpid(), 9)"
+    outer = tmp_path / "outer"
+    outer.mkdir()
+    for name, extra in (("plain", {}), ("run", official.environment(folder))):
+        done = subprocess.run(
+            [sys.executable, "-c", killed], env={**os.environ, "TMPDIR": str(outer), **extra},
+            timeout=120,
+        )  # fmt: skip
+        assert done.returncode == -signal.SIGKILL
+        if name == "plain":  # the check can fail: the folder a kill leaves
+            assert [p.name[:5] for p in outer.iterdir()] == ["pymp-"]
+            shutil.rmtree(next(outer.iterdir()))
+    temp = Path(extra["TMPDIR"])
+    assert list(outer.iterdir()) == [] and temp.parent == tmp_path / "system_tmp"
+    assert len(temp.name) <= 32 and temp == official.temp_folder(folder)
+    assert [p.name[:5] for p in temp.iterdir()] == ["pymp-"]
+    official.environment(folder)  # the next launch's
+    assert list(temp.iterdir()) == []
+    official.remove_temp(extra)
+    assert list((tmp_path / "system_tmp").iterdir()) == []
 
 
 def test_copied_official_files_are_a_checkout_that_passes_the_pinned_hashes(tmp_path):

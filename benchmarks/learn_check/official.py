@@ -22,6 +22,7 @@ import csv
 import hashlib
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
@@ -284,6 +285,19 @@ def prepare(checkout: Path, scratch: Path) -> Path:
     return scratch
 
 
+def temp_folder(folder: Path) -> Path:
+    """The run's TMPDIR: a folder in the system's temp folder named after the run's folder.
+    Not inside the run's folder: multiprocessing puts a Unix socket in TMPDIR, and a socket's
+    path may not exceed 107 bytes (the run folders' paths are about 100)."""
+    digest = hashlib.sha256(str(Path(folder).resolve()).encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / f"magi_lp_official_{digest}"
+
+
+def remove_temp(env: dict[str, str]) -> None:
+    """Removes the TMPDIR `environment()` made, once its launch has ended."""
+    shutil.rmtree(env["TMPDIR"], ignore_errors=True)
+
+
 def environment(folder: Path) -> dict[str, str]:
     """Environment variables for the run kept in `folder` (add them to os.environ's copy).
 
@@ -294,9 +308,16 @@ def environment(folder: Path) -> dict[str, str]:
     TORCHINDUCTOR_CACHE_DIR names another place: the run's folder, so that a run leaves
     nothing in /tmp. Mesa's EGL keeps its shader cache in the home folder (found through the
     password database, not $HOME) unless MESA_SHADER_CACHE_DIR names another place: the run's
-    folder too (scripts/write_home_pth.sh does the same for this project's venvs).
+    folder too (scripts/write_home_pth.sh does the same for this project's venvs). TMPDIR is
+    the run's own short folder in the system's temp folder (`temp_folder`), made empty here:
+    the replay worker's multiprocessing makes pymp-* there, which a launch stopped by a signal
+    (each session's end) leaves; the caller removes it after the launch (`remove_temp`).
     """
+    temp = temp_folder(folder)
+    shutil.rmtree(temp, ignore_errors=True)  # what a stopped launch left
+    temp.mkdir(parents=True)
     return {
+        "TMPDIR": str(temp),
         "TORCHINDUCTOR_CACHE_DIR": str(Path(folder) / "torchinductor"),
         "MESA_SHADER_CACHE_DIR": str(Path(folder) / "mesa_shader_cache"),
         "MUJOCO_GL": "egl",

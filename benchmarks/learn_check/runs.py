@@ -409,7 +409,11 @@ def _run_locked(
         assert checkout is not None
         code_dir = official.prepare(checkout, folder / "code")
         command = official_command(settings, task, seed, code_dir, workdir)
-        code, cpu_s = _launch(_pinned(core, command), official.environment(folder), log, code_dir)
+        env = official.environment(folder)
+        try:
+            code, cpu_s = _launch(_pinned(core, command), env, log, code_dir)
+        finally:
+            official.remove_temp(env)
     attempt["ended"] = time.time()
     attempt["exit_code"] = code
     attempt["wall_s"] = attempt["ended"] - attempt["started"]
