@@ -127,7 +127,7 @@ gpu-check: $(if $(filter $(PY),$(GPU_CHECK_PYTHON)),setup)
 gpu-learn: $(if $(filter $(PY),$(GPU_CHECK_PYTHON)),setup)
 	$(GPU_CHECK_PYTHON) -m benchmarks.gpu_learn $(GPU_LEARN_ARGS)
 
-# The preregistered comparison at those settings (seeds 4-6 of each agent, to 40k frames) over
+# The preregistered comparisons at those settings (3 seeds of each agent, to 40k frames) over
 # the gpu_learn.json files committed under benchmarks/gpu_learn_check/ and the CPU runs kept in
 # its cpu/ (learn_check --paper): exit 0 held, 1 not held, 3 incomplete. Needs no GPU (it reads
 # results); writes benchmarks/gpu_learn_check.json and the PNG, then figure 17 of BENCHMARKS.md.

@@ -38,6 +38,26 @@ finished first counts (a GPU run's time is its result's `measured_at`, a CPU run
 its last launch); the other set, if it completes, is reported beside it and does not change
 the verdict. Frames/s are compared only within the set.
 
+SECOND PREREGISTRATION on 2026-11-28, in the commit that added `SECOND`, before any run of
+its seeds had started on either machine (seeds 10-12 had never run at any settings). Written
+after the first's three runs of ours had finished on an H200 (2026-11-27, 4b76322): 616, 596
+and 297 at frame 0, 991, 979 and 991 at 40k frames. By the first's rule they did not learn:
+2 x their frame-0 mean is 1006, above the 1000 an episode can return at most, so no run of
+these seeds could have passed. The official agent's seed 4 scored 643 at frame 0 on the CPU,
+and the published ten seeds range 309-508 there: the ratio rule fails whenever three seeds'
+frame-0 mean is above 500, for either agent, whatever they learn. What the second counts:
+
+- The same task, settings, evaluation points, AUC, goal, machines and amendment as the first.
+- Seeds 10, 11 and 12 of each agent (`SECOND.seeds`): fresh, since the first's had been
+  seen at frame 0 (and ours' to the end), and seeds 7-9 of the official agent at frame 0 (a
+  throughput probe on the H200, 11k frames, 2026-11-27, not kept).
+- Learned (`comparison.GAP`): an agent's mean return at 40k has closed at least half the gap
+  between its frame-0 mean and 1000, and is >= 700. It is the ratio rule at a frame-0 mean of
+  333, stricter below it and looser above; a learner that never updates closes none of it.
+- The first stays as it was registered and is reported beside the second (`FIRST`): its
+  verdict will be "not held" (ours did not learn by its rule) once its official runs exist.
+  The exit code and the figure's headline are the second's (`CURRENT`).
+
     python -m benchmarks.gpu_learn_check [RESULT.json ...] [--cpu-results DIR] [--write]
 
 `--write` (what `make gpu-learn-check` passes) also writes the figure's result,
@@ -60,8 +80,33 @@ from benchmarks import common, gpu_learn
 from benchmarks.learn_check import comparison
 from benchmarks.learn_check.settings import AGENTS, Settings
 
-SEEDS = (4, 5, 6)
-"""The preregistered seeds of each agent: the comparison counts these and no others."""
+
+@dataclasses.dataclass(frozen=True)
+class Preregistration:
+    """One preregistered comparison: the seeds it counts (of each agent, never grown) and its
+    learning rule (`comparison.RULES`); everything else is this module's, for both."""
+
+    name: str
+    seeds: tuple[int, ...]
+    rule: str
+    registered: str
+    """When, and what had been seen then (the docstring says it in full)."""
+
+
+FIRST = Preregistration(
+    "first", (4, 5, 6), comparison.RATIO, "2026-11-27, before any run it counts"
+)
+SECOND = Preregistration(
+    "second",
+    (10, 11, 12),
+    comparison.GAP,
+    "2026-11-28, before any run it counts, after the first's runs of ours",
+)
+CURRENT = SECOND
+"""The comparison whose verdict is the exit code and the figure's headline."""
+PREREGISTRATIONS = (SECOND, FIRST)
+SEEDS = CURRENT.seeds
+"""The seeds the CPU machine runs (`learn_check --paper`): the current comparison's."""
 FRAMES = 40_000
 SETTINGS = Settings(
     image_size=84,
@@ -117,6 +162,7 @@ def runs_of(result: dict, source: str) -> list[dict]:
             "machine": {**result.get("machine", {}), "device": result.get("device")},
             "source": source,
             "commit": result.get("commit"),
+            "dirty": str(result["commit"]).endswith("-dirty") if result.get("commit") else None,
             "finished": _epoch(result.get("measured_at")),
         }
         for run in result.get("runs", [])
@@ -162,18 +208,18 @@ def furthest(runs: list[dict]) -> tuple[list[dict], list[dict]]:
     return list(best.values()), [run for run in runs if id(run) not in kept]
 
 
-def _one_machine(runs: list[dict]) -> dict:
+def _one_machine(runs: list[dict], prereg: Preregistration) -> dict:
     """The comparison over one kind of machine's runs: the furthest run of each (agent,
     seed); comparison.compare's answer with its verdict; when its last counted run finished
     (None while incomplete)."""
     kept, repeated = furthest(runs)
-    found = comparison.compare(kept, SETTINGS, SEEDS)
+    found = comparison.compare(kept, SETTINGS, prereg.seeds, prereg.rule)
     agents = found["tasks"].get(gpu_learn.TASK, {})
     if "comparison" not in agents:  # no run of the task at these settings and seeds
-        agents["comparison"] = comparison.verdict(agents, SEEDS)
+        agents["comparison"] = comparison.verdict(agents, prereg.seeds)
     complete = agents["comparison"]["verdict"] != comparison.INCOMPLETE
     counted = [
-        run for run in kept if run["seed"] in SEEDS and comparison.same_settings(
+        run for run in kept if run["seed"] in prereg.seeds and comparison.same_settings(
             run.get("settings", {}), SETTINGS)
     ]  # fmt: skip
     times = [run.get("finished") for run in counted]
@@ -181,21 +227,27 @@ def _one_machine(runs: list[dict]) -> dict:
         "points": found["points"],
         "agents": agents,
         "finished": max(times) if complete and None not in times else None,
-        "left_out": [f"{r['agent']} {r['seed']} ({r['source']})" for r in repeated],
+        "left_out": [
+            f"{r['agent']} {r['seed']} ({r['source']})"
+            for r in repeated
+            if r["seed"] in prereg.seeds
+        ],
     }
 
 
-def check(paths: list[Path], cpu_kept: Path | None = None) -> dict:
-    """The comparison over the gpu_learn.json files in `paths` and the CPU runs kept in
-    `cpu_kept`, within each kind of machine; the verdict is the set that completed first
+def check(
+    paths: list[Path], cpu_kept: Path | None = None, prereg: Preregistration = CURRENT
+) -> dict:
+    """The comparison `prereg` over the gpu_learn.json files in `paths` and the CPU runs kept
+    in `cpu_kept`, within each kind of machine; the verdict is the set that completed first
     (the amendment), "incomplete" while neither has. `agents` is that set's (or, while
     incomplete, the one with more runs finished)."""
     runs: list[dict] = []
     for path in paths:
         runs += runs_of(json.loads(Path(path).read_text()), Path(path).name)
     machines = {
-        "gpu": _one_machine(runs),
-        "cpu": _one_machine(cpu_runs(cpu_kept) if cpu_kept is not None else []),
+        "gpu": _one_machine(runs, prereg),
+        "cpu": _one_machine(cpu_runs(cpu_kept) if cpu_kept is not None else [], prereg),
     }
     done = [m for m in MACHINES if machines[m]["finished"] is not None]
     if done:
@@ -205,13 +257,21 @@ def check(paths: list[Path], cpu_kept: Path | None = None) -> dict:
     chosen = machines[counted]
     return {
         "points": chosen["points"],
-        "seeds": list(SEEDS),
+        "preregistration": prereg.name,
+        "seeds": list(prereg.seeds),
+        "rule": prereg.rule,
+        "registered": prereg.registered,
         "machine": counted if done else None,
         "agents": chosen["agents"],
         "machines": machines,
         "read": [str(p) for p in paths] + ([str(cpu_kept)] if cpu_kept is not None else []),
         "left_out": machines["gpu"]["left_out"] + machines["cpu"]["left_out"],
     }
+
+
+def check_all(paths: list[Path], cpu_kept: Path | None = None) -> list[dict]:
+    """`check` for every preregistration, the current one first."""
+    return [check(paths, cpu_kept, prereg) for prereg in PREREGISTRATIONS]
 
 
 def _agent_lines(agents: dict) -> list[str]:
@@ -223,9 +283,13 @@ def _agent_lines(agents: dict) -> list[str]:
             continue
         curve = ", ".join(f"{v:.0f}" for v in agent["mean"])
         fps = agent["train_frames_per_s"]
+        learning = agent["learning"]
+        beyond = "" if learning.get("reachable", True) else (
+            f"; it needs {learning['needed']:.0f}, more than any return: cannot hold"
+        )  # fmt: skip
         out.append(
             f"  {name}: seeds {agent['seeds']}, mean return {curve}; "
-            f"learned: {agent['learning']['learned']} ({agent['learning']['rule']}); "
+            f"learned: {learning['learned']} ({learning['rule']}{beyond}); "
             f"train frames/s {'-' if fps is None else f'{fps:.1f}'}"
         )
     return out
@@ -235,10 +299,12 @@ def lines(found: dict) -> list[str]:
     """The check in words: each machine's runs (each agent's curve and learning), then the
     verdict of the set counted."""
     points = found["points"]
+    name = found["preregistration"]
     out = [
-        f"gpu_learn_check: {gpu_learn.TASK} at the paper's settings, seeds "
-        f"{', '.join(map(str, SEEDS))} of each agent (preregistered), points "
-        f"{', '.join(f'{p // 1000}k' for p in points)}; one kind of machine counts"
+        f"gpu_learn_check ({name}): {gpu_learn.TASK} at the paper's settings, seeds "
+        f"{', '.join(map(str, found['seeds']))} of each agent (preregistered "
+        f"{found['registered']}), points {', '.join(f'{p // 1000}k' for p in points)}; one "
+        "kind of machine counts"
     ]
     for machine in MACHINES:
         agents = found["machines"][machine]["agents"]
@@ -261,36 +327,53 @@ def lines(found: dict) -> list[str]:
     if verdict.get("missing_seeds"):
         out.append(f"  missing: {verdict['missing_seeds']}")
     where = f" (on {found['machine']})" if found["machine"] else ""
-    out.append(f"gpu_learn_check: {verdict['verdict']}{where}: {verdict['why']}")
+    out.append(f"gpu_learn_check ({name}): {verdict['verdict']}{where}: {verdict['why']}")
     return out
 
 
 # -- the figure (benchmarks.run reads benchmarks/gpu_learn_check.json) ---------------------
 
-TITLE = "The preregistered comparison at the paper's settings: seeds 4-6 of each agent"
+TITLE = "The preregistered comparisons at the paper's settings, both agents on one machine"
 NOT_MEASURED = (
     "not measured: `make gpu-learn-check` has not written benchmarks/gpu_learn_check.json"
 )
 
 
 def write(
-    found: dict,
+    founds: list[dict],
     json_path: Path = JSON,
     png_path: Path = PNG,
     cpu_kept: Path = CPU_KEPT,
     cpu_runs_out: Path | None = None,
 ) -> dict:
-    """The check's figure result (verdict, each machine's curves and runs' provenance, the
-    published curve at the points, the progress of the CPU runs kept in `cpu_kept` and run
-    under `cpu_runs_out`, by default learn_check --paper's) as JSON, and the curves as PNG."""
+    """The figure's result: the first of `founds` (each a `check`, the current
+    preregistration's first) with the others under "earlier", each with its verdict, each
+    machine's curves and runs' provenance, the published curve at the points and the
+    progress of the CPU runs kept in `cpu_kept` and run under `cpu_runs_out` (by default
+    learn_check --paper's), as JSON; each one's curves as a PNG (the current's `png_path`,
+    an earlier one's named after it)."""
+    results = []
+    for index, found in enumerate(founds):
+        png = png_path if index == 0 else png_path.with_name(
+            f"{png_path.stem}_{found['preregistration']}{png_path.suffix}"
+        )  # fmt: skip
+        results.append(_result(found, png, cpu_kept, cpu_runs_out))
+    result = {**results[0], "earlier": results[1:]}
+    json_path.write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def _result(found: dict, png_path: Path, cpu_kept: Path, cpu_runs_out: Path | None) -> dict:
     from benchmarks.learn_check import settings as learn_check_settings
 
     cpu_runs_out = cpu_runs_out or learn_check_settings.PAPER_OUT
-
+    seeds = tuple(found["seeds"])
     verdict = found["agents"]["comparison"]
     reference = gpu_learn.reference_curve(gpu_learn.TASK)
     result = {
         "status": "ok",
+        "preregistration": found["preregistration"],
+        "registered": found["registered"],
         "verdict": verdict["verdict"],
         "line": verdict["why"] + (f" (on {found['machine']})" if found["machine"] else ""),
         "measured_at": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -298,9 +381,9 @@ def write(
         "task": gpu_learn.TASK,
         "settings": dataclasses.asdict(SETTINGS),
         "goal_ratio": comparison.GOAL_RATIO,
-        "learn_rule": f"final mean >= {comparison.LEARN_FACTOR:g} x frame-0 mean and >= "
-        f"{comparison.LEARN_MIN[gpu_learn.TASK]:g}",
-        "seeds": list(SEEDS),
+        "rule": found["rule"],
+        "learn_rule": comparison.learned(gpu_learn.TASK, 0.0, 0.0, rule=found["rule"])["rule"],
+        "seeds": list(seeds),
         "points": found["points"],
         "reference": {str(p): reference[p] for p in found["points"] if p in reference},
         "machine_counted": found["machine"],
@@ -311,12 +394,11 @@ def write(
             }
             for m in MACHINES
         },
-        "progress": comparison.progress(cpu_runs_out, SETTINGS, (gpu_learn.TASK,), cpu_kept, SEEDS),
+        "progress": comparison.progress(cpu_runs_out, SETTINGS, (gpu_learn.TASK,), cpu_kept, seeds),
         "read": found["read"],
         "left_out": found["left_out"],
     }
     result["png"] = _plot(result, png_path)
-    json_path.write_text(json.dumps(result, indent=2) + "\n")
     return result
 
 
@@ -325,6 +407,7 @@ def _plot(result: dict, path: Path) -> str:
     matplotlib is missing or no run has finished."""
     shown = [m for m in MACHINES if any(a in result["machines"][m]["agents"] for a in AGENTS)]
     if not shown:
+        path.unlink(missing_ok=True)  # an older figure's curves are not these
         return "no PNG (no run finished)"
     if importlib.util.find_spec("matplotlib") is None:
         return "no PNG (matplotlib is not installed here)"
@@ -357,7 +440,8 @@ def _plot(result: dict, path: Path) -> str:
         axis.set_xlabel("frames")
         axis.set_ylabel("evaluation return (10 episodes)")
         axis.legend(fontsize=7)
-    figure.suptitle("DrQ-v2 at the paper's settings (84x84, batch 256), preregistered seeds",
+    figure.suptitle(f"DrQ-v2 at the paper's settings (84x84, batch 256), the "
+                    f"{result['preregistration']} preregistration: seeds {result['seeds']}",
                     fontsize=9)  # fmt: skip
     figure.tight_layout()
     figure.savefig(path, dpi=100)
@@ -365,36 +449,59 @@ def _plot(result: dict, path: Path) -> str:
     return str(path.relative_to(common.REPO)) if path.is_relative_to(common.REPO) else str(path)
 
 
-def summary(result: dict) -> tuple[str, str, str]:
-    """(number, comparison, ratio) for BENCHMARKS.md's table."""
-    against = f"official DrQ-v2, seeds {result['seeds']} of each, 84x84, batch 256, 40k frames"
-    rule = f"goal >= {result['goal_ratio']}, both agents learned"
+def _state(result: dict) -> str:
+    """One preregistration's state in a few words: its verdict and ratio, or its progress."""
     counted = result["machine_counted"]
     if counted is None:
         done = ", ".join(
             f"{m} {runs_finished(result['machines'][m]['agents'])} / 6" for m in MACHINES
         )
-        return f"in progress: runs finished: {done}", against, rule
+        return f"in progress: runs finished: {done}"
     found = result["machines"][counted]["agents"]["comparison"]
     low, high = found["auc_ratio_95"]
     return (
         f"{result['verdict']} on {counted}: AUC ratio {found['auc_ratio']:.3f} "
-        f"(95% [{low:.2f}, {high:.2f}])",
-        against,
-        rule,
+        f"(95% [{low:.2f}, {high:.2f}])"
     )
 
 
+def summary(result: dict) -> tuple[str, str, str]:
+    """(number, comparison, ratio) for BENCHMARKS.md's table: the current preregistration's,
+    each earlier one's state after it."""
+    against = f"official DrQ-v2, seeds {result['seeds']} of each, 84x84, batch 256, 40k frames"
+    rule = f"goal >= {result['goal_ratio']}, both agents learned"
+    number = f"{result.get('preregistration', 'first')}: {_state(result)}"
+    for earlier in result.get("earlier", []):
+        number += f"; {earlier['preregistration']} (seeds {earlier['seeds']}): {_state(earlier)}"
+    return number, against, rule
+
+
 def report(result: dict) -> str:
-    """The figure's section: the preregistration, the verdict, each machine's runs."""
+    """The figure's section: the current preregistration (its verdict, each machine's
+    runs), then each earlier one the same way."""
+    sections = [_report_one(result)]
+    for earlier in result.get("earlier", []):
+        sections.append(
+            f"**The {earlier['preregistration']} preregistration** (seeds "
+            f"{', '.join(map(str, earlier['seeds']))}; registered {earlier['registered']}; "
+            "superseded by the one above, reported as it was registered):\n\n"
+            + _report_one(earlier)
+        )
+    return "\n\n".join(sections)
+
+
+def _report_one(result: dict) -> str:
+    """One preregistration: what it counts, its verdict, each machine's runs."""
     points = result["points"]
     reference = result["reference"]
     lines = [
         "The comparison that can fail, at the paper's settings (84x84 pixels, batch 256, 4000 "
         "seed frames, replay 100k, evaluations of 10 episodes at "
         f"{', '.join(f'{p // 1000}k' for p in points)} frames) on {result['task']}. "
-        "**Preregistered** (`benchmarks/gpu_learn_check.py`'s docstring, 2026-11-27, before any "
-        f"run it counts): seeds {', '.join(map(str, result['seeds']))} of each agent, never "
+        f"**Preregistered** (the {result.get('preregistration', 'first')} in "
+        "`benchmarks/gpu_learn_check.py`'s docstring, "
+        f"{result.get('registered', '2026-11-27, before any run it counts')}): seeds "
+        f"{', '.join(map(str, result['seeds']))} of each agent, never "
         f"grown; learned: {result['learn_rule']}, both agents; AUC: a run's mean return over "
         f"the points after frame 0; goal: AUC ratio (this / official) >= {result['goal_ratio']}"
         ", with its 95% bootstrap interval over seeds. Its amendment (before any counted run "
@@ -446,12 +553,14 @@ def main(argv: list[str] | None = None) -> int:
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
         raise SystemExit(f"gpu_learn_check: no such file: {', '.join(missing)}")
-    found = check(paths, Path(args.cpu_results))
-    print("\n".join(lines(found)))
+    founds = check_all(paths, Path(args.cpu_results))
+    for found in founds:
+        print("\n".join(lines(found)))
     if args.write:
-        written = write(found, cpu_kept=Path(args.cpu_results))
-        print(f"gpu_learn_check: wrote {JSON.relative_to(common.REPO)}, {written['png']}")
-    return comparison.EXIT[found["agents"]["comparison"]["verdict"]]
+        written = write(founds, cpu_kept=Path(args.cpu_results))
+        pngs = [written["png"]] + [e["png"] for e in written["earlier"]]
+        print(f"gpu_learn_check: wrote {JSON.relative_to(common.REPO)}, {', '.join(pngs)}")
+    return comparison.EXIT[founds[0]["agents"]["comparison"]["verdict"]]
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@
 # whose mujoco-core 4.0.0 for `make gpu-check` would clash with mujoco 3.17.0). On the GPU
 # machine:
 #   bash benchmarks/gpu_learn_device.sh .whl-learn   (benchmarks/README.md, "The learning run")
+# Also writes .commit (git-ignored): HEAD's short hash, with -dirty where the tree differs.
 # With DRQV2=<checkout of facebookresearch/drqv2>, also the official agent's seed: its files
 # (checked against official.py's pinned hashes) and its own wheels at the learn check's pins
 # (benchmarks/learn_check/requirements-official.txt: numpy 1.26.4, hydra-core, omegaconf,
@@ -61,3 +62,8 @@ official.copy_files(Path(sys.argv[1]), Path(sys.argv[2]))" "$DRQV2" "$dest/offic
 fi
 ls -1 "$dest" "$dest"/official 2>/dev/null || true
 du -sh "$dest"
+# The commit the device call runs, for its results (the copied tree has no .git): "-dirty" where
+# the tree differs from it (untracked files that travel included).
+dirty=$(git -C "$root" status --porcelain)
+echo "$(git -C "$root" rev-parse --short HEAD)${dirty:+-dirty}" >"$root/.commit"
+echo "gpu-learn-wheels: .commit: $(cat "$root/.commit")"

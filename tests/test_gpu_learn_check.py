@@ -89,7 +89,8 @@ def _keep_cpu(kept: Path, agent: str, curves: dict, ended: float, **change) -> N
 
 def _seeds(curve: list[tuple[int, float]]) -> dict[int, list[tuple[int, float]]]:
     # A little spread between seeds, so that the bootstrap has something to resample.
-    return {s: [(f, v + 10 * (s - 5)) for f, v in curve] for s in gpu_learn_check.SEEDS}
+    middle = gpu_learn_check.SEEDS[1]
+    return {s: [(f, v + 10 * (s - middle)) for f, v in curve] for s in gpu_learn_check.SEEDS}
 
 
 def test_two_agents_learning_alike_hold_with_the_ratio_and_its_interval(tmp_path, capsys):
@@ -97,7 +98,7 @@ def test_two_agents_learning_alike_hold_with_the_ratio_and_its_interval(tmp_path
     code, out = _check(tmp_path, ours, _result("official", _seeds(LEARNS)), capsys)
     assert code == comparison.EXIT[comparison.HELD], out
     assert "AUC ratio (ours / official) 1.000, 95% [" in out
-    assert "seeds [4, 5, 6]" in out and "train frames/s 130.0" in out
+    assert "seeds [10, 11, 12]" in out and "train frames/s 130.0" in out
 
 
 def test_a_learner_that_never_updates_fails(tmp_path, capsys):
@@ -118,11 +119,11 @@ def test_a_learner_at_half_the_rate_fails_on_the_ratio_alone(tmp_path, capsys):
 
 def test_a_missing_seed_or_point_leaves_it_incomplete_and_other_runs_do_not_count(tmp_path, capsys):
     curves = _seeds(LEARNS)
-    curves[6] = LEARNS[:2]  # seed 6 stopped before its 40k evaluation
+    curves[12] = LEARNS[:2]  # seed 12 stopped before its 40k evaluation
     ours = _result("magi_lp", curves)
     # Seeds 1-3 ran before the preregistration; a tiny result is a check of the command.
     earlier = _result("magi_lp", {s: LEARNS for s in (1, 2, 3)})
-    tiny = _result("magi_lp", {6: LEARNS}, tiny=True)
+    tiny = _result("magi_lp", {12: LEARNS}, tiny=True)
     paths = [
         _write(tmp_path, name, result)
         for name, result in [
@@ -135,7 +136,7 @@ def test_a_missing_seed_or_point_leaves_it_incomplete_and_other_runs_do_not_coun
     code = gpu_learn_check.main([*map(str, paths), "--cpu-results", str(folder_of_none(tmp_path))])
     out = capsys.readouterr().out
     assert code == comparison.EXIT[comparison.INCOMPLETE], out
-    assert "missing: {'magi_lp': [6], 'official': []}" in out
+    assert "missing: {'magi_lp': [12], 'official': []}" in out
 
 
 def test_a_continued_runs_furthest_record_counts_once(tmp_path, capsys):
@@ -145,7 +146,7 @@ def test_a_continued_runs_furthest_record_counts_once(tmp_path, capsys):
     found = gpu_learn_check.check(
         [*paths, _write(tmp_path, "ours", _result("magi_lp", _seeds(LEARNS)))]
     )
-    assert found["agents"]["official"]["seeds"] == [4, 5, 6]
+    assert found["agents"]["official"]["seeds"] == [10, 11, 12]
     assert len(found["left_out"]) == 3 and found["agents"]["comparison"]["verdict"] == "held"
 
 
@@ -167,7 +168,7 @@ def test_six_cpu_runs_alone_make_the_verdict_on_cpu(tmp_path, capsys):
     code = gpu_learn_check.main(["--cpu-results", str(kept)])  # no GPU result given
     out = capsys.readouterr().out
     assert code == comparison.EXIT[comparison.NOT_HELD], out
-    assert "gpu_learn_check: not held (on cpu): magi_lp did not learn" in out
+    assert "gpu_learn_check (second): not held (on cpu): magi_lp did not learn" in out
     assert "on cpu (counted):" in out and "train frames/s 2.5" in out
 
 
@@ -241,7 +242,7 @@ def test_learn_check_paper_reports_the_gpu_checks_verdict_and_refuses_tiny(
     assert "not started" not in out  # every run is kept
     argv = ["--paper", "--report-only", "--kept", str(tmp_path / "none"), "--out", argv[-1]]
     assert learn_check_main.main(argv) == comparison.EXIT[comparison.INCOMPLETE]
-    assert "learn_check: official seed 6: not started" in capsys.readouterr().out
+    assert "learn_check: official seed 12: not started" in capsys.readouterr().out
     for wrong in (["--tiny"], ["--tasks", "walker_stand"]):
         try:
             learn_check_main.main(["--paper", "--report-only", *wrong])
@@ -258,7 +259,7 @@ def test_the_figure_names_the_machine_counted_with_each_run_and_the_published_cu
     _keep_cpu(kept, "official", _seeds(LEARNS), ended=1.8e9)
     gpu = [_write(tmp_path, "ours", _result("magi_lp", _seeds(LEARNS)))]  # 3 of 6 on the GPU
     result = gpu_learn_check.write(
-        gpu_learn_check.check(gpu, kept),
+        gpu_learn_check.check_all(gpu, kept),
         tmp_path / "check.json",
         tmp_path / "curves.png",
         cpu_kept=kept,
@@ -270,20 +271,42 @@ def test_the_figure_names_the_machine_counted_with_each_run_and_the_published_cu
     else:
         assert (tmp_path / "curves.png").stat().st_size > 0
     number, against, rule = gpu_learn_check.summary(result)
-    assert number.startswith("held on cpu: AUC ratio 1.000 (95% [")
-    assert "seeds [4, 5, 6]" in against and "0.9" in rule
+    assert number.startswith("second: held on cpu: AUC ratio 1.000 (95% [")
+    assert "; first (seeds [4, 5, 6]): in progress: runs finished: gpu 0 / 6" in number
+    assert "seeds [10, 11, 12]" in against and "0.9" in rule
     page = gpu_learn_check.report(result)
     assert "**On cpu** (counted):" in page and "**On gpu** (not counted):" in page
     assert "| official, published (10 seeds) | 10 | 374 (309-508) | 375 (135-492) | 835" in page
-    assert "Runs not finished yet" not in page  # every CPU run is kept
+    current, first = page.split("**The first preregistration** (seeds 4, 5, 6; registered")
+    assert "Runs not finished yet" not in current  # every CPU run of its seeds is kept
+    assert "| magi_lp | 4 | not started | - | 0 |" in first  # the first's: none ran
 
     nothing = gpu_learn_check.write(
-        gpu_learn_check.check([], tmp_path / "none"),
+        [gpu_learn_check.check([], tmp_path / "none")],
         tmp_path / "empty.json",
         tmp_path / "e.png",
         cpu_kept=tmp_path / "none",
         cpu_runs_out=tmp_path / "runs",
     )
     assert nothing["png"] == "no PNG (no run finished)"
-    assert "| magi_lp | 4 | not started | - | 0 |" in gpu_learn_check.report(nothing)
-    assert gpu_learn_check.summary(nothing)[0] == "in progress: runs finished: gpu 0 / 6, cpu 0 / 6"
+    assert "| magi_lp | 10 | not started | - | 0 |" in gpu_learn_check.report(nothing)
+    assert gpu_learn_check.summary(nothing)[0] == (
+        "second: in progress: runs finished: gpu 0 / 6, cpu 0 / 6"
+    )
+
+
+def test_the_first_preregistration_says_ours_cannot_pass_its_rule_and_the_second_counts_apart():
+    """The H200 runs of ours' seeds 4-6 (committed): by the first's rule they did not learn,
+    and the check says that no return could have passed; the second counts none of them."""
+    kept = sorted(gpu_learn_check.KEPT.glob("2026-11-27_magi_lp.json"))
+    assert kept, "the first preregistration's runs of ours are committed"
+    first = gpu_learn_check.check(kept, None, gpu_learn_check.FIRST)
+    learning = first["machines"]["gpu"]["agents"]["magi_lp"]["learning"]
+    assert not learning["learned"] and not learning["reachable"]
+    assert learning["needed"] > comparison.TOP_RETURN
+    assert "more than any return: cannot hold" in "\n".join(gpu_learn_check.lines(first))
+    assert first["agents"]["comparison"]["verdict"] == comparison.INCOMPLETE  # no official run
+    second = gpu_learn_check.check(kept, None, gpu_learn_check.SECOND)
+    assert "magi_lp" not in second["machines"]["gpu"]["agents"]
+    assert second["machines"]["gpu"]["agents"]["not_counted"]
+    assert set(gpu_learn_check.FIRST.seeds).isdisjoint(gpu_learn_check.SECOND.seeds)

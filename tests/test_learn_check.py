@@ -127,6 +127,29 @@ def test_the_superseded_first_check_fails_today_and_its_frozen_learner_too():
     assert summary["old_rule_frozen"]["ratio"] > comparison.GOAL_RATIO
 
 
+def test_the_ratio_rule_cannot_hold_above_half_the_top_and_the_gap_rule_can():
+    """What the GPU comparison's first preregistration met (ours' seeds 4-6 on the H200: 503
+    at frame 0, 987 at 40k) and the second's rule, which a frozen learner still fails."""
+    ratio = comparison.learned("cartpole_balance", 503.0, 987.0, rule=comparison.RATIO)
+    assert not ratio["learned"] and not ratio["reachable"] and ratio["needed"] == 1006.0
+    assert comparison.learned("cartpole_balance", 503.0, 1000.0)["learned"] is False
+    gap = comparison.learned("cartpole_balance", 503.0, 987.0, rule=comparison.GAP)
+    assert gap["learned"] and gap["reachable"] and gap["needed"] == 751.5
+    for start in (150.0, 333.0, 503.0, 643.0, 900.0):  # a learner that never updates
+        for rule in comparison.RULES:
+            assert not comparison.learned("cartpole_balance", start, start, rule=rule)["learned"]
+    # Alike at a frame-0 mean of 1000 / 3; the floor of 700 below about 400 for both.
+    at = 1000.0 / 3
+    needs = [comparison.learned("cartpole_balance", at, 0.0, rule=r)["needed"] for r in
+             comparison.RULES]  # fmt: skip
+    assert needs == [700.0, 700.0]
+    assert comparison.learned("cartpole_balance", 380.0, 760.0, rule=comparison.GAP)["learned"]
+    assert not comparison.learned("cartpole_balance", 380.0, 680.0, rule=comparison.GAP)["learned"]
+    # A check cut short scales the top with the episode (200 frames: at most 200).
+    short = comparison.learned("cartpole_balance", 50.0, 130.0, 200, comparison.GAP)
+    assert short["needed"] == 140.0 and not short["learned"]
+
+
 def test_the_preregistered_settings_and_seeds_are_those_of_their_commit():
     """The file has changed since (the paper comparison's folders): never FULL or SEEDS."""
     shown = subprocess.run(
@@ -439,14 +462,18 @@ def test_a_tiny_run_with_the_critic_target_negated_fails_the_learning_rule(tmp_p
     late = targets[len(targets) // 2 :]
     assert late and sum(late) / len(late) < 0.0, targets
     curve = [value for _, value in result["evaluations"]]
-    verdict = comparison.learned("cartpole_balance", curve[0], curve[-1], TINY.episode_frames)
-    assert not verdict["learned"], verdict
-    # And the comparison with it in ours' place fails.
     good = [_result("official", seed, [40.0, 100.0, 190.0], TINY) for seed in SEEDS] + [
         {**result, "seed": seed} for seed in SEEDS
     ]
-    found = comparison.compare(good, settings)["tasks"]["cartpole_balance"]
-    assert found["comparison"]["verdict"] == comparison.NOT_HELD
+    for rule in comparison.RULES:  # the learn check's and the GPU comparison's second
+        verdict = comparison.learned(
+            "cartpole_balance", curve[0], curve[-1], TINY.episode_frames, rule
+        )
+        assert not verdict["learned"], verdict
+        # And the comparison with it in ours' place fails.
+        found = comparison.compare(good, settings, rule=rule)["tasks"]["cartpole_balance"]
+        assert found["comparison"]["verdict"] == comparison.NOT_HELD
+        assert found["official"]["learning"]["learned"], found["official"]["learning"]
 
 
 @CURRENT_STACK_LEG
