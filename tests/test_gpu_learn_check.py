@@ -11,7 +11,12 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import subprocess
+import sys
+import types
 from pathlib import Path
+
+import pytest
 
 from benchmarks import gpu_learn, gpu_learn_check
 from benchmarks.learn_check import __main__ as learn_check_main
@@ -310,3 +315,34 @@ def test_the_first_preregistration_says_ours_cannot_pass_its_rule_and_the_second
     assert "magi_lp" not in second["machines"]["gpu"]["agents"]
     assert second["machines"]["gpu"]["agents"]["not_counted"]
     assert set(gpu_learn_check.FIRST.seeds).isdisjoint(gpu_learn_check.SECOND.seeds)
+
+
+def _file_at(commit: str) -> types.ModuleType:
+    """benchmarks/gpu_learn_check.py as `commit` had it, loaded as a module."""
+    shown = subprocess.run(
+        ["git", "show", f"{commit}:benchmarks/gpu_learn_check.py"],
+        cwd=gpu_learn_check.common.REPO, capture_output=True, text=True,
+    )  # fmt: skip
+    if shown.returncode != 0:
+        pytest.skip(f"{commit} is not in this clone's history (a shallow clone)")
+    then = types.ModuleType(f"gpu_learn_check_at_{commit}")
+    sys.modules[then.__name__] = then  # dataclasses look their module up there
+    try:
+        exec(compile(shown.stdout, f"gpu_learn_check.py@{commit}", "exec"), then.__dict__)
+    finally:
+        del sys.modules[then.__name__]
+    return then
+
+
+def test_each_preregistration_is_as_its_commit_registered_it():
+    """Seeds and rule never change after their registration: the first's seeds as 061548f
+    (which added this file) had them, the second as d943121 (which added it) had it."""
+    first = _file_at("061548f")
+    assert first.SEEDS == gpu_learn_check.FIRST.seeds == (4, 5, 6)
+    assert gpu_learn_check.FIRST.rule == comparison.RATIO
+    assert dataclasses.asdict(first.SETTINGS) == dataclasses.asdict(gpu_learn_check.SETTINGS)
+    second = _file_at("d943121")
+    for name in ("FIRST", "SECOND"):
+        then, now = getattr(second, name), getattr(gpu_learn_check, name)
+        assert dataclasses.asdict(then) == dataclasses.asdict(now), name
+    assert gpu_learn_check.CURRENT is gpu_learn_check.SECOND
