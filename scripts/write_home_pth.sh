@@ -12,6 +12,12 @@
 #   <home>/.cache/mesa_shader_cache, where <home> comes from the password database, not
 #   $HOME. The cache stays (in the venv): it saves about 0.7 s at each rendering process's
 #   first frame (measured on the 2-core CPU machine, Mesa 22.3).
+# - CUDA_CACHE_PATH: the NVIDIA driver keeps kernels it compiles from PTX in ~/.nv/ComputeCache
+#   (seen on an H200, 2026-11-27: a jitted JAX function made it; with this variable set, it
+#   went there instead and HOME stayed empty);
+# - __GL_SHADER_DISK_CACHE_PATH: the NVIDIA driver's OpenGL/EGL shader cache (MuJoCo rendering
+#   on a GPU), which the same H200's runs left in ~/.cache/nvidia/GLCache; its redirection by
+#   this variable (NVIDIA's documented one) is not yet seen.
 # Called by scripts/setup_venv.sh and scripts/setup_venv312.sh.
 set -euo pipefail
 venv=$1
@@ -21,5 +27,7 @@ rm -f "$site/magi_lp_keras_home.pth"  # this file's name before matplotlib joine
     printf 'import os, sys; '
     printf 'os.environ.setdefault("KERAS_HOME", os.path.join(sys.prefix, "keras")); '
     printf 'os.environ.setdefault("MPLCONFIGDIR", os.path.join(sys.prefix, "matplotlib")); '
-    printf 'os.environ.setdefault("MESA_SHADER_CACHE_DIR", os.path.join(sys.prefix, "mesa_shader_cache"))\n'
+    printf 'os.environ.setdefault("MESA_SHADER_CACHE_DIR", os.path.join(sys.prefix, "mesa_shader_cache")); '
+    printf 'os.environ.setdefault("CUDA_CACHE_PATH", os.path.join(sys.prefix, "nvidia", "ComputeCache")); '
+    printf 'os.environ.setdefault("__GL_SHADER_DISK_CACHE_PATH", os.path.join(sys.prefix, "nvidia", "GLCache"))\n'
 } >"$site/magi_lp_home.pth"

@@ -1,9 +1,11 @@
 """Nothing of a run goes to the home folder: TensorFlow's Keras, imported by every Launchpad
 node, makes `~/.keras` unless KERAS_HOME points elsewhere, matplotlib its caches, Mesa its
-shader cache; the venv's set-up points each inside the venv (scripts/write_home_pth.sh)."""
+shader cache, the NVIDIA driver its compute and shader caches; the venv's set-up points each
+inside the venv (scripts/write_home_pth.sh)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -44,6 +46,41 @@ def test_rendering_writes_nothing_in_home(tmp_path):
     )
     gl = {"MUJOCO_GL": "egl", "PYOPENGL_PLATFORM": "egl"}
     written = _written_in_home(tmp_path, ["-c", render], unset=("MESA_SHADER_CACHE_DIR",), extra=gl)
+    assert not written, f"written in HOME: {written}"
+
+
+CACHES = ("KERAS_HOME", "MPLCONFIGDIR", "MESA_SHADER_CACHE_DIR", "CUDA_CACHE_PATH",
+          "__GL_SHADER_DISK_CACHE_PATH")  # fmt: skip
+
+
+def test_every_cache_a_library_would_make_in_home_points_inside_the_venv():
+    """The venv's Python starts with each of them inside the venv, and a user's own value
+    wins (the NVIDIA ones act only on a GPU machine: test_gpu_compute_writes_nothing_in_home)."""
+    show = [sys.executable, "-c", "import os, json, sys; "
+            "print(json.dumps({k: os.environ.get(k) for k in sys.argv[1:]}))", *CACHES]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in CACHES}
+    found = json.loads(subprocess.run(show, env=env, check=True,
+                                      capture_output=True, text=True).stdout)  # fmt: skip
+    for name in CACHES:
+        assert found[name] and found[name].startswith(sys.prefix + os.sep), (name, found)
+    env["CUDA_CACHE_PATH"] = "/somewhere/else"
+    mine = json.loads(subprocess.run(show, env=env, check=True,
+                                     capture_output=True, text=True).stdout)  # fmt: skip
+    assert mine["CUDA_CACHE_PATH"] == "/somewhere/else"
+
+
+@pytest.mark.integration  # compiles on the GPU in a fresh interpreter
+def test_gpu_compute_writes_nothing_in_home(tmp_path):
+    """The NVIDIA driver keeps the kernels it compiles from PTX in ~/.nv/ComputeCache unless
+    CUDA_CACHE_PATH says otherwise (seen on an H200 with a jitted JAX function)."""
+    jax = pytest.importorskip("jax")
+    if not any(device.platform == "gpu" for device in jax.devices()):
+        pytest.skip("no GPU here: the driver's caches are a GPU machine's")
+    compute = (
+        "import jax, jax.numpy as jnp; "
+        "print(jax.jit(lambda x: jnp.tanh(x) @ x.T)(jnp.ones((64, 64))).sum())"
+    )
+    written = _written_in_home(tmp_path, ["-c", compute], unset=("CUDA_CACHE_PATH",))
     assert not written, f"written in HOME: {written}"
 
 
