@@ -163,6 +163,7 @@ def runs_of(result: dict, source: str) -> list[dict]:
             "source": source,
             "commit": result.get("commit"),
             "dirty": str(result["commit"]).endswith("-dirty") if result.get("commit") else None,
+            "calls": len(result.get("calls") or []),
             "finished": _epoch(result.get("measured_at")),
         }
         for run in result.get("runs", [])

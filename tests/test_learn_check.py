@@ -185,6 +185,14 @@ def test_provenance_marks_our_runs_made_by_other_code_and_not_the_official_agent
          "official": {"runs": [comparison.provenance(theirs)]}}
     )  # fmt: skip
     assert "not HEAD's agent/replay/runner code" in table[2] and "official, pinned" in table[3]
+    # A GPU call's run records only its commit (its tree has no .git): the code is looked up.
+    call = {"agent": "magi_lp", "seed": 4, "commit": head["commit"][:7]}
+    assert comparison.provenance(call)["head_code"] is True
+    assert comparison.provenance({**call, "commit": call["commit"] + "-dirty"})["head_code"] is None
+    changed = runs._git("log", "-1", "--format=%H", "--", "magi_lp/agent")  # its parent differs
+    if runs._git("rev-parse", "--verify", "--quiet", f"{changed}^"):  # not a shallow clone
+        assert comparison.provenance({**call, "commit": f"{changed}^"})["head_code"] is False
+    assert comparison.provenance({**call, "commit": "0000000"})["head_code"] is None
 
 
 def test_only_preregistered_seeds_count_and_missing_ones_leave_it_incomplete():

@@ -264,16 +264,34 @@ def provenance(run: dict) -> dict:
         "dirty": any(a.get("dirty") for a in attempts) if attempts else run.get("dirty"),
         "machine": run.get("machine"),
         "wall_s": run.get("wall_s"),
-        "launches": len(attempts),
+        "launches": len(attempts) or run.get("calls", 0),  # a GPU run's: its device calls
         # A CPU run's launches' cores; a GPU call's run lists its own (a kept CPU result's
         # "cores" is how many it had: 1).
         "cores": _cores(attempts)
         or (list(run["cores"]) if isinstance(run.get("cores"), list) else []),
         # HEAD's agent, replay and runner code made every launch: otherwise marked in the figure;
-        # None where the launches' code was not recorded (a GPU call's) or is not ours (the
-        # official agent's is pinned by hashes: official.check_checkout).
-        "head_code": (not other_code) if attempts and run.get("agent") != "official" else None,
+        # None where it cannot be told, or the code is not ours (the official agent's is
+        # pinned by hashes: official.check_checkout).
+        "head_code": _head_code_of(run, attempts, other_code),
     }
+
+
+def _head_code_of(run: dict, attempts: list[dict], other_code: list) -> bool | None:
+    """Whether HEAD's agent, replay and runner code made `run`: from its launches' recorded
+    code (a CPU run's), or from the commit of the call that made it (a GPU call's, whose copied
+    tree has no .git: its code is that commit's, looked up here; None where the call's tree
+    was dirty or this clone lacks the commit)."""
+    if run.get("agent") == "official":
+        return None
+    if attempts:
+        return not other_code
+    commit = str(run.get("commit") or "")
+    if not commit or commit.endswith("-dirty"):
+        return None
+    from benchmarks.learn_check.runs import CODE_PATHS, _git
+
+    then = {path: _git("rev-parse", f"{commit}:{path}") for path in CODE_PATHS}
+    return None if not all(then.values()) else then == _head_code()
 
 
 def _saturation() -> dict | None:
