@@ -27,6 +27,11 @@ if [ ! -f /tmp/site/.installed ]; then
     install --target /tmp/site "$wheels"/*.whl && touch /tmp/site/.installed || exit 3
 fi
 export PYTHONPATH=/tmp/site
+# What the venvs' magi_lp_home.pth does (scripts/write_home_pth.sh), for this venv-less Python:
+# on the H200 the runs left ~/.nv/ComputeCache, ~/.cache/nvidia/GLCache and matplotlib's folders.
+export MPLCONFIGDIR=${MPLCONFIGDIR:-/tmp/gl-cache/matplotlib}
+export CUDA_CACHE_PATH=${CUDA_CACHE_PATH:-/tmp/gl-cache/nvidia/ComputeCache}
+export __GL_SHADER_DISK_CACHE_PATH=${__GL_SHADER_DISK_CACHE_PATH:-/tmp/gl-cache/nvidia/GLCache}
 official=()
 if [ -d "$wheels/official/drqv2" ]; then
     if [ ! -f /tmp/site-official/.installed ]; then
