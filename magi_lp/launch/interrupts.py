@@ -102,7 +102,6 @@ def one_interrupt() -> Iterator[None]:
         yield
         return
     handler = _OneInterrupt()
-    previous_handler = signal.signal(signal.SIGINT, handler)
     previous_hook = sys.unraisablehook
 
     def hook(unraisable: Any) -> None:
@@ -119,14 +118,19 @@ def one_interrupt() -> Iterator[None]:
             return
         previous_hook(unraisable)
 
+    # The hook before the handler, and after it on the way out: a KeyboardInterrupt the
+    # handler raises in a collection that starts in between would otherwise reach the
+    # previous hook, be printed and be lost (seen in a fresh-clone suite, 2026-11-28: a
+    # collection that started while this set up, before the hook was in place).
     sys.unraisablehook = hook
+    previous_handler = signal.signal(signal.SIGINT, handler)
     try:
         yield
     finally:
         # After a Ctrl-C both stay: the process is stopping, and an echo that arrives while
         # the KeyboardInterrupt unwinds, before the caller ignores SIGINT, is still dropped.
         if not handler.raised:
-            if sys.unraisablehook is hook:
-                sys.unraisablehook = previous_hook
             if signal.getsignal(signal.SIGINT) is handler:
                 signal.signal(signal.SIGINT, previous_handler)
+            if sys.unraisablehook is hook:
+                sys.unraisablehook = previous_hook
