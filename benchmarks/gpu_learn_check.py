@@ -358,13 +358,20 @@ def write(
         png = png_path if index == 0 else png_path.with_name(
             f"{png_path.stem}_{found['preregistration']}{png_path.suffix}"
         )  # fmt: skip
-        results.append(_result(found, png, cpu_kept, cpu_runs_out))
+        results.append(_result(found, png, cpu_kept, cpu_runs_out, current=index == 0))
     result = {**results[0], "earlier": results[1:]}
     json_path.write_text(json.dumps(result, indent=2) + "\n")
     return result
 
 
-def _result(found: dict, png_path: Path, cpu_kept: Path, cpu_runs_out: Path | None) -> dict:
+PAUSED = "paused (this machine runs the current preregistration's seeds)"
+"""An earlier preregistration's unfinished CPU run: `learn_check --paper` goes on with the
+current one's seeds, and with these only when asked (`--seeds`)."""
+
+
+def _result(
+    found: dict, png_path: Path, cpu_kept: Path, cpu_runs_out: Path | None, current: bool = True
+) -> dict:
     from benchmarks.learn_check import settings as learn_check_settings
 
     cpu_runs_out = cpu_runs_out or learn_check_settings.PAPER_OUT
@@ -395,7 +402,12 @@ def _result(found: dict, png_path: Path, cpu_kept: Path, cpu_runs_out: Path | No
             }
             for m in MACHINES
         },
-        "progress": comparison.progress(cpu_runs_out, SETTINGS, (gpu_learn.TASK,), cpu_kept, seeds),
+        "progress": [
+            {**state, "state": PAUSED} if not current and state["state"] == "in progress" else state
+            for state in comparison.progress(
+                cpu_runs_out, SETTINGS, (gpu_learn.TASK,), cpu_kept, seeds
+            )
+        ],
         "read": found["read"],
         "left_out": found["left_out"],
     }

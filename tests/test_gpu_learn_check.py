@@ -263,6 +263,10 @@ def test_the_figure_names_the_machine_counted_with_each_run_and_the_published_cu
     _keep_cpu(kept, "magi_lp", _seeds(LEARNS), ended=1.8e9)
     _keep_cpu(kept, "official", _seeds(LEARNS), ended=1.8e9)
     gpu = [_write(tmp_path, "ours", _result("magi_lp", _seeds(LEARNS)))]  # 3 of 6 on the GPU
+    # The first preregistration's ours seed 4, launched here once and left for the second's.
+    seed_4 = tmp_path / "runs" / "magi_lp" / gpu_learn.TASK / "seed_4"
+    seed_4.mkdir(parents=True)
+    (seed_4 / runs.ATTEMPTS).write_text(json.dumps({"attempt": 1, "started": 1.7e9}) + "\n")
     result = gpu_learn_check.write(
         gpu_learn_check.check_all(gpu, kept),
         tmp_path / "check.json",
@@ -284,7 +288,8 @@ def test_the_figure_names_the_machine_counted_with_each_run_and_the_published_cu
     assert "| official, published (10 seeds) | 10 | 374 (309-508) | 375 (135-492) | 835" in page
     current, first = page.split("**The first preregistration** (seeds 4, 5, 6; registered")
     assert "Runs not finished yet" not in current  # every CPU run of its seeds is kept
-    assert "| magi_lp | 4 | not started | - | 0 |" in first  # the first's: none ran
+    assert f"| magi_lp | 4 | {gpu_learn_check.PAUSED} | - | 1 |" in first
+    assert "| official | 4 | not started | - | 0 |" in first
 
     nothing = gpu_learn_check.write(
         [gpu_learn_check.check([], tmp_path / "none")],
