@@ -162,7 +162,6 @@ def runs_of(result: dict, source: str) -> list[dict]:
             "machine": {**result.get("machine", {}), "device": result.get("device")},
             "source": source,
             "commit": result.get("commit"),
-            "dirty": str(result["commit"]).endswith("-dirty") if result.get("commit") else None,
             "calls": len(result.get("calls") or []),
             "finished": _epoch(result.get("measured_at")),
         }
@@ -285,12 +284,10 @@ def _agent_lines(agents: dict) -> list[str]:
         curve = ", ".join(f"{v:.0f}" for v in agent["mean"])
         fps = agent["train_frames_per_s"]
         learning = agent["learning"]
-        beyond = "" if learning.get("reachable", True) else (
-            f"; it needs {learning['needed']:.0f}, more than any return: cannot hold"
-        )  # fmt: skip
+        rule = "; ".join(filter(None, (learning["rule"], comparison.beyond_reach(learning))))
         out.append(
             f"  {name}: seeds {agent['seeds']}, mean return {curve}; "
-            f"learned: {learning['learned']} ({learning['rule']}{beyond}); "
+            f"learned: {learning['learned']} ({rule}); "
             f"train frames/s {'-' if fps is None else f'{fps:.1f}'}"
         )
     return out

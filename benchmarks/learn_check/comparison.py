@@ -240,28 +240,37 @@ def verdict(agents: dict, seeds: tuple[int, ...]) -> dict:
     }
 
 
+def beyond_reach(learning: dict) -> str:
+    """ "" where a return could meet the learning rule (`learned`); else what it needs, in
+    words."""
+    if learning.get("reachable", True):
+        return ""
+    return f"it needs {learning['needed']:.0f}, more than any return: cannot hold"
+
+
 def _not_learned(name: str, learning: dict) -> str:
     """Why an agent did not learn, in words: the mean it reached against the one it needed,
     and, where no return could reach that, so."""
     text = f"{name} did not learn ({learning['final_mean']:.0f} < {learning['needed']:.0f}"
-    if not learning.get("reachable", True):
-        text += f": no return reaches {learning['needed']:.0f}, the rule cannot hold"
-    return text + ")"
+    beyond = beyond_reach(learning)
+    return text + (f"; {beyond})" if beyond else ")")
 
 
 def provenance(run: dict) -> dict:
     """What made one kept run: its launches' commits and code, the machine, wall time."""
     attempts = run.get("attempts", [])
-    head = _head_code()
-    other_code = [a["attempt"] for a in attempts if a.get("code") != head]
     commits = sorted({a.get("commit", "?")[:12] for a in attempts})
-    if not commits and run.get("commit"):  # a gpu_learn.json's run: its call's commit
-        commits = [str(run["commit"])]
+    call = str(run.get("commit") or "")  # a gpu_learn.json's run: its call's commit
+    if not commits and call:
+        commits = [call]
+    # A GPU call's from its commit ("-dirty": `make gpu-learn-wheels` writes .commit so).
+    dirty = any(a.get("dirty") for a in attempts) if attempts else (
+        call.endswith("-dirty") if call else None
+    )  # fmt: skip
     return {
         "seed": run["seed"],
         "commits": commits or ["not recorded"],
-        # A GPU call's: from its commit ("-dirty": `make gpu-learn-wheels` writes .commit so).
-        "dirty": any(a.get("dirty") for a in attempts) if attempts else run.get("dirty"),
+        "dirty": dirty,
         "machine": run.get("machine"),
         "wall_s": run.get("wall_s"),
         "launches": len(attempts) or run.get("calls", 0),  # a GPU run's: its device calls
@@ -272,11 +281,11 @@ def provenance(run: dict) -> dict:
         # HEAD's agent, replay and runner code made every launch: otherwise marked in the figure;
         # None where it cannot be told, or the code is not ours (the official agent's is
         # pinned by hashes: official.check_checkout).
-        "head_code": _head_code_of(run, attempts, other_code),
+        "head_code": _head_code_of(run, attempts, dirty),
     }
 
 
-def _head_code_of(run: dict, attempts: list[dict], other_code: list) -> bool | None:
+def _head_code_of(run: dict, attempts: list[dict], dirty: bool | None) -> bool | None:
     """Whether HEAD's agent, replay and runner code made `run`: from its launches' recorded
     code (a CPU run's), or from the commit of the call that made it (a GPU call's, whose copied
     tree has no .git: its code is that commit's, looked up here; None where the call's tree
@@ -284,9 +293,9 @@ def _head_code_of(run: dict, attempts: list[dict], other_code: list) -> bool | N
     if run.get("agent") == "official":
         return None
     if attempts:
-        return not other_code
+        return all(a.get("code") == _head_code() for a in attempts)
     commit = str(run.get("commit") or "")
-    if not commit or commit.endswith("-dirty"):
+    if not commit or dirty:
         return None
     from benchmarks.learn_check.runs import CODE_PATHS, _git
 
@@ -602,8 +611,8 @@ def agent_table(agents: dict, points: list[int]) -> list[str]:
         cpu_text = f"{cpu:.1f}" if cpu else "-"
         versions = ", ".join(f"{k} {v}" for k, v in sorted(agent["versions"].items()))
         learning = "yes" if agent["learning"]["learned"] else "**no**"
-        if not agent["learning"].get("reachable", True):
-            learning += f" (it needs {agent['learning']['needed']:.0f}: no return can)"
+        if beyond_reach(agent["learning"]):
+            learning += f" ({beyond_reach(agent['learning'])})"
         lines.append(
             f"| {name} | {len(agent['seeds'])} | " + " | ".join(cells)
             + f" | {_mean(agent['auc']):.0f} | {learning} | {fps_text} | {cpu_text} "
