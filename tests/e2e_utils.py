@@ -4,6 +4,7 @@ real entry points (`run_entry_point`), with the leftovers they may leave found b
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 import os
 import subprocess
@@ -16,11 +17,21 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import psutil
+import pytest
 
 from magi_lp.launch import processes
 
 REPO = Path(__file__).resolve().parent.parent
 MARK_VAR = "MAGI_LP_TEST_MARK"
+
+# A test that `make test` runs in its current-stack leg only (.venv312, without Launchpad;
+# the Makefile's PY312_TESTS lists its file): what that stack alone runs, or a slow test
+# whose use is on that stack, kept out of the Launchpad leg so the two legs take about as
+# long (scripts/test_both_stacks.sh).
+CURRENT_STACK_LEG = pytest.mark.skipif(
+    importlib.util.find_spec("launchpad") is not None,
+    reason="the current-stack leg (make test runs it in .venv312, without Launchpad)",
+)
 
 
 def run_python(

@@ -17,14 +17,17 @@ import uuid
 import pytest
 
 from projects.drq_v2 import tiny
-from tests.e2e_utils import column, marked_processes, read_csv, run_entry_point
+from tests.e2e_utils import (
+    CURRENT_STACK_LEG,
+    column,
+    marked_processes,
+    read_csv,
+    run_entry_point,
+)
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(
-        importlib.util.find_spec("launchpad") is not None,
-        reason="the current-stack leg (make test runs it in .venv312, without Launchpad)",
-    ),
+    CURRENT_STACK_LEG,
 ]
 
 

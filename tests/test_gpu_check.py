@@ -1,7 +1,10 @@
 """The GPU check (benchmarks/gpu_check/). This machine has no GPU: the check's no-GPU path
 runs for real; its GPU paths run with an injected one-GPU inventory, a fake NVML process list
 and the workers' JAX on the CPU (fakes for the GPU only; the plan, the worker processes and
-their DrQ-v2 workloads are real)."""
+their DrQ-v2 workloads are real).
+
+The two tests that run the check's workers end to end run in `make test`'s current-stack leg
+(.venv312), the stack the GPU machine has; the rest run in both legs."""
 
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from magi_lp.placement import jax_build as jax_build_module
 from magi_lp.placement import plan as plan_module
 from magi_lp.placement.gpu_inventory import GpuInfo, GpuInventory
 from magi_lp.placement.jax_build import CudaPlugin, JaxBuild
-from tests.e2e_utils import run_python
+from tests.e2e_utils import CURRENT_STACK_LEG, run_python
 from tests.fake_nvidia import env_with, write_fake_pynvml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,6 +42,7 @@ sys.meta_path.insert(0, _Blocker())
 """
 
 
+@CURRENT_STACK_LEG  # the GPU machine's stack: Python 3.12 without TF/Reverb/Launchpad
 @pytest.mark.integration  # a fresh interpreter runs the check's workloads, ~8 s
 def test_check_and_its_workloads_run_without_tf_reverb_launchpad_acme(tmp_path):
     """Everything gpu_check imports loads with those packages blocked, and the learner and
@@ -168,7 +172,8 @@ def _on_the_cpu(env, role):
     return env
 
 
-@pytest.mark.integration  # the check's worker processes, each importing JAX, ~40 s
+@CURRENT_STACK_LEG  # the GPU machine's stack; the slowest test here, ~150 s on a busy 2 cores
+@pytest.mark.integration  # the check's worker processes, each importing JAX
 def test_gpu_paths_with_an_injected_gpu(tmp_path, monkeypatch):
     cuda12 = JaxBuild("0.4.30", (CudaPlugin("jax_plugins.xla_cuda12", 12, "0.4.30"),))
     monkeypatch.setattr(plan_module, "detect_jax_build", lambda: cuda12)

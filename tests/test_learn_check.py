@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import importlib.util
 import json
 import os
 import shutil
@@ -47,12 +46,9 @@ from benchmarks.learn_check.settings import (
     run_dir,
 )
 from projects.drq_v2.config import get_agent_config, replay_schedule
+from tests.e2e_utils import CURRENT_STACK_LEG
 
 ROOT = Path(__file__).resolve().parents[1]
-CURRENT_STACK_LEG = pytest.mark.skipif(
-    importlib.util.find_spec("launchpad") is not None,
-    reason="the current-stack leg (make test runs it in .venv312, as make learn-check does)",
-)
 FULL_LIKE = Settings(frames=40_000, eval_every_frames=10_000)
 
 
