@@ -43,7 +43,7 @@ sys.meta_path.insert(0, _Blocker())
 
 
 @CURRENT_STACK_LEG  # the GPU machine's stack: Python 3.12 without TF/Reverb/Launchpad
-@pytest.mark.integration  # a fresh interpreter runs the check's workloads, ~8 s
+@pytest.mark.integration  # a fresh interpreter runs the check's workloads, ~25 s
 def test_check_and_its_workloads_run_without_tf_reverb_launchpad_acme(tmp_path):
     """Everything gpu_check imports loads with those packages blocked, and the learner and
     actor workloads (the real DrQ-v2 update and policy, paper-sized networks, tiny images)

@@ -263,10 +263,10 @@ def provenance(run: dict) -> dict:
     call = str(run.get("commit") or "")  # a gpu_learn.json's run: its call's commit
     if not commits and call:
         commits = [call]
-    # A GPU call's from its commit ("-dirty": `make gpu-learn-wheels` writes .commit so).
-    dirty = any(a.get("dirty") for a in attempts) if attempts else (
-        call.endswith("-dirty") if call else None
-    )  # fmt: skip
+    if attempts:
+        dirty = any(a.get("dirty") for a in attempts)
+    else:  # a GPU call's, from its commit ("-dirty": `make gpu-learn-wheels` writes .commit so)
+        dirty = call.endswith("-dirty") if call else None
     return {
         "seed": run["seed"],
         "commits": commits or ["not recorded"],
@@ -611,8 +611,9 @@ def agent_table(agents: dict, points: list[int]) -> list[str]:
         cpu_text = f"{cpu:.1f}" if cpu else "-"
         versions = ", ".join(f"{k} {v}" for k, v in sorted(agent["versions"].items()))
         learning = "yes" if agent["learning"]["learned"] else "**no**"
-        if beyond_reach(agent["learning"]):
-            learning += f" ({beyond_reach(agent['learning'])})"
+        beyond = beyond_reach(agent["learning"])
+        if beyond:
+            learning += f" ({beyond})"
         lines.append(
             f"| {name} | {len(agent['seeds'])} | " + " | ".join(cells)
             + f" | {_mean(agent['auc']):.0f} | {learning} | {fps_text} | {cpu_text} "
