@@ -12,6 +12,8 @@ Shared helpers: `tests/e2e_utils.py` (fresh processes: Python snippets, entry po
 
 from __future__ import annotations
 
+import importlib.metadata
+import os
 import shutil
 import signal
 import tempfile
@@ -33,6 +35,50 @@ def pytest_configure(config) -> None:
     del config
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    _share_compiled_programs()
+
+
+_CACHE_VAR = "JAX_COMPILATION_CACHE_DIR"
+_cache_folder: str | None = None
+
+
+def _share_compiled_programs() -> None:
+    """On the current stack, every process of the suite shares one JAX compilation cache,
+    removed when the suite ends.
+
+    The suite starts a few hundred processes (entry points, Ray nodes, SLURM steps, the GPU
+    check's workers), and most compile the same tiny learner update and policy: several CPU
+    seconds each on a 2-core machine. JAX's persistent cache (set through its environment
+    variables, which every child inherits) lets the first compile serve the rest; measured
+    on this machine, test_gpu_check's injected-GPU run went from 171 s to 95 s. What a test
+    proves is unchanged: each program still compiles the first time the suite meets it.
+
+    Not on the Launchpad stack's jaxlib 0.4.30: there a learner running an update read back
+    from the cache died of a segmentation fault (test_drq_e2e's device-store resume, 2 runs
+    of 2), a known kind of fault of deserialized CPU executables. A cache the caller chose
+    (the variable already set) is used as it is and left alone.
+    """
+    global _cache_folder
+    if os.environ.get(_CACHE_VAR) or _jaxlib_version() < (0, 5):
+        return
+    _cache_folder = tempfile.mkdtemp(prefix="magi_lp_tests_jax_cache_")
+    os.environ[_CACHE_VAR] = _cache_folder
+    # Cache every compile: on a busy machine most of the small ones take under JAX's 1 s.
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+
+
+def _jaxlib_version() -> tuple[int, int]:
+    """jaxlib's (major, minor), read without importing JAX (its import reads the cache's
+    variables once)."""
+    major, minor = importlib.metadata.version("jaxlib").split(".")[:2]
+    return int(major), int(minor)
+
+
+def pytest_unconfigure(config) -> None:
+    del config
+    if _cache_folder is not None:
+        os.environ.pop(_CACHE_VAR, None)
+        shutil.rmtree(_cache_folder, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -313,7 +313,6 @@ def test_bad_input_is_refused_before_ray_starts(tmp_path, flag, says):
     run.assert_clean()
 
 
-@pytest.mark.timeout(300)
 def _toy_launch(tmp_path: Path):
     """A Launch of ray_toys' nodes (learner, 2 actors, coordinator) with a fake 2-GPU
     inventory (Ray's GPUs are logical here); each node reports into `tmp_path/reports`."""
@@ -352,6 +351,7 @@ def _toy_launch(tmp_path: Path):
     return Launch(ProgramGraph("toys", nodes, store=None), plan, experiment, tmp_path / "work")
 
 
+@pytest.mark.timeout(300)
 def test_each_node_gets_its_groups_env_and_the_plans_gpus_on_logical_ray_gpus(tmp_path):
     """The Ray engine with a fake 2-GPU inventory (Ray's GPUs are logical here), started from a
     driver that sees no GPU as lp_main's does: each node's process has its launch group's env
