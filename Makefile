@@ -12,7 +12,8 @@ PY312     := $(VENV312)/bin/python
 # orbax, the replays (Reverb's and the served ones), the learner's asynchronous dispatch
 # (skipped on jax 0.4.30's synchronous CPU), the agents' single-process runs
 # (tests/test_current_stack.py), the distributed program on Ray (tests/test_ray_engine.py)
-# and the GPU check's workers on an injected GPU (tests/test_gpu_check.py: the GPU machine's stack).
+# and the GPU machine's stack: the GPU check's workers on an injected GPU (tests/test_gpu_check.py)
+# and `make gpu-learn` at a tiny size (tests/test_gpu_learn.py).
 PY312_TESTS ?= tests/test_plan.py tests/test_resources.py tests/test_gpu_inventory.py \
 	tests/test_checkpointing.py tests/test_replay_plan.py tests/test_transition_replay.py \
 	tests/test_learner.py tests/test_drq_learning.py tests/test_current_stack.py \
@@ -20,7 +21,7 @@ PY312_TESTS ?= tests/test_plan.py tests/test_resources.py tests/test_gpu_invento
 	tests/test_learn_check.py tests/test_acme_seam.py \
 	tests/test_served_replay.py tests/test_replay_stores.py tests/test_builder_protocol.py \
 	tests/test_config_errors.py tests/test_ray_engine.py tests/test_gpu_system.py tests/test_ray_slurm.py \
-	tests/test_interrupts.py tests/test_gpu_check.py
+	tests/test_interrupts.py tests/test_gpu_check.py tests/test_gpu_learn.py
 JAX       ?=
 WORKDIR   ?= runs/reacher_hard_distributed
 CONFIG    ?= configs/reacher_hard_distributed.py

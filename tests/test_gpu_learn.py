@@ -15,6 +15,7 @@ import subprocess
 import pytest
 
 from benchmarks import gpu_learn
+from tests.e2e_utils import CURRENT_STACK_LEG
 
 
 def test_reference_table_holds_the_official_figures():
@@ -49,6 +50,7 @@ def test_fewer_cores_than_runs_share_them_round_robin():
     assert gpu_learn.core_groups(0, [0, 1]) == []
 
 
+@CURRENT_STACK_LEG  # the GPU machine's stack (Python 3.12, no matplotlib); ~110 s here
 @pytest.mark.integration
 @pytest.mark.timeout(900)
 def test_tiny_learning_run_writes_three_seeds_beside_the_reference(tmp_path, capsys):
@@ -68,7 +70,7 @@ def test_tiny_learning_run_writes_three_seeds_beside_the_reference(tmp_path, cap
         assert all(0.0 <= float(r["return"]) <= 100.0 for r in mine)  # 100-frame episodes
     if importlib.util.find_spec("matplotlib") is not None:
         assert (tmp_path / "curves.png").stat().st_size > 10_000
-    else:  # the current stack's venv: the CSV has the curves, and the run says so
+    else:  # the GPU machine's stack: the CSV has the curves, and the run says so
         assert "no PNG (matplotlib is not installed here)" in printed
     summary = json.loads((tmp_path / "gpu_learn.json").read_text())
     assert summary["tiny"] and summary["device"].startswith("cpu")
@@ -93,6 +95,22 @@ def test_tiny_learning_run_writes_three_seeds_beside_the_reference(tmp_path, cap
     assert launches == [
         (tmp_path / f"magi_lp_seed_{s}" / "launches.json").read_text() for s in (1, 2, 3)
     ]
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("matplotlib") is None, reason="matplotlib draws the PNG"
+)
+def test_the_stored_gpu_runs_are_drawn_beside_the_published_curves(tmp_path):
+    """The PNG of `make gpu-learn` (the tiny run's test is in the current-stack leg, whose
+    venv has no matplotlib): the stored GPU call's runs, each a line, over the official
+    agent's published band."""
+    stored = json.loads((gpu_learn.ROOT / "benchmarks" / "gpu_learn.json").read_text())
+    path = gpu_learn._plot(stored["runs"], tmp_path, "the stored call")
+    assert path == tmp_path / "curves.png" and path.stat().st_size > 10_000
+    (tmp_path / "none").mkdir()
+    bare = gpu_learn._plot([], tmp_path / "none", "no run")  # the published band alone
+    assert bare == tmp_path / "none" / "curves.png"
+    assert bare.stat().st_size < path.stat().st_size
 
 
 def test_the_stored_gpu_result_renders_with_its_device_and_versions_beside_every_run():

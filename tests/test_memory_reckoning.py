@@ -22,7 +22,7 @@ from magi_lp.runtime.memory_reckoning import compile_for_plan, needs_from, size_
 from projects.drq_v2 import tiny
 from projects.drq_v2.experiment import make_experiment
 from projects.drq_v2.tasks import make_config
-from tests.e2e_utils import REPO
+from tests.e2e_utils import CURRENT_STACK_LEG, REPO
 from tests.fake_nvidia import CUDA12, H100, gpu, lp_main_on_fake_gpus
 
 GIB = 1 << 30
@@ -291,6 +291,9 @@ def test_td3_is_reckoned_through_the_same_builder_protocol():
 # --- the entry point: make run's config on a fake 80 GB H100 --------------------------------
 
 
+# On the Launchpad stack the same command's lines are checked word for word against README's
+# sample (tests/test_readme.py, `reckoning`): this leg alone saves a compile of the full update.
+@CURRENT_STACK_LEG
 @pytest.mark.integration
 def test_dry_run_of_make_runs_config_shows_the_reckoning_on_a_fake_h100(tmp_path):
     result, workdir = lp_main_on_fake_gpus(tmp_path, ["--dry_run"], timeout=300)
