@@ -50,7 +50,7 @@ def test_fewer_cores_than_runs_share_them_round_robin():
     assert gpu_learn.core_groups(0, [0, 1]) == []
 
 
-@CURRENT_STACK_LEG  # the GPU machine's stack (Python 3.12, no matplotlib); ~110 s here
+@CURRENT_STACK_LEG  # the GPU machine's stack (Python 3.12, no matplotlib); 81-99 s here
 @pytest.mark.integration
 @pytest.mark.timeout(900)
 def test_tiny_learning_run_writes_three_seeds_beside_the_reference(tmp_path, capsys):
