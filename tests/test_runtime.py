@@ -4,11 +4,15 @@ threaded test launch), all on a toy environment with the real TD3 agent."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 from unittest import mock
 
@@ -22,7 +26,8 @@ from absl import flags
 from absl.testing import absltest
 
 from magi_lp.agent.variable_client import VariableClient
-from magi_lp.engines.launchpad_engine import LaunchpadLifetime, to_program
+from magi_lp.engines.launchpad_engine import to_program
+from magi_lp.engines.launchpad_lifetime import LaunchpadLifetime
 from magi_lp.placement.gpu_inventory import GpuInventory
 from magi_lp.replay.reverb_seam import without_rate_limit
 from magi_lp.replay.schedule import ReplaySchedule
@@ -36,6 +41,8 @@ from magi_lp.runtime.single_process import run_single_process
 from magi_lp.runtime.workdir import Workdir
 from tests.e2e_utils import read_csv
 from tests.runtime_toys import EPISODE_STEPS, toy_config, toy_experiment
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # --- replay schedule -------------------------------------------------------------------------
 
@@ -431,3 +438,39 @@ class ProgramWiringTest(absltest.TestCase):
         assert checkpoints.latest_step() >= 1
         _, metadata = checkpoints.restore()
         assert metadata["counts"]["actor_steps"] >= 60
+
+
+def test_the_counter_and_evaluator_processes_start_without_tensorflow(tmp_path):
+    """Each node's process unpickles its group's functions, as Launchpad's process entry does
+    (`cloudpickle.load` of the group's job file): the counter's and the evaluator's bring in
+    neither TensorFlow nor Reverb (neither node touches the replay), the learner's both."""
+    import cloudpickle
+
+    config = toy_config()
+    experiment = toy_experiment(config)
+    plan = make_placement_plan(config, GpuInventory(reason="no GPU in this test"))
+    factory = LoggerFactory.from_config(str(tmp_path), config.logging)
+    graph = build_program(experiment, plan, workdir=str(tmp_path), logger_factory=factory)
+    program = to_program(graph)
+    probe = (
+        "import sys, cloudpickle; cloudpickle.load(open(sys.argv[1], 'rb')); "
+        "print(*sorted(m for m in ('jax', 'tensorflow', 'reverb') if m in sys.modules))"
+    )
+    imported = {}
+    for group in ("counter", "evaluator", "learner"):
+        job = tmp_path / f"{group}.pkl"
+        job.write_bytes(cloudpickle.dumps([n.function for n in program.groups[group]]))
+        result = subprocess.run(
+            [sys.executable, "-c", probe, str(job)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        imported[group] = result.stdout.split()
+    assert imported == {
+        "counter": ["jax"],
+        "evaluator": ["jax"],
+        "learner": ["jax", "reverb", "tensorflow"],
+    }

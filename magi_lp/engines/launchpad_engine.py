@@ -19,7 +19,7 @@ import reverb
 
 from magi_lp.console import say
 from magi_lp.engines.base import Launch, saves_at_stop, stop_tier
-from magi_lp.launch import node_lifetime
+from magi_lp.engines.launchpad_lifetime import LaunchpadLifetime, leave_node_process
 from magi_lp.launch.node_lifetime import hold_exit
 from magi_lp.runtime.graph import NodeSpec, ProgramGraph, ReplaySpec
 from magi_lp.runtime.node_devices import prepare_node_process
@@ -30,39 +30,6 @@ from magi_lp.runtime.workdir import Workdir
 # hanging forever (Courier clients have no deadline by default); the launcher notices a dead
 # node and stops the program long before.
 _RPC_TIMEOUT_S = 120.0
-
-
-class LaunchpadLifetime:
-    """A node's lifetime under Launchpad: its stop event, `lp.stop()`, and its process."""
-
-    def stopping(self) -> bool:
-        return lp.wait_for_stop(0)
-
-    def wait_for_stop(self, seconds: float) -> bool:
-        return lp.wait_for_stop(seconds)
-
-    def stop_program(self) -> None:
-        lp.stop()
-
-    def leave(self, code: int = 0) -> None:
-        leave_node_process(code)
-
-
-def leave_node_process(code: int = 0) -> None:
-    """Ends a node's process once its work is done and saved (multi-processing launches).
-
-    A learner blocked in Reverb's sampler, or an adder flushing to a replay server that is
-    already gone, keeps TensorFlow/Reverb threads alive that hold the process until
-    Launchpad's 10 s kill; the checkpoint is written and logs are flushed per row, so there
-    is nothing left to wait for. In a threaded launch (Launchpad's `test_mt`) the node is a
-    thread of a shared process, which must live on.
-    """
-    from launchpad import context
-
-    if context.get_context().launch_type is context.LaunchType.LOCAL_MULTI_PROCESSING:
-        node_lifetime.leave_process(code)
-    if code:
-        raise SystemExit(code)
 
 
 def _replay_tables(replay: ReplaySpec) -> list:
