@@ -37,6 +37,11 @@ from magi_lp.config_schema import did_you_mean, fact_refusal
 from magi_lp.errors import ConfigError
 from magi_lp.launch import interrupts, run_folders
 from magi_lp.launch.node_lifetime import quiet_gym_notice
+from magi_lp.placement.jax_build import (
+    COMPILATION_CACHE_VAR,
+    compilation_cache_warning,
+    detect_jax_build,
+)
 from magi_lp.placement.xla_flags import check_xla_flags
 from magi_lp.replay.plan import plan_replay_store
 from magi_lp.runtime.config import (
@@ -173,6 +178,19 @@ def _resource_notices(config: Any) -> list[str]:
     return notices
 
 
+def _compilation_cache_settings(config: Any | None) -> dict[str, str]:
+    """Where JAX_COMPILATION_CACHE_DIR is set: this environment, and (distributed) each
+    group's `resources.<group>.env`."""
+    settings = {}
+    if os.environ.get(COMPILATION_CACHE_VAR):
+        settings["the environment"] = os.environ[COMPILATION_CACHE_VAR]
+    for group in config.resources if config is not None else ():
+        value = (config.resources[group].get("env") or {}).get(COMPILATION_CACHE_VAR)
+        if value:
+            settings[f"resources.{group}.env"] = value
+    return settings
+
+
 def _ignored_by_single_process(config: Any, argv: list[str]) -> str | None:
     """One line about distributed-only settings main.py does not use, when any is set."""
     ignored = []
@@ -239,7 +257,9 @@ def _run_distributed(
     # Each GPU node's memory from its compiled programs ('auto'), checked GPU by GPU.
     plan = size_gpu_memory(planning, plan, store)
     notices = [f"notice: {n}" for n in (*plan.notices, *_resource_notices(config))]
-    notices += [f"warning: {w}" for w in (*capacity_warnings(config), *plan.warnings)]
+    cache = compilation_cache_warning(plan.jax_build, _compilation_cache_settings(config))
+    warnings = (*capacity_warnings(config), *plan.warnings, *([cache] if cache else []))
+    notices += [f"warning: {w}" for w in warnings]
     if store is not None:
         notices.append(store.line)
     if _DRY_RUN.value:
@@ -361,6 +381,9 @@ def _run_single_process(
         console.say(f"notice: {ignored}")
     os.environ.setdefault("MUJOCO_GL", "egl")
     check_xla_flags({}, os.environ.get("XLA_FLAGS"))
+    cache = compilation_cache_warning(detect_jax_build(), _compilation_cache_settings(None))
+    if cache:
+        console.say(f"warning: {cache}")
     store = plan_replay_store(
         config, _make(make_experiment, config, workdir).builder, single_process=True
     )

@@ -12,7 +12,6 @@ Shared helpers: `tests/e2e_utils.py` (fresh processes: Python snippets, entry po
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import shutil
 import signal
@@ -20,6 +19,8 @@ import tempfile
 from collections.abc import Iterator
 
 import pytest
+
+from magi_lp.placement.jax_build import COMPILATION_CACHE_VAR, detect_jax_build
 
 
 def pytest_configure(config) -> None:
@@ -38,8 +39,9 @@ def pytest_configure(config) -> None:
     _share_compiled_programs()
 
 
-_CACHE_VAR = "JAX_COMPILATION_CACHE_DIR"
+_MIN_COMPILE_TIME_VAR = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
 _cache_folder: str | None = None
+_set_here: list[str] = []  # the variables this conftest set, unset at the end
 
 
 def _share_compiled_programs() -> None:
@@ -53,31 +55,29 @@ def _share_compiled_programs() -> None:
     on this machine, test_gpu_check's injected-GPU run went from 171 s to 95 s. What a test
     proves is unchanged: each program still compiles the first time the suite meets it.
 
-    Not on the Launchpad stack's jaxlib 0.4.30: there a learner running an update read back
-    from the cache died of a segmentation fault (test_drq_e2e's device-store resume, 2 runs
-    of 2), a known kind of fault of deserialized CPU executables. A cache the caller chose
-    (the variable already set) is used as it is and left alone.
+    Not on the Launchpad stack's jaxlib 0.4.30, where a learner running an update read back
+    from the cache died of a segmentation fault (`JaxBuild.compilation_cache_safe`; the
+    entry points warn of it there). A cache the caller chose (the variable already set) is
+    used as it is and left alone. The build is read from package metadata: importing JAX
+    here would read the cache's variables before they are set.
     """
     global _cache_folder
-    if os.environ.get(_CACHE_VAR) or _jaxlib_version() < (0, 5):
+    if os.environ.get(COMPILATION_CACHE_VAR) or not detect_jax_build().compilation_cache_safe:
         return
     _cache_folder = tempfile.mkdtemp(prefix="magi_lp_tests_jax_cache_")
-    os.environ[_CACHE_VAR] = _cache_folder
+    os.environ[COMPILATION_CACHE_VAR] = _cache_folder
+    _set_here.append(COMPILATION_CACHE_VAR)
     # Cache every compile: on a busy machine most of the small ones take under JAX's 1 s.
-    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-
-
-def _jaxlib_version() -> tuple[int, int]:
-    """jaxlib's (major, minor), read without importing JAX (its import reads the cache's
-    variables once)."""
-    major, minor = importlib.metadata.version("jaxlib").split(".")[:2]
-    return int(major), int(minor)
+    if _MIN_COMPILE_TIME_VAR not in os.environ:
+        os.environ[_MIN_COMPILE_TIME_VAR] = "0"
+        _set_here.append(_MIN_COMPILE_TIME_VAR)
 
 
 def pytest_unconfigure(config) -> None:
     del config
     if _cache_folder is not None:
-        os.environ.pop(_CACHE_VAR, None)
+        for name in _set_here:
+            os.environ.pop(name, None)
         shutil.rmtree(_cache_folder, ignore_errors=True)
 
 

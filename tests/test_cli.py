@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from magi_lp.placement.jax_build import detect_jax_build
 from tests.e2e_utils import REPO, marked_processes, run_entry_point
 
 CONFIG = "configs/td3_cartpole.py"
@@ -167,6 +169,21 @@ def test_dry_run_warns_about_cores_memory_and_ignored_gpus(tmp_path):
     assert "resources.actor.gpus=1 is ignored: resources.actor.device='cpu'" in result.stdout
 
 
+def test_dry_run_warns_of_the_compilation_cache_where_jaxlib_crashed_with_it(tmp_path):
+    cache = str(tmp_path / "jax_cache")
+    result = run_entry_point(
+        SCRIPT,
+        ["--config", CONFIG, "--dry_run"],
+        timeout=60,
+        env={"JAX_COMPILATION_CACHE_DIR": cache},
+    )
+    assert result.returncode == 0, result.stderr
+    warned = "warning: JAX_COMPILATION_CACHE_DIR is set (the environment): with jaxlib 0.4.30"
+    # The Launchpad stack's jaxlib 0.4.30 crashed with it; the current stack's does not.
+    assert (warned in result.stdout) == (not detect_jax_build().compilation_cache_safe)
+    assert not Path(cache).exists()
+
+
 @pytest.mark.integration  # runs main.py, the entry point, ~13 s
 def test_main_py_says_which_distributed_settings_it_ignores(tmp_path):
     result = run_entry_point(
@@ -183,10 +200,14 @@ def test_main_py_says_which_distributed_settings_it_ignores(tmp_path):
             "--config.num_evaluators=0",
         ],
         timeout=120,
+        # A fresh cache: this one process only writes to it (the crash was on reading back).
+        env={"JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax_cache")},
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "notice: main.py runs one actor" in result.stderr
     assert "ignores num_actors=4" in result.stderr
+    warned = "warning: JAX_COMPILATION_CACHE_DIR is set (the environment): with jaxlib"
+    assert (warned in result.stderr) == (not detect_jax_build().compilation_cache_safe)
 
 
 def test_dry_run_prints_the_plan_and_spawns_nothing(tmp_path):

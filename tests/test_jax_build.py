@@ -6,6 +6,7 @@ from magi_lp.placement.gpu_inventory import GpuInventory
 from magi_lp.placement.jax_build import (
     MIN_DRIVER_CUDA12,
     JaxBuild,
+    compilation_cache_warning,
     cuda_data_dir_flag,
     detect_jax_build,
     explain_cuda_failure,
@@ -74,6 +75,20 @@ def test_describe_and_backend():
 
 def _inventory(driver="560.35.03", cuda=12060, gpus=(H100,), reason=""):
     return GpuInventory(gpus, reason, driver, cuda)
+
+
+def test_the_compilation_cache_is_warned_of_where_jaxlib_crashed_with_it():
+    settings = {"the environment": "/c", "resources.learner.env": "/d"}
+    old, current = JaxBuild(jaxlib_version="0.4.30"), JaxBuild(jaxlib_version="0.11.2")
+    assert not old.compilation_cache_safe and current.compilation_cache_safe
+    warning = compilation_cache_warning(old, settings)
+    assert warning is not None and warning.startswith(
+        "JAX_COMPILATION_CACHE_DIR is set (resources.learner.env, the environment): with "
+        "jaxlib 0.4.30, CPU only, a learner running DrQ-v2's update read from JAX's "
+        "compilation cache died of a segmentation fault; unset it"
+    )
+    assert compilation_cache_warning(old, {}) is None
+    assert compilation_cache_warning(current, settings) is None
 
 
 def test_failure_reasons_in_words():

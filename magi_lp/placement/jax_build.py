@@ -34,6 +34,13 @@ MIN_DRIVER_CUDA12 = "525.60.13"
 _NVCC_PACKAGE = ("nvidia", "cuda_nvcc")
 _PLUGIN_MODULE = re.compile(r"^xla_cuda(\d+)$")
 
+COMPILATION_CACHE_VAR = "JAX_COMPILATION_CACHE_DIR"
+"""JAX's persistent compilation cache: compiled programs on disk, shared by processes."""
+_CACHE_SAFE_JAXLIB = (0, 5)
+"""The oldest jaxlib whose compilation cache the tests use (tests/conftest.py). With jaxlib
+0.4.30 (the Launchpad stack's) a learner running DrQ-v2's update read from the cache died of a
+segmentation fault: tests/test_drq_e2e.py's device-store stop and resume, 2 runs of 2."""
+
 
 @dataclasses.dataclass(frozen=True)
 class CudaPlugin:
@@ -77,6 +84,11 @@ class JaxBuild:
         Old jaxlib builds with CUDA built in carry "+cuda" in their version.
         """
         return bool(self.cuda_plugins) or "+cuda" in self.jaxlib_version
+
+    @property
+    def compilation_cache_safe(self) -> bool:
+        """Whether JAX's persistent compilation cache may be used (`_CACHE_SAFE_JAXLIB`)."""
+        return _parse_version(self.jaxlib_version)[:2] >= _CACHE_SAFE_JAXLIB
 
     def describe(self) -> str:
         """One phrase for messages: "jaxlib 0.4.30 + jax-cuda12-plugin 0.4.30"."""
@@ -165,6 +177,24 @@ def jax_backend(env: Mapping[str, str], build: JaxBuild) -> str:
 
 def _parse_version(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", text)[:3])
+
+
+def compilation_cache_warning(build: JaxBuild, settings: Mapping[str, str]) -> str | None:
+    """One warning line when JAX's compilation cache is set where this jaxlib crashed with it.
+
+    Args:
+      build: this Python's JAX build.
+      settings: where `JAX_COMPILATION_CACHE_DIR` is set to a non-empty value -> that value
+        ("the environment", "resources.learner.env").
+    """
+    if build.compilation_cache_safe or not settings:
+        return None
+    return (
+        f"{COMPILATION_CACHE_VAR} is set ({', '.join(sorted(settings))}): with "
+        f"{build.describe()}, a learner running DrQ-v2's update read from JAX's compilation "
+        "cache died of a segmentation fault; unset it (the current stack's jaxlib 0.11 runs "
+        "with it)"
+    )
 
 
 def explain_cuda_failure(build: JaxBuild, env: Mapping[str, str], inventory: GpuInventory) -> str:
