@@ -18,6 +18,7 @@ network-isolation re-exec happens before any of them start threads.
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import inspect
 import os
@@ -513,10 +514,15 @@ def _get_config_error(message: str) -> str:
 
 def _interrupted(error: BaseException) -> bool:
     """Whether `error` comes from a Ctrl-C: a SIGINT that lands inside a C extension's import
-    (dm_control's, MuJoCo's) surfaces as `ImportError: initialization failed` caused by it."""
+    (dm_control's, MuJoCo's) surfaces as `ImportError: initialization failed` caused by it,
+    and one that lands in a ctypes call's argument conversion (PyOpenGL's EGL lookups, which
+    dm_control's import makes) as `ctypes.ArgumentError: argument 1: KeyboardInterrupt`, with
+    the KeyboardInterrupt in its message only (seen in a busy suite run)."""
     seen: set[int] = set()
     while error is not None and id(error) not in seen:
         if isinstance(error, KeyboardInterrupt):
+            return True
+        if isinstance(error, ctypes.ArgumentError) and ": KeyboardInterrupt" in str(error):
             return True
         seen.add(id(error))
         error = error.__cause__ or error.__context__

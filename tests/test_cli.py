@@ -263,3 +263,33 @@ def test_an_exported_unknown_xla_flag_is_refused_before_anything_starts(
         "or correct its name"
     ], result.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_a_ctrl_c_inside_a_ctypes_call_counts_as_an_interrupt():
+    """A SIGINT during a ctypes call's argument conversion (PyOpenGL's EGL lookups while
+    dm_control imports) reaches Python as `ctypes.ArgumentError`, the KeyboardInterrupt named
+    in its message only: the entry point still says one line, not a traceback."""
+    import ctypes
+
+    from magi_lp.cli import _interrupted
+
+    class Interrupted:
+        @classmethod
+        def from_param(cls, value):
+            raise KeyboardInterrupt
+
+    class Refused:
+        @classmethod
+        def from_param(cls, value):
+            raise TypeError("not a pointer")
+
+    errors = {}
+    for kind in (Interrupted, Refused):
+        abs_ = ctypes.CDLL(None).abs  # any C function: the conversion fails before the call
+        abs_.argtypes = [kind]
+        with pytest.raises(ctypes.ArgumentError) as caught:
+            abs_(1)
+        errors[kind.__name__] = caught.value
+    assert _interrupted(errors["Interrupted"])
+    assert not _interrupted(errors["Refused"])  # a real ctypes error still shows
+    assert not _interrupted(ValueError("KeyboardInterrupt"))
