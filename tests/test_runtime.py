@@ -4,15 +4,11 @@ threaded test launch), all on a toy environment with the real TD3 agent."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 from unittest import mock
 
@@ -39,10 +35,8 @@ from magi_lp.runtime.loggers import LoggerFactory
 from magi_lp.runtime.program import build_program
 from magi_lp.runtime.single_process import run_single_process
 from magi_lp.runtime.workdir import Workdir
-from tests.e2e_utils import read_csv
+from tests.e2e_utils import read_csv, run_python
 from tests.runtime_toys import EPISODE_STEPS, toy_config, toy_experiment
-
-ROOT = Path(__file__).resolve().parents[1]
 
 # --- replay schedule -------------------------------------------------------------------------
 
@@ -460,13 +454,7 @@ def test_the_counter_and_evaluator_processes_start_without_tensorflow(tmp_path):
     for group in ("counter", "evaluator", "learner"):
         job = tmp_path / f"{group}.pkl"
         job.write_bytes(cloudpickle.dumps([n.function for n in program.groups[group]]))
-        result = subprocess.run(
-            [sys.executable, "-c", probe, str(job)],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        )
+        result = run_python(probe, str(job), timeout=300)
         assert result.returncode == 0, result.stderr[-3000:]
         imported[group] = result.stdout.split()
     assert imported == {
