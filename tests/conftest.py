@@ -90,8 +90,8 @@ def _temp_folder_of_this_session(tmp_path_factory: pytest.TempPathFactory) -> It
     `make test` left dozens in /tmp. Only this process is redirected (`tempfile.tempdir`):
     the programs the tests start keep the real temp folder, and a test that checks what a
     program leaves there looks in `e2e_utils.program_temp_dir()`. pytest's own folders
-    (`tmp_path`) stay where pytest keeps them, its last three runs, for a failure to be
-    looked into.
+    (`tmp_path`) stay where pytest keeps them: a failing test's, for the failure to be
+    looked into (`tmp_path_retention_policy` in pyproject.toml).
     """
     tmp_path_factory.getbasetemp()  # resolved under the real temp folder, before the switch
     folder = tempfile.mkdtemp(prefix="magi_lp_tests_")

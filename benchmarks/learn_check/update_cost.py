@@ -86,9 +86,14 @@ def official(checkout: Path, image_size: int, batch_size: int, updates: int) -> 
     code = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(code)
     torch.set_num_threads(1)
-    folder = code.prepare(checkout, Path(tempfile.mkdtemp()) / "code")
-    sys.path.insert(0, str(folder))
-    import drqv2  # the patched copy
+    # The patched copy lives only while it is imported: nothing is left in /tmp.
+    with tempfile.TemporaryDirectory(prefix="magi_lp_update_cost_") as scratch:
+        folder = code.prepare(checkout, Path(scratch) / "code")
+        sys.path.insert(0, str(folder))
+        try:
+            import drqv2  # the patched copy (it imports its siblings at once)
+        finally:
+            sys.path.remove(str(folder))
 
     agent = drqv2.DrQV2Agent(
         obs_shape=(9, image_size, image_size),
