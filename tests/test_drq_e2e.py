@@ -137,13 +137,19 @@ def test_main_runs_to_its_frame_limit(tmp_path):
 
 
 @pytest.mark.integration
-@pytest.mark.timeout(540)
-def test_lp_main_stops_by_itself_at_its_frame_limit(tmp_path):
+@pytest.mark.timeout(900)
+def test_lp_main_stops_at_its_frame_limit_and_a_relaunch_restores_the_reverb_replay(tmp_path):
+    """Two actors on the Reverb frame replay: the program stops by itself at its step limit
+    (launcher exit code 0, nothing left behind). With `checkpoint.reverb=True` the replay node
+    writes its checkpoint at the stop (it stops last, after the actors and the learner's final
+    save), and the next launch's server loads it: the relaunched replay starts with the items
+    the first run left. (One program for both: each launch costs about a minute here.)"""
     workdir = tmp_path / "run"
     start = time.monotonic()
     flags = [
         # The Reverb frame replay (the tiny capacity would put 'auto' on the device store).
         "--config.replay.store=reverb",
+        "--config.checkpoint.reverb=True",
         "--config.num_actors=2",
         "--config.variable_update_period=10",
         "--config.checkpoint.every_minutes=10.0",
@@ -154,7 +160,7 @@ def test_lp_main_stops_by_itself_at_its_frame_limit(tmp_path):
     # 2 actors may take all 300 steps before the evaluator has started up (seen at load 5):
     # the program then stops only after the evaluation at the limit, as main.py ends.
     limit = 300
-    _distributed_run(workdir, flags, max_actor_steps=limit, timeout_s=480)
+    output = _distributed_run(workdir, flags, max_actor_steps=limit, timeout_s=480)
     elapsed = time.monotonic() - start
     _check_outputs(workdir, ["actor_0", "actor_1"])
     at = column(_rows(workdir / "logs" / "evaluator_0" / "logs.csv"), "actor_steps")
@@ -164,6 +170,18 @@ def test_lp_main_stops_by_itself_at_its_frame_limit(tmp_path):
     actor_steps = checkpoint_counts(workdir)["actor_steps"]
     assert limit <= actor_steps < limit + 2 * DISTRIBUTED_COUNT_EVERY, actor_steps
     print(f"lp_main.py e2e: {elapsed:.1f}s")
+    replay_log = (workdir / "nodes" / "replay" / "0").read_text()
+    written = re.search(r"replay checkpoint written to \S+ in [\d.]+ s: (.+)", replay_log)
+    assert written, replay_log[-3000:]
+    saved = written.group(1)
+    assert re.search(r"[1-9]\d* items", saved), saved  # something worth restoring
+    assert "killing them" not in output, output[-6000:]
+
+    # The relaunch: no evaluator, only the replay's restore is checked.
+    _distributed_run(workdir, [*flags, "--config.num_evaluators=0"], max_actor_steps=limit + 100)
+    replay_log = (workdir / "nodes" / "replay" / "0").read_text()
+    # Item counts as the first run's replay saw them at its stop, table by table.
+    assert f"replay restored: {saved}" in replay_log, replay_log[-3000:]
 
 
 @pytest.mark.integration
@@ -239,31 +257,3 @@ def test_lp_main_on_the_device_store_stops_and_resumes_with_its_replay(tmp_path)
     assert int(float(rows[0]["learner_steps"])) > first_updates
     assert int(float(rows[0]["actor_steps"])) >= 300
     assert int(float(rows[-1]["actor_steps"])) >= 600
-
-
-@pytest.mark.integration
-@pytest.mark.timeout(900)
-def test_lp_main_checkpoints_the_reverb_replay_at_its_stop_and_a_relaunch_restores_it(tmp_path):
-    """`checkpoint.reverb=True`: the replay node writes its checkpoint at the stop (it stops
-    last, after the actors and the learner's final save), and the next launch's server
-    loads it: the relaunched replay starts with the items the first run left."""
-    workdir = tmp_path / "run"
-    common = [
-        "--config.replay.store=reverb",
-        "--config.checkpoint.reverb=True",
-        "--config.num_actors=1",
-        "--config.num_evaluators=0",
-        "--config.variable_update_period=10",
-    ]
-    output = _distributed_run(workdir, common, max_actor_steps=200)
-    replay_log = (workdir / "nodes" / "replay" / "0").read_text()
-    written = re.search(r"replay checkpoint written to \S+ in [\d.]+ s: (.+)", replay_log)
-    assert written, replay_log[-3000:]
-    saved = written.group(1)
-    assert re.search(r"[1-9]\d* items", saved), saved  # something worth restoring
-    assert "killing them" not in output, output[-6000:]
-
-    _distributed_run(workdir, common, max_actor_steps=300)
-    replay_log = (workdir / "nodes" / "replay" / "0").read_text()
-    # Item counts as the first run's replay saw them at its stop, table by table.
-    assert f"replay restored: {saved}" in replay_log, replay_log[-3000:]
