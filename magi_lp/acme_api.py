@@ -32,6 +32,11 @@ breaks if an upgrade changes it:
   (`_fix_single_precision_for_numpy2`): dm-acme 0.4.0 converts with `np.array(x,
   copy=False)`, which NumPy 2 refuses for float64 input. If it changes: the import fails
   under NumPy 2 with one RuntimeError naming the attribute (check the new conversion).
+- `acme.adders.reverb.base.ReverbAdder`'s private trajectory writer (`_ReverbAdder__writer`),
+  closed by `close_reverb_adder`: Acme's `reset()` keeps a writer younger than 60 s open, and
+  a Reverb server does not stop while a writer is connected (it waits 5 s for it: every
+  single-process run on a Reverb replay ended 5 s late). If it changes: one RuntimeError
+  naming the attribute when a run ends.
 
 Exercised by tests/test_acme_seam.py on both stacks (the bare load on Python 3.12, the
 NumPy 2 conversion) and by every test that imports Acme's types.
@@ -126,7 +131,17 @@ if BARE:
 from acme import adders, core, specs, types, wrappers  # noqa: E402
 from acme.utils import counting, loggers  # noqa: E402
 
-__all__ = ["BARE", "adders", "core", "counting", "loggers", "specs", "types", "wrappers"]
+__all__ = [
+    "BARE",
+    "adders",
+    "close_reverb_adder",
+    "core",
+    "counting",
+    "loggers",
+    "specs",
+    "types",
+    "wrappers",
+]
 
 
 def _fix_single_precision_for_numpy2() -> None:
@@ -163,3 +178,27 @@ def _fix_single_precision_for_numpy2() -> None:
 
 
 _fix_single_precision_for_numpy2()
+
+
+_REVERB_ADDER = ("acme.adders.reverb.base", "ReverbAdder")
+_REVERB_ADDER_WRITER = "_ReverbAdder__writer"
+
+
+def close_reverb_adder(adder: object) -> bool:
+    """Ends the episode of an Acme Reverb adder (its `reset()`, which flushes what it holds)
+    and closes its trajectory writer, so the server it writes to can stop at once. Returns
+    False, doing nothing, for an adder of another kind. The adder stays usable: Acme opens a
+    new writer at its next write."""
+    if not any((c.__module__, c.__name__) == _REVERB_ADDER for c in type(adder).__mro__):
+        return False
+    if not hasattr(adder, _REVERB_ADDER_WRITER):
+        raise RuntimeError(
+            f"acme's ReverbAdder no longer has {_REVERB_ADDER_WRITER}; magi_lp supports "
+            "dm-acme 0.4.0 (magi_lp/acme_api.py lists what it relies on)."
+        )
+    adder.reset()  # type: ignore[attr-defined]
+    writer = getattr(adder, _REVERB_ADDER_WRITER)
+    if writer is not None:
+        writer.close()
+        setattr(adder, _REVERB_ADDER_WRITER, None)
+    return True

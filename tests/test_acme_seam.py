@@ -7,6 +7,7 @@ import importlib.util
 
 import dm_env
 import numpy as np
+import pytest
 
 from magi_lp import acme_api
 
@@ -42,3 +43,42 @@ def test_single_precision_wrapper_converts_float64_on_this_numpy():
     step = environment.step(np.zeros(1))
     assert step.observation.dtype == np.float32 and step.reward.dtype == np.float32
     assert environment.observation_spec().dtype == np.float32
+
+
+def test_close_reverb_adder_flushes_and_closes_the_writer_acme_keeps_open():
+    """Acme's `reset()` keeps a writer younger than 60 s open; a Reverb server waits 5 s
+    for a connected writer before it stops (every single-process run ended that late)."""
+    pytest.importorskip("reverb", reason="Reverb: the Launchpad stack only")
+    import reverb
+    from acme.adders import reverb as adders_reverb
+
+    environment = acme_api.wrappers.SinglePrecisionWrapper(_Float64Environment())
+    spec = acme_api.specs.make_environment_spec(environment)
+    table = reverb.Table(
+        adders_reverb.DEFAULT_PRIORITY_TABLE,
+        sampler=reverb.selectors.Uniform(),
+        remover=reverb.selectors.Fifo(),
+        max_size=100,
+        rate_limiter=reverb.rate_limiters.MinSize(1),
+        signature=adders_reverb.NStepTransitionAdder.signature(spec),
+    )
+    server = reverb.Server([table])
+    try:
+        client = reverb.Client(f"localhost:{server.port}")
+        adder = adders_reverb.NStepTransitionAdder(client, n_step=1, discount=1.0)
+        adder.add_first(environment.reset())
+        for _ in range(3):
+            adder.add(np.zeros(1, np.float32), environment.step(np.zeros(1)))
+        assert acme_api.close_reverb_adder(adder)
+        # Flushed: the episode's transitions are in the table, and no writer is left open.
+        size = client.server_info()[adders_reverb.DEFAULT_PRIORITY_TABLE].current_size
+        assert size == 3
+        assert getattr(adder, acme_api._REVERB_ADDER_WRITER) is None
+        # Still usable: the next episode opens a new writer.
+        adder.add_first(environment.reset())
+        adder.add(np.zeros(1, np.float32), environment.step(np.zeros(1)))
+        assert acme_api.close_reverb_adder(adder)
+        assert client.server_info()[adders_reverb.DEFAULT_PRIORITY_TABLE].current_size == 4
+    finally:
+        server.stop()
+    assert not acme_api.close_reverb_adder(object())  # not an Acme Reverb adder

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from magi_lp.acme_api import adders, core
+from magi_lp.acme_api import adders, close_reverb_adder, core
 from magi_lp.agent.actor_core import ActorCore, State
 from magi_lp.agent.device_check import DeviceCheck
 from magi_lp.agent.variable_client import VariableClient
@@ -238,16 +238,21 @@ class BatchedActor(Generic[State]):
 
 def end_episode_writes(environment_adders: Sequence[adders.Adder | None]) -> None:
     """Sends what each adder still holds: its `close()` (the toolkit's adders: flush, then
-    close the writer), else `reset()` (Acme's: end the episode, which flushes).
+    close the writer); for Acme's Reverb adders `acme_api.close_reverb_adder` (end the
+    episode, which flushes, then close the writer); else `reset()`.
 
     A run that stops mid-episode (at its step limit, at Ctrl-C) calls this before its replay
     server stops: an Acme Reverb adder otherwise flushes when it is garbage-collected, after
-    the server has gone, and waits 10 s for confirmations that never come.
+    the server has gone, and waits 10 s for confirmations that never come; and a writer left
+    open holds the server's stop for 5 s.
     """
     for adder in environment_adders:
         if adder is not None:
             close = getattr(adder, "close", None)
-            (close if close is not None else adder.reset)()
+            if close is not None:
+                close()
+            elif not close_reverb_adder(adder):
+                adder.reset()
 
 
 class OneEnvironment:
