@@ -171,8 +171,9 @@ TD3_TINY = [
     "--config.evaluation.episodes=1",
     "--config.evaluation.every_actor_steps=100000",
     "--config.logging.time_delta=0.0",
+    "--config.env.max_episode_steps=100",  # cartpole's own episodes are 1000 steps
 ]
-"""TD3 (configs/td3_cartpole.py) at test sizes, for the entry-point tests."""
+"""TD3 (configs/td3_cartpole.py) at test sizes, for the entry-point tests: 100-step episodes."""
 
 
 def checkpoint_counts(workdir: Path) -> dict[str, int]:

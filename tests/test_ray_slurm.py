@@ -386,7 +386,7 @@ def test_scancel_stops_in_tiers_and_a_resubmission_resumes_to_completion(
     rows_before = {label: len(rows) for label, rows in actor_rows(workdir).items()}
     learner_rows_before = len(read_csv(workdir / "logs/learner/logs.csv"))
 
-    limit = count_before + 1000  # an episode is 250 steps: each actor ends one or more
+    limit = count_before + 400  # an episode is 100 steps: each actor ends one or more
     _, job_id = _submit(cluster_, workdir, [*TD3, f"--config.max_actor_steps={limit}"], home)
     _completed(cluster_, workdir, job_id)
     assert_resumed_to_the_limit(workdir, rows_before, count_before, limit)

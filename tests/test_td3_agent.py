@@ -102,6 +102,18 @@ def test_environment_is_flat_float32_in_unit_actions(environment_spec):
     assert np.asarray(timestep.reward).dtype == np.float32
 
 
+def test_max_episode_steps_cuts_episodes_as_a_time_limit_does():
+    environment = make_environment("cartpole", "balance", seed=3, max_episode_steps=5)
+    steps = [environment.reset()]
+    while not steps[-1].last():
+        steps.append(environment.step(np.zeros(1, np.float32)))
+    assert len(steps) == 1 + 5
+    assert float(steps[-1].discount) == 1.0  # cut, not a terminal state: bootstrapped
+    uncut = make_environment("cartpole", "balance", seed=3)
+    uncut.reset()
+    assert not any(uncut.step(np.zeros(1, np.float32)).last() for _ in range(5))
+
+
 def test_network_shapes(environment_spec):
     networks = make_networks(environment_spec, hidden_sizes=HIDDEN)
     policy_params, critic_params = networks.init(jax.random.PRNGKey(0))

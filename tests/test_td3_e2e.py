@@ -30,8 +30,13 @@ from tests.e2e_utils import (
 pytestmark = pytest.mark.integration
 
 CONFIG = "configs/td3_cartpole.py"
-# cartpole episodes are 1000 agent steps; every policy call and update checks its devices.
+# Episodes of 100 agent steps (TD3_TINY); every policy call and update checks its devices.
 TINY = [*TD3_TINY, "--config.debug.check_devices=True"]
+EPISODE = 100  # agent steps
+MIN_REPLAY = 200  # TD3_TINY's min_replay_size: the first update comes at this step
+# Steps of a resumed single-process run: its replay starts empty (main.py's is not saved),
+# so it updates again once MIN_REPLAY new steps are in.
+RESUMED = 3 * EPISODE
 
 
 def _workdir_args(workdir: Path) -> list[str]:
@@ -46,34 +51,32 @@ def test_single_process_run_updates_logs_and_counts_exactly(tmp_path):
         [
             *_workdir_args(tmp_path),
             *TINY,
-            "--config.max_actor_steps=1000",
+            "--config.max_actor_steps=400",
             "--config.logging.tensorboard=True",
         ],
         timeout=280,
         mark=mark,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "done: 1000 actor steps" in result.stderr
+    assert "done: 400 actor steps" in result.stderr
 
     learner = read_csv(tmp_path / "logs/learner/logs.csv")
     losses = column(learner, "critic_loss")
     assert losses and all(math.isfinite(loss) for loss in losses)
     steps = column(learner, "learner_steps")
-    assert (
-        steps == sorted(steps) and steps[-1] >= 700
-    )  # (1000 - 200) / 1 updates, minus logging gaps
+    assert steps == sorted(steps) and steps[-1] >= 150  # (400 - 200) / 1 updates, minus gaps
 
     actor = read_csv(tmp_path / "logs/actor_0/logs.csv")
-    assert column(actor, "actor_steps")[-1] == 1000
+    assert column(actor, "actor_steps") == [100, 200, 300, 400]  # whole episodes of 100
     evaluator = read_csv(tmp_path / "logs/evaluator_0/logs.csv")
     assert column(evaluator, "episode_return"), "no evaluation return logged"
 
     events = list((tmp_path / "tensorboard/learner").glob("events.out.tfevents.*"))
     assert events and events[0].stat().st_size > 0
-    # The final checkpoint is at exactly the updates the schedule owes after 1000 steps:
+    # The final checkpoint is at exactly the updates the schedule owes after 400 steps:
     # the first at min_replay_size (200), then one per actor step.
     final = max(int(p.name) for p in (tmp_path / "checkpoints/learner").iterdir())
-    assert final == 1000 - 200 + 1
+    assert final == 400 - MIN_REPLAY + 1
     assert not marked_processes(mark)
 
 
@@ -87,7 +90,7 @@ def test_distributed_run_stops_by_itself_at_the_step_limit(tmp_path):
             *TINY,
             "--config.num_actors=2",
             "--config.num_evaluators=1",
-            "--config.max_actor_steps=2000",
+            "--config.max_actor_steps=600",
         ],
         timeout=400,
         mark=mark,
@@ -99,12 +102,12 @@ def test_distributed_run_stops_by_itself_at_the_step_limit(tmp_path):
     if isolation.probe().available:
         assert "isolated: node ports are reachable over loopback only" in output
 
-    # Both actors stepped into the one counter (episodes are 1000 steps: each of the two
-    # ends about one); the run stopped at the limit, within what the 2 actors take between
-    # two reports to the counter.
+    # The actors stepped into the one counter (episodes of 100 steps: together they end
+    # several); the run stopped at the limit, within what the 2 actors take between two
+    # reports to the counter.
     rows = [read_csv(tmp_path / f"logs/actor_{index}/logs.csv") for index in (0, 1)]
     assert column(rows[0] + rows[1], "episode_return"), "no actor logged an episode"
-    assert 2000 <= checkpoint_counts(tmp_path)["actor_steps"] < 2000 + 2 * DISTRIBUTED_COUNT_EVERY
+    assert 600 <= checkpoint_counts(tmp_path)["actor_steps"] < 600 + 2 * DISTRIBUTED_COUNT_EVERY
     learner = read_csv(tmp_path / "logs/learner/logs.csv")
     assert all(math.isfinite(loss) for loss in column(learner, "critic_loss"))
     assert column(read_csv(tmp_path / "logs/evaluator_0/logs.csv"), "episode_return")
@@ -162,7 +165,7 @@ def test_killed_single_process_run_resumes_from_its_checkpoint(tmp_path):
 
     result = run_entry_point(
         "projects/td3/main.py",
-        [*args[:-2], f"--config.max_actor_steps={int(steps_before) + 1000}"],
+        [*args[:-2], f"--config.max_actor_steps={int(steps_before) + RESUMED}"],
         timeout=300,
         mark=mark,
         env=env,
@@ -175,10 +178,11 @@ def test_killed_single_process_run_resumes_from_its_checkpoint(tmp_path):
     assert resumed_rows, "no learner rows after the resume"
     assert _latest_checkpoint(tmp_path) > killed_at
     actor_steps = column(read_csv(tmp_path / "logs/actor_0/logs.csv"), "actor_steps")
-    # The resumed run continued counting from the checkpoint, not from 0: its one episode
-    # (1000 steps) ended at exactly its limit, and the run stopped there.
-    assert actor_steps[len(first_run) :] == [steps_before + 1000], "actor steps restarted"
-    assert checkpoint_counts(tmp_path)["actor_steps"] == steps_before + 1000
+    # The resumed run continued counting from the checkpoint, not from 0: its episodes
+    # (fresh ones of 100 steps) ended at exactly its limit, and the run stopped there.
+    resumed_ends = [steps_before + EPISODE * (i + 1) for i in range(RESUMED // EPISODE)]
+    assert actor_steps[len(first_run) :] == resumed_ends, "actor steps restarted"
+    assert checkpoint_counts(tmp_path)["actor_steps"] == steps_before + RESUMED
     assert not marked_processes(mark)
 
 
@@ -196,7 +200,7 @@ def test_same_seed_gives_the_same_experience_in_one_process(tmp_path):
                 *_workdir_args(workdir),
                 *TINY,
                 f"--config.seed={seed}",
-                "--config.max_actor_steps=1000",
+                "--config.max_actor_steps=200",
                 "--config.agent.min_replay_size=5000",  # no learner step in this run
                 "--config.checkpoint.enabled=False",
             ],

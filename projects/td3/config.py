@@ -83,9 +83,11 @@ class TD3EnvSettings:
     domain: str = "cartpole"  # dm_control suite domain
     task: str = "balance"  # task of that domain
     action_repeat: int = 1  # physics control steps per agent step
+    max_episode_steps: int = 0  # cut episodes after this many agent steps; 0: the task's limit
 
     def __post_init__(self) -> None:
         in_range(self, "action_repeat", minimum=1)
+        in_range(self, "max_episode_steps", minimum=0)
 
 
 def get_agent_config() -> ml_collections.ConfigDict:

@@ -20,6 +20,7 @@ def make_environment(
     evaluation: bool = False,
     *,
     action_repeat: int = 1,
+    max_episode_steps: int = 0,
 ) -> dm_env.Environment:
     """A seeded dm_control suite task with flat float32 observations and [-1, 1] actions.
 
@@ -29,6 +30,9 @@ def make_environment(
       seed: the task's random seed (initial states, and noise where the task has some).
       evaluation: whether this is an evaluator's environment; the same task either way.
       action_repeat: physics control steps per agent step (rewards add up).
+      max_episode_steps: cut episodes after this many agent steps (as a time limit does: the
+        last step keeps discount 1); 0 keeps the task's own limit (1000 control steps for
+        the suite's tasks). For short smoke runs and tests.
 
     The names and the repeat are checked once, by `projects.td3.config.validate_config`.
     """
@@ -39,5 +43,7 @@ def make_environment(
     environment = wrappers.ConcatObservationWrapper(environment)
     if action_repeat > 1:
         environment = wrappers.ActionRepeatWrapper(environment, action_repeat)
+    if max_episode_steps:
+        environment = wrappers.StepLimitWrapper(environment, step_limit=max_episode_steps)
     environment = wrappers.CanonicalSpecWrapper(environment, clip=True)
     return wrappers.SinglePrecisionWrapper(environment)

@@ -27,6 +27,7 @@ def make_experiment(config: ml_collections.ConfigDict) -> Experiment:
             config.env.domain,
             config.env.task,
             action_repeat=int(config.env.action_repeat),
+            max_episode_steps=int(config.env.max_episode_steps),
         ),
         network_factory=functools.partial(make_networks, hidden_sizes=tuple(agent.hidden_sizes)),
         config=config,
