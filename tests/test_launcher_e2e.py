@@ -34,6 +34,7 @@ TINY = [
     "--config.num_evaluators=0",
     "--config.logging.time_delta=0.0",
     "--config.logging.terminal=False",
+    "--config.env.max_episode_steps=100",  # cartpole's own episodes are 1000 steps
 ]
 
 
@@ -105,7 +106,7 @@ def test_ctrl_c_saves_the_final_counts_and_a_relaunch_repeats_no_step(tmp_path, 
     # The relaunch continues the count: no actor step is taken (or logged) twice.
     log2 = tmp_path / "launch2.log"
     before = _actor_steps(workdir)
-    target = int(counts["actor_steps"]) + 2100  # 2 actors: an episode (1000 steps) ends
+    target = int(counts["actor_steps"]) + 300  # 2 actors: an episode (100 steps) ends
     process = _start(workdir, [f"--config.max_actor_steps={target}"], mark=mark, log=log2, tmp=tmp)
     assert process.wait(timeout=300) == 0, log2.read_text()[-4000:]
     steps = _actor_steps(workdir)
