@@ -164,14 +164,19 @@ def column(rows: list[dict[str, str]], key: str) -> list[float]:
     return [float(row[key]) for row in rows if row.get(key) not in (None, "")]
 
 
+TD3_EPISODE_STEPS = 100
+"""TD3_TINY's episodes, in agent steps (cartpole's own are 1000)."""
+TD3_MIN_REPLAY = 200
+"""TD3_TINY's `agent.min_replay_size`: the first update comes at this actor step."""
+
 TD3_TINY = [
-    "--config.agent.min_replay_size=200",
+    f"--config.agent.min_replay_size={TD3_MIN_REPLAY}",
     "--config.agent.batch_size=32",
     "--config.agent.hidden_sizes=(32,32)",  # an update takes ~1-2 ms
     "--config.evaluation.episodes=1",
     "--config.evaluation.every_actor_steps=100000",
     "--config.logging.time_delta=0.0",
-    "--config.env.max_episode_steps=100",  # cartpole's own episodes are 1000 steps
+    f"--config.env.max_episode_steps={TD3_EPISODE_STEPS}",
 ]
 """TD3 (configs/td3_cartpole.py) at test sizes, for the entry-point tests: 100-step episodes."""
 

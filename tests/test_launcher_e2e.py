@@ -20,21 +20,26 @@ import pytest
 
 from magi_lp.launch import processes
 from magi_lp.runtime.nodes import DISTRIBUTED_COUNT_EVERY
-from tests.e2e_utils import MARK_VAR, REPO, checkpoint_counts, column, marked_processes, read_csv
+from tests.e2e_utils import (
+    MARK_VAR,
+    REPO,
+    TD3_EPISODE_STEPS,
+    TD3_TINY,
+    checkpoint_counts,
+    column,
+    marked_processes,
+    read_csv,
+)
 
 pytestmark = pytest.mark.integration
 
 TINY = [
     "--config",
     "configs/td3_cartpole.py",
-    "--config.agent.min_replay_size=200",
-    "--config.agent.batch_size=32",
-    "--config.agent.hidden_sizes=(32,32)",
+    *TD3_TINY,  # 100-step episodes
     "--config.num_actors=2",
     "--config.num_evaluators=0",
-    "--config.logging.time_delta=0.0",
     "--config.logging.terminal=False",
-    "--config.env.max_episode_steps=100",  # cartpole's own episodes are 1000 steps
 ]
 
 
@@ -106,7 +111,7 @@ def test_ctrl_c_saves_the_final_counts_and_a_relaunch_repeats_no_step(tmp_path, 
     # The relaunch continues the count: no actor step is taken (or logged) twice.
     log2 = tmp_path / "launch2.log"
     before = _actor_steps(workdir)
-    target = int(counts["actor_steps"]) + 300  # 2 actors: an episode (100 steps) ends
+    target = int(counts["actor_steps"]) + 3 * TD3_EPISODE_STEPS  # 2 actors: an episode ends
     process = _start(workdir, [f"--config.max_actor_steps={target}"], mark=mark, log=log2, tmp=tmp)
     assert process.wait(timeout=300) == 0, log2.read_text()[-4000:]
     steps = _actor_steps(workdir)

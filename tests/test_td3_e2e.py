@@ -18,6 +18,8 @@ import pytest
 from magi_lp.launch import isolation, run_folders
 from magi_lp.runtime.nodes import DISTRIBUTED_COUNT_EVERY
 from tests.e2e_utils import (
+    TD3_EPISODE_STEPS,
+    TD3_MIN_REPLAY,
     TD3_TINY,
     checkpoint_counts,
     column,
@@ -32,11 +34,9 @@ pytestmark = pytest.mark.integration
 CONFIG = "configs/td3_cartpole.py"
 # Episodes of 100 agent steps (TD3_TINY); every policy call and update checks its devices.
 TINY = [*TD3_TINY, "--config.debug.check_devices=True"]
-EPISODE = 100  # agent steps
-MIN_REPLAY = 200  # TD3_TINY's min_replay_size: the first update comes at this step
 # Steps of a resumed single-process run: its replay starts empty (main.py's is not saved),
-# so it updates again once MIN_REPLAY new steps are in.
-RESUMED = 3 * EPISODE
+# so it updates again once TD3_MIN_REPLAY new steps are in.
+RESUMED = 3 * TD3_EPISODE_STEPS
 
 
 def _workdir_args(workdir: Path) -> list[str]:
@@ -76,7 +76,7 @@ def test_single_process_run_updates_logs_and_counts_exactly(tmp_path):
     # The final checkpoint is at exactly the updates the schedule owes after 400 steps:
     # the first at min_replay_size (200), then one per actor step.
     final = max(int(p.name) for p in (tmp_path / "checkpoints/learner").iterdir())
-    assert final == 400 - MIN_REPLAY + 1
+    assert final == 400 - TD3_MIN_REPLAY + 1
     assert not marked_processes(mark)
 
 
@@ -180,7 +180,9 @@ def test_killed_single_process_run_resumes_from_its_checkpoint(tmp_path):
     actor_steps = column(read_csv(tmp_path / "logs/actor_0/logs.csv"), "actor_steps")
     # The resumed run continued counting from the checkpoint, not from 0: its episodes
     # (fresh ones of 100 steps) ended at exactly its limit, and the run stopped there.
-    resumed_ends = [steps_before + EPISODE * (i + 1) for i in range(RESUMED // EPISODE)]
+    resumed_ends = [
+        steps_before + TD3_EPISODE_STEPS * (i + 1) for i in range(RESUMED // TD3_EPISODE_STEPS)
+    ]
     assert actor_steps[len(first_run) :] == resumed_ends, "actor steps restarted"
     assert checkpoint_counts(tmp_path)["actor_steps"] == steps_before + RESUMED
     assert not marked_processes(mark)
