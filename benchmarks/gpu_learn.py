@@ -23,8 +23,9 @@ The reference is the official agent's own published curves: facebookresearch/drq
 c0c650b, `curves/dmc_<task>.csv` (MIT licence), summarised per frame count (mean, lowest and
 highest seed, mean wall-clock hour) in `benchmarks/reference/drqv2_official_curves.csv`.
 
-Without a GPU it says so in one line and runs the same code at a tiny size (32x32 pixels,
-small networks, 600 frames, 3 seeds side by side): a check of the command, not a result.
+Without a GPU it says so in one line and runs the same code at a tiny size (32x32 pixels
+without shadows, small networks, 600 frames, 3 seeds side by side): a check of the command,
+not a result.
 
     python -m benchmarks.gpu_learn [--minutes 7] [--out DIR] [--tiny] [--seeds 1,2,3]
         [--official PATH [--official-seeds 1]] [--frames 60000]
@@ -96,6 +97,7 @@ TINY = (
     "--config.agent.num_expl_steps=50",
     "--config.agent.replay_buffer_size=5000",
     "--config.env.max_episode_frames=100",
+    "--config.env.render_shadows=False",  # most of a frame's cost without a GPU
     # Every training episode a row: tiny episodes end within a second, and the default 1 s
     # filter had dropped the one a run ended on, leaving the frames/s rule no window (a run
     # alone on its core, in 3 of 8 tiny test runs here). The paper's episodes take seconds each.

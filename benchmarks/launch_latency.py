@@ -58,9 +58,10 @@ TIMEOUT_S = 420.0
 POLL_S = 0.05
 
 # The tiny DrQ-v2 settings, without evaluations or checkpoints getting in the way, run until
-# SIGINT.
+# SIGINT; with shadows, as the stored figures were measured (before tiny.py turned them off).
 TINY = tiny.flags(
     {
+        "env.render_shadows": True,
         "env.video.every_evaluations": 0,
         "evaluation.every_actor_steps": 1000000,
         "checkpoint.every_minutes": 1000.0,

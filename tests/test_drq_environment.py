@@ -109,3 +109,21 @@ def test_bad_task_is_a_config_error(domain, task, key, valid):
     with pytest.raises(ConfigError) as info:
         validate_config(config)  # the one check; make_environment trusts it
     assert key in str(info.value) and valid in str(info.value)
+
+
+def test_render_shadows_false_draws_the_same_scene_without_shadows():
+    from projects.drq_v2.experiment import environment_factory
+
+    settings = {"domain": "cartpole", "task": "balance", "image_size": SIZE}
+    shaded = make_environment(seed=1, **settings)
+    flat = environment_factory(
+        1, False, **settings, action_repeat=2, frame_stack=3, camera_id=0, render_shadows=False
+    )  # the factory each node calls with `config.env`
+    first = shaded.reset().observation
+    np.testing.assert_array_equal(first[..., 6:], _render(shaded))
+    unshaded = flat.reset().observation[..., 6:]
+    without = shaded.physics.render(
+        height=SIZE, width=SIZE, camera_id=0, render_flag_overrides={"shadow": False}
+    )
+    np.testing.assert_array_equal(unshaded, without)  # the same state, drawn without shadows
+    assert not np.array_equal(unshaded, first[..., 6:])  # the cart's shadow is gone

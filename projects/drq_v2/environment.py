@@ -144,6 +144,7 @@ def make_environment(
     action_repeat: int = 2,
     frame_stack: int = 3,
     camera_id: int | None = None,
+    render_shadows: bool = True,
 ) -> dm_env.Environment:
     """A pixels-only dm_control suite task with DrQ-v2's action repeat and frame stacking.
 
@@ -154,6 +155,11 @@ def make_environment(
         action_repeat: physics control steps per agent step.
         frame_stack: frames per observation.
         camera_id: render camera; None = the paper's (2 for quadruped, 0 otherwise).
+        render_shadows: False renders without MuJoCo's shadow pass. The paper's frames
+            have shadows. Without a GPU the pass is most of a frame's cost: Mesa's llvmpipe
+            draws each frame's shadow map (cartpole's is 2048x2048) in software: a
+            cartpole frame at 32x32 or 84x84 took about 22 ms with shadows and 4.6 ms
+            without on this project's 2-core CPU machine (2026-11-28, beside other work).
 
     The names and sizes are checked once, by `projects.drq_v2.config.validate_config`
     (`config.env`), before any process starts.
@@ -168,9 +174,10 @@ def make_environment(
     if not (np.all(spec.minimum == -1.0) and np.all(spec.maximum == 1.0)):
         env = action_scale.Wrapper(env, minimum=-1.0, maximum=1.0)
     env = ActionRepeat(env, action_repeat)
-    env = pixels.Wrapper(
-        env,
-        pixels_only=True,
-        render_kwargs={"height": image_size, "width": image_size, "camera_id": camera_id},
-    )
+    render_kwargs: dict[str, object] = {
+        "height": image_size, "width": image_size, "camera_id": camera_id
+    }  # fmt: skip
+    if not render_shadows:
+        render_kwargs["render_flag_overrides"] = {"shadow": False}
+    env = pixels.Wrapper(env, pixels_only=True, render_kwargs=render_kwargs)
     return PixelFrameStack(env, frame_stack)

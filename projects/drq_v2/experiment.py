@@ -33,6 +33,7 @@ def environment_factory(
     frame_stack: int,
     camera_id: int,
     max_episode_frames: int = 0,
+    render_shadows: bool = True,
 ) -> dm_env.Environment:
     """A seeded pixel task (`projects.drq_v2.environment.make_environment`).
 
@@ -43,6 +44,7 @@ def environment_factory(
       max_episode_frames: cut episodes after this many frames (as a time limit does:
         the last step keeps discount 1); 0 keeps the task's own limit (1000 frames for
         every task of the paper). For short smoke tests and tests.
+      render_shadows: `config.env.render_shadows` (False: frames without shadows).
     """
     del evaluation
     environment = make_environment(
@@ -53,6 +55,7 @@ def environment_factory(
         action_repeat=action_repeat,
         frame_stack=frame_stack,
         camera_id=camera_id,
+        render_shadows=render_shadows,
     )
     if max_episode_frames:
         environment = wrappers.StepLimitWrapper(
@@ -109,6 +112,7 @@ def make_experiment(config: ml_collections.ConfigDict, workdir: str | None = Non
             frame_stack=env.frame_stack,
             camera_id=env.camera_id,
             max_episode_frames=env.max_episode_frames,
+            render_shadows=env.render_shadows,
         ),
         network_factory=functools.partial(network_factory, agent_config=agent),
         config=config,

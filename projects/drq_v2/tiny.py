@@ -1,9 +1,9 @@
 """Tiny DrQ-v2 settings: the whole agent at sizes a 2-core CPU runs in seconds.
 
 For end-to-end tests and benchmarks that need the real entry points but not real learning:
-32x32 pixels, batch 16, feature 8 / hidden 32 / 8 conv channels, episodes cut at 100 frames
-(50 agent steps), learning after 40 frames, one evaluation episode (with a video) every 50
-actor steps, no TensorBoard.
+32x32 pixels rendered without shadows (most of a frame's cost without a GPU), batch 16,
+feature 8 / hidden 32 / 8 conv channels, episodes cut at 100 frames (50 agent steps), learning
+after 40 frames, one evaluation episode (with a video) every 50 actor steps, no TensorBoard.
 
     python projects/drq_v2/lp_main.py --config configs/reacher_hard_distributed.py \\
         --workdir /tmp/tiny $(python -c "from projects.drq_v2 import tiny; print(*tiny.flags())")
@@ -16,6 +16,7 @@ from collections.abc import Mapping
 OVERRIDES: dict[str, object] = {
     "env.image_size": 32,
     "env.max_episode_frames": 100,
+    "env.render_shadows": False,
     "env.video.every_evaluations": 1,
     "agent.batch_size": 16,
     "agent.feature_dim": 8,
