@@ -187,7 +187,14 @@ def test_provenance_marks_our_runs_made_by_other_code_and_not_the_official_agent
     assert comparison.provenance({**call, "commit": call["commit"] + "-dirty"})["head_code"] is None
     changed = runs._git("log", "-1", "--format=%H", "--", "magi_lp/agent")  # its parent differs
     if runs._git("rev-parse", "--verify", "--quiet", f"{changed}^"):  # not a shallow clone
-        assert comparison.provenance({**call, "commit": f"{changed}^"})["head_code"] is False
+        older = comparison.provenance({**call, "commit": f"{changed}^"})
+        assert older["head_code"] is False
+        # The figure names the files HEAD changed since: at least that commit's.
+        that = runs._git("diff", "--name-only", f"{changed}^", changed, "--", "magi_lp/agent")
+        assert that and set(that.split()) <= set(older["differs"]), older["differs"]
+        row = comparison.provenance_table({"magi_lp": {"runs": [older]}})[2]
+        assert f"HEAD differs in {older['differs'][0]}" in row
+    assert comparison.provenance(mixed)["differs"] == []  # the same commit: nothing to name
     assert comparison.provenance({**call, "commit": "0000000"})["head_code"] is None
 
 

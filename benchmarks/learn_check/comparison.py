@@ -281,7 +281,10 @@ def provenance(run: dict) -> dict:
         # HEAD's agent, replay and runner code made every launch: otherwise marked in the figure;
         # None where it cannot be told, or the code is not ours (the official agent's is
         # pinned by hashes: official.check_checkout).
-        "head_code": _head_code_of(run, attempts, dirty),
+        "head_code": (head_code := _head_code_of(run, attempts, dirty)),
+        # Where HEAD's code is not what made it: the files of CODE_PATHS that HEAD changed
+        # since the run's commits (uncommitted changes of a launch named by their folder).
+        "differs": _differs_from_head(run, attempts) if head_code is False else [],
     }
 
 
@@ -301,6 +304,28 @@ def _head_code_of(run: dict, attempts: list[dict], dirty: bool | None) -> bool |
 
     then = {path: _git("rev-parse", f"{commit}:{path}") for path in CODE_PATHS}
     return None if not all(then.values()) else then == _head_code()
+
+
+def _differs_from_head(run: dict, attempts: list[dict]) -> list[str]:
+    """The files under CODE_PATHS in which HEAD differs from the code that made `run`."""
+    from benchmarks.learn_check.runs import CODE_PATHS, _git
+
+    head = _head_code()
+    commits = {str(a.get("commit") or "") for a in attempts if a.get("code") != head}
+    if not attempts:
+        commits = {str(run.get("commit") or "")}
+    found = {
+        name
+        for commit in commits - {""}
+        for name in _git("diff", "--name-only", commit, "HEAD", "--", *CODE_PATHS).split()
+    }
+    dirty = {
+        f"{path} (uncommitted changes)"
+        for a in attempts
+        for path, tree in (a.get("code") or {}).items()
+        if str(tree).startswith("dirty:")
+    }
+    return sorted(found | dirty)
 
 
 def _saturation() -> dict | None:
@@ -631,6 +656,8 @@ def provenance_table(agents: dict) -> list[str]:
             code = {True: "HEAD's", False: "**not HEAD's agent/replay/runner code**"}.get(
                 run["head_code"], "official, pinned" if name == "official" else "not recorded"
             )
+            if run.get("differs"):
+                code += f" (HEAD differs in {_listed(run['differs'])})"
             machine = run.get("machine") or {}
             where = f"{machine.get('cpu', '?')}, {machine.get('cores', '?')} cores"
             if machine.get("device"):
@@ -641,6 +668,12 @@ def provenance_table(agents: dict) -> list[str]:
                 f"{where} | {', '.join(map(str, run.get('cores') or [])) or '?'} |"
             )
     return lines
+
+
+def _listed(names: list[str], most: int = 8) -> str:
+    """Up to `most` names, then how many more."""
+    more = len(names) - most
+    return ", ".join(names[:most]) + (f" and {more} more" if more > 0 else "")
 
 
 def evaluations_text(evaluations: list) -> str:
