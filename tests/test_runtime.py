@@ -27,7 +27,7 @@ from magi_lp.engines.launchpad_lifetime import LaunchpadLifetime
 from magi_lp.placement.gpu_inventory import GpuInventory
 from magi_lp.replay.reverb_seam import without_rate_limit
 from magi_lp.replay.schedule import ReplaySchedule
-from magi_lp.runtime import nodes
+from magi_lp.runtime import control_nodes, nodes
 from magi_lp.runtime.checkpointing import Checkpointer
 from magi_lp.runtime.config import NODE_GROUPS, make_placement_plan
 from magi_lp.runtime.learner_runner import LearnerRunner
@@ -335,7 +335,7 @@ def test_coordinator_stops_at_the_limit_only_after_the_final_evaluations():
     counter = mock.Mock(get_counts=lambda: {"actor_steps": 300})
     evaluators = (Evaluator(2), Evaluator(5))
     lifetime = Lifetime()
-    coordinator = nodes.CoordinatorNode(
+    coordinator = control_nodes.CoordinatorNode(
         counter, None, 300, evaluators, poll_seconds=0.0, lifetime=lifetime
     )
     coordinator.run()
@@ -343,7 +343,7 @@ def test_coordinator_stops_at_the_limit_only_after_the_final_evaluations():
 
     # Ctrl-C while it waits: it stops waiting and leaves the stop to the launcher.
     lifetime = Lifetime(stop_after=3)
-    coordinator = nodes.CoordinatorNode(
+    coordinator = control_nodes.CoordinatorNode(
         counter, None, 300, (Evaluator(100),), poll_seconds=0.0, lifetime=lifetime
     )
     coordinator.run()
@@ -434,10 +434,11 @@ class ProgramWiringTest(absltest.TestCase):
         assert metadata["counts"]["actor_steps"] >= 60
 
 
-def test_the_counter_and_evaluator_processes_start_without_tensorflow(tmp_path):
+def test_the_control_and_evaluator_processes_start_without_tensorflow(tmp_path):
     """Each node's process unpickles its group's functions, as Launchpad's process entry does
-    (`cloudpickle.load` of the group's job file): the counter's and the evaluator's bring in
-    neither TensorFlow nor Reverb (neither node touches the replay), the learner's both."""
+    (`cloudpickle.load` of the group's job file): the counter's and the coordinator's bring in
+    no ML framework, the evaluator's JAX alone (it acts, but never touches the replay), the
+    learner's JAX, TensorFlow and Reverb."""
     import cloudpickle
 
     config = toy_config()
@@ -451,14 +452,15 @@ def test_the_counter_and_evaluator_processes_start_without_tensorflow(tmp_path):
         "print(*sorted(m for m in ('jax', 'tensorflow', 'reverb') if m in sys.modules))"
     )
     imported = {}
-    for group in ("counter", "evaluator", "learner"):
+    for group in ("counter", "coordinator", "evaluator", "learner"):
         job = tmp_path / f"{group}.pkl"
         job.write_bytes(cloudpickle.dumps([n.function for n in program.groups[group]]))
         result = run_python(probe, str(job), timeout=300)
         assert result.returncode == 0, result.stderr[-3000:]
         imported[group] = result.stdout.split()
     assert imported == {
-        "counter": ["jax"],
+        "counter": [],
+        "coordinator": [],
         "evaluator": ["jax"],
         "learner": ["jax", "reverb", "tensorflow"],
     }

@@ -2,8 +2,7 @@
 
 Every node's constructor gets the engine's lifetime object, so the node's process unpickles
 its class: kept apart from `magi_lp.engines.launchpad_engine` (which imports Reverb, and
-with it TensorFlow), it lets the nodes that never touch the replay (the counter, the
-evaluators) start without either. The coordinator still takes the replay's Reverb handle.
+with it TensorFlow), it lets the counter and coordinator processes start without either.
 """
 
 from __future__ import annotations

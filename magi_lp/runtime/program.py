@@ -13,15 +13,10 @@ from typing import Any
 
 from magi_lp.placement.plan import PlacementPlan
 from magi_lp.replay.stores import resolve_store
+from magi_lp.runtime.control_nodes import CoordinatorNode, CounterNode
 from magi_lp.runtime.experiment import Experiment
 from magi_lp.runtime.graph import NodeSpec, ProgramGraph, Ref, ReplaySpec
-from magi_lp.runtime.nodes import (
-    ActorNode,
-    CoordinatorNode,
-    CounterNode,
-    EvaluatorNode,
-    LearnerNode,
-)
+from magi_lp.runtime.nodes import ActorNode, EvaluatorNode, LearnerNode
 from magi_lp.runtime.workdir import Workdir
 
 
@@ -58,6 +53,9 @@ def build_program(
     # Every node uses this one store.
     store = resolve_store(experiment.builder, config, transport=transport)
     colocated = bool(config.colocate_learner_and_replay)
+    # A replay beside the learner is checkpointed by the coordinator before the stop (a
+    # replay node of its own checkpoints itself at its stop).
+    checkpoint_replay = bool(config.checkpoint.reverb) and colocated
     counter, replay, learner = Ref("counter_0"), Ref("replay_0"), Ref("learner_0")
     nodes = [NodeSpec("counter", 0, plan.launch_group("counter", 0), CounterNode)]
     # Reverb always gets a checkpoint folder in the workdir (without one it makes a temp
@@ -108,8 +106,13 @@ def build_program(
             0,
             plan.launch_group("coordinator", 0),
             CoordinatorNode,
-            (counter, replay, int(config.max_actor_steps), evaluators),
-            {"checkpoint_replay": bool(config.checkpoint.reverb) and colocated},
+            (
+                counter,
+                replay if checkpoint_replay else None,
+                int(config.max_actor_steps),
+                evaluators,
+            ),
+            {"checkpoint_replay": checkpoint_replay},
         )
     )
     return ProgramGraph(name, nodes, store)

@@ -24,6 +24,7 @@ import dm_env
 from magi_lp.replay.schedule import ReplaySchedule
 from magi_lp.replay.stores import resolve_store
 from magi_lp.runtime import seeding
+from magi_lp.runtime.control_nodes import new_counter
 from magi_lp.runtime.experiment import Experiment
 from magi_lp.runtime.learner_runner import LearnerRunner
 from magi_lp.runtime.loggers import ProgressBar
@@ -32,7 +33,6 @@ from magi_lp.runtime.nodes import (
     first_evaluation_at,
     make_acting_loop,
     make_learner_runner,
-    new_counter,
     next_evaluation_after,
 )
 
