@@ -456,7 +456,7 @@ def test_a_tiny_run_with_the_critic_target_negated_fails_the_learning_rule(tmp_p
     """Negative control: the critic regresses on -(r + gamma min Q'): it cannot learn.
 
     At TINY's sizes with half its frames (ours only: the official agent's 1000-frame
-    episodes need TINY's 1,200 seed frames), 200 updates from frame 400."""
+    episodes need TINY's 1,200 seed frames): 201 updates, from frame 400."""
     _needs_venv312()
     settings = dataclasses.replace(
         TINY, frames=1_200, eval_every_frames=600, seed_frames=400, checkpoint_minutes=10.0

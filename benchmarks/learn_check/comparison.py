@@ -311,9 +311,11 @@ def _differs_from_head(run: dict, attempts: list[dict]) -> list[str]:
     from benchmarks.learn_check.runs import CODE_PATHS, _git
 
     head = _head_code()
-    commits = {str(a.get("commit") or "") for a in attempts if a.get("code") != head}
-    if not attempts:
-        commits = {str(run.get("commit") or "")}
+    commits = (
+        {str(a.get("commit") or "") for a in attempts if a.get("code") != head}
+        if attempts
+        else {str(run.get("commit") or "")}  # a GPU call's run: its call's commit
+    )
     found = {
         name
         for commit in commits - {""}

@@ -2,7 +2,9 @@
 
 Every node's constructor gets the engine's lifetime object, so the node's process unpickles
 its class: kept apart from `magi_lp.engines.launchpad_engine` (which imports Reverb, and
-with it TensorFlow), it lets the counter and coordinator processes start without either.
+with it TensorFlow), it lets the nodes that never touch the replay start without either: the
+counter, the evaluators, and the coordinator unless it checkpoints a replay in the learner's
+process.
 """
 
 from __future__ import annotations
