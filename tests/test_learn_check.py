@@ -182,8 +182,18 @@ def test_provenance_marks_our_runs_made_by_other_code_and_not_the_official_agent
     )  # fmt: skip
     assert "not HEAD's agent/replay/runner code" in table[2] and "official, pinned" in table[3]
     # A GPU call's run records only its commit (its tree has no .git): the code is looked up.
+    # (HEAD's commit is this tree's code only while nothing under CODE_PATHS is changed here:
+    # the test holds on an edited tree too, where the edited files are named.)
+    paths = runs.CODE_PATHS
+    edited = sorted(
+        {
+            *runs._git("diff", "--name-only", "HEAD", "--", *paths).split(),
+            *runs._git("ls-files", "--others", "--exclude-standard", "--", *paths).split(),
+        }
+    )
     call = {"agent": "magi_lp", "seed": 4, "commit": head["commit"][:7]}
-    assert comparison.provenance(call)["head_code"] is True
+    assert comparison.provenance(call)["head_code"] is (not edited)
+    assert comparison.provenance(call)["differs"] == edited
     assert comparison.provenance({**call, "commit": call["commit"] + "-dirty"})["head_code"] is None
     changed = runs._git("log", "-1", "--format=%H", "--", "magi_lp/agent")  # its parent differs
     if runs._git("rev-parse", "--verify", "--quiet", f"{changed}^"):  # not a shallow clone
@@ -193,8 +203,10 @@ def test_provenance_marks_our_runs_made_by_other_code_and_not_the_official_agent
         that = runs._git("diff", "--name-only", f"{changed}^", changed, "--", "magi_lp/agent")
         assert that and set(that.split()) <= set(older["differs"]), older["differs"]
         row = comparison.provenance_table({"magi_lp": {"runs": [older]}})[2]
-        assert f"HEAD differs in {older['differs'][0]}" in row
-    assert comparison.provenance(mixed)["differs"] == []  # the same commit: nothing to name
+        assert f"the code here differs in {older['differs'][0]}" in row
+    # The same commit: nothing to name but what is edited here.
+    differs = comparison.provenance(mixed)["differs"]
+    assert set(edited) <= set(differs) if edited else differs == [], differs
     assert comparison.provenance({**call, "commit": "0000000"})["head_code"] is None
 
 

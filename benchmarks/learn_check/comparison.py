@@ -307,7 +307,9 @@ def _head_code_of(run: dict, attempts: list[dict], dirty: bool | None) -> bool |
 
 
 def _differs_from_head(run: dict, attempts: list[dict]) -> list[str]:
-    """The files under CODE_PATHS in which HEAD differs from the code that made `run`."""
+    """The files under CODE_PATHS in which this tree differs from the code that made `run`:
+    what HEAD changed since the run's commits and what is changed here and not committed (a
+    tree edited while the figure is made is not HEAD's code either)."""
     from benchmarks.learn_check.runs import CODE_PATHS, _git
 
     head = _head_code()
@@ -319,8 +321,10 @@ def _differs_from_head(run: dict, attempts: list[dict]) -> list[str]:
     found = {
         name
         for commit in commits - {""}
-        for name in _git("diff", "--name-only", commit, "HEAD", "--", *CODE_PATHS).split()
+        for name in _git("diff", "--name-only", commit, "--", *CODE_PATHS).split()
     }
+    if commits - {""}:  # new files here, not yet added (code_state counts them as changes)
+        found |= set(_git("ls-files", "--others", "--exclude-standard", "--", *CODE_PATHS).split())
     dirty = {
         f"{path} (uncommitted changes)"
         for a in attempts
@@ -659,7 +663,7 @@ def provenance_table(agents: dict) -> list[str]:
                 run["head_code"], "official, pinned" if name == "official" else "not recorded"
             )
             if run.get("differs"):
-                code += f" (HEAD differs in {_listed(run['differs'])})"
+                code += f" (the code here differs in {_listed(run['differs'])})"
             machine = run.get("machine") or {}
             where = f"{machine.get('cpu', '?')}, {machine.get('cores', '?')} cores"
             if machine.get("device"):
