@@ -43,6 +43,7 @@ from benchmarks.learn_check.settings import (
     TINY,
     Settings,
     kept_result,
+    progress_record,
     run_dir,
 )
 from projects.drq_v2.config import get_agent_config, replay_schedule
@@ -354,6 +355,37 @@ def test_a_relaunchs_rows_replace_the_ones_it_repeats():
     assert runs._last_per_frame([(0, 5.0), (0, 7.0), (20, 1.0)], keep=2) == [(0, 6.0)]
 
 
+def test_a_run_whose_folder_was_lost_with_its_machine_is_set_aside_and_counted(tmp_path):
+    """Run folders are not committed; each unfinished run's progress record is. A machine that
+    comes up new has the record and not the folder: the figure shows the record's evaluations,
+    and when the run starts again from frame 0 the record is set aside and counted."""
+    kept, out, task = tmp_path / "kept", tmp_path / "runs", "cartpole_balance"
+    earlier = [{"attempt": 1, "started": 100.0, "started_at": "2026-11-28T14:52:00+0000",
+                "commit": "d943121", "core": 0}]  # fmt: skip
+    runs._keep_progress(
+        kept, "magi_lp", task, 1, TINY, earlier, {"evaluations": [[0, 320.0], [1200, 369.0]]}
+    )
+    record = progress_record(kept, "magi_lp", task, 1)
+
+    def ours() -> dict:
+        states = comparison.progress(out, TINY, (task,), kept, (1,))
+        (state,) = [s for s in states if s["agent"] == "magi_lp"]
+        return state
+
+    assert ours()["state"].startswith("no folder here")
+    assert ours()["evaluations"] == [[0, 320.0], [1200, 369.0]] and ours()["launches"] == 1
+    # The run's own folder's next launch leaves its record alone.
+    assert runs.set_aside_lost(kept, "magi_lp", task, 1, earlier) is None and record.is_file()
+    # A folder with no launch of that run: it was lost; its record is set aside, not deleted.
+    moved = runs.set_aside_lost(kept, "magi_lp", task, 1, [])
+    assert moved and not record.exists()
+    assert json.loads(moved.read_text())["attempts"] == earlier
+    assert ours()["state"] == "not started" and ours()["lost_runs"] == 1
+    assert "1 earlier run(s) lost with a machine" in "\n".join(comparison.progress_table([ours()]))
+    # What is set aside is not a kept result.
+    assert comparison.load_runs(kept) == []
+
+
 def test_a_missing_official_checkout_is_one_line_saying_what_to_fetch(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "benchmarks.learn_check", "--official", str(tmp_path / "none")],
@@ -417,6 +449,9 @@ def test_tiny_run_of_this_projects_side_resumes_after_a_kill_and_is_kept(tmp_pat
 
     _kill_when(_tiny(tmp_path, "magi_lp"), checkpointed_past_seed_frames, timeout=600)
     assert not (folder / RESULT).is_file()
+    # What a lost machine would leave: the launch, in the progress record beside the results.
+    record = progress_record(tmp_path / "results", "magi_lp", "cartpole_balance", 1)
+    assert [a["attempt"] for a in json.loads(record.read_text())["attempts"]] == [1]
     again = subprocess.run(
         _tiny(tmp_path, "magi_lp"), cwd=ROOT, capture_output=True, text=True, timeout=540
     )
@@ -453,6 +488,7 @@ def test_tiny_run_of_this_projects_side_resumes_after_a_kill_and_is_kept(tmp_pat
     assert result["train_frames_per_s"] > 0 and result["versions"]["jax"]
     assert result["machine"]["cpu"] and result["machine"]["cores"]
     assert result["wall_s"] > 0 and len(result["attempts"]) == 2
+    assert not record.exists()  # finished: the result holds it all
     assert (tmp_path / "curves.csv").read_text().count("magi_lp") >= 3
     # Kept: a third call runs nothing.
     third = subprocess.run(

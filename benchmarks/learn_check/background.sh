@@ -14,7 +14,10 @@
 # (benchmarks/learn_check/results/), run folders in runs/learn_check/. Each run continues
 # from its checkpoint (ours) or snapshot.pt (the official agent): call this again after a
 # machine or session restart. Those live in runs/ (too large to commit): a machine that comes
-# up new has lost them, and its runs start again from frame 0. Log:
+# up new has lost them, and its runs start again from frame 0. What outlives it is each
+# unfinished run's progress record (launches, evaluations so far) beside the kept results
+# (<kept>/progress/): commit it after stopping the runs; a lost run's is moved to <kept>/lost/
+# when the run starts again. Log:
 # runs/learn_check/background.log (appended); the command's pid:
 # runs/learn_check/background.pid. `kill $(cat runs/learn_check/background.pid)` stops it: the
 # runs save a checkpoint and resume on the next call.

@@ -430,7 +430,13 @@ def progress(
     """Each preregistered run's state: done (kept), in progress (its evaluations so far and
     launches, from its folder under `out`), or not started; failed launches counted."""
     from benchmarks.learn_check import runs
-    from benchmarks.learn_check.settings import failed_record, kept_result, run_dir
+    from benchmarks.learn_check.settings import (
+        failed_record,
+        kept_result,
+        lost_record,
+        progress_record,
+        run_dir,
+    )
 
     states = []
     for task in tasks:
@@ -440,7 +446,16 @@ def progress(
                 failed = sorted(failed_record(kept, agent, task, seed, 0).parent.glob(
                     f"seed_{seed}_attempt_*.json"
                 ))  # fmt: skip
-                state = {"agent": agent, "task": task, "seed": seed, "failed_launches": len(failed)}
+                lost = sorted(lost_record(kept, agent, task, seed, "").parent.glob(
+                    f"seed_{seed}_started_*.json"
+                ))  # fmt: skip
+                state = {
+                    "agent": agent,
+                    "task": task,
+                    "seed": seed,
+                    "failed_launches": len(failed),
+                    "lost_runs": len(lost),
+                }
                 path = kept_result(kept, agent, task, seed)
                 if path.is_file():
                     done = json.loads(path.read_text())
@@ -449,6 +464,20 @@ def progress(
                         states.append(state)
                         continue
                 attempts = runs.read_attempts(folder)
+                record = progress_record(kept, agent, task, seed)
+                if not attempts and record.is_file():  # its folder is on another machine, or lost
+                    kept_progress = json.loads(record.read_text())
+                    states.append({
+                        **state,
+                        "state": "no folder here (its progress record's)",
+                        "evaluations": kept_progress.get("evaluations", []),
+                        "launches": len(kept_progress.get("attempts", [])),
+                        "cores": _cores(kept_progress.get("attempts", [])),
+                        "commits": sorted(
+                            {a.get("commit", "?")[:12] for a in kept_progress.get("attempts", [])}
+                        ),
+                    })  # fmt: skip
+                    continue
                 if not attempts:
                     states.append({**state, "state": "not started", "evaluations": []})
                     continue
@@ -698,6 +727,10 @@ def progress_table(progress: list[dict]) -> list[str]:
     for p in running:
         evals = evaluations_text(p["evaluations"]) or "-"
         failed = f" ({p['failed_launches']} failed)" if p["failed_launches"] else ""
+        if p.get("lost_runs"):
+            failed += (
+                f" (restarted from frame 0: {p['lost_runs']} earlier run(s) lost with a machine)"
+            )
         lines.append(
             f"| {p['agent']} | {p['seed']} | {p['state']} | {evals} | "
             f"{p.get('launches', 0)}{failed} |"

@@ -8,7 +8,10 @@ continues it from its checkpoint (ours: the learner and the device store, saved 
 `checkpoint_minutes` and on SIGTERM; the official agent: its `snapshot.pt`, written at each
 episode's start, and the replay episodes it keeps on disk with `save_snapshot=true`). The
 frames after the last checkpoint are run again, and their evaluation rows are replaced, not
-repeated (`_last_per_frame`).
+repeated (`_last_per_frame`). Run folders are too large to commit, so an unfinished run also
+keeps a small progress record (launches, evaluations so far) beside the kept results: when a
+machine comes up new without the folder, the run starts again from frame 0 and the record of
+the lost one is set aside under `lost/`, counted in the figure (`set_aside_lost`).
 
 Training frames/s, one rule for both (`episode_windows`): the wall time between the rows
 written when consecutive training episodes end (both agents write one, with `wall_time`),
@@ -40,6 +43,8 @@ from benchmarks.learn_check.settings import (
     Settings,
     failed_record,
     kept_result,
+    lost_record,
+    progress_record,
 )
 from magi_lp.runtime.workdir import Workdir
 
@@ -317,6 +322,50 @@ def _close_cut_off(folder: Path, attempts: list[dict]) -> None:
             attempt["end"] = "cut off (no exit recorded: the command was killed)"
 
 
+def set_aside_lost(
+    kept: Path, agent: str, task: str, seed: int, attempts: list[dict]
+) -> Path | None:
+    """The kept progress record of this (agent, task, seed), when it is not this folder's run
+    (its first launch is not this folder's first): that run's folder was lost with its
+    machine, and this one starts again from frame 0. The record is moved under `LOST` (the
+    figure counts it) and its path returned; None when there is nothing to set aside."""
+    path = progress_record(kept, agent, task, seed)
+    if not path.is_file():
+        return None
+    record = json.loads(path.read_text())
+    theirs = record.get("attempts") or [{}]
+    if attempts and theirs[0].get("started") == attempts[0].get("started"):
+        return None
+    target = lost_record(kept, agent, task, seed, str(theirs[0].get("started_at", "unknown")))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    path.replace(target)
+    evaluations = ", ".join(f"{int(f) // 1000}k: {v:.0f}" for f, v in record.get("evaluations", []))
+    print(f"learn_check: {agent} {task} seed {seed}: its earlier run ({len(theirs)} launch(es), "
+          f"evaluations {evaluations or 'none'}) left no folder here (lost with its machine); "
+          f"starting again from frame 0; its record is kept in {target}",
+          file=sys.stderr)  # fmt: skip
+    return target
+
+
+def _keep_progress(
+    kept: Path, agent: str, task: str, seed: int, settings: Settings, attempts: list[dict],
+    found: dict,
+) -> None:  # fmt: skip
+    """Writes the run's progress record (`progress_record`): what a lost machine leaves."""
+    path = progress_record(kept, agent, task, seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = {
+        "agent": agent,
+        "task": task,
+        "seed": seed,
+        "settings": vars(settings),
+        "machine": machine(),
+        "attempts": attempts,
+        "evaluations": found.get("evaluations", []),
+    }
+    path.write_text(json.dumps(record, indent=2) + "\n")
+
+
 def log_tail(path: Path, lines: int = LOG_TAIL) -> list[str]:
     if not path.is_file():
         return []
@@ -387,6 +436,7 @@ def _run_locked(
 ) -> dict:
     attempts = read_attempts(folder)
     _close_cut_off(folder, attempts)
+    set_aside_lost(kept, agent, task, seed, attempts)
     number = len(attempts) + 1
     workdir = folder / "work"
     attempt = {
@@ -400,6 +450,13 @@ def _run_locked(
     }
     attempts.append(attempt)
     _write_attempts(folder, attempts)
+    reader = ours_result if agent == "magi_lp" else official_result
+    launches = [a["started"] for a in attempts]
+    try:  # the evaluations so far (a resumed run's)
+        so_far = reader(settings, workdir, launches[:-1]) if attempt["resumed"] else {}
+    except (OSError, ValueError, KeyError):
+        so_far = {}
+    _keep_progress(kept, agent, task, seed, settings, attempts, so_far)
     log = folder / attempt["log"]
     if agent == "magi_lp":
         env = {"MUJOCO_GL": "egl", "PYOPENGL_PLATFORM": "egl", "JAX_PLATFORMS": "cpu"}
@@ -419,8 +476,6 @@ def _run_locked(
     attempt["wall_s"] = attempt["ended"] - attempt["started"]
     attempt["cpu_s"] = cpu_s  # the run's processes (the official replay worker included)
     _write_attempts(folder, attempts)
-    launches = [a["started"] for a in attempts]
-    reader = ours_result if agent == "magi_lp" else official_result
     found = reader(settings, workdir, launches)
     result = {
         "agent": agent,
@@ -443,7 +498,10 @@ def _run_locked(
         path = kept_result(kept, agent, task, seed)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    elif code != 0 and code not in (-signal.SIGTERM, -signal.SIGINT):
+        progress_record(kept, agent, task, seed).unlink(missing_ok=True)  # the result holds it
+        return result
+    _keep_progress(kept, agent, task, seed, settings, attempts, found)
+    if code != 0 and code not in (-signal.SIGTERM, -signal.SIGINT):
         record = {**result, "log_tail": log_tail(log), "log": str(log)}
         path = failed_record(kept, agent, task, seed, number)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -39,6 +39,13 @@ RESULT = "result.json"
 """Each finished run writes this into its folder; a folder without it is continued."""
 FAILED = "failed"
 """Under the kept folder: one record per failed launch (exit code, last log lines)."""
+PROGRESS = "progress"
+"""Under the kept folder: each unfinished run's launches and evaluations so far, rewritten at
+each launch's start and end. Its run folder lives in runs/, which a machine that comes up new
+has lost: committed, the record outlives it."""
+LOST = "lost"
+"""Under the kept folder: the progress records of runs whose folder was lost with their
+machine, set aside when the same run starts again from frame 0."""
 KEPT = common.REPO / "benchmarks" / "learn_check" / "results"
 """Finished runs' results, committed: runs finish across sessions; only SEEDS count."""
 
@@ -96,3 +103,15 @@ def kept_result(kept: Path, agent: str, task: str, seed: int) -> Path:
 def failed_record(kept: Path, agent: str, task: str, seed: int, attempt: int) -> Path:
     """Where a launch that failed (a nonzero exit, not a stop) is kept, with its log's end."""
     return Path(kept) / FAILED / agent / task / f"seed_{seed}_attempt_{attempt}.json"
+
+
+def progress_record(kept: Path, agent: str, task: str, seed: int) -> Path:
+    """Where an unfinished run's launches and evaluations so far are kept (`PROGRESS`)."""
+    return Path(kept) / PROGRESS / agent / task / f"seed_{seed}.json"
+
+
+def lost_record(kept: Path, agent: str, task: str, seed: int, started_at: str) -> Path:
+    """Where the progress record of a run lost with its machine is kept (`LOST`), named by
+    its first launch's start."""
+    stamp = "".join(c for c in started_at if c.isalnum())
+    return Path(kept) / LOST / agent / task / f"seed_{seed}_started_{stamp}.json"
