@@ -381,7 +381,9 @@ def test_a_run_whose_folder_was_lost_with_its_machine_is_set_aside_and_counted(t
     assert moved and not record.exists()
     assert json.loads(moved.read_text())["attempts"] == earlier
     assert ours()["state"] == "not started" and ours()["lost_runs"] == 1
-    assert "1 earlier run(s) lost with a machine" in "\n".join(comparison.progress_table([ours()]))
+    assert "1 earlier run(s) of this seed lost with a machine" in "\n".join(
+        comparison.progress_table([ours()])
+    )
     # What is set aside is not a kept result.
     assert comparison.load_runs(kept) == []
 

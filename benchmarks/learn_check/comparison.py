@@ -728,9 +728,7 @@ def progress_table(progress: list[dict]) -> list[str]:
         evals = evaluations_text(p["evaluations"]) or "-"
         failed = f" ({p['failed_launches']} failed)" if p["failed_launches"] else ""
         if p.get("lost_runs"):
-            failed += (
-                f" (restarted from frame 0: {p['lost_runs']} earlier run(s) lost with a machine)"
-            )
+            failed += f" ({p['lost_runs']} earlier run(s) of this seed lost with a machine)"
         lines.append(
             f"| {p['agent']} | {p['seed']} | {p['state']} | {evals} | "
             f"{p.get('launches', 0)}{failed} |"
