@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 from benchmarks import common
-from benchmarks.learn_check import official
+from benchmarks.learn_check import comparison, official
 from benchmarks.learn_check.settings import (
     ACTION_REPEAT,
     RESULT,
@@ -339,7 +339,7 @@ def set_aside_lost(
     target = lost_record(kept, agent, task, seed, str(theirs[0].get("started_at", "unknown")))
     target.parent.mkdir(parents=True, exist_ok=True)
     path.replace(target)
-    evaluations = ", ".join(f"{int(f) // 1000}k: {v:.0f}" for f, v in record.get("evaluations", []))
+    evaluations = comparison.evaluations_text(record.get("evaluations", []))
     print(f"learn_check: {agent} {task} seed {seed}: its earlier run ({len(theirs)} launch(es), "
           f"evaluations {evaluations or 'none'}) left no folder here (lost with its machine); "
           f"starting again from frame 0; its record is kept in {target}",
