@@ -170,8 +170,10 @@ def _run_and_report(args, settings, agents, checkout, out, kept, jobs, stopping)
         for state in comparison.progress(out, settings, tasks, kept, gpu_learn_check.SEEDS):
             if state["state"] != "done":
                 evals = comparison.evaluations_text(state["evaluations"])
+                lost = state.get("lost_runs", 0)
+                lost_text = f"; {lost} earlier run(s) lost with a machine" if lost else ""
                 print(f"learn_check: {state['agent']} seed {state['seed']}: {state['state']}"
-                      f"{'; evaluations ' + evals if evals else ''}")  # fmt: skip
+                      f"{'; evaluations ' + evals if evals else ''}{lost_text}")  # fmt: skip
         founds = gpu_learn_check.check_all(gpu_learn_check.gpu_results(), kept)
         for found in founds:
             print("\n".join(gpu_learn_check.lines(found)))
