@@ -465,32 +465,28 @@ def progress(
                         continue
                 attempts = runs.read_attempts(folder)
                 record = progress_record(kept, agent, task, seed)
+                kept_progress = None
                 if not attempts and record.is_file():  # its folder is on another machine, or lost
                     kept_progress = json.loads(record.read_text())
-                    states.append({
-                        **state,
-                        "state": "no folder here (its progress record's)",
-                        "evaluations": kept_progress.get("evaluations", []),
-                        "launches": len(kept_progress.get("attempts", [])),
-                        "cores": _cores(kept_progress.get("attempts", [])),
-                        "commits": sorted(
-                            {a.get("commit", "?")[:12] for a in kept_progress.get("attempts", [])}
-                        ),
-                    })  # fmt: skip
-                    continue
+                    attempts = kept_progress.get("attempts", [])
                 if not attempts:
                     states.append({**state, "state": "not started", "evaluations": []})
                     continue
-                reader = runs.ours_result if agent == "magi_lp" else runs.official_result
-                launches = [a["started"] for a in attempts]
-                try:
-                    found = reader(settings, folder / "work", launches)
-                except (OSError, ValueError, KeyError):
-                    found = {"evaluations": []}
+                if kept_progress is not None:
+                    found = {"evaluations": kept_progress.get("evaluations", [])}
+                else:
+                    reader = runs.ours_result if agent == "magi_lp" else runs.official_result
+                    launches = [a["started"] for a in attempts]
+                    try:
+                        found = reader(settings, folder / "work", launches)
+                    except (OSError, ValueError, KeyError):
+                        found = {"evaluations": []}
                 states.append(
                     {
                         **state,
-                        "state": "in progress",
+                        "state": "in progress"
+                        if kept_progress is None
+                        else "no folder here (its progress record's)",
                         "evaluations": found["evaluations"],
                         "launches": len(attempts),
                         "cores": _cores(attempts),
