@@ -212,7 +212,9 @@ def official_has_cuda() -> bool:
 
 
 def _env(tiny: bool) -> dict[str, str]:
-    env = {**os.environ, "MUJOCO_GL": "egl", "PYOPENGL_PLATFORM": "egl"}
+    from benchmarks.learn_check.settings import ALLOCATOR  # both agents' (its docstring)
+
+    env = {**os.environ, "MUJOCO_GL": "egl", "PYOPENGL_PLATFORM": "egl", **ALLOCATOR}
     if not tiny:
         env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = str(GPU_MEMORY_FRACTION)
     else:
@@ -476,13 +478,14 @@ def main(argv: list[str] | None = None) -> int:
         })  # fmt: skip
     for seed in official_seeds:
         from benchmarks.learn_check import official
+        from benchmarks.learn_check.settings import ALLOCATOR
 
         folder = out / f"official_seed_{seed}"
         folder.mkdir(parents=True, exist_ok=True)
         command, code_dir = official_command(Path(args.official), folder, seed, frames)
         jobs.append({
             "agent": "official", "seed": seed, "folder": folder, "command": command,
-            "cwd": code_dir, "env": {**os.environ, **official.environment(folder)},
+            "cwd": code_dir, "env": {**os.environ, **official.environment(folder), **ALLOCATOR},
             "frames": frames, "eval_episodes": 1,
         })  # fmt: skip
     to_run = [job for job in jobs if not finished_before(job, seed_frames)]
@@ -521,6 +524,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{result['time_ms']}"
         )
     from benchmarks import common
+    from benchmarks.learn_check.settings import ALLOCATOR
 
     ok = all(ended_well(r) and r["evaluations"] for r in results)
     found = common.machine()
@@ -540,6 +544,7 @@ def main(argv: list[str] | None = None) -> int:
             "eval_episodes": episodes,
             "args": list(TINY if tiny else PAPER),
         },
+        "allocator": ALLOCATOR,  # both agents' processes (settings.ALLOCATOR)
         "minutes": args.minutes,
         "wall_s": time.monotonic() - start,
         "reference": REFERENCE_SOURCE,

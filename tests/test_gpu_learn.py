@@ -15,6 +15,7 @@ import subprocess
 import pytest
 
 from benchmarks import gpu_learn
+from benchmarks.learn_check.settings import ALLOCATOR
 from tests.e2e_utils import CURRENT_STACK_LEG
 
 
@@ -76,7 +77,7 @@ def test_tiny_learning_run_writes_three_seeds_beside_the_reference(tmp_path, cap
     assert summary["tiny"] and summary["device"].startswith("cpu")
     # A tiny run is never a figure: the page renders only a stored result whose status is ok.
     assert summary["status"] == "tiny" and summary["commit"] and summary["machine"]["cores"]
-    assert summary["versions"]["jax"]
+    assert summary["versions"]["jax"] and summary["allocator"] == ALLOCATOR
     assert [r["seed"] for r in summary["runs"]] == list(gpu_learn.SEEDS)
     assert all(r["train_frames_per_s"] for r in summary["runs"]), summary["runs"]
     # Where each seed's actor loop spent its time, ms a step: the environment always some.

@@ -35,6 +35,7 @@ from benchmarks.learn_check import __main__ as cli
 from benchmarks.learn_check import comparison, official, runs, saturation
 from benchmarks.learn_check.settings import (
     ACTION_REPEAT,
+    ALLOCATOR,
     FULL,
     KEPT,
     PREREGISTERED_AT,
@@ -433,6 +434,20 @@ def _kill_when(command: list[str], ready, timeout: float) -> None:
         process.wait()
 
 
+def _environments(marker: str) -> list[dict[str, str]]:
+    """The environment variables of each process here whose command line holds `marker`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if not proc.name.isdigit() or marker not in (proc / "cmdline").read_text("latin-1"):
+                continue
+            text = (proc / "environ").read_text("latin-1")
+        except OSError:  # ended meanwhile
+            continue
+        found.append(dict(item.split("=", 1) for item in text.split("\0") if "=" in item))
+    return found
+
+
 @CURRENT_STACK_LEG
 @pytest.mark.integration  # a tiny main.py run on the current stack, killed and resumed
 @pytest.mark.timeout(900)
@@ -441,16 +456,20 @@ def test_tiny_run_of_this_projects_side_resumes_after_a_kill_and_is_kept(tmp_pat
     folder = run_dir(tmp_path, "magi_lp", "cartpole_balance", 1)
     learner = folder / "work" / "checkpoints" / "learner"
     actor_log = folder / "work" / "logs" / "actor_0" / "logs.csv"
+    running: list[dict[str, str]] = []
 
     def checkpointed_past_seed_frames() -> bool:
         if not actor_log.is_file() or not learner.is_dir() or not any(learner.iterdir()):
             return False
         with open(actor_log, newline="") as file:
             steps = [int(float(r["actor_steps"])) for r in csv.DictReader(file)]
+        running[:] = _environments(f"--workdir={folder / 'work'}")
         return bool(steps) and 2 * max(steps) >= TINY.seed_frames + 400
 
     _kill_when(_tiny(tmp_path, "magi_lp"), checkpointed_past_seed_frames, timeout=600)
     assert not (folder / RESULT).is_file()
+    # The run's process had the allocator's settings both agents share.
+    assert running and all(env.items() >= ALLOCATOR.items() for env in running), running
     # What a lost machine would leave: the launch, in the progress record beside the results.
     record = progress_record(tmp_path / "results", "magi_lp", "cartpole_balance", 1)
     assert [a["attempt"] for a in json.loads(record.read_text())["attempts"]] == [1]
@@ -462,6 +481,7 @@ def test_tiny_run_of_this_projects_side_resumes_after_a_kill_and_is_kept(tmp_pat
     assert len(attempts) == 2 and attempts[1]["resumed"] and attempts[1]["exit_code"] == 0
     assert attempts[0]["exit_code"] is None and "cut off" in attempts[0]["end"]
     assert attempts[1]["commit"] and "dirty" in attempts[1]
+    assert all(a["allocator"] == ALLOCATOR for a in attempts)
     log = (folder / "run-2.log").read_text()
     assert "resumed from learner step" in log, log[-2000:]
     # With its replay restored the relaunch keeps the schedule: as many updates in all as

@@ -39,6 +39,7 @@ from benchmarks import common
 from benchmarks.learn_check import comparison, official
 from benchmarks.learn_check.settings import (
     ACTION_REPEAT,
+    ALLOCATOR,
     RESULT,
     Settings,
     failed_record,
@@ -446,6 +447,7 @@ def _run_locked(
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "core": core,
         "resumed": workdir.exists(),
+        "allocator": ALLOCATOR,
         **code_state(),
     }
     attempts.append(attempt)
@@ -459,14 +461,15 @@ def _run_locked(
     _keep_progress(kept, agent, task, seed, settings, attempts, so_far)
     log = folder / attempt["log"]
     if agent == "magi_lp":
-        env = {"MUJOCO_GL": "egl", "PYOPENGL_PLATFORM": "egl", "JAX_PLATFORMS": "cpu"}
+        env = {"MUJOCO_GL": "egl", "PYOPENGL_PLATFORM": "egl", "JAX_PLATFORMS": "cpu",
+               **ALLOCATOR}  # fmt: skip
         command = ours_command(settings, task, seed, workdir)
         code, cpu_s = _launch(_pinned(core, command), env, log, common.REPO)
     else:
         assert checkout is not None
         code_dir = official.prepare(checkout, folder / "code")
         command = official_command(settings, task, seed, code_dir, workdir)
-        env = official.environment(folder)
+        env = {**official.environment(folder), **ALLOCATOR}
         try:
             code, cpu_s = _launch(_pinned(core, command), env, log, code_dir)
         finally:

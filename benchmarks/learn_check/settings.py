@@ -46,6 +46,13 @@ has lost: committed, the record outlives it."""
 LOST = "lost"
 """Under the kept folder: the progress records of runs whose folder was lost with their
 machine, set aside when the same run starts again from frame 0."""
+ALLOCATOR = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "4294967295"}
+"""glibc malloc settings for both agents' processes (CPU runs and `make gpu-learn`), from
+2026-11-28 (launches record them as `allocator`): freed memory is kept for reuse instead of
+each large tensor being a fresh mmap, faulted in page by page. The official update at 84x84,
+batch 256, costs half the CPU with them (3.22 -> 1.55 CPU s), ours about the same, and both
+agents' parameters after 5 seeded updates are bit for bit the same with and without
+(`update_cost.py`'s params_sha256; candidates.md): they change the speed, not the numbers."""
 KEPT = common.REPO / "benchmarks" / "learn_check" / "results"
 """Finished runs' results, committed: runs finish across sessions; only SEEDS count."""
 

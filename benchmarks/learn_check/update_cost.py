@@ -11,12 +11,14 @@ Random batches of the agent's own layout (ours: the replay's frame window throug
 update, as benchmarks/learner_updates.py builds it; the official: its `DrQV2Agent.update` on
 an iterator of CPU tensors, one torch thread, so without its replay worker's sampling). CPU
 seconds are the process's (user + system): what a loaded machine inflates least. Prints one
-JSON line.
+JSON line, with `params_sha256`: a digest of the parameters after the updates (seeded), so two
+environments (an allocator's settings, say) can be shown to compute the same numbers.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.util
 import json
 import sys
@@ -28,6 +30,14 @@ from pathlib import Path
 def _cpu() -> float:
     times = __import__("os").times()
     return times.user + times.system
+
+
+def _digest(arrays) -> str:
+    """sha256 over the arrays' bytes, in the given order."""
+    digest = hashlib.sha256()
+    for array in arrays:
+        digest.update(array.tobytes())
+    return digest.hexdigest()
 
 
 def ours(image_size: int, batch_size: int, updates: int) -> dict:
@@ -67,6 +77,7 @@ def ours(image_size: int, batch_size: int, updates: int) -> dict:
     wall, cpu = time.perf_counter() - start, _cpu() - start_cpu
     assert np.isfinite(float(metrics["critic_loss"]))
     return {
+        "params_sha256": _digest(np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(state)),
         "cpu_seconds_per_update": cpu / updates,
         "wall_seconds_per_update": wall / updates,
         "first_call_s": first,
@@ -86,6 +97,7 @@ def official(checkout: Path, image_size: int, batch_size: int, updates: int) -> 
     code = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(code)
     torch.set_num_threads(1)
+    torch.manual_seed(0)  # the networks' initialisation and the augmentation's shifts
     # The patched copy lives only while it is imported: nothing is left in /tmp.
     with tempfile.TemporaryDirectory(prefix="magi_lp_update_cost_") as scratch:
         folder = code.prepare(checkout, Path(scratch) / "code")
@@ -126,7 +138,13 @@ def official(checkout: Path, image_size: int, batch_size: int, updates: int) -> 
     for step in range(updates):
         agent.update(iterator, 2 * (step + 2))
     wall, cpu = time.perf_counter() - start, _cpu() - start_cpu
+    modules = (agent.encoder, agent.actor, agent.critic, agent.critic_target)
     return {
+        "params_sha256": _digest(
+            tensor.detach().numpy()
+            for module in modules
+            for _, tensor in sorted(module.state_dict().items())
+        ),
         "cpu_seconds_per_update": cpu / updates,
         "wall_seconds_per_update": wall / updates,
         "first_call_s": first,
