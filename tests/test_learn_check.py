@@ -576,13 +576,20 @@ def test_tiny_run_of_the_official_side_resumes_from_its_snapshot(tmp_path):
     folder = run_dir(tmp_path, "official", "cartpole_balance", 1)
     train = folder / "work" / "train.csv"
     command = _tiny(tmp_path, "official", "--official", checkout)
+    running: list[dict[str, str]] = []
+
+    def snapshot_and_an_episode_after_it() -> bool:
+        running[:] = _environments(f"hydra.run.dir={folder / 'work'}")
+        return (
+            (folder / "work" / "snapshot.pt").is_file()
+            and train.is_file()
+            and len(train.read_text().splitlines()) >= 2
+        )
+
     # Killed once snapshot.pt is written and a training episode after it is logged.
-    _kill_when(
-        command,
-        lambda: (folder / "work" / "snapshot.pt").is_file() and train.is_file()
-        and len(train.read_text().splitlines()) >= 2,
-        timeout=900,
-    )  # fmt: skip
+    _kill_when(command, snapshot_and_an_episode_after_it, timeout=900)
+    # train.py and its replay worker had the allocator's settings both agents share.
+    assert running and all(env.items() >= ALLOCATOR.items() for env in running), running
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 3, done.stdout + done.stderr
     assert "resuming:" in (folder / "run-2.log").read_text()
