@@ -347,6 +347,49 @@ def test_process_killed_mid_save_leaves_nothing_restorable(tmp_path):
     assert_trees_equal(restored, make_state(1))
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_arriving_mid_save_waits_for_the_save(tmp_path, monkeypatch, capsys, signum):
+    """Ctrl-C (or the learn check's SIGTERM, which raises KeyboardInterrupt) while orbax
+    writes: the save is not cut, its step is in place, and the stop comes after it. Cut, it
+    left orbax's writer threads filling the tmp folder that the save at stop then needed (a
+    learn-check run, 2026-11-28: "Directory not empty", its final checkpoint lost). The
+    signal is sent right before the rename, where it lands with certainty."""
+    from orbax.checkpoint.path import atomicity
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signum, stop)
+    finalize = atomicity.AtomicRenameTemporaryPath.finalize
+    armed, sent = [False], []
+
+    def finalize_after_a_signal(self, *args, **kwargs):
+        if armed[0] and not sent:
+            sent.append(signum)
+            os.kill(os.getpid(), signum)
+            sum(range(1000))  # bytecode: an undeferred handler would raise here
+        return finalize(self, *args, **kwargs)
+
+    monkeypatch.setattr(atomicity.AtomicRenameTemporaryPath, "finalize", finalize_after_a_signal)
+    ckpt = Checkpointer(tmp_path)
+    try:
+        ckpt.save(1, make_state(1), {"seed": 1})
+        armed[0] = True
+        with pytest.raises(KeyboardInterrupt):
+            ckpt.save(2, make_state(2), {"seed": 2})
+            sum(range(1000))  # where a signal sent from orbax's own thread arrives
+    finally:
+        signal.signal(signum, previous)
+    assert sent == [signum]
+    assert sorted(os.listdir(tmp_path)) == ["1", "2"]  # in place, no tmp folder
+    assert "stopping once checkpoint 2 is written" in capsys.readouterr().err
+    # The save at stop, at the same step: nothing to write, no error.
+    assert not ckpt.save(2, make_state(2), {"seed": 2})
+    restored, metadata = Checkpointer(tmp_path).restore(make_state(0))
+    assert metadata == {"seed": 2}
+    assert_trees_equal(restored, make_state(2))
+
+
 def test_periodic_checkpointer_saves_when_due_and_at_stop(tmp_path):
     now = [0.0]
     calls = []

@@ -8,6 +8,7 @@ import contextlib
 import gc
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -168,3 +169,85 @@ def test_a_sigint_inherited_as_ignored_stays_ignored():
             assert not _run_until_interrupted(0.05, send=True)
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_stop_deferred_holds_a_ctrl_c_until_the_block_is_done():
+    said: list[str] = []
+    finished = False
+    try:
+        with interrupts.stop_deferred("checkpoint 7 is written", say=said.append):
+            assert not _run_until_interrupted(0.05, send=True)  # held, not raised
+            os.kill(os.getpid(), signal.SIGINT)  # a second one: the same stop
+            sum(range(100))
+            finished = True
+    except KeyboardInterrupt:
+        raised = True
+    else:
+        raised = False
+    assert finished and raised
+    assert said == ["SIGINT: stopping once checkpoint 7 is written"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_stop_deferred_hands_sigterm_to_the_handler_that_was_in_place():
+    calls: list[int] = []
+
+    def stop(signum, frame):  # what the learn check's runner does with SIGTERM
+        calls.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        try:
+            with interrupts.stop_deferred("the save is done"):
+                os.kill(os.getpid(), signal.SIGTERM)
+                sum(range(100))
+                assert calls == []
+        except KeyboardInterrupt:
+            pass
+        assert calls == [signal.SIGTERM]
+        assert signal.getsignal(signal.SIGTERM) is stop
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_stop_deferred_ends_a_process_with_default_sigterm_after_the_block(tmp_path):
+    script = (
+        "import os, signal\n"
+        "from magi_lp.launch import interrupts\n"
+        "with interrupts.stop_deferred('done'):\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    sum(range(100))\n"
+        "    print('block finished', flush=True)\n"
+        "print('after the block', flush=True)\n"
+    )
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=repo,
+        env=dict(os.environ, PYTHONPATH=repo),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == -signal.SIGTERM, done.stderr
+    assert done.stdout == "block finished\n"
+
+
+def test_stop_deferred_leaves_ignored_signals_and_other_threads_alone():
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with interrupts.stop_deferred("done"):
+            assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    seen: list[object] = []
+
+    def in_a_thread() -> None:
+        with interrupts.stop_deferred("done"):
+            seen.append(signal.getsignal(signal.SIGINT))
+
+    thread = threading.Thread(target=in_a_thread)
+    thread.start()
+    thread.join()
+    assert seen == [signal.getsignal(signal.SIGINT)]

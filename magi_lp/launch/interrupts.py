@@ -33,7 +33,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
@@ -134,3 +134,48 @@ def one_interrupt() -> Iterator[None]:
                 signal.signal(signal.SIGINT, previous_handler)
             if sys.unraisablehook is hook:
                 sys.unraisablehook = previous_hook
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+"""The signals a run stops on: Ctrl-C, and what `kill`, a scheduler or a benchmark sends."""
+
+
+@contextlib.contextmanager
+def stop_deferred(what: str, say: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Holds SIGINT and SIGTERM back while the block runs (main thread only), then acts on
+    the first that came as the handler in place before would have.
+
+    For work a stop must not cut: a checkpoint save. Python runs signal handlers in the main
+    thread, between bytecodes: a KeyboardInterrupt raised inside a save returns from it while
+    the library's writer threads go on filling its temporary folder, and the save at stop
+    then races them for that folder (seen 2026-11-28: orbax's "Directory not empty:
+    'state.orbax-checkpoint-tmp'", the final checkpoint lost). `say`, if given, tells the
+    user once that the stop waits until `what` (a clause: "checkpoint 7 is written").
+    Elsewhere than the main thread this does nothing: no signal handler runs there. A signal
+    set to be ignored stays ignored; the first held signal with SIG_DFL ends the process."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+
+    def hold(signum: int, frame: FrameType | None) -> None:
+        del frame
+        if not held and say is not None:
+            say(f"{signal.Signals(signum).name}: stopping once {what}")
+        held.append(signum)
+
+    previous: dict[int, Any] = {}
+    try:
+        for signum in STOP_SIGNALS:
+            if signal.getsignal(signum) not in (signal.SIG_IGN, None):
+                previous[signum] = signal.signal(signum, hold)
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for signum in dict.fromkeys(held):  # each signal once, in the order they came
+            handler = previous[signum]
+            if callable(handler):
+                handler(signum, None)  # e.g. raises KeyboardInterrupt: the stop goes on
+            else:
+                signal.raise_signal(signum)  # SIG_DFL: the default action, now
