@@ -109,6 +109,29 @@ def cpu_model() -> str:
     return match.group(1).strip() if match else (platform.processor() or platform.machine())
 
 
+def cpu_id() -> str:
+    """Which CPU behind the model name, for telling hosts apart where the name is generic (a
+    VM's "AMD EPYC"): family, model and stepping, and the widest vector instructions it has
+    (what XLA and oneDNN pick their kernels by, so what a result's last bits can depend on).
+    Empty where /proc/cpuinfo says nothing."""
+    info = _read("/proc/cpuinfo")
+
+    def field(name: str) -> str:
+        match = re.search(rf"^{name}\s*:\s*(.+)$", info, re.MULTILINE)
+        return match.group(1).strip() if match else "?"
+
+    if not info:
+        return ""
+    flags = set(field("flags").split())
+    widest = next(
+        (isa for isa in ("avx512f", "avx2", "avx", "sse4_2", "asimd") if isa in flags), "?"
+    )
+    return (
+        f"family {field('cpu family')} model {field('model')} stepping {field('stepping')}, "
+        f"{widest.removesuffix('f')}"
+    )
+
+
 def ram_gib() -> float:
     """Total RAM in GiB."""
     match = re.search(r"^MemTotal:\s+(\d+) kB", _read("/proc/meminfo"), re.MULTILINE)
@@ -154,6 +177,7 @@ def machine() -> dict:
     gpu_list = gpus()
     return {
         "cpu": cpu_model(),
+        "cpu_id": cpu_id(),
         "cores": os.cpu_count(),
         "ram_gib": ram_gib(),
         "gpus": gpu_list,

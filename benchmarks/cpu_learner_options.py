@@ -16,6 +16,12 @@ Options:
   donate        the state's buffers donated to the update (`donate_argnums=0`).
   fast_min_max  `--xla_cpu_enable_fast_min_max=true`.
   no_fast_math  `--xla_cpu_enable_fast_math=false` (explicitly; the default differs by version).
+  ynn_dot       `--xla_cpu_experimental_ynn_fusion_type=dot`: XLA's dots through its YNNPACK
+                library (jax 0.11: what the convolutions' weight gradients become).
+  ynn_fusions   `--xla_cpu_experimental_ynn_fusion_type=dot,eltwise,reduce`.
+The two YNNPACK options change the numbers a little (other summation orders): the parameters
+after the same seeded updates differ from the baseline's (`learn_check/update_cost.py`'s
+`params_sha256`).
 """
 
 from __future__ import annotations
@@ -38,6 +44,11 @@ OPTIONS = {
     "donate": {"flags": "", "donate": True},
     "fast_min_max": {"flags": "--xla_cpu_enable_fast_min_max=true", "donate": False},
     "no_fast_math": {"flags": "--xla_cpu_enable_fast_math=false", "donate": False},
+    "ynn_dot": {"flags": "--xla_cpu_experimental_ynn_fusion_type=dot", "donate": False},
+    "ynn_fusions": {
+        "flags": "--xla_cpu_experimental_ynn_fusion_type=dot,eltwise,reduce",
+        "donate": False,
+    },
 }
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import common
 from benchmarks.learn_check import __main__ as cli
 from benchmarks.learn_check import comparison, official, runs, saturation
 from benchmarks.learn_check.settings import (
@@ -183,6 +184,12 @@ def test_provenance_marks_our_runs_made_by_other_code_and_not_the_official_agent
          "official": {"runs": [comparison.provenance(theirs)]}}
     )  # fmt: skip
     assert "not HEAD's agent/replay/runner code" in table[2] and "official, pinned" in table[3]
+    # Launches on two hosts of one model name: both CPUs named in the run's row.
+    hosts = [{**a, "machine": {"cpu": "AMD EPYC", "cpu_id": f"family 25 model {m}, avx2"}}
+             for a, m in ((attempt, 1), (before_runner, 17))]  # fmt: skip
+    row = comparison.provenance_table({"magi_lp": {"runs": [comparison.provenance(
+        {**ours, "attempts": hosts})]}})[2]  # fmt: skip
+    assert "(family 25 model 1, avx2; family 25 model 17, avx2)" in row, row
     # A GPU call's run records only its commit (its tree has no .git): the code is looked up.
     # (HEAD's commit is this tree's code only while nothing under CODE_PATHS is changed here:
     # the test holds on an edited tree too, where the edited files are named.)
@@ -482,6 +489,8 @@ def test_tiny_run_of_this_projects_side_resumes_after_a_kill_and_is_kept(tmp_pat
     assert attempts[0]["exit_code"] is None and "cut off" in attempts[0]["end"]
     assert attempts[1]["commit"] and "dirty" in attempts[1]
     assert all(a["allocator"] == ALLOCATOR for a in attempts)
+    # Each launch names the CPU it ran on, beyond a VM's generic model name.
+    assert all(a["machine"]["cpu_id"] == common.cpu_id() != "" for a in attempts)
     log = (folder / "run-2.log").read_text()
     assert "resumed from learner step" in log, log[-2000:]
     # With its replay restored the relaunch keeps the schedule: as many updates in all as

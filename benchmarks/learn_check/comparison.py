@@ -272,6 +272,9 @@ def provenance(run: dict) -> dict:
         "commits": commits or ["not recorded"],
         "dirty": dirty,
         "machine": run.get("machine"),
+        # The CPUs its launches ran on (a launch records its own since 2026-11-29): a VM's
+        # model name is generic, and two hosts behind it can give other last bits.
+        "cpu_ids": sorted({str(a["machine"].get("cpu_id")) for a in attempts if a.get("machine")}),
         "wall_s": run.get("wall_s"),
         "launches": len(attempts) or run.get("calls", 0),  # a GPU run's: its device calls
         # A CPU run's launches' cores; a GPU call's run lists its own (a kept CPU result's
@@ -691,6 +694,8 @@ def provenance_table(agents: dict) -> list[str]:
                 code += f" (the code here differs in {_listed(run['differs'])})"
             machine = run.get("machine") or {}
             where = f"{machine.get('cpu', '?')}, {machine.get('cores', '?')} cores"
+            if run.get("cpu_ids"):
+                where += f" ({'; '.join(run['cpu_ids'])})"
             if machine.get("device"):
                 where = f"{machine['device']}; {where}"
             lines.append(

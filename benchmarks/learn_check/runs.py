@@ -97,7 +97,8 @@ def code_state() -> dict:
 
 def machine() -> dict:
     found = common.machine()
-    return {"cpu": found["cpu"], "cores": found["cores"], "ram_gib": found["ram_gib"]}
+    keys = ("cpu", "cpu_id", "cores", "ram_gib")
+    return {key: found[key] for key in keys}
 
 
 def _last_per_frame(pairs: list[tuple[int, float]], keep: int) -> list[tuple[int, float]]:
@@ -448,6 +449,7 @@ def _run_locked(
         "core": core,
         "resumed": workdir.exists(),
         "allocator": ALLOCATOR,
+        "machine": machine(),  # a run's launches can land on other hosts of one model name
         **code_state(),
     }
     attempts.append(attempt)
