@@ -331,6 +331,22 @@ def test_the_saturation_probe_tells_a_pinned_actor_from_a_fresh_one(tmp_path):
     assert found["fresh"]["action_spread"] > 0.0
 
 
+def test_a_record_cut_off_while_written_keeps_its_last_whole_version(tmp_path):
+    """Run records (attempts.jsonl, progress, results) go through `write_atomically`: a write
+    that fails halfway (here an unencodable character; a session's end kills what still runs)
+    leaves the previous file whole, where `write_text` leaves it truncated."""
+    path = tmp_path / runs.ATTEMPTS
+    common.write_atomically(path, '{"attempt": 1}\n')
+    with pytest.raises(UnicodeEncodeError):
+        common.write_atomically(path, '{"attempt": 1}\n{"attempt": "\udc80"}\n')
+    assert path.read_text() == '{"attempt": 1}\n'
+    assert os.listdir(tmp_path) == [runs.ATTEMPTS]  # no temporary file left
+    assert runs.read_attempts(tmp_path) == [{"attempt": 1}]
+    with pytest.raises(UnicodeEncodeError):  # what it prevents
+        path.write_text('{"attempt": "\udc80"}\n')
+    assert path.read_text() == ""
+
+
 def test_episode_windows_one_rule_for_both_agents():
     # (end frame, wall time, cpu time): episodes of 1000 frames; seed frames 4000;
     # an evaluation at 6000 (after the episode ending there); a relaunch at t=500.
