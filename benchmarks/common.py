@@ -87,19 +87,6 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Writes `text` to `path` through a hidden temporary file beside it and a rename: a
-    process killed while writing (a session's end kills what still runs) leaves the old
-    file or the new one, never a truncated one that the next run cannot read."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def progress(message: str) -> None:
     """A progress line on stderr (the figure's log), with the time of day."""
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)

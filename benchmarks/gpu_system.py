@@ -55,6 +55,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from magi_lp.launch.files import write_text_atomically
+
 REPO = Path(__file__).resolve().parents[1]
 TITLE = "The whole system on one GPU: distributed DrQ-v2 on Ray (frames/s, learner fed, memory)"
 RESULT = REPO / "benchmarks" / "gpu_system.json"
@@ -200,9 +202,7 @@ def reference_curve(task: str = TASK) -> dict[int, dict[str, float]]:
 def _save(path: Path, result: dict) -> None:
     """Writes the result (after every phase: a run cut short keeps what it measured)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    os.replace(tmp, path)
+    write_text_atomically(path, json.dumps(result, indent=2, default=str) + "\n")
 
 
 def _say(text: str) -> None:

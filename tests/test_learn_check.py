@@ -48,6 +48,7 @@ from benchmarks.learn_check.settings import (
     progress_record,
     run_dir,
 )
+from magi_lp.launch.files import write_text_atomically
 from projects.drq_v2.config import get_agent_config, replay_schedule
 from tests.e2e_utils import CURRENT_STACK_LEG
 
@@ -332,13 +333,13 @@ def test_the_saturation_probe_tells_a_pinned_actor_from_a_fresh_one(tmp_path):
 
 
 def test_a_record_cut_off_while_written_keeps_its_last_whole_version(tmp_path):
-    """Run records (attempts.jsonl, progress, results) go through `write_atomically`: a write
-    that fails halfway (here an unencodable character; a session's end kills what still runs)
+    """Run records (attempts.jsonl, progress, results) go through `write_text_atomically`: a
+    write that fails halfway (here an unencodable character; a session's end kills what still runs)
     leaves the previous file whole, where `write_text` leaves it truncated."""
     path = tmp_path / runs.ATTEMPTS
-    common.write_atomically(path, '{"attempt": 1}\n')
+    write_text_atomically(path, '{"attempt": 1}\n')
     with pytest.raises(UnicodeEncodeError):
-        common.write_atomically(path, '{"attempt": 1}\n{"attempt": "\udc80"}\n')
+        write_text_atomically(path, '{"attempt": 1}\n{"attempt": "\udc80"}\n')
     assert path.read_text() == '{"attempt": 1}\n'
     assert os.listdir(tmp_path) == [runs.ATTEMPTS]  # no temporary file left
     assert runs.read_attempts(tmp_path) == [{"attempt": 1}]

@@ -11,8 +11,9 @@ import math
 import os
 import signal
 import time
-from pathlib import Path
 from typing import Any, NamedTuple
+
+from magi_lp.launch.files import write_text_atomically
 
 # The inline MuJoCo scene the render worker draws (dm_control's suites are not needed).
 SCENE = """
@@ -50,9 +51,7 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 
 
 def _write_status(path: str, **fields: Any) -> None:
-    tmp = f"{path}.tmp"
-    Path(tmp).write_text(json.dumps(fields))
-    os.replace(tmp, path)  # the parent never reads half a file
+    write_text_atomically(path, json.dumps(fields))  # the parent never reads half a file
 
 
 def _jax_facts() -> dict[str, Any]:

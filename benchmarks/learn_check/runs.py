@@ -47,6 +47,7 @@ from benchmarks.learn_check.settings import (
     lost_record,
     progress_record,
 )
+from magi_lp.launch.files import write_text_atomically
 from magi_lp.runtime.workdir import Workdir
 
 VENV312 = common.REPO / ".venv312"
@@ -310,7 +311,7 @@ def read_attempts(folder: Path) -> list[dict]:
 
 
 def _write_attempts(folder: Path, attempts: list[dict]) -> None:
-    common.write_atomically(folder / ATTEMPTS, "".join(json.dumps(a) + "\n" for a in attempts))
+    write_text_atomically(folder / ATTEMPTS, "".join(json.dumps(a) + "\n" for a in attempts))
 
 
 def _close_cut_off(folder: Path, attempts: list[dict]) -> None:
@@ -365,7 +366,7 @@ def _keep_progress(
         "attempts": attempts,
         "evaluations": found.get("evaluations", []),
     }
-    common.write_atomically(path, json.dumps(record, indent=2) + "\n")
+    write_text_atomically(path, json.dumps(record, indent=2) + "\n")
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL) -> list[str]:
@@ -499,10 +500,10 @@ def _run_locked(
     }
     if code == 0 and _complete(found, settings):
         text = json.dumps(result, indent=2) + "\n"
-        common.write_atomically(folder / RESULT, text)
+        write_text_atomically(folder / RESULT, text)
         path = kept_result(kept, agent, task, seed)
         path.parent.mkdir(parents=True, exist_ok=True)
-        common.write_atomically(path, text)
+        write_text_atomically(path, text)
         progress_record(kept, agent, task, seed).unlink(missing_ok=True)  # the result holds it
         return result
     _keep_progress(kept, agent, task, seed, settings, attempts, found)
@@ -510,7 +511,7 @@ def _run_locked(
         record = {**result, "log_tail": log_tail(log), "log": str(log)}
         path = failed_record(kept, agent, task, seed, number)
         path.parent.mkdir(parents=True, exist_ok=True)
-        common.write_atomically(path, json.dumps(record, indent=2) + "\n")
+        write_text_atomically(path, json.dumps(record, indent=2) + "\n")
         print(f"learn_check: {agent} {task} seed {seed} failed (exit {code}); kept in {path}; "
               f"log {log}", file=sys.stderr)  # fmt: skip
     return result

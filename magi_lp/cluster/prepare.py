@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +29,7 @@ from launchpad.launch import serialization
 
 from magi_lp.cluster.job import AddressRef, ClusterJob
 from magi_lp.cluster.stop_board import ProgramStopper
+from magi_lp.launch.files import write_atomically, write_text_atomically
 
 MANIFEST = "manifest.json"
 FORMAT = 1
@@ -101,18 +100,16 @@ def prepare_job(program: lp.Program, job: ClusterJob) -> Path:
 
     job_dir = Path(job.paths.job_dir)
     job_dir.mkdir(parents=True, exist_ok=True)
+    # A node starting while the job is rewritten must never read half a file.
     for label, nodes in groups.items():
-        _write_atomically(
+        write_atomically(
             job_dir / pickle_name(label),
             lambda path, label=label, nodes=nodes: serialization.serialize_functions(
                 path, label, [node.function for node in nodes]
             ),
         )
     manifest = job_manifest(job)
-    _write_atomically(
-        job_dir / MANIFEST,
-        lambda path: Path(path).write_text(json.dumps(manifest, indent=1) + "\n"),
-    )
+    write_text_atomically(job_dir / MANIFEST, json.dumps(manifest, indent=1) + "\n")
     return job_dir
 
 
@@ -139,16 +136,3 @@ def job_manifest(job: ClusterJob) -> dict[str, Any]:
             n.name: {"host": n.host, "ports": list(n.ports), "tier": n.stop_tier} for n in job.nodes
         },
     }
-
-
-def _write_atomically(path: Path, write: Any) -> None:
-    # A node starting while the job is rewritten must never read half a file.
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(handle)
-    try:
-        write(temporary)
-        os.chmod(temporary, 0o644)  # nodes may run as another user (a pod's)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise

@@ -1,6 +1,6 @@
 """Local Launchpad processes: the Launchpad seam, supervision and exit reports, network
-isolation, process markers, Ctrl-C before a launch, the status monitor (Linux and Launchpad;
-no ML framework).
+isolation, process markers, Ctrl-C before a launch and during a save, files written whole,
+the status monitor (Linux and Launchpad; no ML framework).
 
 `docs/architecture.md` lists each module; README's Layout shows this paragraph.
 """

@@ -1,5 +1,5 @@
 """Ctrl-C before a runner or launcher takes over the signals: one KeyboardInterrupt, never a
-traceback, never lost.
+traceback, never lost; and a stop held back while a checkpoint is written.
 
 While an entry point imports TensorFlow, Reverb and JAX (seconds), SIGINT raises
 KeyboardInterrupt, which the CLI turns into one line. Two ways that goes wrong:
@@ -23,6 +23,9 @@ insisting); and a KeyboardInterrupt that Python drops that way is not printed, a
 sent again a moment later (`RESEND_SECS`), to be raised in the main flow. The launcher's own
 handler (`supervisor.StopSignals`) replaces it while a launch runs and puts it back after; it
 uses the same `ECHO_SECS`.
+
+`stop_deferred()` holds SIGINT and SIGTERM while work that a stop must not cut runs (a
+checkpoint save) and acts on them after it.
 """
 
 from __future__ import annotations

@@ -35,7 +35,6 @@ What can go wrong on disk, and what happens then:
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
@@ -52,6 +51,7 @@ from absl import logging
 from magi_lp import console
 from magi_lp.config_schema import fact_refusal, fail_unless, is_int
 from magi_lp.errors import ConfigError
+from magi_lp.launch.files import write_text_atomically
 from magi_lp.launch.interrupts import stop_deferred
 
 _STATE = "state"
@@ -228,15 +228,10 @@ class Checkpointer:
                     return False
         except (OSError, ValueError):
             pass  # unreadable: rewrite it
-        tmp = f"{path}.tmp-{os.getpid()}"
         try:
             with stop_deferred(f"checkpoint {step}'s metadata is written", say=_say):
-                with open(tmp, "w") as f:
-                    json.dump(metadata, f)
-                os.replace(tmp, path)
+                write_text_atomically(path, json.dumps(metadata))
         except OSError as error:
-            with contextlib.suppress(OSError):
-                os.remove(tmp)
             raise self._write_error(step, step, error) from error
         logging.info("Checkpoint at step %d: metadata updated in %s", step, path)
         return True
