@@ -4,14 +4,17 @@ threaded test launch), all on a toy environment with the real TD3 agent."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 from unittest import mock
 
+import dm_env
 import jax
 import jax.numpy as jnp
 import launchpad as lp
@@ -36,7 +39,7 @@ from magi_lp.runtime.program import build_program
 from magi_lp.runtime.single_process import run_single_process
 from magi_lp.runtime.workdir import Workdir
 from tests.e2e_utils import read_csv, run_python
-from tests.runtime_toys import EPISODE_STEPS, toy_config, toy_experiment
+from tests.runtime_toys import EPISODE_STEPS, ReachZero, toy_config, toy_experiment
 
 # --- replay schedule -------------------------------------------------------------------------
 
@@ -223,6 +226,64 @@ def test_a_resumed_run_with_its_replay_restored_keeps_the_uninterrupted_ratio(tm
     assert again.resumed_from_step == first.learner_steps and again.actor_steps == 150
     assert schedule.updates_due(150) != first.learner_steps + schedule.updates_due(50)
     assert again.learner_steps == schedule.updates_due(150)
+
+
+class _RecordedReachZero(ReachZero):
+    """ReachZero that notes each episode's start and each action in `log`."""
+
+    def __init__(self, seed: int, log: dict[str, list[float]]):
+        super().__init__(seed)
+        self._log = log
+
+    def reset(self) -> dm_env.TimeStep:
+        timestep = super().reset()
+        self._log["starts"].append(float(timestep.observation[0]))
+        return timestep
+
+    def step(self, action) -> dm_env.TimeStep:
+        self._log["actions"].append(float(np.asarray(action)[0]))
+        return super().step(action)
+
+
+def _recorded_launch(workdir: Path, max_actor_steps: int) -> dict[str, dict[str, list[float]]]:
+    """One single-process launch of the toy in `workdir`; what its actor's and evaluator's
+    environments saw: episode starts (drawn from the environment's seed only) and actions."""
+    config = toy_config(max_actor_steps=max_actor_steps)
+    record = {role: {"starts": [], "actions": []} for role in ("actor", "evaluator")}
+
+    def make(seed: int, evaluation: bool) -> ReachZero:
+        return _RecordedReachZero(seed, record["evaluator" if evaluation else "actor"])
+
+    experiment = dataclasses.replace(toy_experiment(config), environment_factory=make)
+    factory = LoggerFactory.from_config(workdir, config.logging)
+    run_single_process(experiment, workdir=str(workdir), logger_factory=factory, progress=False)
+    return record
+
+
+@pytest.mark.integration  # a real Reverb server and environment, 5 launches, ~20 s
+def test_a_resumed_run_draws_fresh_acting_streams_the_same_from_the_same_checkpoint(tmp_path):
+    """The checkpoint holds no actor or environment random state: a resume must not replay
+    the first launch's episodes and exploration (a reacher's targets, once per resume), and
+    two resumes from one checkpoint must act alike (`seeding`'s resume point)."""
+    first = _recorded_launch(tmp_path / "a", 100)
+    # A new run is seeded as ever: the same starts and random-phase actions (the first 10
+    # actor steps, before any update; the replay's sampling is not seeded).
+    fresh = _recorded_launch(tmp_path / "fresh", 100)
+    assert fresh["actor"]["starts"] == first["actor"]["starts"]
+    assert fresh["actor"]["actions"][:10] == first["actor"]["actions"][:10]
+    assert fresh["evaluator"]["starts"] == first["evaluator"]["starts"]
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    resumed, again = (_recorded_launch(tmp_path / name, 150) for name in ("a", "b"))
+    n = len(resumed["actor"]["starts"])
+    assert n == 50 // EPISODE_STEPS
+    assert resumed["actor"]["starts"] != first["actor"]["starts"][:n]
+    assert resumed["actor"]["actions"][:10] != first["actor"]["actions"][:10]
+    m = len(resumed["evaluator"]["starts"])
+    assert m and resumed["evaluator"]["starts"] != first["evaluator"]["starts"][:m]
+    # From the same checkpoint, the same streams (before the first update of the resume).
+    assert again["actor"]["starts"] == resumed["actor"]["starts"]
+    assert again["actor"]["actions"][:10] == resumed["actor"]["actions"][:10]
+    assert again["evaluator"]["starts"] == resumed["evaluator"]["starts"]
 
 
 @pytest.mark.integration  # a real Reverb server and environment, ~10 s
@@ -432,6 +493,73 @@ class ProgramWiringTest(absltest.TestCase):
         assert checkpoints.latest_step() >= 1
         _, metadata = checkpoints.restore()
         assert metadata["counts"]["actor_steps"] >= 60
+
+
+def test_resume_point_is_the_actor_steps_of_the_newest_readable_checkpoint(tmp_path):
+    experiment = toy_experiment(toy_config())
+    assert nodes.resume_point(experiment, str(tmp_path)) == 0  # a new run
+    checkpoints = Checkpointer(Workdir(tmp_path).learner_checkpoints)
+    checkpoints.save(3, {"w": np.zeros(2)}, {"counts": {"actor_steps": 40, "learner_steps": 3}})
+    checkpoints.save(5, {"w": np.ones(2)}, {"counts": {"actor_steps": 90, "learner_steps": 5}})
+    assert nodes.resume_point(experiment, str(tmp_path)) == 90
+    # A save at the same learner step with newer counts (the actors went on): the new counts.
+    checkpoints.save(5, {"w": np.ones(2)}, {"counts": {"actor_steps": 95, "learner_steps": 5}})
+    assert nodes.resume_point(experiment, str(tmp_path)) == 95
+    # An unreadable newest metadata file: the one before (as the learner's restore falls back).
+    (Workdir(tmp_path).learner_checkpoints / "5" / "metadata" / "metadata").write_text("{trunc")
+    assert nodes.resume_point(experiment, str(tmp_path)) == 40
+    # A run that saves no checkpoint starts afresh at each launch.
+    experiment.config.checkpoint.enabled = False
+    assert nodes.resume_point(experiment, str(tmp_path)) == 0
+
+
+def test_distributed_actors_and_evaluators_seed_from_the_workdirs_resume_point(
+    tmp_path, monkeypatch
+):
+    """Each actor and evaluator node reads the resume point from the workdir when it is
+    built, so a relaunched program's acting streams are fresh ones, as in one process."""
+    made: list[tuple[str, int]] = []
+
+    def make_acting_loop(*args, evaluation=False, resumed_at=0, **kwargs):
+        made.append(("evaluator" if evaluation else "actor", resumed_at))
+        return mock.Mock()
+
+    monkeypatch.setattr(nodes, "make_acting_loop", make_acting_loop)
+    monkeypatch.setattr(nodes, "warm_up", lambda *args: None)
+    config = toy_config()
+    experiment = toy_experiment(config)
+    plan = make_placement_plan(config, GpuInventory(reason="no GPU in this test"))
+    factory = LoggerFactory.from_config(str(tmp_path), config.logging)
+    graph = build_program(experiment, plan, workdir=str(tmp_path), logger_factory=factory)
+    acting = [spec for spec in graph.nodes if spec.role in ("actor", "evaluator")]
+
+    def build_all() -> list[tuple[str, int]]:
+        made.clear()
+        for spec in acting:
+            spec.make(*spec.args, **spec.kwargs, lifetime=mock.Mock())
+        return sorted(made)
+
+    assert build_all() == [("actor", 0), ("evaluator", 0)]
+    Checkpointer(Workdir(tmp_path).learner_checkpoints).save(
+        7, {"w": np.zeros(2)}, {"counts": {"actor_steps": 120}}
+    )
+    assert build_all() == [("actor", 120), ("evaluator", 120)]
+
+
+def test_resumed_seeds_are_fresh_distinct_and_leave_a_new_runs_seeds_as_they_were():
+    from magi_lp.runtime import seeding
+
+    roles = ("actor", "evaluator")
+    new = {(role, j): seeding.node_seed(0, role, 0, j) for role in roles for j in (0, 1)}
+    assert len(set(new.values())) == 4
+    for resumed_at in (1, 2, 1000):
+        resumed = {(r, j): seeding.node_seed(0, r, 0, j, resumed_at) for r, j in new}
+        assert set(resumed.values()).isdisjoint(new.values())
+        assert len(set(resumed.values())) == 4
+        assert resumed == {(r, j): seeding.node_seed(0, r, 0, j, resumed_at) for r, j in new}
+    assert seeding.node_seed(0, "actor", 0, 0, 1) != seeding.node_seed(0, "actor", 0, 0, 2)
+    with pytest.raises(ValueError, match="resumed_at"):
+        seeding.node_seed(0, "actor", resumed_at=-1)
 
 
 def test_the_control_and_evaluator_processes_start_without_tensorflow(tmp_path):

@@ -220,7 +220,7 @@ class Checkpointer:
 
     def _update_metadata(self, step: int, metadata: dict[str, Any]) -> bool:
         """Replaces checkpoint `step`'s metadata file (write + rename); False if unchanged."""
-        path = os.path.join(self._directory, str(step), _METADATA, "metadata")
+        path = _metadata_path(self._directory, step)
         try:
             with open(path) as f:
                 if json.load(f) == metadata:
@@ -377,6 +377,30 @@ class Checkpointer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _metadata_path(directory: str | os.PathLike, step: int) -> str:
+    """`<directory>/<step>/metadata/metadata`: a checkpoint's JSON metadata (module docstring)."""
+    return os.path.join(directory, str(step), _METADATA, "metadata")
+
+
+def saved_metadata(directory: str | os.PathLike) -> dict[str, Any]:
+    """The metadata of the newest finished checkpoint in `directory` whose metadata file
+    reads, as plain JSON (no orbax, no state read); {} when there is none. For processes that
+    need the counts a relaunch resumes from before (or without) restoring anything."""
+    try:
+        steps = sorted((int(p) for p in os.listdir(directory) if p.isdigit()), reverse=True)
+    except OSError:
+        return {}
+    for step in steps:
+        try:
+            with open(_metadata_path(directory, step)) as f:
+                metadata = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if isinstance(metadata, dict):
+            return metadata
+    return {}
 
 
 def _scalar_to_array(leaf: Any) -> Any:

@@ -33,7 +33,7 @@ from magi_lp.replay.spec import WriteAbandonedError
 from magi_lp.replay.store import LearnerReplay, ReplayStore
 from magi_lp.runtime import seeding
 from magi_lp.runtime.acting_loop import ActingLoop
-from magi_lp.runtime.checkpointing import Checkpointer, CheckpointWriteError
+from magi_lp.runtime.checkpointing import Checkpointer, CheckpointWriteError, saved_metadata
 from magi_lp.runtime.experiment import Experiment
 from magi_lp.runtime.graph import NodeLifetime
 from magi_lp.runtime.learner_runner import LearnerRunner, ReplayCheckpoint
@@ -50,6 +50,17 @@ DISTRIBUTED_COUNT_EVERY = 20
 (and at every episode's end): a Courier call each. The program's `actor_steps` trail the
 truth by fewer than this many steps per actor (times `envs_per_actor`), and a run stops within
 that of `max_actor_steps`; one process counts every step (`ActingLoop(count_every=1)`)."""
+
+
+def resume_point(experiment: Experiment, workdir: str) -> int:
+    """Where a launch of `workdir` resumes, for seeding (`magi_lp.runtime.seeding`): the actor
+    steps saved with its newest learner checkpoint; 0 for a new run or one that saves no
+    checkpoints. Each node reads it from the workdir when it is built (before the learner
+    restores), so all of a launch's nodes agree, and a resubmitted job reads it anew."""
+    if not experiment.config.checkpoint.enabled:
+        return 0
+    counts = saved_metadata(Workdir(workdir).learner_checkpoints).get("counts", {})
+    return max(0, int(counts.get("actor_steps", 0)))
 
 
 def make_learner_runner(
@@ -116,6 +127,7 @@ def make_acting_loop(
     observers: Sequence[Any] = (),
     should_stop: StopFn = lambda: False,
     count_every: int = 1,
+    resumed_at: int = 0,
 ) -> ActingLoop:
     """Actor (or evaluator) `index`: its seeded environment(s), policy, adder(s) and loop.
 
@@ -130,18 +142,22 @@ def make_acting_loop(
     `store` makes the adders (None for an evaluator); `replay` is what they write to: the
     Reverb client, or in one process the store's `LearnerReplay`.
     `count_every`: loop steps between two counter increments (`ActingLoop`).
+    `resumed_at`: the run's `resume_point`; the environments and the policy's key are seeded
+    from it too, so a resumed run does not replay the first launch's episodes and noise.
     """
     config = experiment.config
     builder = experiment.builder
     role = "evaluator" if evaluation else "actor"
     k = 1 if evaluation else int(config.envs_per_actor)
     environments = [
-        experiment.environment_factory(seeding.node_seed(config.seed, role, index, j), evaluation)
+        experiment.environment_factory(
+            seeding.node_seed(config.seed, role, index, j, resumed_at), evaluation
+        )
         for j in range(k)
     ]
     networks = experiment.network_factory(environment_spec)
     policy = builder.make_policy(networks, environment_spec, evaluation)
-    key = seeding.node_key(config.seed, role, index)
+    key = seeding.node_key(config.seed, role, index, resumed_at)
     # The pull period counts environment steps; a batched actor steps k per call.
     variables = VariableClient(
         variable_source,
@@ -236,9 +252,12 @@ def _make_learner_node_runner(
 ) -> tuple[LearnerRunner, LearnerReplay]:
     """The learner node's replay side (a device store starts draining the queue at once)
     and its runner."""
-    replay = store.make_learner_replay(
-        environment_spec, replay_client, seeding.node_key(experiment.config.seed, "replay")
+    # The replay's sampling key: fresh on resume too (a device store saved with the checkpoint
+    # goes on from its saved batch count; one that is not starts its count again).
+    key = seeding.node_key(
+        experiment.config.seed, "replay", resumed_at=resume_point(experiment, workdir)
     )
+    replay = store.make_learner_replay(environment_spec, replay_client, key)
     runner = make_learner_runner(
         experiment, environment_spec, replay, counter, workdir, logger_factory
     )
@@ -342,8 +361,10 @@ class ActorNode:
         counter: Any,
         logger_factory: Callable[..., Any],
         *,
+        workdir: str,
         lifetime: NodeLifetime,
     ):
+        """`workdir`: the run's, read for its `resume_point`."""
         prepare_node_process()
         self._lifetime = lifetime
         self._loop = make_acting_loop(
@@ -357,6 +378,7 @@ class ActorNode:
             logger_factory,
             should_stop=lifetime.stopping,
             count_every=DISTRIBUTED_COUNT_EVERY,
+            resumed_at=resume_point(experiment, workdir),
         )
         self._max_actor_steps = int(experiment.config.max_actor_steps)
         warm_up(self._loop, environment_spec, f"actor_{index}")
@@ -394,9 +416,11 @@ class EvaluatorNode:
         counter: Any,
         logger_factory: Callable[..., Any],
         *,
+        workdir: str,
         max_actor_steps: int = 0,
         lifetime: NodeLifetime,
     ):
+        """`workdir`: the run's, read for its `resume_point`."""
         prepare_node_process()
         self._lifetime = lifetime
         self._counter = counter
@@ -414,6 +438,7 @@ class EvaluatorNode:
             logger_factory,
             evaluation=True,
             count_every=DISTRIBUTED_COUNT_EVERY,
+            resumed_at=resume_point(experiment, workdir),
         )
         warm_up(self._loop, environment_spec, f"evaluator_{index}")
 

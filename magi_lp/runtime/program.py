@@ -92,13 +92,14 @@ def build_program(
                 plan.launch_group("actor", index),
                 ActorNode,
                 (*args, logger_factory),
+                {"workdir": workdir},
             )
         )
     for index in range(config.num_evaluators):
         args = (experiment, environment_spec, index, learner, counter, logger_factory)
         group = plan.launch_group("evaluator", index)
-        limit = {"max_actor_steps": int(config.max_actor_steps)}
-        nodes.append(NodeSpec("evaluator", index, group, EvaluatorNode, args, limit))
+        kwargs = {"workdir": workdir, "max_actor_steps": int(config.max_actor_steps)}
+        nodes.append(NodeSpec("evaluator", index, group, EvaluatorNode, args, kwargs))
     evaluators = tuple(Ref(f"evaluator_{i}") for i in range(config.num_evaluators))
     nodes.append(
         NodeSpec(

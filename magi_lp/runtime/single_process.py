@@ -34,6 +34,7 @@ from magi_lp.runtime.nodes import (
     make_acting_loop,
     make_learner_runner,
     next_evaluation_after,
+    resume_point,
 )
 
 
@@ -138,8 +139,10 @@ def run_single_process(
         )
         client = reverb.Client(f"localhost:{server.port}")
     # Otherwise a toolkit store the actor writes directly (device frames, host transitions).
+    # A resumed run's replay sampling, actor and evaluator draw fresh streams (`seeding`).
+    resumed_at = resume_point(experiment, workdir)
     replay = store.make_learner_replay(
-        environment_spec, client, seeding.node_key(config.seed, "replay")
+        environment_spec, client, seeding.node_key(config.seed, "replay", resumed_at=resumed_at)
     )
     counter = new_counter()
     learner = make_learner_runner(
@@ -173,6 +176,7 @@ def run_single_process(
         counter,
         logger_factory,
         observers=[learning],
+        resumed_at=resumed_at,
     )
     evaluator = None
     if config.num_evaluators > 0:
@@ -186,6 +190,7 @@ def run_single_process(
             counter,
             logger_factory,
             evaluation=True,
+            resumed_at=resumed_at,
         )
 
     def actor_steps() -> int:
