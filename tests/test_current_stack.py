@@ -68,7 +68,9 @@ def _run_to(script: str, config: str, workdir, flags: list[str], max_actor_steps
 @pytest.mark.timeout(600)
 def test_drq_v2_runs_on_the_device_store_and_resumes(tmp_path):
     workdir = tmp_path / "drq"
-    flags = tiny.flags({"logging.tensorboard": True})
+    # Every actor row kept: at the default time_delta (1 s) a 50-step episode that ran in
+    # under a second was dropped from the log on a quick moment (seen: [50, 100, 150]).
+    flags = tiny.flags({"logging.tensorboard": True, "logging.time_delta": 0.0})
     first = _run_to("projects/drq_v2/main.py", "configs/reacher_hard.py", workdir, flags, 100)
     assert "replay: device store" in first
     assert "done: 100 actor steps" in first
