@@ -546,6 +546,30 @@ def test_distributed_actors_and_evaluators_seed_from_the_workdirs_resume_point(
     assert build_all() == [("actor", 120), ("evaluator", 120)]
 
 
+@pytest.mark.parametrize(
+    ("envs_per_actor", "actors", "expected"), [(1, 1, 120), (1, 2, 60), (2, 2, 30)]
+)
+def test_a_resumed_actor_starts_from_its_share_of_the_runs_steps(envs_per_actor, actors, expected):
+    """`make_acting_loop(resumed_at=...)` gives each environment's actor state its share of
+    the run's steps (`ActorCore.resume`; TD3 counts them for its random first steps); an
+    evaluator's policy starts as new."""
+    config = toy_config()
+    config.envs_per_actor = envs_per_actor
+    experiment = toy_experiment(config)
+    spec = experiment.get_environment_spec()
+    handles = [mock.Mock(), mock.Mock(), mock.Mock(), mock.Mock()]
+    loop = nodes.make_acting_loop(
+        experiment, spec, 0, *handles, lambda *a, **k: mock.Mock(), resumed_at=120, actors=actors
+    )
+    state = loop.actor.actor.state if envs_per_actor == 1 else loop.actor._state
+    np.testing.assert_array_equal(np.asarray(state.steps), [expected] * envs_per_actor)
+    evaluator = nodes.make_acting_loop(
+        experiment, spec, 0, None, None, mock.Mock(), mock.Mock(), lambda *a, **k: mock.Mock(),
+        evaluation=True, resumed_at=120,
+    )  # fmt: skip
+    assert int(evaluator.actor.actor.state.steps) == 0
+
+
 def test_resumed_seeds_are_fresh_distinct_and_leave_a_new_runs_seeds_as_they_were():
     from magi_lp.runtime import seeding
 

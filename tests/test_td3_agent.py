@@ -225,6 +225,48 @@ def test_learner_logs_metrics_and_counts(environment_spec, agent_config):
     assert {"critic_loss", "actor_loss", "q1", "q2", "target_q"} <= set(recorder.rows[-1])
 
 
+def test_a_resumed_actor_goes_on_past_the_random_first_steps(environment_spec, agent_config):
+    """The random first steps are the run's, not each launch's: an actor made with the
+    steps it took before a resume (`steps_before`) acts with its policy at once."""
+    from unittest import mock
+
+    from magi_lp.agent.actor import BatchedActor, GenericActor
+    from projects.td3.acting import make_actor_core
+
+    config = agent_config.copy_and_resolve_references()
+    config.random_action_steps, config.exploration_noise = 100, 0.0
+    networks = make_networks(environment_spec, hidden_sizes=HIDDEN)
+    params, _ = networks.init(jax.random.PRNGKey(0))
+    client = mock.Mock(params=params)
+    core = make_actor_core(networks, config)
+    observation = np.linspace(-1, 1, 5).astype(np.float32)
+    policy = np.clip(np.asarray(networks.policy_apply(params, observation[None]))[0], -1, 1)
+
+    def actions(actor: GenericActor) -> list[float]:
+        return [float(actor.select_action(observation)[0]) for _ in range(3)]
+
+    new = GenericActor(core, jax.random.PRNGKey(1), client)
+    assert int(new.state.steps) == 0
+    assert len(set(actions(new))) == 3  # uniform random: the random first steps
+    for before in (100, 5_000):
+        resumed = GenericActor(core, jax.random.PRNGKey(1), client, steps_before=before)
+        assert int(resumed.state.steps) == before
+        np.testing.assert_allclose(actions(resumed), [policy[0]] * 3, rtol=1e-6)
+    # Short of the phase's end: still random, for the steps left.
+    short = GenericActor(core, jax.random.PRNGKey(1), client, steps_before=50)
+    assert len(set(actions(short))) == 3
+    batched = BatchedActor(
+        core, list(jax.random.split(jax.random.PRNGKey(1), 2)), client, [None, None],
+        steps_before=300,
+    )  # fmt: skip
+    np.testing.assert_array_equal(np.asarray(batched._state.steps), [300, 300])
+    np.testing.assert_allclose(
+        batched.select_actions([observation, observation])[:, 0], [policy[0]] * 2, rtol=1e-6
+    )
+    with pytest.raises(ValueError, match="steps_before"):
+        GenericActor(core, jax.random.PRNGKey(1), client, steps_before=-1)
+
+
 def test_builder_replay_round_trip(environment_spec, agent_config):
     import reverb
 

@@ -43,6 +43,7 @@ class GenericActor(core.Actor, Generic[State]):
         adder: adders.Adder | None = None,
         *,
         device_check: DeviceCheck | None = None,
+        steps_before: int = 0,
     ):
         """Creates the actor.
 
@@ -53,12 +54,14 @@ class GenericActor(core.Actor, Generic[State]):
           variable_client: where parameters come from; None only for parameter-free cores.
           adder: where experience goes; None for evaluators.
           device_check: device-check mode: checks every call's inputs and outputs.
+          steps_before: agent steps this actor took before this launch (a resumed run);
+            the core's `resume` puts them in its state.
         """
         self._core = actor_core
         self._client = variable_client
         self._adder = adder
         self._select_action = jax.jit(actor_core.select_action)
-        self._state = actor_core.init(random_key)
+        self._state = resumed_state(actor_core, actor_core.init(random_key), steps_before)
         self._check = device_check
 
     @property
@@ -112,6 +115,16 @@ class GenericActor(core.Actor, Generic[State]):
         return self._state
 
 
+def resumed_state(actor_core: ActorCore[State], state: State, steps_before: int) -> State:
+    """`state` after `steps_before` agent steps of an earlier launch (`ActorCore.resume`);
+    `state` itself for a new run or a core without `resume`."""
+    if steps_before < 0:
+        raise ValueError(f"steps_before must be >= 0, got {steps_before}")
+    if not steps_before or actor_core.resume is None:
+        return state
+    return actor_core.resume(state, steps_before)
+
+
 def _check_inputs(check: DeviceCheck, params: Any, observations: Any, state: Any) -> None:
     check.check("select_action input params", params)
     check.check("select_action input observation", observations, host_ok=True)
@@ -139,6 +152,7 @@ class BatchedActor(Generic[State]):
         environment_adders: Sequence[adders.Adder | None],
         *,
         device_check: DeviceCheck | None = None,
+        steps_before: int = 0,
     ):
         """Creates the actor.
 
@@ -150,6 +164,8 @@ class BatchedActor(Generic[State]):
           environment_adders: one adder (or None) per environment, each its own replay
             stream.
           device_check: device-check mode: checks every call's inputs and outputs.
+          steps_before: agent steps EACH environment's actor state took before this launch
+            (a resumed run; `GenericActor`'s).
         """
         if len(random_keys) != len(environment_adders) or not random_keys:
             raise ValueError(
@@ -161,7 +177,9 @@ class BatchedActor(Generic[State]):
         self._adders = list(environment_adders)
         self._select_actions = jax.jit(jax.vmap(actor_core.select_action, in_axes=(None, 0, 0)))
         self._get_extras = jax.jit(jax.vmap(actor_core.get_extras))
-        self._state = jax.vmap(actor_core.init)(jnp.stack(list(random_keys)))
+        self._state = jax.vmap(
+            lambda key: resumed_state(actor_core, actor_core.init(key), steps_before)
+        )(jnp.stack(list(random_keys)))
         self._check = device_check
         self._extras: Any = None
         self._has_extras: bool | None = None  # learnt from the first call

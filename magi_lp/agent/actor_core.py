@@ -27,9 +27,15 @@ class ActorCore(Generic[State]):
       params_shape: optional; () -> a pytree of `jax.ShapeDtypeStruct` shaped like the
         params the learner serves (`POLICY_VARIABLES`). With it an actor compiles
         `select_action` while it waits for its first parameters (`GenericActor.warm_up`).
+      resume: optional; (initial state, agent steps) -> the state of an actor that took that
+        many steps before this launch. A resumed run's actors are made with it: a core whose
+        state counts steps for a schedule (a random first phase, a noise decay) goes on where
+        the run was instead of starting the schedule again. Without it a resumed actor starts
+        from `init`'s state.
     """
 
     init: Callable[[jax.Array], State]
     select_action: Callable[[Any, Any, State], tuple[Any, State]]
     get_extras: Callable[[State], Any] = lambda state: ()
     params_shape: Callable[[], Any] | None = None
+    resume: Callable[[State, int], State] | None = None

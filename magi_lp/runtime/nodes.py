@@ -128,6 +128,7 @@ def make_acting_loop(
     should_stop: StopFn = lambda: False,
     count_every: int = 1,
     resumed_at: int = 0,
+    actors: int = 1,
 ) -> ActingLoop:
     """Actor (or evaluator) `index`: its seeded environment(s), policy, adder(s) and loop.
 
@@ -143,7 +144,10 @@ def make_acting_loop(
     Reverb client, or in one process the store's `LearnerReplay`.
     `count_every`: loop steps between two counter increments (`ActingLoop`).
     `resumed_at`: the run's `resume_point`; the environments and the policy's key are seeded
-    from it too, so a resumed run does not replay the first launch's episodes and noise.
+    from it too, so a resumed run does not replay the first launch's episodes and noise, and
+    an actor's state goes on from its share of those steps (`ActorCore.resume`: `resumed_at`
+    over the run's `actors` and their k environments each, as they step alike), so a step
+    schedule (TD3's random first steps) is not started again.
     """
     config = experiment.config
     builder = experiment.builder
@@ -169,6 +173,7 @@ def make_acting_loop(
         if config.debug.check_devices
         else None
     )
+    steps_before = 0 if evaluation else resumed_at // (max(1, actors) * k)
     counter = counting.Counter(counter, prefix=role, time_delta=0.0)
     # An evaluator's rows are its evaluations (one per episode): `logging.time_delta` never
     # drops one, or an evaluation point would average fewer episodes, or vanish.
@@ -185,6 +190,7 @@ def make_acting_loop(
                 for j in range(k)
             ],
             device_check=check,
+            steps_before=steps_before,
         )
     else:
         actor = GenericActor(
@@ -193,6 +199,7 @@ def make_acting_loop(
             variables,
             None if evaluation else store.make_adder(environment_spec, replay, index, should_stop),
             device_check=check,
+            steps_before=steps_before,
         )
     if evaluation:
         observers = [*observers, *(make() for make in experiment.evaluation_observers)]
@@ -379,6 +386,7 @@ class ActorNode:
             should_stop=lifetime.stopping,
             count_every=DISTRIBUTED_COUNT_EVERY,
             resumed_at=resume_point(experiment, workdir),
+            actors=int(experiment.config.num_actors),
         )
         self._max_actor_steps = int(experiment.config.max_actor_steps)
         warm_up(self._loop, environment_spec, f"actor_{index}")

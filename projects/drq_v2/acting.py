@@ -96,9 +96,15 @@ def make_actor_core(
             GLOBAL_AGENT_STEPS: jax.ShapeDtypeStruct((), jnp.int32),
         }
 
+    def resume(state: DrQActorState, steps: int) -> DrQActorState:
+        # The params' lower bound (`agent_step`) already puts a resumed actor past the
+        # random phase; its own count goes on too, as TD3's does (and holds without the bound).
+        return state._replace(steps=jnp.asarray(min(steps, 2**31 - 1), jnp.int32))
+
     return ActorCore(
         init=init,
         select_action=select_action,
         get_extras=get_extras,
         params_shape=None if observation_spec is None else params_shape,
+        resume=resume,
     )

@@ -5,7 +5,8 @@ Behaviour, as in the reference code: uniformly random actions in [-1, 1] for the
 N(0, exploration_noise), clipped to [-1, 1]. Evaluation: the actor's action, no noise.
 
 The actor state counts this actor's agent steps across episodes (magi_lp's `GenericActor`
-initialises it once per actor, not per episode).
+initialises it once per actor, not per episode), and a resumed run's actor goes on from its
+share of the run's steps (`resume`): the random first steps are not taken again.
 """
 
 from __future__ import annotations
@@ -53,4 +54,9 @@ def make_actor_core(
             action = jnp.clip(action, -1.0, 1.0)
         return action.astype(jnp.float32), TD3ActorState(key=key, steps=state.steps + 1)
 
-    return ActorCore(init=init, select_action=select_action, get_extras=lambda state: ())
+    def resume(state: TD3ActorState, steps: int) -> TD3ActorState:
+        return state._replace(steps=jnp.asarray(min(steps, 2**31 - 1), jnp.int32))
+
+    return ActorCore(
+        init=init, select_action=select_action, get_extras=lambda state: (), resume=resume
+    )
