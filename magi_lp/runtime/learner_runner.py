@@ -90,10 +90,11 @@ class LearnerRunner:
             self.restored_counts = dict((metadata or {}).get("counts", {}))
             if restore_counts is not None and self.restored_counts:
                 restore_counts(self.restored_counts)
-            logging.info(
-                "Restored learner checkpoint at step %s (counts %s)",
-                self.restored_step,
-                self.restored_counts,
+            actor_steps = self.restored_counts.get("actor_steps")
+            console.say(
+                f"resuming from checkpoint {self.restored_step} in {checkpointer.directory}"
+                + (f" (actor steps {int(actor_steps)})" if actor_steps is not None else ""),
+                source="learner",
             )
         self._replay = replay
         self.restored_replay_step: int | None = None
