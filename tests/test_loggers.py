@@ -113,6 +113,32 @@ def test_csv_drops_a_row_cut_short_by_a_kill(tmp_path):
     assert rows == [{"a": "1", "b": "2"}, {"a": "5", "b": "6"}]
 
 
+def test_a_rewrite_cut_by_a_kill_leaves_the_file_and_its_temporary_is_removed(tmp_path):
+    """SIGKILL between the widened file's write and its rename: the log keeps its rows, and
+    the next logger of the label removes the dead writer's temporary file."""
+    directory = tmp_path / "logs" / "learner"
+    code = f"""
+        import os, signal
+        from magi_lp.runtime.loggers import CsvLogger
+        print(os.getpid(), flush=True)
+        logger = CsvLogger({str(directory)!r})
+        logger.write({{"a": 1}})
+        os.replace = lambda *args: os.kill(os.getpid(), signal.SIGKILL)  # killed right there
+        logger.write({{"a": 2, "b": 3}})  # a new key: the rewrite
+        """
+    proc = run_python(code, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+    left = sorted(p.name for p in directory.iterdir())
+    assert left == ["logs.csv", f"logs.csv.tmp-{proc.stdout.strip()}"]
+
+    logger = loggers.CsvLogger(directory)
+    assert sorted(p.name for p in directory.iterdir()) == ["logs.csv"]
+    logger.write({"a": 4, "b": 5})
+    logger.close()
+    fields, rows = read_csv(tmp_path, "learner")
+    assert fields == ["a", "b"] and rows == [{"a": "1", "b": ""}, {"a": "4", "b": "5"}]
+
+
 def test_two_live_loggers_on_one_label_are_refused(tmp_path):
     logger = csv_only(tmp_path, "actor")
     with pytest.raises(RuntimeError, match="already being written"):

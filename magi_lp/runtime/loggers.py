@@ -25,6 +25,7 @@ so values are converted here.
 from __future__ import annotations
 
 import collections
+import contextlib
 import csv
 import dataclasses
 import fcntl
@@ -38,6 +39,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
 import numpy as np
+import psutil
 from absl import logging
 
 from magi_lp import console
@@ -100,8 +102,9 @@ class CsvLogger(Logger):
 
     An existing file is continued: its header gives the columns, and a last row cut short
     by a killed process is dropped. A key never seen before widens the header; the file is
-    then rewritten once through a temporary file and an atomic rename. Every row is flushed
-    to the OS at once. An exclusive `flock` on the file stops two live loggers (two
+    then rewritten once through a temporary file and an atomic rename (a writer killed
+    before the rename leaves that file; the next logger of the label removes it). Every row
+    is flushed to the OS at once. An exclusive `flock` on the file stops two live loggers (two
     processes, or two loggers in one process) from interleaving rows in the same file.
     """
 
@@ -118,6 +121,7 @@ class CsvLogger(Logger):
                 f"{self._path} is already being written by another live logger; give each "
                 "node its own label (LoggerFactory(..)(label, instance=i))"
             ) from None
+        self._remove_dead_writers_rewrites()
         self._fields: list[str] = self._read_header_and_repair()
         self._writer = csv.DictWriter(self._file, fieldnames=self._fields, restval="")
 
@@ -125,6 +129,17 @@ class CsvLogger(Logger):
     def file_path(self) -> str:
         """Where the rows go."""
         return self._path
+
+    def _remove_dead_writers_rewrites(self) -> None:
+        """Removes the temporary files (`_widen_header`'s `<file>.tmp-<pid>`) of writers
+        killed mid-rewrite: their file was never renamed into place, and no one else
+        would remove it."""
+        prefix = f"{LOG_CSV}.tmp-"
+        for name in os.listdir(os.path.dirname(self._path)):
+            pid = name[len(prefix) :] if name.startswith(prefix) else ""
+            if pid.isdigit() and not psutil.pid_exists(int(pid)):
+                with contextlib.suppress(OSError):
+                    os.remove(os.path.join(os.path.dirname(self._path), name))
 
     def _read_header_and_repair(self) -> list[str]:
         # Reads only the first line and the tail: a long run's CSV can be large.
