@@ -260,7 +260,7 @@ def _recorded_launch(workdir: Path, max_actor_steps: int) -> dict[str, dict[str,
     return record
 
 
-@pytest.mark.integration  # a real Reverb server and environment, 5 launches, ~20 s
+@pytest.mark.integration  # a real Reverb server and environment, 4 launches, ~10 s
 def test_a_resumed_run_draws_fresh_acting_streams_the_same_from_the_same_checkpoint(tmp_path):
     """The checkpoint holds no actor or environment random state: a resume must not replay
     the first launch's episodes and exploration (a reacher's targets, once per resume), and
