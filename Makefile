@@ -8,12 +8,15 @@ PY        := $(VENV)/bin/python
 # The current stack (Python 3.12, jax 0.11; no Launchpad/Reverb/TF): README "Two stacks".
 VENV312   ?= .venv312
 PY312     := $(VENV312)/bin/python
-# What the current-stack leg of `make test` runs: the placement layer, checkpoints on its
-# orbax, the replays (Reverb's and the served ones), the learner's asynchronous dispatch
-# (skipped on jax 0.4.30's synchronous CPU), the agents' single-process runs
-# (tests/test_current_stack.py), the distributed program on Ray (tests/test_ray_engine.py)
-# and the GPU machine's stack: the GPU check's workers on an injected GPU (tests/test_gpu_check.py)
-# and `make gpu-learn` at a tiny size (tests/test_gpu_learn.py).
+# What the current-stack leg of `make test` runs: the placement layer and the memory
+# reckoning, checkpoints on its orbax, the replays (Reverb's and the served ones), the
+# learner's asynchronous dispatch (skipped on jax 0.4.30's synchronous CPU), Acme's seam, the
+# builder protocol, config errors, the agents' single-process runs (tests/test_current_stack.py),
+# the distributed program on Ray (tests/test_ray_engine.py) and in a real SLURM job
+# (tests/test_ray_slurm.py), the learn check at a tiny size with its negative controls
+# (tests/test_learn_check.py) and the GPU machine's stack: the GPU check's workers on an
+# injected GPU (tests/test_gpu_check.py), `make gpu-learn` and `make gpu-system` at a tiny
+# size (tests/test_gpu_learn.py, tests/test_gpu_system.py).
 PY312_TESTS ?= tests/test_plan.py tests/test_resources.py tests/test_gpu_inventory.py \
 	tests/test_checkpointing.py tests/test_replay_plan.py tests/test_transition_replay.py \
 	tests/test_learner.py tests/test_drq_learning.py tests/test_current_stack.py \

@@ -130,7 +130,7 @@ def report(result: dict) -> str:
         )
     lines += [
         "",
-        "On this CPU the learner's update (about 1 CPU-s at batch 256, figure 1) is the "
+        "On this CPU the learner's update (several CPU-s at batch 256: figure 1) is the "
         "bottleneck with either store; what the device store changes here is the CPU the "
         "learner's process spends on sampling, and the replay node's work (a queue instead of "
         "the sampled table).",

@@ -324,7 +324,7 @@ def _anchor(number: int, title: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes, a few minutes")
+    parser.add_argument("--quick", action="store_true", help="small sizes, a quick check")
     parser.add_argument("--only", default="", help=f"comma-separated figures: {', '.join(BY_NAME)}")
     parser.add_argument(
         "--out-dir",
