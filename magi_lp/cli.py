@@ -22,13 +22,16 @@ import ctypes
 import importlib.util
 import inspect
 import os
+import re
 import shlex
 import signal
 import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
+import ml_collections
 from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
@@ -128,6 +131,7 @@ def _checked_inputs(
         )
     try:
         config = _CONFIG.value
+        _require_a_config(path, config)
         validate_experiment_config(config)
         if "hosts" in config:
             _cluster().config.validate_hosts_config(config)
@@ -150,6 +154,19 @@ def _checked_inputs(
             )
         )
     return config, workdir
+
+
+def _require_a_config(spec: str, config: Any) -> None:
+    """Refuses what a config file's get_config() returned unless it is a ConfigDict (None:
+    a forgotten return)."""
+    if not isinstance(config, ml_collections.ConfigDict):
+        raise ConfigError(
+            fact_refusal(
+                f"--config {spec}: get_config() returned {type(config).__name__}",
+                "",
+                "return an ml_collections.ConfigDict, as the files in configs/ do",
+            )
+        )
 
 
 def _make_workdir(workdir: Path) -> None:
@@ -452,6 +469,11 @@ def _override_error(argv: list[str], error: BaseException) -> str:
             config = _load_config_file(config_arg)
         except Exception:  # the file's own problems are reported elsewhere
             config = None
+        else:
+            try:
+                _require_a_config(config_arg, config)
+            except ConfigError as error:
+                return str(error)
         if config is not None:
             for override in overrides:
                 why = _missing_key(config, override[len("--config.") :].split("=", 1)[0])
@@ -463,30 +485,79 @@ def _override_error(argv: list[str], error: BaseException) -> str:
 
 def parse_flags(argv: list[str]) -> list[str]:
     """absl flag parsing, with one clear line instead of a traceback for bad input."""
+    absl_logger = absl_logging.get_absl_logger()
+    # ml_collections warns when get_config() returns None; _checked_inputs refuses it in one line.
+    absl_logger.addFilter(_not_a_config_warning)
     try:
         return flags.FLAGS(argv)
-    except flags.Error as error:
+    except Exception as error:  # each kind gets its own line (_flag_error)
+        _fail(_flag_error(argv, error))
+    finally:
+        absl_logger.removeFilter(_not_a_config_warning)
+
+
+def _not_a_config_warning(record: Any) -> bool:
+    return "get_config() returned None" not in record.getMessage()
+
+
+def _flag_error(argv: list[str], error: Exception) -> str:
+    """The one line for an exception absl's flag parsing raised."""
+    where = _line_in_config_file(argv, error)
+    if where is not None and not isinstance(error, (flags.Error, SyntaxError)):
+        # The file itself failed while it loaded (an import, a name, a lookup at module
+        # level): not an override's fault, whatever the exception's kind.
+        return (
+            f"--config {_config_arg(argv)}: the file raised {type(error).__name__} at "
+            f"{where}: {_one_line(error)}; fix the file, or pick one from configs/"
+        )
+    if isinstance(error, flags.Error):
         cause = error.__cause__ or error.__context__
         if isinstance(cause, ConfigError):  # raised by the config file's get_config
             # ml_collections re-raises it with the traceback as text; keep the last line.
-            _fail(str(cause).strip().splitlines()[-1].split("ConfigError: ", 1)[-1])
+            return str(cause).strip().splitlines()[-1].split("ConfigError: ", 1)[-1]
         if "Error whilst parsing config file" in str(error):
-            _fail(_get_config_error(str(error)))
-        _fail(f"{error}. See --helpfull.")
-    except OSError as error:
+            return _get_config_error(str(error))
+        return f"{error}. See --helpfull."
+    if isinstance(error, OSError):
         reason = error.__cause__ or str(error).splitlines()[-1].strip()
-        _fail(f"--config: cannot load the config file: {reason}")
-    except SyntaxError as error:
-        _fail(f"--config: the config file has a syntax error: {error}")
-    except AttributeError as error:
-        if "get_config" in str(error):
-            _fail(
-                f"--config {_config_arg(argv)}: the file defines no get_config(); a config "
-                "file defines get_config() returning an ml_collections.ConfigDict (see configs/)"
-            )
-        _fail(_override_error(argv, error))
-    except (KeyError, TypeError, ValueError) as error:
-        _fail(_override_error(argv, error))
+        return f"--config: cannot load the config file: {reason}"
+    if isinstance(error, SyntaxError):
+        return f"--config: the config file has a syntax error: {error}"
+    if isinstance(error, AttributeError) and "get_config" in str(error):
+        return (
+            f"--config {_config_arg(argv)}: the file defines no get_config(); a config "
+            "file defines get_config() returning an ml_collections.ConfigDict (see configs/)"
+        )
+    if isinstance(error, (AttributeError, KeyError, TypeError, ValueError)):
+        return _override_error(argv, error)
+    return (
+        f"--config {_config_arg(argv)}: reading the config raised {type(error).__name__}: "
+        f"{_one_line(error)}; fix the file, or pick one from configs/"
+    )
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or "(no message)"
+
+
+def _line_in_config_file(argv: list[str], error: BaseException) -> str | None:
+    """`line <n>` of the innermost frame of `error`'s traceback that runs the config file
+    itself, or None when the file never ran into it (an override's or absl's error)."""
+    spec = _config_arg(argv)
+    if not spec:
+        return None
+    lines = [
+        frame.lineno
+        for frame in traceback.extract_tb(error.__traceback__)
+        if _is_config_file(frame.filename, spec)
+    ]
+    return f"line {lines[-1]}" if lines else None
+
+
+def _is_config_file(filename: str | None, spec: str) -> bool:
+    """Whether `filename` (a traceback frame's) is the config file of `--config spec`."""
+    config_file = Path(spec.split(":", 1)[0]).resolve()
+    return bool(filename) and Path(filename).resolve() == config_file
 
 
 def _config_arg(argv: list[str]) -> str | None:
@@ -509,6 +580,13 @@ def _get_config_error(message: str) -> str:
             f"':{spec.partition(':')[2]}' cannot select anything; use --config "
             f"{spec.partition(':')[0]}"
         )
+    spec = head.removeprefix("--config ")
+    frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', message)
+    inside = [(line, scope) for name, line, scope in frames if _is_config_file(name, spec)]
+    if inside:
+        line, scope = inside[-1]
+        at = "get_config()" if scope == "get_config" else "the file"
+        return f"{head}: {at} raised {last} at line {line}; fix the file, or pick one from configs/"
     return f"{head}: its get_config() raised {last}"
 
 

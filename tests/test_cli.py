@@ -80,21 +80,46 @@ def test_bad_input_gets_one_clear_line(args, expected, tmp_path):
     assert not marked_processes(mark)
 
 
+GET_CONFIG = "def get_config():\n    return None\n"
+
+
 @pytest.mark.parametrize(
-    ("body", "expected"),
+    ("body", "overrides", "expected"),
     [
-        ("def make():\n    return 1\n", "defines no get_config()"),
-        ("def get_config():\n    raise ValueError('bad thing')\n", "raised ValueError: bad thing"),
+        ("def make():\n    return 1\n", [], "defines no get_config()"),
+        (
+            "def get_config():\n    raise ValueError('bad thing')\n",
+            [],
+            "get_config() raised ValueError: bad thing at line 2; fix the file",
+        ),
+        # The file fails while it loads: a traceback before, or blamed on the override.
+        (
+            "import no_such_module_xyz\n" + GET_CONFIG,
+            [],
+            "the file raised ModuleNotFoundError at line 1: No module named",
+        ),
+        ("x = undefined_name\n" + GET_CONFIG, [], "the file raised NameError at line 1"),
+        (
+            "x = {}['missing']\n" + GET_CONFIG,
+            ["--config.seed=1"],
+            "the file raised KeyError at line 1: 'missing'; fix the file",
+        ),
+        ("x = int('abc')\n" + GET_CONFIG, [], "the file raised ValueError: invalid literal"),
+        # get_config() returns what is no config (a traceback from the checks before).
+        (GET_CONFIG, [], "get_config() returned NoneType; return an ml_collections.ConfigDict"),
+        (GET_CONFIG, ["--config.seed=1"], "get_config() returned NoneType"),
+        ("def get_config():\n    return {'seed': 1}\n", [], "get_config() returned dict"),
     ],
 )
-def test_config_file_problems_get_one_line(tmp_path, body, expected):
+def test_config_file_problems_get_one_line(tmp_path, body, overrides, expected):
     config = tmp_path / "my_config.py"
     config.write_text(body)
-    result = run_entry_point(SCRIPT, ["--config", str(config)], timeout=60)
+    result = run_entry_point(SCRIPT, ["--config", str(config), *overrides], timeout=60)
     assert result.returncode == 2, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert len(lines) == 1 and expected in lines[0], result.stderr
     assert "Traceback" not in result.stderr
+    assert "did you forget a return statement" not in result.stderr  # said once, by us
 
 
 @pytest.mark.parametrize(
