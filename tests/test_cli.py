@@ -140,6 +140,48 @@ def test_drq_agent_values_are_refused_by_both_entry_points(tmp_path, script, con
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize(
+    ("script", "config", "override", "expected"),
+    [
+        # Both failed only after the launch before (the camera: a traceback in every actor;
+        # the image: the agent acted on empty features and never learned).
+        (
+            "projects/drq_v2/lp_main.py",
+            "configs/reacher_hard_distributed.py",
+            "env.camera_id=7",
+            "env.camera_id must be below 2 (reacher hard has 2 fixed cameras, 0-1), got 7; "
+            "e.g. --config.env.camera_id=0",
+        ),
+        (
+            "projects/drq_v2/main.py",
+            "configs/reacher_hard.py",
+            "env.image_size=8",
+            "env.image_size must be at least 15 for agent.encoder_num_layers=4 3x3 convs (the "
+            "first of stride 2), got 8; e.g. --config.env.image_size=84",
+        ),
+        (
+            "projects/drq_v2/lp_main.py",
+            "configs/reacher_hard_distributed.py",
+            "agent.encoder_num_layers=50",
+            "env.image_size must be at least 199 for agent.encoder_num_layers=50",
+        ),
+    ],
+)
+def test_a_task_the_drq_agent_cannot_see_is_refused_before_the_launch(
+    tmp_path, script, config, override, expected
+):
+    result = run_entry_point(
+        script,
+        ["--config", config, "--workdir", str(tmp_path / "run"), f"--config.{override}"],
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and expected in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
 # Run an entry point in this interpreter, then list the heavy libraries it had imported.
 _HEAVY_AFTER_REFUSAL = """
 import runpy, sys

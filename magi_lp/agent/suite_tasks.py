@@ -1,4 +1,5 @@
-"""The one check of a dm_control suite task named by `config.env.domain` / `config.env.task`.
+"""The one check of a dm_control suite task named by `config.env.domain` / `config.env.task`
+(and, for agents that render it, `config.env.camera_id`).
 
 Agent projects on the suite (DrQ-v2, TD3) call it from their config check, which both entry
 points run before any process starts; their environments then trust the names. dm_control
@@ -7,7 +8,7 @@ is imported on the call (about a second), so only a run that passed every other 
 
 from __future__ import annotations
 
-from magi_lp.config_schema import did_you_mean, fact_refusal
+from magi_lp.config_schema import did_you_mean, fact_refusal, refusal
 from magi_lp.errors import ConfigError
 
 
@@ -33,5 +34,22 @@ def check_suite_task(domain: str, task: str) -> None:
                 f"env.task={task!r} is not a dm_control suite task of domain {domain!r}",
                 f"its tasks are {', '.join(tasks)}",
                 did_you_mean(task, tasks, prefix="--config.env.task=", otherwise=example),
+            )
+        )
+
+
+def check_suite_camera(domain: str, task: str, camera_id: int) -> None:
+    """Refuses a camera the task's model does not have (renderers fail on it in every actor
+    after the launch). Loads the task: about 0.1 s after `check_suite_task`."""
+    from dm_control import suite
+
+    cameras = suite.load(domain, task).physics.model.ncam
+    if camera_id >= cameras:
+        raise ConfigError(
+            refusal(
+                "env.camera_id",
+                f"below {cameras} ({domain} {task} has {cameras} fixed cameras, 0-{cameras - 1})",
+                camera_id,
+                "e.g. --config.env.camera_id=0",
             )
         )

@@ -19,8 +19,9 @@ import dataclasses
 import ml_collections
 
 from magi_lp import ReplaySchedule
-from magi_lp.agent.suite_tasks import check_suite_task
-from magi_lp.config_schema import as_config, check, check_project_sections, in_range
+from magi_lp.agent.suite_tasks import check_suite_camera, check_suite_task
+from magi_lp.config_schema import as_config, check, check_project_sections, in_range, refusal
+from magi_lp.errors import ConfigError
 
 # Task -> difficulty group, as in the official `cfgs/task/*.yaml`. The group fixes the
 # exploration-noise schedule length and the training length.
@@ -253,4 +254,40 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     """
     sections = {"agent": DrQSettings, "env": DrQEnvSettings}
     check_project_sections(config, sections, defaults_module=__name__)
+    _check_image_fits_the_encoder(config)
     check_suite_task(config.env.domain, config.env.task)
+    check_suite_camera(config.env.domain, config.env.task, config.env.camera_id)
+
+
+def encoder_output_side(
+    image_size: int, num_layers: int, kernel_size: int, first_stride: int
+) -> int:
+    """Side of the encoder's output for a square image: VALID convs, the first one strided
+    (0 or less: the image is too small for it)."""
+    side = image_size
+    for layer in range(num_layers):
+        side = (side - kernel_size) // (first_stride if layer == 0 else 1) + 1
+    return side
+
+
+def _check_image_fits_the_encoder(config: ml_collections.ConfigDict) -> None:
+    """Refuses an image the encoder's convs reduce to nothing: the agent would act on empty
+    features (its returns stay at a random policy's), not fail."""
+    agent = config.agent
+    layers = (
+        agent.encoder_num_layers,
+        agent.encoder_kernel_size,
+        agent.encoder_first_stride,
+    )
+    if encoder_output_side(config.env.image_size, *layers) >= 1:
+        return
+    smallest = next(size for size in range(1, 100_000) if encoder_output_side(size, *layers) >= 1)
+    raise ConfigError(
+        refusal(
+            "env.image_size",
+            f"at least {smallest} for agent.encoder_num_layers={layers[0]} "
+            f"{layers[1]}x{layers[1]} convs (the first of stride {layers[2]})",
+            config.env.image_size,
+            f"e.g. --config.env.image_size={max(smallest, 84)}, or fewer encoder layers",
+        )
+    )

@@ -22,6 +22,7 @@ import ml_collections
 import numpy as np
 
 from magi_lp.agent.pure_functions import pure_functions
+from projects.drq_v2.config import encoder_output_side
 
 if TYPE_CHECKING:  # dm_env is not needed to build the networks (e.g. on a bare GPU box)
     from dm_env import specs
@@ -54,12 +55,8 @@ def _mlp(hidden_dim: int, output_dim: int, name: str) -> hk.nets.MLP:
 
 def encoder_repr_dim(image_size: tuple[int, int], config: ml_collections.ConfigDict) -> int:
     """Flattened encoder output size for an image of (height, width), VALID 3x3 convs."""
-    height, width = image_size
-    k = config.encoder_kernel_size
-    for layer in range(config.encoder_num_layers):
-        stride = config.encoder_first_stride if layer == 0 else 1
-        height = (height - k) // stride + 1
-        width = (width - k) // stride + 1
+    layers = (config.encoder_num_layers, config.encoder_kernel_size, config.encoder_first_stride)
+    height, width = (encoder_output_side(side, *layers) for side in image_size)
     if height <= 0 or width <= 0:
         raise ValueError(f"image {image_size} is too small for the encoder")
     return config.encoder_channels * height * width
