@@ -257,6 +257,7 @@ def _run_distributed(
         return _run_on_hosts(make_experiment, config, workdir, name)
     if not _DRY_RUN.value:
         engine.require_stack()  # before planning: the plan of an engine that cannot run here
+    engine.check_colocation(bool(config.colocate_learner_and_replay))
     check_isolation_allows_logging(config)
     from magi_lp.launch import isolation
     from magi_lp.runtime.loggers import LoggerFactory
@@ -291,6 +292,7 @@ def _run_distributed(
 
     joined = engine.cluster_address()
     if joined:
+        engine.check_cluster()
         # The nodes run on that cluster's machines: this process's namespace is not theirs.
         notices.append(
             f"notice: {engine.name} joins the cluster at {joined} ({engine.cluster_var}); "

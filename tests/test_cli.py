@@ -360,3 +360,30 @@ def test_a_ctrl_c_inside_a_ctypes_call_counts_as_an_interrupt():
     assert _interrupted(errors["Interrupted"])
     assert not _interrupted(errors["Refused"])  # a real ctypes error still shows
     assert not _interrupted(ValueError("KeyboardInterrupt"))
+
+
+def test_a_cluster_address_where_nothing_answers_is_refused_in_one_line(monkeypatch):
+    import socket
+
+    from magi_lp.engines import ENGINES
+    from magi_lp.errors import ConfigError
+
+    ray = ENGINES["ray"]
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}", "auto", "local"):
+            monkeypatch.setenv("RAY_ADDRESS", address)
+            ray.check_cluster()  # answers, or Ray resolves it itself
+    # The port is closed now: Ray's client would retry for minutes.
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
+    with pytest.raises(ConfigError) as refused:
+        ray.check_cluster()
+    assert str(refused.value).startswith(
+        f"RAY_ADDRESS=127.0.0.1:{port}: nothing answers at 127.0.0.1:{port} (Connection refused)"
+        "; start the cluster there first, or unset RAY_ADDRESS"
+    )
+    monkeypatch.setenv("RAY_ADDRESS", "headnode")
+    with pytest.raises(ConfigError, match="RAY_ADDRESS=headnode: it is not host:port"):
+        ray.check_cluster()

@@ -48,7 +48,9 @@ SLACK = 2 * DISTRIBUTED_COUNT_EVERY
 class Run:
     """`python <entry point> --launcher ray ...` in its own session, HOME and marker."""
 
-    def __init__(self, tmp_path: Path, argv: list[str], name: str = "run"):
+    def __init__(
+        self, tmp_path: Path, argv: list[str], name: str = "run", ray_address: str | None = None
+    ):
         self.workdir = tmp_path / "workdir"
         self.home = tmp_path / "home"
         self.home.mkdir(exist_ok=True)
@@ -56,6 +58,8 @@ class Run:
         self.mark = uuid.uuid4().hex
         env = dict(os.environ, HOME=str(self.home), PYTHONUNBUFFERED="1", **{MARK_VAR: self.mark})
         env.pop("RAY_ADDRESS", None)
+        if ray_address is not None:
+            env["RAY_ADDRESS"] = ray_address
         env.setdefault("MUJOCO_GL", "egl")
         script, *flags = argv
         with open(self.log, "w") as out:
@@ -295,14 +299,20 @@ def test_drq_v2_on_ray_trains_to_its_limit_resumes_and_stops_on_ctrl_c_and_a_kil
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(
-    ("flag", "says"),
+    ("flag", "address", "says"),
     [
-        ("--config.colocate_learner_and_replay=True", "colocate_learner_and_replay must be False"),
-        ("--config.num_actors=0", "num_actors"),
+        (
+            "--config.colocate_learner_and_replay=True",
+            None,
+            "colocate_learner_and_replay must be False",
+        ),
+        ("--config.num_actors=0", None, "num_actors"),
+        # Ray's client retried this for minutes, with the workdir already made.
+        ("--config.seed=1", "127.0.0.1:1", "RAY_ADDRESS=127.0.0.1:1: nothing answers at"),
     ],
 )
-def test_bad_input_is_refused_before_ray_starts(tmp_path, flag, says):
-    run = Run(tmp_path, [*TD3, flag])
+def test_bad_input_is_refused_before_ray_starts(tmp_path, flag, address, says):
+    run = Run(tmp_path, [*TD3, flag], ray_address=address)
     code = run.wait(240)
     output = run.output()
     assert code == 2, output[-3000:]
@@ -310,6 +320,7 @@ def test_bad_input_is_refused_before_ray_starts(tmp_path, flag, says):
     assert len(errors) == 1 and says in errors[0], output[-3000:]
     assert "Traceback" not in output
     assert "started" not in output and "Ray" not in output.replace("--launcher ray", "")
+    assert not run.workdir.exists(), "a refused run made its workdir"
     run.assert_clean()
 
 

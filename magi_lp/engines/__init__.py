@@ -13,10 +13,11 @@ import dataclasses
 import importlib
 import importlib.util
 import os
+import socket
 import sys
 from types import ModuleType
 
-from magi_lp.config_schema import fact_refusal
+from magi_lp.config_schema import fact_refusal, refusal
 from magi_lp.errors import ConfigError
 
 
@@ -33,6 +34,8 @@ class Engine:
       several_hosts: it runs the program on the hosts of `config.hosts`.
       cluster_var: the environment variable that names a running cluster to join instead of
         starting one on this machine (Ray's `RAY_ADDRESS`), if the engine can.
+      colocates: it can run the replay inside the learner's process
+        (`colocate_learner_and_replay`).
     """
 
     name: str
@@ -42,10 +45,48 @@ class Engine:
     needs: tuple[str, ...]
     several_hosts: bool = False
     cluster_var: str | None = None
+    colocates: bool = True
+
+    def check_colocation(self, colocate_learner_and_replay: bool) -> None:
+        """Refuses `colocate_learner_and_replay` on an engine that cannot colocate."""
+        if colocate_learner_and_replay and not self.colocates:
+            raise ConfigError(
+                refusal(
+                    "colocate_learner_and_replay",
+                    f"False with --launcher {self.name} (the replay is a node of its own there)",
+                    True,
+                    "--config.colocate_learner_and_replay=False",
+                )
+            )
 
     def cluster_address(self) -> str | None:
         """The running cluster this launch joins (None: the engine starts its own)."""
         return os.environ.get(self.cluster_var) or None if self.cluster_var else None
+
+    def check_cluster(self, timeout_s: float = 5.0) -> None:
+        """Refuses a cluster address (`cluster_var`) where nothing answers, in one line, before
+        the launch: Ray's own client retries for minutes. Names Ray resolves itself (`auto`,
+        `local`) are left to it."""
+        address = self.cluster_address()
+        if not address or address in ("auto", "local"):
+            return
+        what = f"{self.cluster_var}={address}"
+        fix = (
+            f"start the cluster there first, or unset {self.cluster_var} to start "
+            f"{self.name} on this machine"
+        )
+        host, _, port = address.split("://", 1)[-1].rpartition(":")
+        if not host or not port.isdigit():
+            raise ConfigError(
+                fact_refusal(what, "it is not host:port (or auto)", f"e.g. 10.0.0.5:6379; {fix}")
+            )
+        try:
+            socket.create_connection((host, int(port)), timeout=timeout_s).close()
+        except OSError as error:
+            reason = error.strerror or type(error).__name__
+            raise ConfigError(
+                fact_refusal(what, f"nothing answers at {host}:{port} ({reason})", fix)
+            ) from None
 
     def missing(self) -> list[str]:
         """The modules it needs that are not installed here."""
@@ -98,6 +139,7 @@ ENGINES: dict[str, Engine] = {
             "served",
             ("ray",),
             cluster_var="RAY_ADDRESS",
+            colocates=False,
         ),
         Engine(
             "hosts",

@@ -273,7 +273,20 @@ def _start_ray(run_tmp: str, gpu_ids: tuple[int, ...], address: str | None) -> N
         "namespace": f"magi_lp_{secrets.token_hex(4)}",
     }
     if address:
-        ray.init(address=address, **options)
+        try:
+            ray.init(address=address, **options)
+        except ConnectionError as error:  # RAY_ADDRESS=auto with no cluster on this machine
+            from magi_lp.config_schema import fact_refusal
+            from magi_lp.errors import ConfigError
+
+            raise ConfigError(
+                fact_refusal(
+                    f"RAY_ADDRESS={address}",
+                    str(error).split(". ", 1)[0],
+                    "start the cluster first (ray start --head), or unset RAY_ADDRESS to start "
+                    "Ray for this run alone",
+                )
+            ) from None
         return
     # A token made for this run, in the environment Ray's processes inherit: token
     # authentication without ~/.ray/auth_token.
@@ -517,19 +530,11 @@ def _probe(driver: _Driver, workdir: Path) -> Any:
 
 
 def check(graph: ProgramGraph) -> None:
-    """Refuses what this engine cannot run, before Ray starts."""
-    from magi_lp.config_schema import refusal
-    from magi_lp.errors import ConfigError
+    """Refuses what this engine cannot run, before Ray starts (the entry point has checked
+    the config already; this is for a graph built otherwise)."""
+    from magi_lp.engines import ENGINES
 
-    if any(spec.colocate_with is not None for spec in graph.nodes):
-        raise ConfigError(
-            refusal(
-                "colocate_learner_and_replay",
-                "False with --launcher ray (the replay is a node of its own there)",
-                True,
-                "--config.colocate_learner_and_replay=False",
-            )
-        )
+    ENGINES["ray"].check_colocation(any(spec.colocate_with is not None for spec in graph.nodes))
 
 
 def run(launch: Launch) -> int:
