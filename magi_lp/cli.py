@@ -504,6 +504,8 @@ def _not_a_config_warning(record: Any) -> bool:
 
 def _flag_error(argv: list[str], error: Exception) -> str:
     """The one line for an exception absl's flag parsing raised."""
+    if _raised_by_the_toolkit(error):
+        raise error  # a bug of ours, called from the file: it keeps its traceback
     where = _line_in_config_file(argv, error)
     if where is not None and not isinstance(error, (flags.Error, SyntaxError)):
         # The file itself failed while it loaded (an import, a name, a lookup at module
@@ -536,6 +538,19 @@ def _flag_error(argv: list[str], error: Exception) -> str:
         f"--config {_config_arg(argv)}: reading the config raised {type(error).__name__}: "
         f"{_one_line(error)}; fix the file, or pick one from configs/"
     )
+
+
+def _raised_by_the_toolkit(error: BaseException) -> bool:
+    """Whether `error` (no ConfigError) was raised inside magi_lp's own code, by its
+    traceback, or by the traceback text ml_collections puts in the TypeError or ValueError
+    it re-raises."""
+    if isinstance(error, ConfigError) or "ConfigError: " in str(error):
+        return False
+    files = [frame.filename for frame in traceback.extract_tb(error.__traceback__)]
+    if "Error whilst parsing config file" in str(error):
+        files = re.findall(r'File "([^"]+)", line \d+', str(error))
+    toolkit = Path(__file__).resolve().parent
+    return bool(files) and Path(files[-1]).resolve().is_relative_to(toolkit)
 
 
 def _one_line(error: BaseException) -> str:

@@ -123,6 +123,37 @@ def test_config_file_problems_get_one_line(tmp_path, body, overrides, expected):
 
 
 @pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("num_actors=0", "num_actors must be an integer >= 1, got 0; e.g. --config.num_actors=1"),
+        # inf took no checkpoint before the stop
+        ("checkpoint.every_minutes=inf", "e.g. --config.checkpoint.every_minutes=10.0"),
+        ("replay.queue_steps=0", "e.g. --config.replay.queue_steps=500 (the default)"),
+        ("logging.time_delta=-1", "e.g. --config.logging.time_delta=1.0 (the default)"),
+        ("evaluation.episodes=0", "e.g. --config.evaluation.episodes=5 (the default)"),
+        ("isolation=maybe", "e.g. --config.isolation='auto' (the default)"),
+    ],
+)
+def test_a_refused_toolkit_key_comes_with_its_default_as_the_fix(tmp_path, override, expected):
+    args = ["--config", CONFIG, "--workdir", str(tmp_path / "run"), f"--config.{override}"]
+    result = run_entry_point(SCRIPT, args, timeout=60)
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and expected in lines[0], result.stderr
+
+
+@pytest.mark.parametrize("where", ["x = ", "def get_config():\n    return "])
+def test_a_toolkit_bug_met_while_a_config_file_loads_keeps_its_traceback(tmp_path, where):
+    # Not the file's mistake: one line saying "fix the file" would hide where the bug is.
+    config = tmp_path / "my_config.py"
+    body = "from magi_lp.config_schema import is_one_of\n" + where + "is_one_of(1, None)\n"
+    config.write_text(body + ("" if "get_config" in where else GET_CONFIG))
+    result = run_entry_point(SCRIPT, ["--config", str(config)], timeout=60)
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" in result.stderr and "magi_lp/config_schema.py" in result.stderr
+
+
+@pytest.mark.parametrize(
     ("script", "config", "expected"),
     [
         ("projects/drq_v2/lp_main.py", "configs/reacher_hard_distributed.py", "hidden_dim"),

@@ -231,7 +231,13 @@ def _config(**machines: dict):
         (lambda c: c.hosts.update({"base_prot": 1}), "hosts.base_prot is not a known config key:"),
         (
             lambda c: c.hosts.update({"base_port": 80}),
-            "hosts.base_port must be a port in 1024-65535",
+            "hosts.base_port must be a port in 1024-65535, got 80; "
+            "e.g. --config.hosts.base_port=27000 (the default)",
+        ),
+        (
+            lambda c: c.hosts.update({"poll_seconds": float("nan")}),
+            "hosts.poll_seconds must be a number > 0, got nan; "
+            "e.g. --config.hosts.poll_seconds=0.5 (the default)",
         ),
         (
             lambda c: setattr(c.hosts.machines, "main", ConfigDict({**machine(), "gpus": "2"})),
@@ -247,7 +253,8 @@ def _config(**machines: dict):
         ),
         (
             lambda c: c.hosts.kubernetes.update({"image_pull_policy": "always"}),
-            "hosts.kubernetes.image_pull_policy must be Always or IfNotPresent or Never",
+            "hosts.kubernetes.image_pull_policy must be Always or IfNotPresent or Never, got "
+            "'always'; e.g. --config.hosts.kubernetes.image_pull_policy='IfNotPresent'",
         ),
         (
             lambda c: c.hosts.update({"heartbeat_timeout_seconds": 1.0}),

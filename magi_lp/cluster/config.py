@@ -23,7 +23,7 @@ from magi_lp.config_schema import (
     check,
     did_you_mean,
     fact_refusal,
-    fail_unless,
+    in_range,
     refusal,
     typed_section,
     unknown_key,
@@ -57,19 +57,13 @@ class HostsSettings:
             "heartbeat_timeout_seconds",
             "start_timeout_seconds",
         ):
-            value = getattr(self, key)
-            fail_unless(value > 0, f"hosts.{key}", "> 0 seconds", value)
-        fail_unless(
-            1024 <= self.base_port <= 65535,
-            "hosts.base_port",
-            "a port in 1024-65535",
-            self.base_port,
-        )
-        fail_unless(
+            in_range(self, key, above=0)
+        check(self, "base_port", 1024 <= self.base_port <= 65535, "a port in 1024-65535")
+        check(
+            self,
+            "heartbeat_timeout_seconds",
             self.heartbeat_timeout_seconds > 4 * self.poll_seconds,
-            "hosts.heartbeat_timeout_seconds",
             f"more than 4 x hosts.poll_seconds ({4 * self.poll_seconds:g})",
-            self.heartbeat_timeout_seconds,
         )
 
 
@@ -124,12 +118,7 @@ class KubernetesSettings:
 
     def __post_init__(self) -> None:
         policies = ("Always", "IfNotPresent", "Never")
-        fail_unless(
-            self.image_pull_policy in policies,
-            "hosts.kubernetes.image_pull_policy",
-            " or ".join(policies),
-            self.image_pull_policy,
-        )
+        check(self, "image_pull_policy", self.image_pull_policy in policies, " or ".join(policies))
 
 
 def machine(**settings: Any) -> ml_collections.ConfigDict:
@@ -190,7 +179,7 @@ def validate_hosts_config(config: ml_collections.ConfigDict) -> HostsSettings:
                 )
             )
     top = {key: hosts[key] for key in hosts if key not in _HOSTS_SECTIONS}
-    settings = typed_section(HostsSettings, top, "hosts.")
+    settings = typed_section(HostsSettings, top, "hosts.", suggest_defaults=True)
     for name in hosts.machines:
         typed_section(MachineSettings, hosts.machines[name], f"hosts.machines.{name}.")
     for group in hosts.place:
@@ -205,8 +194,8 @@ def validate_hosts_config(config: ml_collections.ConfigDict) -> HostsSettings:
                     "name the hosts that run the group",
                 )
             )
-    typed_section(SlurmSettings, hosts.slurm, "hosts.slurm.")
-    typed_section(KubernetesSettings, hosts.kubernetes, "hosts.kubernetes.")
+    typed_section(SlurmSettings, hosts.slurm, "hosts.slurm.", suggest_defaults=True)
+    typed_section(KubernetesSettings, hosts.kubernetes, "hosts.kubernetes.", suggest_defaults=True)
     return settings
 
 

@@ -11,6 +11,7 @@ before any process starts with the key's full name and what would be accepted.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -19,8 +20,10 @@ import ml_collections
 
 from magi_lp.config_schema import (
     EXPERIMENT_DEFAULTS,
+    check,
     fact_refusal,
     fail_unless,
+    in_range,
     typed_section,
     unknown_key,
 )
@@ -51,21 +54,20 @@ class RunSettings:
     isolation: str = "auto"  # node RPC ports in a loopback-only namespace: auto/required/off
 
     def __post_init__(self) -> None:
-        fail_unless(self.seed >= 0, "seed", "an integer >= 0", self.seed)
         for key, minimum in (
+            ("seed", 0),
             ("max_actor_steps", 1),
             ("num_actors", 1),
             ("envs_per_actor", 1),
             ("num_evaluators", 0),
             ("variable_update_period", 1),
         ):
-            value = getattr(self, key)
-            fail_unless(value >= minimum, key, f"an integer >= {minimum}", value)
-        fail_unless(
-            self.isolation in ISOLATION_MODES,
+            in_range(self, key, minimum=minimum)
+        check(
+            self,
             "isolation",
+            self.isolation in ISOLATION_MODES,
             " or ".join(repr(m) for m in ISOLATION_MODES),
-            self.isolation,
         )
 
 
@@ -79,7 +81,7 @@ class CheckpointSettings:
     replay: bool = False  # device store: save it with each learner checkpoint, restore it too
 
     def __post_init__(self) -> None:
-        fail_unless(self.every_minutes > 0, "checkpoint.every_minutes", "> 0", self.every_minutes)
+        in_range(self, "every_minutes", above=0)
 
 
 REPLAY_STORES = ("auto", *FRAME_STORES)
@@ -101,13 +103,8 @@ class ReplaySettings:
     queue_steps: int = 500  # device store: steps in flight from actors to the learner
 
     def __post_init__(self) -> None:
-        fail_unless(
-            self.store in REPLAY_STORES,
-            "replay.store",
-            " or ".join(repr(s) for s in REPLAY_STORES),
-            self.store,
-        )
-        fail_unless(self.queue_steps >= 1, "replay.queue_steps", ">= 1", self.queue_steps)
+        check(self, "store", self.store in REPLAY_STORES, " or ".join(map(repr, REPLAY_STORES)))
+        in_range(self, "queue_steps", minimum=1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,8 +116,7 @@ class EvaluationSettings:
 
     def __post_init__(self) -> None:
         for key in ("episodes", "every_actor_steps"):
-            value = getattr(self, key)
-            fail_unless(value >= 1, f"evaluation.{key}", "an integer >= 1", value)
+            in_range(self, key, minimum=1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,7 +132,14 @@ class LoggingSettings:
     time_delta: float = 1.0
 
     def __post_init__(self) -> None:
-        fail_unless(self.time_delta >= 0, "logging.time_delta", ">= 0 seconds", self.time_delta)
+        # Said as `logging.time_delta` for the LoggerFactory made from this section too.
+        fail_unless(
+            math.isfinite(self.time_delta) and self.time_delta >= 0,
+            "logging.time_delta",
+            "a number of seconds >= 0",
+            self.time_delta,
+            "e.g. --config.logging.time_delta=1.0 (the default); 0 keeps every row",
+        )
 
 
 STOP_TIERS: dict[str, int] = {
@@ -250,12 +253,13 @@ def validate_experiment_config(config: ml_collections.ConfigDict) -> RunSettings
                 fact_refusal(f"{section} is missing", "", f"start from {EXPERIMENT_DEFAULTS}")
             )
     top = {key: config[key] for key in config if key not in (*_SECTIONS, *_OPTIONAL_SECTIONS)}
-    settings = typed_section(RunSettings, top, "")
-    typed_section(CheckpointSettings, config.checkpoint, "checkpoint.")
-    typed_section(ReplaySettings, config.replay, "replay.")
-    typed_section(EvaluationSettings, config.evaluation, "evaluation.")
-    typed_section(LoggingSettings, config.logging, "logging.")
-    typed_section(DebugSettings, config.debug, "debug.")
+    # Each refused value's line ends with its default as a flag, as the agents' sections do.
+    settings = typed_section(RunSettings, top, "", suggest_defaults=True)
+    typed_section(CheckpointSettings, config.checkpoint, "checkpoint.", suggest_defaults=True)
+    typed_section(ReplaySettings, config.replay, "replay.", suggest_defaults=True)
+    typed_section(EvaluationSettings, config.evaluation, "evaluation.", suggest_defaults=True)
+    typed_section(LoggingSettings, config.logging, "logging.", suggest_defaults=True)
+    typed_section(DebugSettings, config.debug, "debug.", suggest_defaults=True)
     for group in config.resources:
         if group not in NODE_GROUPS:
             raise unknown_key("resources.", group, NODE_GROUPS)

@@ -18,10 +18,9 @@ import dataclasses
 
 import ml_collections
 
-from magi_lp import ReplaySchedule
+from magi_lp import ConfigError, ReplaySchedule
 from magi_lp.agent.suite_tasks import check_suite_camera, check_suite_task
 from magi_lp.config_schema import as_config, check, check_project_sections, in_range, refusal
-from magi_lp.errors import ConfigError
 
 # Task -> difficulty group, as in the official `cfgs/task/*.yaml`. The group fixes the
 # exploration-noise schedule length and the training length.
