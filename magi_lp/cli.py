@@ -21,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import inspect
+import math
 import os
 import re
 import shlex
@@ -85,6 +86,12 @@ _STATUS_EVERY = flags.DEFINE_float(
     "terminal the status table refreshes every few seconds.",
 )
 
+flags.register_validator(
+    "status_every",
+    lambda seconds: math.isfinite(seconds) and seconds > 0,
+    message="must be a number of seconds > 0; e.g. --status_every=30 (the default)",
+)
+
 MakeExperiment = Callable[..., Any]
 ValidateConfig = Callable[[Any], None]
 
@@ -146,14 +153,39 @@ def _checked_inputs(
         ) from None
     if validate_config is not None:
         validate_config(config)
+    if _WORKDIR.value is not None and not _WORKDIR.value.strip():
+        raise ConfigError(
+            fact_refusal("--workdir is empty", "", f"name a folder, or leave it out ({_RUNS})")
+        )
     workdir = Path(_WORKDIR.value or Path("runs") / default_workdir_name).absolute()
+    _check_workdir_can_be_made(workdir)
+    return config, workdir
+
+
+_RUNS = "runs/<config name> is the default"
+
+
+def _check_workdir_can_be_made(workdir: Path) -> None:
+    """Refuses a workdir that is a file, or under one, or in a folder this user cannot
+    write, before anything starts (it is made only once the run is about to start)."""
     if workdir.exists() and not workdir.is_dir():
         raise ConfigError(
             fact_refusal(
                 f"--workdir {workdir}", "it exists and is not a folder", "pick another path"
             )
         )
-    return config, workdir
+    existing = next(folder for folder in (workdir, *workdir.parents) if folder.exists())
+    if not existing.is_dir():
+        facts = f"{existing} is a file, not a folder"
+    elif existing != workdir and not os.access(existing, os.W_OK | os.X_OK):
+        facts = f"{existing} is not writable by this user"
+    else:
+        return
+    raise ConfigError(
+        fact_refusal(
+            f"--workdir {workdir} cannot be created", facts, "pick a path you can write to"
+        )
+    )
 
 
 def _require_a_config(spec: str, config: Any) -> None:

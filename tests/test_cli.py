@@ -36,7 +36,15 @@ SCRIPT = "projects/td3/lp_main.py"
         ),
         (["--config", CONFIG, "--config.env.no_such_key=1"], "env has no key 'no_such_key'"),
         (["--config", CONFIG, "--workdir", "/etc/hostname"], "--workdir"),
+        # Found only after the isolated re-run and the heavy imports before.
+        (
+            ["--config", CONFIG, "--workdir", "/etc/hostname/run"],
+            "--workdir /etc/hostname/run cannot be created: /etc/hostname is a file",
+        ),
+        (["--config", CONFIG, "--workdir", ""], "--workdir is empty; name a folder"),
         (["--config", CONFIG, "--no_such_flag"], "no_such_flag"),
+        # nan turned the status lines off; a negative number was taken as it came
+        (["--config", CONFIG, "--status_every=nan"], "--status_every=nan: must be a number"),
         (["--config", "configs/reacher_hard.py:foo"], "'foo' is not a mode"),
         # The agent's own checks (ISSUE 11: these crashed or misled the learner after start).
         (["--config", CONFIG, "--config.agent.batch_size=0"], "agent.batch_size must be"),
@@ -75,7 +83,7 @@ def test_bad_input_gets_one_clear_line(args, expected, tmp_path):
     lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert len(lines) == 1, result.stderr
     assert expected in lines[0]
-    assert "Traceback" not in result.stderr
+    assert "Traceback" not in result.stderr and "isolated" not in result.stderr
     assert not (tmp_path / "run").exists(), "a refused run created its workdir"
     assert not marked_processes(mark)
 

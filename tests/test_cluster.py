@@ -260,6 +260,29 @@ def _config(**machines: dict):
             lambda c: c.hosts.update({"heartbeat_timeout_seconds": 1.0}),
             "hosts.heartbeat_timeout_seconds must be more than 4 x hosts.poll_seconds",
         ),
+        # Each rendered into the job's files as given before: "#SBATCH --time=forever" failed
+        # at sbatch, "#SBATCH garbage" was a comment sbatch ignored, a bad namespace failed at
+        # kubectl, and "nodeSelector: {garbage: ''}" left the pods pending for good.
+        (
+            lambda c: c.hosts.slurm.update({"time": "forever"}),
+            "hosts.slurm.time must be a SLURM time (minutes, HH:MM:SS, D-HH:MM:SS, UNLIMITED)",
+        ),
+        (
+            lambda c: c.hosts.slurm.update({"extra_sbatch": "--mem=0;garbage"}),
+            "hosts.slurm.extra_sbatch must be sbatch options separated by ';', each starting",
+        ),
+        (
+            lambda c: c.hosts.slurm.update({"partition": "gpu;rm -rf"}),
+            "hosts.slurm.partition must be a name (no spaces, ';' or '#')",
+        ),
+        (
+            lambda c: c.hosts.kubernetes.update({"namespace": "Bad_NS"}),
+            "hosts.kubernetes.namespace must be a Kubernetes namespace name",
+        ),
+        (
+            lambda c: c.hosts.machines.main.update({"node_selector": "gpu"}),
+            "hosts.machines.main.node_selector must be node labels as key=value",
+        ),
     ],
 )
 def test_bad_hosts_keys_are_refused_by_name(change, message):
@@ -684,3 +707,35 @@ def test_a_dead_node_is_reported_by_name_and_stops_the_program(tmp_path):
     assert "magi_lp host h1: node coordinator/0 failed: exit code 1" in result.stderr
     assert "node worker/0 exits with code 0" in (logs / "worker/0").read_text()
     assert "node server/0 exits with code 0" in (logs / "server/0").read_text()
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("slurm.time", "90"),
+        ("slurm.time", "1-12:00:00"),
+        ("slurm.time", "UNLIMITED"),
+        ("slurm.extra_sbatch", "--mem=0; --mail-type=END"),
+        ("slurm.partition", "gpu,debug"),
+        ("kubernetes.namespace", "team-a"),
+        ("machines.main.node_selector", "gpu=h100, zone=a"),
+    ],
+)
+def test_good_job_settings_pass(key, value):
+    config = _config(main={"address": "10.0.0.2"})
+    section, _, name = key.rpartition(".")
+    node = config.hosts
+    for part in section.split("."):
+        node = node[part]
+    node[name] = value
+    validate_hosts_config(config)
+
+
+def test_the_golden_command_refuses_a_root_without_the_project(tmp_path, capsys):
+    from magi_lp.cluster.main import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--golden", "--root", str(tmp_path)])
+    assert stop.value.code == 2
+    assert "no configs/cluster_example.py there; pass the project folder" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())

@@ -15,6 +15,7 @@ The core never reads it (a local launch ignores it); the entry point checks it w
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 import ml_collections
@@ -88,6 +89,14 @@ class MachineSettings:
             self.base_port == 0 or 1024 <= self.base_port <= 65535,
             "0 or a port in 1024-65535",
         )
+        labels = [label for label in self.node_selector.split(",") if label.strip()]
+        check(
+            self,
+            "node_selector",
+            all("=" in label and label.partition("=")[0].strip() for label in labels),
+            "node labels as key=value, comma-separated, or ''",
+            fix='e.g. machine(..., node_selector="gpu=h100,zone=a")',
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +111,32 @@ class SlurmSettings:
     setup: str = ""  # shell lines run before the nodes start, ';'-separated ("module load cuda")
     address_suffix: str = ""  # appended to SLURM node names to reach the private network ("-ib")
     submit: bool = True  # sbatch the prepared job (False, or no sbatch here: print the command)
+
+    def __post_init__(self) -> None:
+        # Each becomes a line of the sbatch script: a bad one fails at sbatch, or worse,
+        # becomes a comment sbatch ignores ("#SBATCH garbage").
+        for key in ("partition", "account", "qos"):
+            value = getattr(self, key)
+            check(self, key, not re.search(r"[\s;#]", value), "a name (no spaces, ';' or '#')")
+        check(
+            self,
+            "time",
+            bool(_SLURM_TIME.fullmatch(self.time)) or self.time in ("", "UNLIMITED", "INFINITE"),
+            "a SLURM time (minutes, HH:MM:SS, D-HH:MM:SS, UNLIMITED) or ''",
+            fix='e.g. --config.hosts.slurm.time="24:00:00"',
+        )
+        items = [item.strip() for item in self.extra_sbatch.split(";") if item.strip()]
+        check(
+            self,
+            "extra_sbatch",
+            all(item.startswith("-") for item in items),
+            "sbatch options separated by ';', each starting with '-'",
+            fix='e.g. --config.hosts.slurm.extra_sbatch="--mem=0;--mail-type=END"',
+        )
+
+
+_SLURM_TIME = re.compile(r"(\d+-)?\d+(:\d+){0,2}")
+"""sbatch --time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +154,16 @@ class KubernetesSettings:
     def __post_init__(self) -> None:
         policies = ("Always", "IfNotPresent", "Never")
         check(self, "image_pull_policy", self.image_pull_policy in policies, " or ".join(policies))
+        check(
+            self,
+            "namespace",
+            len(self.namespace) <= 63 and bool(_DNS_LABEL.fullmatch(self.namespace)),
+            "a Kubernetes namespace name (lower-case letters, digits and '-', at most 63)",
+            fix="e.g. --config.hosts.kubernetes.namespace=default",
+        )
+
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
 def machine(**settings: Any) -> ml_collections.ConfigDict:

@@ -474,6 +474,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.golden:
         parser.error("nothing to do; pass --golden")
     root = Path(args.root).absolute()
+    if not (root / GOLDEN_CONFIG).is_file():
+        parser.error(f"--root {args.root}: no {GOLDEN_CONFIG} there; pass the project folder")
     for relative, text in golden_files(root).items():
         path = root / GOLDEN_DIR / relative
         path.parent.mkdir(parents=True, exist_ok=True)
