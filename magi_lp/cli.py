@@ -38,7 +38,7 @@ from absl import logging as absl_logging
 from ml_collections import config_flags
 
 from magi_lp import console, engines
-from magi_lp.config_schema import did_you_mean, fact_refusal
+from magi_lp.config_schema import did_you_mean, fact_refusal, override_refusal
 from magi_lp.errors import ConfigError
 from magi_lp.launch import interrupts, run_folders
 from magi_lp.launch.node_lifetime import quiet_gym_notice
@@ -553,7 +553,7 @@ def _flag_error(argv: list[str], error: Exception) -> str:
             return str(cause).strip().splitlines()[-1].split("ConfigError: ", 1)[-1]
         if "Error whilst parsing config file" in str(error):
             return _get_config_error(str(error))
-        return f"{error}. See --helpfull."
+        return _unreadable_override(argv, str(error)) or f"{error}. See --helpfull."
     if isinstance(error, OSError):
         reason = error.__cause__ or str(error).splitlines()[-1].strip()
         return f"--config: cannot load the config file: {reason}"
@@ -583,6 +583,24 @@ def _raised_by_the_toolkit(error: BaseException) -> bool:
         files = re.findall(r'File "([^"]+)", line \d+', str(error))
     toolkit = Path(__file__).resolve().parent
     return bool(files) and Path(files[-1]).resolve().is_relative_to(toolkit)
+
+
+def _unreadable_override(argv: list[str], message: str) -> str | None:
+    """One refusal for `--config.<key>=<value>` the flag parser could not read as the key's
+    kind of value ("flag --config.num_actors=True: invalid literal for int()..."), saying
+    what the key takes and its value in the config; None where that cannot be told."""
+    match = re.match(r"flag --config\.([\w.]+)=(.*?): ", message)
+    spec = _config_arg(argv)
+    if not match or not spec:
+        return None
+    key, given = match.groups()
+    try:
+        node = _load_config_file(spec)
+        for part in key.split("."):
+            node = node[part]
+    except Exception:  # the file's or the key's own problem is said elsewhere
+        return None
+    return override_refusal(key, given, node)
 
 
 def _one_line(error: BaseException) -> str:

@@ -246,6 +246,29 @@ def _flag_value(value: Any) -> str:
     return repr(value)
 
 
+def override_refusal(key: str, given: str, current: Any) -> str:
+    """The refusal of `--config.<key>=<given>` that the flag parser could not read as the
+    kind of value `current` (the key's value in the config file) is: "<key> must be an
+    integer, got '1.5'; e.g. --config.<key>=100000 (the config file's value)"."""
+    import ml_collections
+
+    if isinstance(current, Mapping | ml_collections.ConfigDict):
+        inner = "device" if "device" in current else next(iter(current), "<key>")
+        return refusal(
+            key,
+            "a section, set one key at a time",
+            given,
+            f"e.g. --config.{key}.{inner}=... (its keys: {', '.join(current)})",
+        )
+    if isinstance(current, tuple | list):
+        words = "a list, e.g. (1,2) or (1,) (no spaces)"
+    else:
+        words = _TYPE_WORDS.get(type(current), f"a {type(current).__name__}")
+    return refusal(
+        key, words, given, f"e.g. --config.{key}={_flag_value(current)} (the config file's value)"
+    )
+
+
 def _default_fix(cls: type, name: str, key: str, suggest_defaults: bool) -> str:
     """A refusal's fix where none is more specific: the key's default as a flag, if asked for."""
     field = {f.name: f for f in dataclasses.fields(cls)}[name]

@@ -24,7 +24,21 @@ SCRIPT = "projects/td3/lp_main.py"
             ["--config", CONFIG, "--config.num_actor=3"],
             "no config key num_actor; did you mean num_actors?",
         ),
-        (["--config", CONFIG, "--config.num_actors=abc"], "--config.num_actors=abc"),
+        # What the flag parser cannot read as the key's kind: what it takes, and an example
+        # (before: "invalid literal for int() with base 10: 'abc'. See --helpfull.").
+        (
+            ["--config", CONFIG, "--config.num_actors=abc"],
+            "num_actors must be an integer, got 'abc'; e.g. --config.num_actors=1 (the config",
+        ),
+        (
+            ["--config", CONFIG, "--config.logging.csv=maybe"],
+            "logging.csv must be True or False, got 'maybe'; e.g. --config.logging.csv=True",
+        ),
+        (
+            ["--config", CONFIG, "--config.resources.learner=cpu"],
+            "resources.learner must be a section, set one key at a time, got 'cpu'; e.g. "
+            "--config.resources.learner.device=...",
+        ),
         (["--config", CONFIG, "--config.num_actors=0"], "num_actors must be an integer >= 1"),
         (["--config", CONFIG, "--config.isolation=maybe"], "isolation must be"),
         (["--config", CONFIG, "--config.resources.actor.cpu_threads=0"], "resources.actor"),
