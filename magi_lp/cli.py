@@ -49,6 +49,7 @@ from magi_lp.placement.jax_build import (
 )
 from magi_lp.placement.xla_flags import check_xla_flags
 from magi_lp.replay.plan import plan_replay_store
+from magi_lp.replay.stores import resolve_store
 from magi_lp.runtime.config import (
     capacity_warnings,
     check_isolation_allows_logging,
@@ -228,6 +229,18 @@ def _resource_notices(config: Any) -> list[str]:
     return notices
 
 
+def _replay_checkpoint_notices(config: Any, store: Any) -> list[str]:
+    """A `checkpoint.reverb` / `checkpoint.replay` that saves nothing in this run: the other
+    one saves its replay (`ReplayStore.saved_by`)."""
+    name = store.name if " " in store.name else f"the {store.name} store"
+    return [
+        f"checkpoint.{key}=True saves nothing in this run: its replay ({name}) is saved by "
+        f"checkpoint.{store.saved_by}=True"
+        for key in ("reverb", "replay")
+        if config.checkpoint.get(key, False) and key != store.saved_by
+    ]
+
+
 def _compilation_cache_settings(config: Any | None) -> dict[str, str]:
     """Where JAX_COMPILATION_CACHE_DIR is set: this environment, and (distributed) each
     group's `resources.<group>.env`."""
@@ -307,7 +320,15 @@ def _run_distributed(
     )
     # Each GPU node's memory from its compiled programs ('auto'), checked GPU by GPU.
     plan = size_gpu_memory(planning, plan, store)
-    notices = [f"notice: {n}" for n in (*plan.notices, *_resource_notices(config))]
+    replay = resolve_store(planning.builder, config, transport=engine.transport)
+    notices = [
+        f"notice: {n}"
+        for n in (
+            *plan.notices,
+            *_resource_notices(config),
+            *_replay_checkpoint_notices(config, replay),
+        )
+    ]
     cache = compilation_cache_warning(plan.jax_build, _compilation_cache_settings(config))
     warnings = (*capacity_warnings(config), *plan.warnings, *([cache] if cache else []))
     notices += [f"warning: {w}" for w in warnings]
@@ -436,11 +457,14 @@ def _run_single_process(
     cache = compilation_cache_warning(detect_jax_build(), _compilation_cache_settings(None))
     if cache:
         console.say(f"warning: {cache}")
-    store = plan_replay_store(
-        config, _make(make_experiment, config, workdir).builder, single_process=True
-    )
+    builder = _make(make_experiment, config, workdir).builder
+    store = plan_replay_store(config, builder, single_process=True)
     if store is not None:
         console.say(store.line)
+    for notice in _replay_checkpoint_notices(
+        config, resolve_store(builder, config, single_process=True)
+    ):
+        console.say(f"notice: {notice}")
     from magi_lp.runtime import single_process
     from magi_lp.runtime.loggers import LoggerFactory
 

@@ -272,6 +272,26 @@ def test_a_bad_agent_key_is_refused_once_before_any_heavy_import(tmp_path, scrip
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize(
+    ("flag", "notice"),
+    [
+        (
+            "checkpoint.replay=True",
+            "notice: checkpoint.replay=True saves nothing in this run: its replay (the agent's "
+            "own Reverb tables) is saved by checkpoint.reverb=True",
+        ),
+        ("checkpoint.reverb=True", None),  # what saves TD3's Reverb tables
+    ],
+)
+def test_a_replay_checkpoint_flag_that_saves_nothing_is_said(tmp_path, flag, notice):
+    # Taken silently before: the run went on without the replay it was asked to keep.
+    args = ["--config", CONFIG, "--workdir", str(tmp_path / "run"), "--dry_run", f"--config.{flag}"]
+    result = run_entry_point(SCRIPT, args, timeout=120)
+    assert result.returncode == 0, result.stderr
+    said = [line for line in result.stdout.splitlines() if "saves nothing" in line]
+    assert said == ([notice] if notice else []), result.stdout
+
+
 def test_dry_run_warns_about_cores_memory_and_ignored_gpus(tmp_path):
     result = run_entry_point(
         SCRIPT,

@@ -324,6 +324,29 @@ def test_bad_input_is_refused_before_ray_starts(tmp_path, flag, address, says):
     run.assert_clean()
 
 
+def test_a_reverb_checkpoint_on_ray_is_said_to_save_nothing(tmp_path):
+    # Ray's replay is served by the toolkit, not Reverb: the flag was taken silently before.
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / TD3[0]),
+            *TD3[1:],
+            *("--launcher", "ray", "--dry_run", f"--workdir={tmp_path / 'run'}"),
+            "--config.checkpoint.reverb=True",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert (
+        "notice: checkpoint.reverb=True saves nothing in this run: its replay (host "
+        "transitions) is saved by checkpoint.replay=True"
+    ) in result.stdout.splitlines(), result.stdout
+    assert not (tmp_path / "run").exists()
+
+
 def _toy_launch(tmp_path: Path):
     """A Launch of ray_toys' nodes (learner, 2 actors, coordinator) with a fake 2-GPU
     inventory (Ray's GPUs are logical here); each node reports into `tmp_path/reports`."""

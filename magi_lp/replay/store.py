@@ -134,6 +134,10 @@ class ReplayStore(abc.ABC):
     uses_reverb: bool = True
     """Whether a Reverb server holds (part of) it: the replay node, or one in-process."""
 
+    saved_by: str = "reverb"
+    """The `checkpoint.<key>` that saves its data: 'reverb' (the Reverb server's own
+    checkpoint) or 'replay' (the learner saves it beside its checkpoints)."""
+
     def __init__(
         self,
         builder: Any,

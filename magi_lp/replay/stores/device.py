@@ -74,6 +74,7 @@ class DeviceStore(ReplayStore):
     processes."""
 
     name = "device"
+    saved_by = "replay"
 
     @property
     def uses_reverb(self) -> bool:

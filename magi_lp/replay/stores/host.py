@@ -85,6 +85,7 @@ class HostTransitions(ReplayStore):
     name = "host transitions"
 
     uses_reverb = False
+    saved_by = "replay"
 
     def _seed(self) -> int:
         return int(self.config.get("seed", 0))
