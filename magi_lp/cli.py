@@ -27,6 +27,7 @@ import re
 import shlex
 import signal
 import sys
+import sysconfig
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -159,7 +160,12 @@ def _checked_inputs(
             fact_refusal("--workdir is empty", "", f"name a folder, or leave it out ({_RUNS})")
         )
     workdir = Path(_WORKDIR.value or Path("runs") / default_workdir_name).absolute()
-    _check_workdir_can_be_made(workdir)
+    if workdir.exists() and not workdir.is_dir():
+        raise ConfigError(
+            fact_refusal(
+                f"--workdir {workdir}", "it exists and is not a folder", "pick another path"
+            )
+        )
     return config, workdir
 
 
@@ -167,14 +173,10 @@ _RUNS = "runs/<config name> is the default"
 
 
 def _check_workdir_can_be_made(workdir: Path) -> None:
-    """Refuses a workdir that is a file, or under one, or in a folder this user cannot
-    write, before anything starts (it is made only once the run is about to start)."""
-    if workdir.exists() and not workdir.is_dir():
-        raise ConfigError(
-            fact_refusal(
-                f"--workdir {workdir}", "it exists and is not a folder", "pick another path"
-            )
-        )
+    """Refuses, before anything starts, a workdir of a run on this machine that would be
+    under a file or in a folder this user cannot write (it is made only once the run is
+    about to start). Not for a dry run or the hosts' engines: their workdir is written by
+    other machines, or not at all."""
     existing = next(folder for folder in (workdir, *workdir.parents) if folder.exists())
     if not existing.is_dir():
         facts = f"{existing} is a file, not a folder"
@@ -193,6 +195,9 @@ def _require_a_config(spec: str, config: Any) -> None:
     """Refuses what a config file's get_config() returned unless it is a ConfigDict (None:
     a forgotten return)."""
     if not isinstance(config, ml_collections.ConfigDict):
+        # ml_collections hands a file that failed with an OSError over as a placeholder that
+        # raises it when touched: let it, so that it is said as the OSError it is.
+        hasattr(config, "keys")
         raise ConfigError(
             fact_refusal(
                 f"--config {spec}: get_config() returned {type(config).__name__}",
@@ -302,6 +307,7 @@ def _run_distributed(
         return _run_on_hosts(make_experiment, config, workdir, name)
     if not _DRY_RUN.value:
         engine.require_stack()  # before planning: the plan of an engine that cannot run here
+        _check_workdir_can_be_made(workdir)
     engine.check_colocation(bool(config.colocate_learner_and_replay))
     check_isolation_allows_logging(config)
     from magi_lp.launch import isolation
@@ -449,6 +455,7 @@ def _run_single_process(
                 "drop them, or run lp_main.py",
             )
         )
+    _check_workdir_can_be_made(workdir)
     ignored = _ignored_by_single_process(config, sys.argv)
     if ignored:
         console.say(f"notice: {ignored}")
@@ -560,8 +567,8 @@ def _not_a_config_warning(record: Any) -> bool:
 
 def _flag_error(argv: list[str], error: Exception) -> str:
     """The one line for an exception absl's flag parsing raised."""
-    if _raised_by_the_toolkit(error):
-        raise error  # a bug of ours, called from the file: it keeps its traceback
+    if _raised_in_code_of_this_checkout(argv, error):
+        raise error  # a bug, met while the file ran: it keeps its traceback
     where = _line_in_config_file(argv, error)
     if where is not None and not isinstance(error, (flags.Error, SyntaxError)):
         # The file itself failed while it loaded (an import, a name, a lookup at module
@@ -571,10 +578,11 @@ def _flag_error(argv: list[str], error: Exception) -> str:
             f"{where}: {_one_line(error)}; fix the file, or pick one from configs/"
         )
     if isinstance(error, flags.Error):
-        cause = error.__cause__ or error.__context__
-        if isinstance(cause, ConfigError):  # raised by the config file's get_config
+        cause = _config_error_in(error)
+        if cause is not None:  # raised while the config file ran (a refusal, a checked value)
             # ml_collections re-raises it with the traceback as text; keep the last line.
-            return str(cause).strip().splitlines()[-1].split("ConfigError: ", 1)[-1]
+            # (Its last line: "magi_lp.errors.ConfigError: ...", or a subclass's name.)
+            return re.sub(r"^[\w.]*Error: ", "", str(cause).strip().splitlines()[-1])
         if "Error whilst parsing config file" in str(error):
             return _get_config_error(str(error))
         return _unreadable_override(argv, str(error)) or f"{error}. See --helpfull."
@@ -596,17 +604,44 @@ def _flag_error(argv: list[str], error: Exception) -> str:
     )
 
 
-def _raised_by_the_toolkit(error: BaseException) -> bool:
-    """Whether `error` (no ConfigError) was raised inside magi_lp's own code, by its
-    traceback, or by the traceback text ml_collections puts in the TypeError or ValueError
-    it re-raises."""
-    if isinstance(error, ConfigError) or "ConfigError: " in str(error):
+def _raised_in_code_of_this_checkout(argv: list[str], error: BaseException) -> bool:
+    """Whether `error` (no ConfigError) was raised in code neither the config file's nor a
+    library's: the toolkit's, a project's (which config files call), or the user's own
+    modules. Taken from its traceback, or from the traceback text ml_collections puts in
+    the TypeError or ValueError it re-raises. The file's own mistakes (a name, a lookup, an
+    import, a library refusing an argument) are one line; a bug there keeps its traceback."""
+    if _config_error_in(error) is not None:
         return False
     files = [frame.filename for frame in traceback.extract_tb(error.__traceback__)]
     if "Error whilst parsing config file" in str(error):
         files = re.findall(r'File "([^"]+)", line \d+', str(error))
-    toolkit = Path(__file__).resolve().parent
-    return bool(files) and Path(files[-1]).resolve().is_relative_to(toolkit)
+    spec = _config_arg(argv)
+    if not files or not spec or not any(_is_config_file(name, spec) for name in files):
+        return False  # the file never ran into it: absl's or an override's error
+    innermost = files[-1]
+    return not (
+        _is_config_file(innermost, spec)
+        or innermost.startswith("<")  # importlib's frozen frames, generated code
+        or _in_a_library(innermost)
+    )
+
+
+def _config_error_in(error: BaseException) -> ConfigError | None:
+    """The ConfigError `error` is, or was raised from (ml_collections re-raises a config
+    file's ValueError as a new one of its type, and absl wraps that in a flags.Error)."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, ConfigError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _in_a_library(filename: str) -> bool:
+    """Whether `filename` is the standard library's or an installed package's."""
+    path = Path(filename).resolve()
+    roots = {sysconfig.get_path(name) for name in ("stdlib", "platstdlib", "purelib", "platlib")}
+    return any(path.is_relative_to(Path(root).resolve()) for root in roots if root)
 
 
 def _unreadable_override(argv: list[str], message: str) -> str | None:

@@ -131,6 +131,25 @@ GET_CONFIG = "def get_config():\n    return None\n"
         (GET_CONFIG, [], "get_config() returned NoneType; return an ml_collections.ConfigDict"),
         (GET_CONFIG, ["--config.seed=1"], "get_config() returned NoneType"),
         ("def get_config():\n    return {'seed': 1}\n", [], "get_config() returned dict"),
+        # An OSError in the file: ml_collections hands it over as a placeholder config.
+        (
+            "def get_config():\n    return open('/no_such_dir/x.json')\n",
+            [],
+            "cannot load the config file: [Errno 2] No such file or directory",
+        ),
+        # A toolkit helper or setting given a bad value by the file: its refusal.
+        (
+            "from magi_lp import resource_spec\n"
+            "def get_config():\n    return resource_spec(env=['A=1'])\n",
+            [],
+            "resource_spec(env=...) must be a mapping of variable names to strings",
+        ),
+        (
+            "from magi_lp import ResourceSpec\n"
+            "def get_config():\n    return ResourceSpec(cpu_threads=0)\n",
+            [],
+            "error: ResourceSpec.cpu_threads must be an integer >= 1, or None, got 0",
+        ),
     ],
 )
 def test_config_file_problems_get_one_line(tmp_path, body, overrides, expected):
@@ -217,6 +236,12 @@ def test_drq_agent_values_are_refused_by_both_entry_points(tmp_path, script, con
             "configs/reacher_hard_distributed.py",
             "agent.encoder_num_layers=50",
             "env.image_size must be at least 199 for agent.encoder_num_layers=50",
+        ),
+        (  # the smallest size is worked out, not searched for
+            "projects/drq_v2/main.py",
+            "configs/reacher_hard.py",
+            "agent.encoder_kernel_size=100001",
+            "env.image_size must be at least 700001 for agent.encoder_num_layers=4",
         ),
     ],
 )
@@ -446,9 +471,10 @@ def test_a_cluster_address_where_nothing_answers_is_refused_in_one_line(monkeypa
         server.bind(("127.0.0.1", 0))
         server.listen()
         port = server.getsockname()[1]
-        for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}", "auto", "local"):
+        # (`auto` is Ray's to resolve: tests/test_ray_engine.py)
+        for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}", "local"):
             monkeypatch.setenv("RAY_ADDRESS", address)
-            ray.check_cluster()  # answers, or Ray resolves it itself
+            ray.check_cluster()  # answers, or starts Ray here
     # The port is closed now: Ray's client would retry for minutes.
     monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
     with pytest.raises(ConfigError) as refused:
@@ -460,3 +486,31 @@ def test_a_cluster_address_where_nothing_answers_is_refused_in_one_line(monkeypa
     monkeypatch.setenv("RAY_ADDRESS", "headnode")
     with pytest.raises(ConfigError, match="RAY_ADDRESS=headnode: it is not host:port"):
         ray.check_cluster()
+
+
+def test_a_dry_run_does_not_check_the_workdir_it_never_writes(tmp_path):
+    # A plan made on one machine for a workdir on another (a cluster's shared folder).
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    args = ["--config", CONFIG, "--dry_run", "--workdir", str(blocker / "run")]
+    result = run_entry_point(SCRIPT, args, timeout=60)
+    assert result.returncode == 0, result.stderr
+    # The same workdir for a run is refused, before anything starts.
+    result = run_entry_point(SCRIPT, args[:-3] + args[-2:], timeout=60)
+    assert result.returncode == 2 and "a_file is a file, not a folder" in result.stderr
+
+
+def test_an_ipv6_cluster_address_is_tried_as_ray_reads_it(monkeypatch):
+    import socket
+
+    from magi_lp.engines import ENGINES
+
+    try:
+        server = socket.socket(socket.AF_INET6)
+        server.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    with server:
+        server.listen()
+        monkeypatch.setenv("RAY_ADDRESS", f"[::1]:{server.getsockname()[1]}")
+        ENGINES["ray"].check_cluster()

@@ -260,6 +260,11 @@ def _config(**machines: dict):
             lambda c: c.hosts.update({"heartbeat_timeout_seconds": 1.0}),
             "hosts.heartbeat_timeout_seconds must be more than 4 x hosts.poll_seconds",
         ),
+        (  # the fix it gives holds (the default, 60, would not)
+            lambda c: c.hosts.update({"poll_seconds": 20.0}),
+            "(80), got 60.0; e.g. --config.hosts.heartbeat_timeout_seconds=160, or a smaller "
+            "hosts.poll_seconds",
+        ),
         # Each rendered into the job's files as given before: "#SBATCH --time=forever" failed
         # at sbatch, "#SBATCH garbage" was a comment sbatch ignored, a bad namespace failed at
         # kubectl, and "nodeSelector: {garbage: ''}" left the pods pending for good.
@@ -715,6 +720,8 @@ def test_a_dead_node_is_reported_by_name_and_stops_the_program(tmp_path):
         ("slurm.time", "90"),
         ("slurm.time", "1-12:00:00"),
         ("slurm.time", "UNLIMITED"),
+        ("slurm.time", "infinite"),
+        ("slurm.time", "-1"),
         ("slurm.extra_sbatch", "--mem=0; --mail-type=END"),
         ("slurm.partition", "gpu,debug"),
         ("kubernetes.namespace", "team-a"),

@@ -60,6 +60,8 @@ class Run:
         env.pop("RAY_ADDRESS", None)
         if ray_address is not None:
             env["RAY_ADDRESS"] = ray_address
+            # Where `auto` looks for a running cluster: none of the machine's.
+            env["RAY_TMPDIR"] = str(tmp_path)
         env.setdefault("MUJOCO_GL", "egl")
         script, *flags = argv
         with open(self.log, "w") as out:
@@ -309,6 +311,8 @@ def test_drq_v2_on_ray_trains_to_its_limit_resumes_and_stops_on_ctrl_c_and_a_kil
         ("--config.num_actors=0", None, "num_actors"),
         # Ray's client retried this for minutes, with the workdir already made.
         ("--config.seed=1", "127.0.0.1:1", "RAY_ADDRESS=127.0.0.1:1: nothing answers at"),
+        # No cluster on this machine for `auto`: refused by ray.init before, workdir made.
+        ("--config.seed=1", "auto", "RAY_ADDRESS=auto: Could not find any running Ray instance"),
     ],
 )
 def test_bad_input_is_refused_before_ray_starts(tmp_path, flag, address, says):
@@ -319,7 +323,8 @@ def test_bad_input_is_refused_before_ray_starts(tmp_path, flag, address, says):
     errors = [line for line in output.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and says in errors[0], output[-3000:]
     assert "Traceback" not in output
-    assert "started" not in output and "Ray" not in output.replace("--launcher ray", "")
+    said = "\n".join(line for line in output.splitlines() if not line.startswith("error:"))
+    assert "started" not in said and "Ray" not in said.replace("--launcher ray", "")
     assert not run.workdir.exists(), "a refused run made its workdir"
     run.assert_clean()
 

@@ -65,6 +65,8 @@ class HostsSettings:
             "heartbeat_timeout_seconds",
             self.heartbeat_timeout_seconds > 4 * self.poll_seconds,
             f"more than 4 x hosts.poll_seconds ({4 * self.poll_seconds:g})",
+            fix=f"e.g. --config.hosts.heartbeat_timeout_seconds={8 * self.poll_seconds:g}, "
+            "or a smaller hosts.poll_seconds",
         )
 
 
@@ -121,7 +123,8 @@ class SlurmSettings:
         check(
             self,
             "time",
-            bool(_SLURM_TIME.fullmatch(self.time)) or self.time in ("", "UNLIMITED", "INFINITE"),
+            bool(_SLURM_TIME.fullmatch(self.time))
+            or self.time.upper() in ("", "UNLIMITED", "INFINITE", "-1"),
             "a SLURM time (minutes, HH:MM:SS, D-HH:MM:SS, UNLIMITED) or ''",
             fix='e.g. --config.hosts.slurm.time="24:00:00"',
         )

@@ -65,17 +65,21 @@ class Engine:
 
     def check_cluster(self, timeout_s: float = 5.0) -> None:
         """Refuses a cluster address (`cluster_var`) where nothing answers, in one line, before
-        the launch: Ray's own client retries for minutes. Names Ray resolves itself (`auto`,
-        `local`) are left to it."""
+        the launch: Ray's own client retries for minutes. `auto` (the cluster running on this
+        machine) is found by the engine module's `resolve_cluster_address`; `local` starts one.
+        """
         address = self.cluster_address()
-        if not address or address in ("auto", "local"):
+        if not address or address == "local":
             return
+        if address == "auto":
+            address = self.load().resolve_cluster_address(address)
         what = f"{self.cluster_var}={address}"
         fix = (
             f"start the cluster there first, or unset {self.cluster_var} to start "
             f"{self.name} on this machine"
         )
         host, _, port = address.split("://", 1)[-1].rpartition(":")
+        host = host.strip("[]")  # an IPv6 address, [::1]:6379
         if not host or not port.isdigit():
             raise ConfigError(
                 fact_refusal(what, "it is not host:port (or auto)", f"e.g. 10.0.0.5:6379; {fix}")

@@ -43,13 +43,15 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import ray
 
 from magi_lp import console
+from magi_lp.config_schema import fact_refusal
 from magi_lp.engines import ray_paths, ray_seam
 from magi_lp.engines.base import Launch, saves_at_stop, stop_tier
+from magi_lp.errors import ConfigError
 from magi_lp.launch.exit_report import NodeExit, format_exit_report
 from magi_lp.launch.supervisor import StopSignals, stop_outcome
 from magi_lp.runtime.graph import NodeSpec, ProgramGraph
@@ -275,18 +277,8 @@ def _start_ray(run_tmp: str, gpu_ids: tuple[int, ...], address: str | None) -> N
     if address:
         try:
             ray.init(address=address, **options)
-        except ConnectionError as error:  # RAY_ADDRESS=auto with no cluster on this machine
-            from magi_lp.config_schema import fact_refusal
-            from magi_lp.errors import ConfigError
-
-            raise ConfigError(
-                fact_refusal(
-                    f"RAY_ADDRESS={address}",
-                    str(error).split(". ", 1)[0],
-                    "start the cluster first (ray start --head), or unset RAY_ADDRESS to start "
-                    "Ray for this run alone",
-                )
-            ) from None
+        except ConnectionError as error:  # the cluster went away since the entry point's check
+            _refuse_no_cluster(address, error)
         return
     # A token made for this run, in the environment Ray's processes inherit: token
     # authentication without ~/.ray/auth_token.
@@ -527,6 +519,26 @@ def _probe(driver: _Driver, workdir: Path) -> Any:
         return lambda: clients[name].with_timeout(PROBE_TIMEOUT_S)
 
     return ProgramProbe(client("counter_0"), client("replay_0"), workdir, client("learner_0"))
+
+
+def resolve_cluster_address(address: str) -> str | None:
+    """host:port of `RAY_ADDRESS`'s cluster (`auto` resolved as `ray.init` does); one
+    refusal where no cluster runs on this machine."""
+    try:
+        return ray_seam.bootstrap_address(address)
+    except ConnectionError as error:
+        _refuse_no_cluster(address, error)
+
+
+def _refuse_no_cluster(address: str, error: BaseException) -> NoReturn:
+    raise ConfigError(
+        fact_refusal(
+            f"RAY_ADDRESS={address}",
+            str(error).split(". ", 1)[0],
+            "start the cluster first (ray start --head), or unset RAY_ADDRESS to start Ray "
+            "for this run alone",
+        )
+    ) from None
 
 
 def check(graph: ProgramGraph) -> None:

@@ -28,6 +28,12 @@ not offer comes from here, each with what breaks if an upgrade changes it:
   Ray is told to leave it. Seen on the H200 on 2026-11-27, the first GPU run of the engine. If
   it changes: a GPU run on Ray stops at its start with that ValueError.
 
+- `ray._private.services.canonicalize_bootstrap_address`: what `RAY_ADDRESS=auto` names (the
+  cluster Ray started last on this machine), as `ray.init` resolves it, so that the entry
+  point can refuse an `auto` with no cluster before the launch. It raises ConnectionError when
+  none runs. If it changes: `auto` is refused at `ray.init` instead (one line, after the
+  workdir is made).
+
 - Where Ray puts its sockets, and the 107-byte limit Ray checks them against: the pure rule
   that keeps a run's Ray folder within it is `magi_lp.engines.ray_paths` (no Ray import, so
   that the SLURM script's writer can use it too).
@@ -107,3 +113,12 @@ def lost_machine(error: BaseException, address: str) -> str | None:
             "(Ray: actor unavailable, socket closed)"
         )
     return None
+
+
+def bootstrap_address(address: str) -> str | None:
+    """host:port of the cluster `address` names (`auto`: the one running on this machine),
+    as `ray.init` finds it; None for `local`. Raises ConnectionError where none runs."""
+    from ray._private import services
+
+    _require(services, "canonicalize_bootstrap_address")
+    return services.canonicalize_bootstrap_address(address)

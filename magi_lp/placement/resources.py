@@ -450,6 +450,15 @@ def resource_spec(**settings: Any) -> ml_collections.ConfigDict:
     for field in dataclasses.fields(ResourceSpec):
         value = settings.get(field.name, getattr(defaults, field.name))
         if field.name == "env":
+            if not isinstance(value, Mapping | ml_collections.ConfigDict):
+                raise ConfigError(
+                    refusal(
+                        "resource_spec(env=...)",
+                        "a mapping of variable names to strings",
+                        value,
+                        'e.g. env={"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false"}',
+                    )
+                )
             spec.env = ml_collections.ConfigDict(dict(value))
         elif value is None or "|" in str(field.type):
             spec[field.name] = config_dict.FieldReference(value, field_type=object)

@@ -266,6 +266,8 @@ def encoder_output_side(
     side = image_size
     for layer in range(num_layers):
         side = (side - kernel_size) // (first_stride if layer == 0 else 1) + 1
+        if side < 1:
+            break
     return side
 
 
@@ -280,7 +282,8 @@ def _check_image_fits_the_encoder(config: ml_collections.ConfigDict) -> None:
     )
     if encoder_output_side(config.env.image_size, *layers) >= 1:
         return
-    smallest = next(size for size in range(1, 100_000) if encoder_output_side(size, *layers) >= 1)
+    layers_after_the_first, kernel, stride = layers[0] - 1, layers[1], layers[2]
+    smallest = kernel + stride * layers_after_the_first * (kernel - 1)
     raise ConfigError(
         refusal(
             "env.image_size",
