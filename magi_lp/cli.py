@@ -525,10 +525,7 @@ def _missing_key(config: Any, dotted: str) -> str | None:
 def _override_error(argv: list[str], error: BaseException) -> str:
     """One line for an override ml_collections refused: the missing key, else its reason."""
     overrides = [arg for arg in argv if arg.startswith("--config.")]
-    config_arg = next(
-        (argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--config"),
-        next((arg.split("=", 1)[1] for arg in argv if arg.startswith("--config=")), None),
-    )
+    config_arg = _config_arg(argv)
     if config_arg is not None:
         try:
             config = _load_config_file(config_arg)
