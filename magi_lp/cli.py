@@ -579,7 +579,11 @@ def _flag_error(argv: list[str], error: Exception) -> str:
         if cause is not None:  # raised while the config file ran (a refusal, a checked value)
             # ml_collections re-raises it with the traceback as text; keep the last line.
             # (Its last line: "magi_lp.errors.ConfigError: ...", or a subclass's name.)
-            return re.sub(r"^[\w.]*Error: ", "", str(cause).strip().splitlines()[-1])
+            refusal = re.sub(r"^[\w.]*Error: ", "", str(cause).strip().splitlines()[-1])
+            line = _config_file_line_in_chain(argv, error)
+            # The file's line that made the refused call: a refusal of a toolkit class or
+            # helper (ResourceSpec.cpu_threads, resource_spec()) names no config key.
+            return f"--config {_config_arg(argv)} (line {line}): {refusal}" if line else refusal
         if "Error whilst parsing config file" in str(error):
             return _get_config_error(str(error))
         return _unreadable_override(argv, str(error)) or f"{error}. See --helpfull."
@@ -611,7 +615,7 @@ def _raised_in_code_of_this_checkout(argv: list[str], error: BaseException) -> b
         return False
     files = [frame.filename for frame in traceback.extract_tb(error.__traceback__)]
     if "Error whilst parsing config file" in str(error):
-        files = re.findall(r'File "([^"]+)", line \d+', str(error))
+        files = [name for name, _, _ in _frames_in_text(str(error))]
     spec = _config_arg(argv)
     if not files or not spec or not any(_is_config_file(name, spec) for name in files):
         return False  # the file never ran into it: absl's or an override's error
@@ -704,13 +708,36 @@ def _get_config_error(message: str) -> str:
             f"{spec.partition(':')[0]}"
         )
     spec = head.removeprefix("--config ")
-    frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', message)
+    frames = _frames_in_text(message)
     inside = [(line, scope) for name, line, scope in frames if _is_config_file(name, spec)]
     if inside:
         line, scope = inside[-1]
         at = "get_config()" if scope == "get_config" else "the file"
         return f"{head}: {at} raised {last} at line {line}; fix the file, or pick one from configs/"
     return f"{head}: its get_config() raised {last}"
+
+
+def _config_file_line_in_chain(argv: list[str], error: BaseException) -> str | None:
+    """The line of the config file in the innermost frame that runs it, over `error`'s chain
+    of causes: from their tracebacks, or from the traceback text ml_collections puts in the
+    message of an exception it re-raises. None when the file never ran into it."""
+    spec = _config_arg(argv)
+    if not spec:
+        return None
+    lines: list[str] = []
+    seen: BaseException | None = error
+    while seen is not None:
+        frames = [(f.filename, str(f.lineno)) for f in traceback.extract_tb(seen.__traceback__)]
+        frames += [(name, line) for name, line, _ in _frames_in_text(str(seen))]
+        lines = [line for name, line in frames if _is_config_file(name, spec)] or lines
+        seen = seen.__cause__ or seen.__context__
+    return lines[-1] if lines else None
+
+
+def _frames_in_text(message: str) -> list[tuple[str, str, str]]:
+    """(file, line, scope) of each frame of a traceback given as text (ml_collections puts a
+    config file's traceback in the message of the exception it re-raises), outermost first."""
+    return re.findall(r'File "([^"]+)", line (\d+), in (\S+)', message)
 
 
 def _interrupted(error: BaseException) -> bool:

@@ -137,18 +137,19 @@ GET_CONFIG = "def get_config():\n    return None\n"
             [],
             "cannot load the config file: [Errno 2] No such file or directory",
         ),
-        # A toolkit helper or setting given a bad value by the file: its refusal.
+        # A toolkit helper or setting given a bad value by the file: its refusal, at the
+        # file's line (it names no config key).
         (
             "from magi_lp import resource_spec\n"
             "def get_config():\n    return resource_spec(env=['A=1'])\n",
             [],
-            "resource_spec(env=...) must be a mapping of variable names to strings",
+            "my_config.py (line 3): resource_spec(env=...) must be a mapping of variable names",
         ),
         (
             "from magi_lp import ResourceSpec\n"
             "def get_config():\n    return ResourceSpec(cpu_threads=0)\n",
             [],
-            "error: ResourceSpec.cpu_threads must be an integer >= 1, or None, got 0",
+            "my_config.py (line 3): ResourceSpec.cpu_threads must be an integer >= 1, or None",
         ),
     ],
 )
