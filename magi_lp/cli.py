@@ -319,7 +319,8 @@ def _run_distributed(
         {group: config.resources[group].get("xla_flags", "") for group in config.resources},
         os.environ.get("XLA_FLAGS"),
     )
-    # Where a pixel agent's frames live, against the learner's memory (sets replay.store).
+    # Where a pixel agent's frames live, against the learner's memory (sets replay.store):
+    # the experiment that runs is made again below, from the config as this settles it.
     planning = _make(make_experiment, config, workdir)
     store = plan_replay_store(
         config, planning.builder, plan, reverb_available=_reverb_carries_replay(engine)
@@ -464,6 +465,8 @@ def _run_single_process(
     cache = compilation_cache_warning(detect_jax_build(), _compilation_cache_settings(None))
     if cache:
         console.say(f"warning: {cache}")
+    # Where a pixel agent's frames live (sets replay.store): the experiment that runs is made
+    # again below, from the config as this settles it.
     builder = _make(make_experiment, config, workdir).builder
     store = plan_replay_store(config, builder, single_process=True)
     if store is not None:
