@@ -167,6 +167,15 @@ def test_td3_on_ray_trains_to_its_limit_and_a_relaunch_resumes_without_repeating
     assert after, "no learner rows after the resume"
     # No learner step counted twice: the learner's log rows keep increasing.
     assert steps == sorted(steps), "learner steps went back after the resume"
+    # The first launch's node logs are kept beside the second's, and the launcher's lines of
+    # both launches are in the workdir, dated, as under Launchpad.
+    nodes = second.workdir / "nodes"
+    assert "resuming from checkpoint" not in (nodes / "learner/0.1").read_text()
+    assert "resuming from checkpoint" in (nodes / "learner/0").read_text()
+    launcher_log = (nodes / "launcher.log").read_text()
+    assert launcher_log.count("started 7 nodes on Ray") == 2, launcher_log
+    assert "logs of the earlier launch kept as" in launcher_log, launcher_log
+    assert re.search(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ", launcher_log, re.M), launcher_log
     second.assert_clean()
 
 

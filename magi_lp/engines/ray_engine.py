@@ -4,7 +4,9 @@ The run starts an embedded Ray on this machine (or joins the cluster `RAY_ADDRES
 and stops it at the end. Each node of the graph becomes a threaded actor, created in the
 graph's order (the counter first), with its launch group's env from the plan through
 `runtime_env` (in the process's environment before Python starts, as Launchpad's
-`PythonProcess(env=)`) and its output in `<workdir>/nodes/<group>/<index>`. A `Ref` becomes
+`PythonProcess(env=)`) and its output in `<workdir>/nodes/<group>/<index>` (an earlier
+launch's kept as `<index>.<launch>`; the driver's lines in `nodes/launcher.log`, dated, as a
+Launchpad launch's: `magi_lp.launch.run_folders`). A `Ref` becomes
 a `NodeClient`: synchronous calls of the node's public methods, as a Courier client makes.
 The replay node serves the store's own server (`ReplayStore.make_server`: the device store's
 step queue, a state agent's transition table); no Reverb.
@@ -47,11 +49,11 @@ from typing import Any, NoReturn
 
 import ray
 
-from magi_lp import console
 from magi_lp.config_schema import fact_refusal
 from magi_lp.engines import ray_paths, ray_seam
 from magi_lp.engines.base import Launch, saves_at_stop, stop_tier
 from magi_lp.errors import ConfigError
+from magi_lp.launch import run_folders
 from magi_lp.launch.exit_report import NodeExit, format_exit_report
 from magi_lp.launch.supervisor import StopSignals, stop_outcome
 from magi_lp.runtime.graph import NodeSpec, ProgramGraph
@@ -237,7 +239,8 @@ class _NodeActor:
 
 
 def _send_output_to(log: str) -> None:
-    """This process's stdout and stderr go to the node's log (appended: a resumed run)."""
+    """This process's stdout and stderr go to the node's log (this launch's: the driver kept
+    an earlier launch's under another name before any node started)."""
     Path(log).parent.mkdir(parents=True, exist_ok=True)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -347,9 +350,10 @@ class _Driver:
         self._failure: NodeExit | None = None
         self._faults: list[str] = []
         self._control: Any = None
-
-    def say(self, text: str) -> None:
-        console.say(text, source="launcher")
+        self._workdir = Workdir(launch.workdir)
+        # On the terminal, and dated in <workdir>/nodes/launcher.log, as a Launchpad launch's.
+        self._workdir.nodes.mkdir(parents=True, exist_ok=True)
+        self.say: Callable[[str], None] = run_folders.reporter(None, self._workdir.launcher_log)
 
     def start(self) -> None:
         graph = self._graph
@@ -364,7 +368,10 @@ class _Driver:
         concurrency = 2 * (sum(1 for n in graph.nodes if n.role in ("actor", "evaluator"))) + 8
         actor_class = ray.remote(_NodeActor)
         clients: dict[str, NodeClient] = {}
-        workdir = Workdir(self._launch.workdir)
+        workdir = self._workdir
+        kept = run_folders.keep_earlier_logs(workdir.nodes)  # the nodes append to new files
+        if kept:
+            self.say(f"logs of the earlier launch kept as {workdir.nodes}/<group>/<index>.{kept}")
         envs = [_node_env(self._launch, spec, self._node_tmp) for spec in graph.nodes]
         gpus = _gpu_requests(envs)
         for spec, env, num_gpus in zip(graph.nodes, envs, gpus, strict=True):
