@@ -54,6 +54,10 @@ def evaluation_curve(workdir: Path, frames_per_step: int) -> tuple[np.ndarray, n
             rows = _rows(log)
             # Evaluators log their own steps; the actors' total is what frames mean here.
             x_key = "actor_steps" if rows and "actor_steps" in rows[0] else key
+            if x_key == "actor_steps" and pattern == "evaluator_*":
+                # An evaluation before any actor step was counted (main.py's first, at step
+                # 0) has the count empty: it is at 0, not a row to drop.
+                rows = [{**row, x_key: row.get(x_key) or "0"} for row in rows]
             x, y = _series(rows, x_key, "episode_return")
             xs.append(x)
             ys.append(y)

@@ -79,3 +79,17 @@ def test_a_folder_without_logs_is_one_line(tmp_path):
     )
     assert result.returncode == 2
     assert result.stderr.strip().startswith("error: no logs/ folder in")
+
+
+def test_main_pys_first_evaluation_before_any_counted_step_is_at_frame_0(tmp_path):
+    # main.py evaluates before its actor has counted a step: that row's actor_steps is empty.
+    _write(
+        tmp_path / "logs/evaluator_0/logs.csv",
+        [
+            {"actor_steps": "", "evaluator_steps": 250, "episode_return": 120.0},
+            {"actor_steps": 1000, "evaluator_steps": 500, "episode_return": 80.0},
+        ],
+    )
+    x, y = evaluation_curve(tmp_path, frames_per_step=2)
+    np.testing.assert_array_equal(x, [0, 2000])
+    np.testing.assert_array_equal(y, [120, 80])
