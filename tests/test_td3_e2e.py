@@ -97,6 +97,9 @@ def test_distributed_run_stops_by_itself_at_the_step_limit(tmp_path):
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
+    # The coordinator's lp.stop() is a SIGTERM to the launcher, which says why it came.
+    assert "the coordinator reached max_actor_steps: stopping" in output, output[-4000:]
+    assert "received SIGTERM" not in output, output[-4000:]
     # The default isolation: where namespaces can be made, the nodes trained and stopped
     # inside a loopback-only one.
     if isolation.probe().available:

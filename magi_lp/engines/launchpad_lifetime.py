@@ -24,6 +24,7 @@ class LaunchpadLifetime:
         return lp.wait_for_stop(seconds)
 
     def stop_program(self) -> None:
+        node_lifetime.note_stop_request()  # the launcher says why, not "received SIGTERM"
         lp.stop()
 
     def leave(self, code: int = 0) -> None:

@@ -53,7 +53,7 @@ from magi_lp.config_schema import fact_refusal
 from magi_lp.engines import ray_paths, ray_seam
 from magi_lp.engines.base import Launch, saves_at_stop, stop_tier
 from magi_lp.errors import ConfigError
-from magi_lp.launch import run_folders
+from magi_lp.launch import node_lifetime, run_folders
 from magi_lp.launch.exit_report import NodeExit, format_exit_report
 from magi_lp.launch.supervisor import StopSignals, stop_outcome
 from magi_lp.runtime.graph import NodeSpec, ProgramGraph
@@ -439,7 +439,7 @@ class _Driver:
                 asked = self._control.stop_requested.remote()
             if reason is None and ray.wait([asked], timeout=0)[0]:
                 if ray.get(asked):
-                    reason = "the coordinator reached max_actor_steps"
+                    reason = node_lifetime.LIMIT_REACHED
                 asked = None
             for node in self._nodes:
                 if reason is not None or node.returncode is not None:

@@ -180,6 +180,9 @@ def launch(
             stages=stage_of(stop_stages),
             saves_at_stop=frozenset(saves_at_stop),
             before_stop=None if status is None else status.final_sample,
+            requested_stop=lambda: (
+                node_lifetime.LIMIT_REACHED if node_lifetime.stop_was_requested(run_tmp) else None
+            ),
         )
         if status is not None:
             status.start([(n.group, n.index, n.process) for n in nodes])

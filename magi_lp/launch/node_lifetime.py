@@ -64,6 +64,15 @@ LAUNCHER_PID_VAR = "MAGI_LP_LAUNCHER_PID"
 RUN_TMP_VAR = "MAGI_LP_RUN_TMP"
 """The run's private temporary folder; each node makes its own folder inside it."""
 
+LIMIT_REACHED = "the coordinator reached max_actor_steps"
+"""Why the program stops when its coordinator asks (`NodeLifetime.stop_program`), in the
+launcher's words on every engine."""
+
+STOP_REQUEST_FILE = "stop_requested"
+"""In the run's temp folder: made by the node that asks the launcher to stop the program,
+just before Launchpad's `lp.stop()` SIGTERMs the launcher, so the launcher can tell that
+SIGTERM from one sent from outside (`note_stop_request`, `stop_was_requested`)."""
+
 STOP_SECS_VAR = "MAGI_LP_NODE_STOP_SECS"
 """Seconds a node may take to end by itself after SIGTERM before it leaves its process."""
 
@@ -110,6 +119,21 @@ def enter_node() -> None:
     quiet_gym_notice()
     if watch_for_stop(stop_secs_from_env()):
         atexit.register(_leave_at_exit)
+
+
+def note_stop_request() -> None:
+    """Marks, in the run's temp folder, that a node of the program asks for its stop (the
+    coordinator at `max_actor_steps`). Nothing where there is no such folder (a node on
+    another host): the launcher then names the signal."""
+    run_tmp = os.environ.get(RUN_TMP_VAR)
+    if run_tmp:
+        with contextlib.suppress(OSError):
+            open(os.path.join(run_tmp, STOP_REQUEST_FILE), "a").close()
+
+
+def stop_was_requested(run_tmp: str) -> bool:
+    """Whether a node of the launch whose temp folder is `run_tmp` asked for the stop."""
+    return os.path.exists(os.path.join(run_tmp, STOP_REQUEST_FILE))
 
 
 def stop_secs_from_env(environ: dict[str, str] | None = None) -> float:

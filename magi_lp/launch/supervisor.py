@@ -138,8 +138,10 @@ class Supervisor:
         stages: Callable[[str], int] = lambda group: 0,
         saves_at_stop: frozenset[str] = frozenset(),
         before_stop: Callable[[], None] | None = None,
+        requested_stop: Callable[[], str | None] = lambda: None,
     ):
         self._running = list(nodes)
+        self._requested_stop = requested_stop
         self._before_stop = before_stop
         self._total = len(nodes)
         self._signals = signals
@@ -190,7 +192,9 @@ class Supervisor:
             self._report(f"received {name}: killing the remaining nodes now")
             self._kill(self._running, everything=True)
         elif self._stop_started is None:
-            self._begin_stop(f"received {name}")
+            # lp.stop() from a node is a SIGTERM too: the node may have said why.
+            asked = self._requested_stop() if sig == signal.SIGTERM else None
+            self._begin_stop(asked or f"received {name}")
         elif sig == signal.SIGINT:
             self._hurry()
 
