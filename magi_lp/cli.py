@@ -379,6 +379,9 @@ def _run_distributed(
         transport=engine.transport,
     )
     console.say(f"workdir: {workdir}")
+    resuming = _resume_line(config, workdir)
+    if resuming:
+        console.say(resuming)
     launch = Launch(
         graph,
         plan,
@@ -388,6 +391,24 @@ def _run_distributed(
         group_resources=group_resources,
     )
     return engine.load().run(launch)
+
+
+def _resume_line(config: Any, workdir: Path) -> str | None:
+    """What a relaunch of `workdir` resumes from (its newest learner checkpoint's counts), in
+    the launcher's terminal: the learner's node log says it too, but later and out of sight."""
+    from magi_lp.runtime.checkpointing import saved_metadata
+    from magi_lp.runtime.workdir import Workdir
+
+    if not config.checkpoint.enabled:
+        return None
+    counts = saved_metadata(Workdir(workdir).learner_checkpoints).get("counts") or {}
+    if "learner_steps" not in counts:
+        return None
+    return (
+        f"resuming from the workdir's newest checkpoint: learner step "
+        f"{int(counts['learner_steps'])}, {int(counts.get('actor_steps', 0))} actor steps "
+        f"(max_actor_steps={config.max_actor_steps})"
+    )
 
 
 def _placement_plan(config: Any, engine: engines.Engine) -> tuple[Any, dict]:

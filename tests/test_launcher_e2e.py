@@ -121,6 +121,12 @@ def test_ctrl_c_saves_the_final_counts_and_a_relaunch_repeats_no_step(tmp_path, 
     final = checkpoint_counts(workdir)["actor_steps"]
     assert target <= final < target + 2 * DISTRIBUTED_COUNT_EVERY, (final, target)
     assert max(steps) <= final
+    # The launcher's terminal says what it resumed from: the first launch's final save.
+    resuming = (
+        f"resuming from the workdir's newest checkpoint: learner step "
+        f"{int(counts['learner_steps'])}, {int(counts['actor_steps'])} actor steps"
+    )
+    assert resuming in log2.read_text(), log2.read_text()[-3000:]
     assert (workdir / "nodes/learner/0.1").is_file(), "the first launch's node log was not kept"
     assert not marked_processes(mark)
     assert not list(tmp.iterdir()), f"left in the temp dir: {list(tmp.iterdir())}"

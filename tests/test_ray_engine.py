@@ -158,6 +158,9 @@ def test_td3_on_ray_trains_to_its_limit_and_a_relaunch_resumes_without_repeating
     second = Run(tmp_path, [*TD3_TWO_ACTORS, "--config.max_actor_steps=1200"], "second")
     assert second.wait(420) == 0, second.output()[-5000:]
     resumed = checkpoint_counts(second.workdir)
+    assert f"resuming from the workdir's newest checkpoint: learner step {learner_steps}," in (
+        second.output()
+    ), second.output()[-3000:]
     # Counting went on from the first run's counts (restored with the learner's checkpoint),
     # not from 0, and stopped at the new limit.
     assert 1200 <= resumed["actor_steps"] < 1200 + SLACK, resumed
