@@ -328,6 +328,7 @@ def _run_distributed(
     # Each GPU node's memory from its compiled programs ('auto'), checked GPU by GPU.
     plan = size_gpu_memory(planning, plan, store)
     replay = resolve_store(planning.builder, config, transport=engine.transport)
+    _check_agent_tables(planning.builder, replay, single_process=False)
     notices = [
         f"notice: {n}"
         for n in (
@@ -341,6 +342,8 @@ def _run_distributed(
     notices += [f"warning: {w}" for w in warnings]
     if store is not None:
         notices.append(store.line)
+    else:  # an agent without frame_replay: which store holds its transitions
+        notices.append(f"replay: {replay.name}, in the replay node")
     if _DRY_RUN.value:
         # The plan is this command's result: it goes to stdout.
         print(f"engine: --launcher {engine.name} ({engine.summary})")
@@ -391,6 +394,44 @@ def _run_distributed(
         group_resources=group_resources,
     )
     return engine.load().run(launch)
+
+
+_AGENT_TABLE_METHODS = ("make_replay_tables", "make_adder", "make_dataset_iterator")
+
+
+def _check_agent_tables(builder: Any, replay: Any, *, single_process: bool) -> None:
+    """Refuses, before anything starts, an agent served from its own Reverb tables whose
+    builder does not make them (a state agent that gives only `transition_replay`, on the
+    Launchpad stack), with the ways out."""
+    from magi_lp.agent.builder import AgentBuilder
+    from magi_lp.replay.stores.agent_tables import AgentTables
+
+    if not isinstance(replay, AgentTables) or not isinstance(builder, AgentBuilder):
+        return
+    missing = [
+        name
+        for name in _AGENT_TABLE_METHODS
+        if getattr(type(builder), name) is getattr(AgentBuilder, name)
+    ]
+    if not missing:
+        return
+    if builder.transition_replay(None) is None:
+        way = "give frame_replay or transition_replay"
+    elif single_process:
+        way = "set --config.replay.store=device (its transitions in this process's memory)"
+    else:
+        way = (
+            "run it on the current stack (.venv312, make setup312), whose Ray engine serves "
+            "its transitions"
+        )
+    raise ConfigError(
+        fact_refusal(
+            f"{type(builder).__name__} does not implement {', '.join(missing)}",
+            f"its replay here is {replay.name} (Reverb is installed and replay.store is "
+            f"{replay.config.replay.store!r})",
+            f"{way}; or implement the three, as projects/td3/builder.py does",
+        )
+    )
 
 
 def _resume_line(config: Any, workdir: Path) -> str | None:
@@ -492,9 +533,11 @@ def _run_single_process(
     store = plan_replay_store(config, builder, single_process=True)
     if store is not None:
         console.say(store.line)
-    for notice in _replay_checkpoint_notices(
-        config, resolve_store(builder, config, single_process=True)
-    ):
+    replay = resolve_store(builder, config, single_process=True)
+    _check_agent_tables(builder, replay, single_process=True)
+    if store is None:
+        console.say(f"replay: {replay.name}, in this process")
+    for notice in _replay_checkpoint_notices(config, replay):
         console.say(f"notice: {notice}")
     from magi_lp.runtime import single_process
     from magi_lp.runtime.loggers import LoggerFactory

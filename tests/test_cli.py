@@ -515,3 +515,27 @@ def test_an_ipv6_cluster_address_is_tried_as_ray_reads_it(monkeypatch):
         server.listen()
         monkeypatch.setenv("RAY_ADDRESS", f"[::1]:{server.getsockname()[1]}")
         ENGINES["ray"].check_cluster()
+
+
+@pytest.mark.parametrize(
+    ("mode", "fix"),
+    [
+        ("one", "set --config.replay.store=device"),
+        ("many", "run it on the current stack (.venv312, make setup312)"),
+    ],
+)
+def test_a_state_agent_without_reverb_tables_is_refused_before_anything_starts(tmp_path, mode, fix):
+    # Its builder gives transition_replay only; with Reverb installed its replay would be its
+    # own tables, which it does not make (a NotImplementedError once the nodes ran).
+    pytest.importorskip("reverb", reason="the agent's own tables are Reverb's")
+    mark = "cli-state-only"
+    args = [mode, "--config", CONFIG, "--workdir", str(tmp_path / "run")]
+    result = run_entry_point("tests/state_only_entry.py", args, timeout=120, mark=mark)
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1, result.stderr
+    assert "StateOnlyBuilder does not implement make_replay_tables, make_adder" in lines[0]
+    assert fix in lines[0] and "projects/td3/builder.py" in lines[0], lines[0]
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "run").exists(), "a refused run created its workdir"
+    assert not marked_processes(mark)

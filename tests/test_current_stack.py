@@ -106,6 +106,7 @@ def test_td3_runs_on_the_host_replay_and_resumes(tmp_path):
         "--config.env.action_repeat=4",  # 250-step episodes: the runs stop at an episode's end
     ]
     first = _run_to("projects/td3/main.py", "configs/td3_cartpole.py", workdir, flags, 250)
+    assert "replay: host transitions, in this process" in first, first[-3000:]
     assert "done: 250 actor steps" in first
     learner = read_csv(workdir / "logs/learner/logs.csv")
     assert all(math.isfinite(x) for x in column(learner, "critic_loss"))
