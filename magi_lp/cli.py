@@ -325,10 +325,10 @@ def _run_distributed(
     store = plan_replay_store(
         config, planning.builder, plan, reverb_available=_reverb_carries_replay(engine)
     )
-    # Each GPU node's memory from its compiled programs ('auto'), checked GPU by GPU.
-    plan = size_gpu_memory(planning, plan, store)
     replay = resolve_store(planning.builder, config, transport=engine.transport)
     _check_agent_tables(planning.builder, replay, single_process=False)
+    # Each GPU node's memory from its compiled programs ('auto'), checked GPU by GPU.
+    plan = size_gpu_memory(planning, plan, store)
     notices = [
         f"notice: {n}"
         for n in (
@@ -415,20 +415,23 @@ def _check_agent_tables(builder: Any, replay: Any, *, single_process: bool) -> N
     ]
     if not missing:
         return
+    from magi_lp.replay.stores import reverb_installed
+
     if builder.transition_replay(None) is None:
         way = "give frame_replay or transition_replay"
     elif single_process:
         way = "set --config.replay.store=device (its transitions in this process's memory)"
-    else:
+    elif reverb_installed():
         way = (
             "run it on the current stack (.venv312, make setup312), whose Ray engine serves "
             "its transitions"
         )
+    else:
+        way = "use --launcher ray, which serves its transitions"
     raise ConfigError(
         fact_refusal(
             f"{type(builder).__name__} does not implement {', '.join(missing)}",
-            f"its replay here is {replay.name} (Reverb is installed and replay.store is "
-            f"{replay.config.replay.store!r})",
+            f"its replay here is {replay.name} (replay.store={replay.config.replay.store!r})",
             f"{way}; or implement the three, as projects/td3/builder.py does",
         )
     )
@@ -473,6 +476,10 @@ def _run_on_hosts(make_experiment: MakeExperiment, config: Any, workdir: Path, n
     from magi_lp.runtime.loggers import LoggerFactory
 
     cluster = _cluster().main
+    engine = engines.engine(_LAUNCHER.value)
+    if _reverb_carries_replay(engine):  # Launchpad on the hosts (on this stack: Ray's serves)
+        builder = _make(make_experiment, config, workdir).builder
+        _check_agent_tables(builder, resolve_store(builder, config), single_process=False)
 
     def build_program(plan: Any) -> Any:
         _use_cpu_only_here()
@@ -487,7 +494,7 @@ def _run_on_hosts(make_experiment: MakeExperiment, config: Any, workdir: Path, n
 
     return cluster.run(
         config,
-        launcher=engines.engine(_LAUNCHER.value).name,
+        launcher=engine.name,
         workdir=workdir,
         config_name=name,
         dry_run=_DRY_RUN.value,
@@ -797,6 +804,8 @@ def _config_file_line_in_chain(argv: list[str], error: BaseException) -> str | N
         frames = [(f.filename, str(f.lineno)) for f in traceback.extract_tb(seen.__traceback__)]
         frames += [(name, line) for name, line, _ in _frames_in_text(str(seen))]
         lines = [line for name, line in frames if _is_config_file(name, spec)] or lines
+        if isinstance(seen, ConfigError):
+            break  # what it was raised while handling is another matter (a file's except:)
         seen = seen.__cause__ or seen.__context__
     return lines[-1] if lines else None
 

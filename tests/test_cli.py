@@ -151,6 +151,14 @@ GET_CONFIG = "def get_config():\n    return None\n"
             [],
             "my_config.py (line 3): ResourceSpec.cpu_threads must be an integer >= 1, or None",
         ),
+        # Raised while the file handled another exception: the refused call's line.
+        (
+            "from magi_lp import ResourceSpec\n"
+            "def get_config():\n    try:\n        {}['x']\n    except KeyError:\n"
+            "        return ResourceSpec(cpu_threads=0)\n",
+            [],
+            "my_config.py (line 6): ResourceSpec.cpu_threads must be",
+        ),
     ],
 )
 def test_config_file_problems_get_one_line(tmp_path, body, overrides, expected):
@@ -517,19 +525,41 @@ def test_an_ipv6_cluster_address_is_tried_as_ray_reads_it(monkeypatch):
         ENGINES["ray"].check_cluster()
 
 
+HOSTS_CONFIG = """
+from configs import td3_cartpole
+from magi_lp.cluster.config import hosts_defaults, machine
+
+
+def get_config():
+    config = td3_cartpole.get_config()
+    config.hosts = hosts_defaults()
+    config.hosts.machines.main = machine(cpus=2)
+    return config
+"""
+
+
 @pytest.mark.parametrize(
-    ("mode", "fix"),
+    ("mode", "hosts", "fix"),
     [
-        ("one", "set --config.replay.store=device"),
-        ("many", "run it on the current stack (.venv312, make setup312)"),
+        ("one", False, "set --config.replay.store=device"),
+        ("many", False, "run it on the current stack (.venv312, make setup312)"),
+        ("many", True, "run it on the current stack (.venv312, make setup312)"),
     ],
+    ids=["main", "lp_main", "lp_main-hosts"],
 )
-def test_a_state_agent_without_reverb_tables_is_refused_before_anything_starts(tmp_path, mode, fix):
+def test_a_state_agent_without_reverb_tables_is_refused_before_anything_starts(
+    tmp_path, mode, hosts, fix
+):
     # Its builder gives transition_replay only; with Reverb installed its replay would be its
     # own tables, which it does not make (a NotImplementedError once the nodes ran).
     pytest.importorskip("reverb", reason="the agent's own tables are Reverb's")
     mark = "cli-state-only"
-    args = [mode, "--config", CONFIG, "--workdir", str(tmp_path / "run")]
+    config = CONFIG
+    if hosts:  # Launchpad on several hosts: refused before the job's files are written
+        config = str(tmp_path / "hosts.py")
+        Path(config).write_text(HOSTS_CONFIG)
+    args = [mode, "--config", config, "--workdir", str(tmp_path / "run")]
+    args += ["--launcher", "hosts"] if hosts else []
     result = run_entry_point("tests/state_only_entry.py", args, timeout=120, mark=mark)
     assert result.returncode == 2, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]

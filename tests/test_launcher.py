@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import json
 import os
 import re
@@ -22,13 +23,21 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from unittest import mock
 
 import launchpad as lp
 import psutil
 import pytest
 
 from magi_lp.errors import ConfigError
-from magi_lp.launch import exit_report, launcher, processes, run_folders, supervisor
+from magi_lp.launch import (
+    exit_report,
+    launcher,
+    node_lifetime,
+    processes,
+    run_folders,
+    supervisor,
+)
 
 _TESTS = Path(__file__).resolve().parent
 _LAUNCH_SCRIPT = _TESTS / "launch_programs.py"
@@ -508,3 +517,35 @@ def test_a_node_killed_at_the_notice_is_a_fault_reported_once(tmp_path):
     kills = [line for line in lines if "killing them" in line]
     assert len(kills) == 1 and "a fault" in kills[0], lines
     assert "actor/0 SIGKILLed after the 0.5 s notice" in lines[-1], lines
+
+
+@pytest.mark.parametrize(
+    ("sig", "asked", "said"),
+    [
+        # lp.stop() from the coordinator: a SIGTERM, with the run's marker made first.
+        (signal.SIGTERM, True, "the coordinator reached max_actor_steps: stopping 1 nodes"),
+        # A SIGTERM from outside, or a Ctrl-C (even with the marker there): the signal.
+        (signal.SIGTERM, False, "received SIGTERM: stopping 1 nodes"),
+        (signal.SIGINT, True, "received SIGINT: stopping 1 nodes"),
+    ],
+    ids=["lp-stop", "sigterm", "ctrl-c"],
+)
+def test_the_stop_says_whether_the_program_asked_for_it(tmp_path, sig, asked, said):
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    if asked:
+        node_lifetime_env = {node_lifetime.RUN_TMP_VAR: str(tmp_path)}
+        with mock.patch.dict(os.environ, node_lifetime_env):
+            node_lifetime.note_stop_request()
+    lines = []
+    signals = supervisor.StopSignals()
+    signals.received.append(sig)
+    watcher = supervisor.Supervisor(
+        [supervisor.NodeProcess("actor", 0, process, tmp_path / "actor.log")],
+        signals,
+        5.0,
+        uuid.uuid4().hex,
+        lines.append,
+        requested_stop=functools.partial(node_lifetime.requested_stop, str(tmp_path)),
+    )
+    assert watcher.run() == 0, lines
+    assert any(line.startswith(said) for line in lines), lines

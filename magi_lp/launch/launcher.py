@@ -38,6 +38,7 @@ the private temp folder).
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import shutil
@@ -180,9 +181,7 @@ def launch(
             stages=stage_of(stop_stages),
             saves_at_stop=frozenset(saves_at_stop),
             before_stop=None if status is None else status.final_sample,
-            requested_stop=lambda: (
-                node_lifetime.LIMIT_REACHED if node_lifetime.stop_was_requested(run_tmp) else None
-            ),
+            requested_stop=functools.partial(node_lifetime.requested_stop, run_tmp),
         )
         if status is not None:
             status.start([(n.group, n.index, n.process) for n in nodes])

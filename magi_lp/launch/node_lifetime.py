@@ -71,7 +71,7 @@ launcher's words on every engine."""
 STOP_REQUEST_FILE = "stop_requested"
 """In the run's temp folder: made by the node that asks the launcher to stop the program,
 just before Launchpad's `lp.stop()` SIGTERMs the launcher, so the launcher can tell that
-SIGTERM from one sent from outside (`note_stop_request`, `stop_was_requested`)."""
+SIGTERM from one sent from outside (`note_stop_request`, `requested_stop`)."""
 
 STOP_SECS_VAR = "MAGI_LP_NODE_STOP_SECS"
 """Seconds a node may take to end by itself after SIGTERM before it leaves its process."""
@@ -131,9 +131,10 @@ def note_stop_request() -> None:
             open(os.path.join(run_tmp, STOP_REQUEST_FILE), "a").close()
 
 
-def stop_was_requested(run_tmp: str) -> bool:
-    """Whether a node of the launch whose temp folder is `run_tmp` asked for the stop."""
-    return os.path.exists(os.path.join(run_tmp, STOP_REQUEST_FILE))
+def requested_stop(run_tmp: str) -> str | None:
+    """Why a node of the launch whose temp folder is `run_tmp` asked for the stop
+    (`LIMIT_REACHED`), or None when none did."""
+    return LIMIT_REACHED if os.path.exists(os.path.join(run_tmp, STOP_REQUEST_FILE)) else None
 
 
 def stop_secs_from_env(environ: dict[str, str] | None = None) -> float:
