@@ -16,7 +16,8 @@ PY312     := $(VENV312)/bin/python
 # (tests/test_ray_slurm.py), the learn check at a tiny size with its negative controls
 # (tests/test_learn_check.py) and the GPU machine's stack: the GPU check's workers on an
 # injected GPU (tests/test_gpu_check.py), `make gpu-learn` and `make gpu-system` at a tiny
-# size (tests/test_gpu_learn.py, tests/test_gpu_system.py).
+# size (tests/test_gpu_learn.py, tests/test_gpu_system.py), and the status view on a terminal
+# and the curves' plot (tests/test_monitor.py, tests/test_plot.py).
 PY312_TESTS ?= tests/test_plan.py tests/test_resources.py tests/test_gpu_inventory.py \
 	tests/test_checkpointing.py tests/test_replay_plan.py tests/test_transition_replay.py \
 	tests/test_learner.py tests/test_drq_learning.py tests/test_current_stack.py \
@@ -24,7 +25,8 @@ PY312_TESTS ?= tests/test_plan.py tests/test_resources.py tests/test_gpu_invento
 	tests/test_learn_check.py tests/test_acme_seam.py \
 	tests/test_served_replay.py tests/test_replay_stores.py tests/test_builder_protocol.py \
 	tests/test_config_errors.py tests/test_ray_engine.py tests/test_gpu_system.py tests/test_ray_slurm.py \
-	tests/test_interrupts.py tests/test_gpu_check.py tests/test_gpu_learn.py
+	tests/test_interrupts.py tests/test_gpu_check.py tests/test_gpu_learn.py \
+	tests/test_monitor.py tests/test_plot.py
 JAX       ?=
 WORKDIR   ?= runs/reacher_hard_distributed
 CONFIG    ?= configs/reacher_hard_distributed.py

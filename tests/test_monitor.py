@@ -99,3 +99,62 @@ def test_format_duration_and_last_csv_value(tmp_path):
     log.write_text("episode_return,steps\n" + "".join(f"{i},{i}\n" for i in range(50)) + ",51\n")
     assert last_csv_value(log, "episode_return") == 49.0
     assert last_csv_value(tmp_path / "missing.csv", "episode_return") is None
+
+
+def test_without_rich_a_terminal_gets_the_plain_lines(monkeypatch):
+    monkeypatch.setitem(sys.modules, "rich", None)  # `import rich...` raises ImportError
+    out = io.StringIO()
+    monitor = StatusMonitor(lambda: {}, max_actor_steps=10, live=True, stream=out)
+    monitor.start([])
+    monitor.sample()
+    monitor.stop()
+    lines = out.getvalue().splitlines()
+    assert any("no live status table" in line for line in lines), lines
+    assert any("frames/s;" in line for line in lines), lines
+
+
+_ON_A_TERMINAL = """
+import time
+from magi_lp.launch.monitor import StatusMonitor
+numbers = {"actor_steps": 0}
+monitor = StatusMonitor(lambda: numbers, max_actor_steps=1000, period_s=3600)
+monitor.start([])
+monitor.sample()
+numbers["actor_steps"] = 500
+time.sleep(0.2)
+monitor.sample()
+monitor.stop()
+print("monitor done")
+"""
+
+
+def test_the_live_table_on_a_terminal():
+    # A launcher whose stdout and stderr are a terminal draws the table (rich), as a user's
+    # does; both stacks' venvs must have what it needs.
+    import os
+    import pty
+
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-c", _ON_A_TERMINAL],
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        close_fds=True,
+    )
+    os.close(follower)
+    output = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal closed with the process
+            break
+        if not chunk:
+            break
+        output += chunk
+    os.close(leader)
+    assert process.wait(timeout=60) == 0, output.decode(errors="replace")[-3000:]
+    text = output.decode(errors="replace")
+    assert "monitor done" in text and "Traceback" not in text, text[-3000:]
+    assert "no live status table" not in text, text[-3000:]
+    assert "actor steps" in text or "frames" in text, text[-3000:]

@@ -150,8 +150,17 @@ class StatusMonitor:
         self._nodes = [_NodeView(group, index, process) for group, index, process in nodes]
         self._started = self._clock()
         if self._live_wanted:
-            self._live = console.LiveView()
-            self._live.start()
+            live = console.LiveView()
+            try:
+                live.start()
+                self._live = live
+            except ImportError as error:  # no rich here: the plain lines serve as well
+                console.say(
+                    f"notice: no live status table ({error}); a status line every "
+                    f"{self._plain_every_s:g} s instead",
+                    source="status",
+                    stream=self._stream,
+                )
         self._thread = threading.Thread(target=self._loop, name="magi_lp-status", daemon=True)
         self._thread.start()
 
