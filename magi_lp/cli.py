@@ -303,6 +303,10 @@ def _run_distributed(
         name if name.endswith("distributed") else f"{name}_distributed", validate_config
     )
     engine = engines.engine(_LAUNCHER.value)
+    finished = _finished_line(config, workdir)
+    if finished and not _DRY_RUN.value and not _RENDER.value:
+        console.say(f"nothing to do: {finished}")
+        return 0
     if engine.several_hosts or _RENDER.value:
         return _run_on_hosts(make_experiment, config, workdir, name)
     if not _DRY_RUN.value:
@@ -344,6 +348,8 @@ def _run_distributed(
         notices.append(store.line)
     else:  # an agent without frame_replay: which store holds its transitions
         notices.append(f"replay: {replay.name}, in the replay node")
+    if finished:
+        notices.append(f"notice: a launch would do nothing: {finished}")
     if _DRY_RUN.value:
         # The plan is this command's result: it goes to stdout.
         print(f"engine: --launcher {engine.name} ({engine.summary})")
@@ -437,15 +443,60 @@ def _check_agent_tables(builder: Any, replay: Any, *, single_process: bool) -> N
     )
 
 
-def _resume_line(config: Any, workdir: Path) -> str | None:
-    """What a relaunch of `workdir` resumes from (its newest learner checkpoint's counts), in
-    the launcher's terminal: the learner's node log says it too, but later and out of sight."""
+def _saved_counts(config: Any, workdir: Path) -> dict[str, Any]:
+    """The counts a relaunch of `workdir` resumes from: its newest learner checkpoint's ({}
+    for a new run, or one that saves no checkpoints)."""
     from magi_lp.runtime.checkpointing import saved_metadata
     from magi_lp.runtime.workdir import Workdir
 
-    if not config.checkpoint.enabled:
+    if not config.checkpoint.enabled or not workdir.is_dir():
+        return {}
+    counts = saved_metadata(Workdir(workdir).learner_checkpoints).get("counts")
+    return counts if isinstance(counts, dict) else {}
+
+
+def _finished_line(config: Any, workdir: Path) -> str | None:
+    """Why a relaunch of `workdir` has nothing to do, or None: its checkpoint is at or past
+    `max_actor_steps` and its evaluation there is logged (one killed before that evaluation
+    is relaunched: the run makes it). A relaunch would take a few more steps past the limit,
+    save again and evaluate the same parameters once more."""
+    limit = int(config.max_actor_steps)
+    counts = _saved_counts(config, workdir)
+    steps = counts.get("actor_steps")
+    if not limit or steps is None or int(steps) < limit:
         return None
-    counts = saved_metadata(Workdir(workdir).learner_checkpoints).get("counts") or {}
+    if int(config.num_evaluators) > 0 and not _evaluated_at(workdir, limit):
+        return None
+    return (
+        f"the run in {workdir} has reached max_actor_steps={limit} (its newest "
+        f"checkpoint: {int(steps)} actor steps, learner step "
+        f"{int(counts.get('learner_steps', 0))}) and was evaluated there; raise "
+        "--config.max_actor_steps to train on, or give a new --workdir"
+    )
+
+
+def _evaluated_at(workdir: Path, limit: int) -> bool:
+    """Whether an evaluator's log has an evaluation at `limit` actor steps or later."""
+    import csv
+
+    from magi_lp.runtime.workdir import Workdir
+
+    for log in Workdir(workdir).log_csvs("evaluator_*"):
+        try:
+            with open(log, newline="") as file:
+                for row in csv.DictReader(file):
+                    steps = row.get("actor_steps") or ""
+                    if steps and row.get("episode_return") and float(steps) >= limit:
+                        return True
+        except (OSError, ValueError, csv.Error):
+            continue
+    return False
+
+
+def _resume_line(config: Any, workdir: Path) -> str | None:
+    """What a relaunch of `workdir` resumes from (its newest learner checkpoint's counts), in
+    the launcher's terminal: the learner's node log says it too, but later and out of sight."""
+    counts = _saved_counts(config, workdir)
     if "learner_steps" not in counts:
         return None
     return (
@@ -526,6 +577,10 @@ def _run_single_process(
             )
         )
     _check_workdir_can_be_made(workdir)
+    finished = _finished_line(config, workdir)
+    if finished:
+        console.say(f"nothing to do: {finished}")
+        return 0
     ignored = _ignored_by_single_process(config, sys.argv)
     if ignored:
         console.say(f"notice: {ignored}")

@@ -117,6 +117,19 @@ def test_td3_runs_on_the_host_replay_and_resumes(tmp_path):
     # The counts go on from the first run's: 250 more actor steps, not 500.
     assert "done: 500 actor steps" in second, second[-3000:]
     assert column(read_csv(workdir / "logs/actor_0/logs.csv"), "actor_steps") == [250, 500]
+    evaluations = read_csv(workdir / "logs/evaluator_0/logs.csv")
+
+    # The same command once more: the run is done; nothing starts, nothing is logged.
+    third = _run(
+        "projects/td3/main.py",
+        "configs/td3_cartpole.py",
+        workdir,
+        [*flags, "--config.max_actor_steps=500"],
+        60,
+    )
+    assert "nothing to do: the run in" in third and "max_actor_steps=500" in third, third
+    assert "done:" not in third, third
+    assert read_csv(workdir / "logs/evaluator_0/logs.csv") == evaluations
 
 
 @pytest.mark.parametrize(

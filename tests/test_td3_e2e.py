@@ -117,6 +117,17 @@ def test_distributed_run_stops_by_itself_at_the_step_limit(tmp_path):
     assert list((tmp_path / "checkpoints/learner").iterdir()), "no final checkpoint"
     assert not marked_processes(mark), "processes of the program outlived it"
 
+    # Launched again as it was: the run is done, so nothing starts.
+    again = run_entry_point(
+        "projects/td3/lp_main.py",
+        [*_workdir_args(tmp_path), *TINY, "--config.num_actors=2", "--config.max_actor_steps=600"],
+        timeout=120,
+        mark=mark,
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "nothing to do: the run in" in again.stderr, again.stderr[-3000:]
+    assert "started" not in again.stderr and not marked_processes(mark)
+
 
 def _latest_checkpoint(workdir: Path) -> int | None:
     folder = workdir / "checkpoints/learner"
