@@ -103,7 +103,8 @@ def plot(workdirs: list[Path], out: Path, frames_per_step: int = 1) -> Path:
         top.plot(*curves[0], marker=".", label=workdirs[0].name)
     top.set_xlabel("environment frames")
     top.set_ylabel("evaluation return")
-    top.legend(fontsize="small")
+    if top.lines:
+        top.legend(fontsize="small")
     top.grid(alpha=0.3)
 
     for workdir in workdirs:
@@ -115,7 +116,8 @@ def plot(workdirs: list[Path], out: Path, frames_per_step: int = 1) -> Path:
             bottom.plot(x, y, linewidth=0.8, label=label)
     bottom.set_xlabel("learner steps")
     bottom.set_ylabel("loss")
-    bottom.legend(fontsize="small")
+    if bottom.lines:  # none before the learner's first logged row
+        bottom.legend(fontsize="small")
     bottom.grid(alpha=0.3)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -138,6 +140,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.frames_per_step < 1:
         console.error(f"--frames_per_step={args.frames_per_step}: give the action repeat, >= 1")
         return 2
+    empty = [str(w) for w in args.workdirs if not len(evaluation_curve(w, 1)[0])]
+    if len(empty) == len(args.workdirs):
+        console.error(
+            f"no evaluation or episode logged yet in {', '.join(empty)}: nothing to plot; "
+            "try again once the run has logged one (logs/evaluator_*/logs.csv)"
+        )
+        return 2
+    if empty:
+        console.say(f"notice: no evaluation logged yet in {', '.join(empty)}", source="plot")
     out = plot(args.workdirs, args.out or args.workdirs[0] / "curves.png", args.frames_per_step)
     console.say(f"wrote {out}", source="plot")
     return 0

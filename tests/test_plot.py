@@ -93,3 +93,21 @@ def test_main_pys_first_evaluation_before_any_counted_step_is_at_frame_0(tmp_pat
     x, y = evaluation_curve(tmp_path, frames_per_step=2)
     np.testing.assert_array_equal(x, [0, 2000])
     np.testing.assert_array_equal(y, [120, 80])
+
+
+def test_runs_without_an_evaluation_yet_are_one_line_and_no_png(tmp_path):
+    # A run that started but logged nothing yet (or died first): its logs/ has no rows.
+    (tmp_path / "logs/learner").mkdir(parents=True)
+    (tmp_path / "logs/learner/logs.csv").write_text("")
+    out = tmp_path / "curves.png"
+    result = subprocess.run(
+        [sys.executable, "-m", "magi_lp.plot", str(tmp_path), "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: no evaluation or episode logged"), lines
+    assert not out.exists()
