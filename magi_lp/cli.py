@@ -58,6 +58,7 @@ from magi_lp.runtime.config import (
     validate_experiment_config,
 )
 from magi_lp.runtime.memory_reckoning import size_gpu_memory
+from magi_lp.runtime.workdir import Workdir
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Experiment config file (ml_collections).", lock_config=True
@@ -387,10 +388,14 @@ def _run_distributed(
         logger_factory=logger_factory,
         transport=engine.transport,
     )
-    console.say(f"workdir: {workdir}")
+    # On the terminal, and dated in nodes/launcher.log, where the engine's lines follow.
+    folders = Workdir(workdir)
+    folders.nodes.mkdir(parents=True, exist_ok=True)
+    report = run_folders.reporter(None, folders.launcher_log)
+    report(f"workdir: {workdir}")
     resuming = _resume_line(config, workdir)
     if resuming:
-        console.say(resuming)
+        report(resuming)
     launch = Launch(
         graph,
         plan,
@@ -447,7 +452,6 @@ def _saved_counts(config: Any, workdir: Path) -> dict[str, Any]:
     """The counts a relaunch of `workdir` resumes from: its newest learner checkpoint's ({}
     for a new run, or one that saves no checkpoints)."""
     from magi_lp.runtime.checkpointing import saved_metadata
-    from magi_lp.runtime.workdir import Workdir
 
     if not config.checkpoint.enabled or not workdir.is_dir():
         return {}
@@ -478,8 +482,6 @@ def _finished_line(config: Any, workdir: Path) -> str | None:
 def _evaluated_at(workdir: Path, limit: int) -> bool:
     """Whether an evaluator's log has an evaluation at `limit` actor steps or later."""
     import csv
-
-    from magi_lp.runtime.workdir import Workdir
 
     for log in Workdir(workdir).log_csvs("evaluator_*"):
         try:

@@ -178,6 +178,8 @@ def test_td3_on_ray_trains_to_its_limit_and_a_relaunch_resumes_without_repeating
     launcher_log = (nodes / "launcher.log").read_text()
     assert launcher_log.count("started 7 nodes on Ray") == 2, launcher_log
     assert "logs of the earlier launch kept as" in launcher_log, launcher_log
+    assert launcher_log.count(f"workdir: {second.workdir}") == 2, launcher_log
+    assert "resuming from the workdir's newest checkpoint" in launcher_log, launcher_log
     assert re.search(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ", launcher_log, re.M), launcher_log
     second.assert_clean()
 
