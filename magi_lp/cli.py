@@ -351,6 +351,7 @@ def _run_distributed(
         notices.append(f"replay: {replay.name}, in the replay node")
     if finished:
         notices.append(f"notice: a launch would do nothing: {finished}")
+    notices += [f"notice: {n}" for n in _ignored_sigint()]
     if _DRY_RUN.value:
         # The plan is this command's result: it goes to stdout.
         print(f"engine: --launcher {engine.name} ({engine.summary})")
@@ -446,6 +447,17 @@ def _check_agent_tables(builder: Any, replay: Any, *, single_process: bool) -> N
             f"{way}; or implement the three, as projects/td3/builder.py does",
         )
     )
+
+
+def _ignored_sigint() -> list[str]:
+    """A line when this process was started with SIGINT ignored (`cmd &` from a script): the
+    run keeps it so, and Ctrl-C then does nothing, which looks like a hang."""
+    if signal.getsignal(signal.SIGINT) != signal.SIG_IGN:
+        return []
+    return [
+        "this process was started with SIGINT ignored (as `cmd &` in a script does), so "
+        "Ctrl-C will not stop the run; stop it with SIGTERM (kill), which saves as Ctrl-C does"
+    ]
 
 
 def _saved_counts(config: Any, workdir: Path) -> dict[str, Any]:
@@ -586,6 +598,8 @@ def _run_single_process(
     ignored = _ignored_by_single_process(config, sys.argv)
     if ignored:
         console.say(f"notice: {ignored}")
+    for notice in _ignored_sigint():
+        console.say(f"notice: {notice}")
     os.environ.setdefault("MUJOCO_GL", "egl")
     check_xla_flags({}, os.environ.get("XLA_FLAGS"))
     cache = compilation_cache_warning(detect_jax_build(), _compilation_cache_settings(None))

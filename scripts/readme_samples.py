@@ -177,8 +177,12 @@ def _fake_machine(machine: Machine, folder: Path) -> dict[str, str]:
     return env
 
 
-def _pin_cpus() -> None:
+def _as_in_a_terminal() -> None:
+    """The sample's process: on the pinned CPUs, and with SIGINT as a terminal gives it (a
+    suite started in the background, `make test &`, would hand it on ignored, and the entry
+    points say so in a line no sample shows)."""
     os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:CPUS])
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _run(command: str, env: dict[str, str], stderr_only: bool) -> tuple[int, str]:
@@ -192,7 +196,7 @@ def _run(command: str, env: dict[str, str], stderr_only: bool) -> tuple[int, str
         stderr=subprocess.PIPE if stderr_only else subprocess.STDOUT,
         text=True,
         start_new_session=True,  # so that a run past TIMEOUT_S is ended with what it started
-        preexec_fn=_pin_cpus,
+        preexec_fn=_as_in_a_terminal,
     )
     try:
         out, err = process.communicate(timeout=TIMEOUT_S)

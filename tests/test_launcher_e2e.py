@@ -162,6 +162,7 @@ def test_inherited_ignored_sigint_is_respected_and_nodes_die_with_a_killed_launc
     time.sleep(3)
     assert process.poll() is None, log.read_text()[-4000:]
     assert " died" not in log.read_text(), log.read_text()[-4000:]
+    assert "Ctrl-C will not stop the run; stop it with SIGTERM" in log.read_text()
 
     launcher = _launcher_pid(mark)
     nodes = [p for p in marked_processes(mark) if p.pid not in (process.pid, launcher)]
