@@ -135,9 +135,14 @@ def _checked_inputs(
         raise ConfigError(
             fact_refusal("--config is required", "", "e.g. --config configs/reacher_hard.py")
         )
-    if not Path(path.split(":", 1)[0]).is_file():
+    file = Path(path.split(":", 1)[0])
+    if not file.is_file():
+        # A misspelt name in a folder that exists: the closest file name there.
+        siblings = [p.name for p in file.parent.glob("*.py")]
+        prefix = "" if str(file.parent) == "." else f"{file.parent}/"
+        close = did_you_mean(file.name, siblings, prefix=prefix, otherwise="")
         raise ConfigError(
-            fact_refusal(f"--config {path}", "no such file", "pick one from configs/")
+            fact_refusal(f"--config {path}", "no such file", close or "pick one from configs/")
         )
     try:
         config = _CONFIG.value

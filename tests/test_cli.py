@@ -19,7 +19,11 @@ SCRIPT = "projects/td3/lp_main.py"
     ("args", "expected"),
     [
         ([], "--config is required"),
-        (["--config", "configs/no_such_config.py"], "no such file"),
+        (["--config", "configs/no_such_config.py"], "no such file; pick one from configs/"),
+        (
+            ["--config", "configs/reacher_hard_distribted.py"],
+            "no such file; did you mean configs/reacher_hard_distributed.py?",
+        ),
         (
             ["--config", CONFIG, "--config.num_actor=3"],
             "no config key num_actor; did you mean num_actors?",
