@@ -357,6 +357,7 @@ def _run_distributed(
     if finished:
         notices.append(f"notice: a launch would do nothing: {finished}")
     notices += [f"notice: {n}" for n in _ignored_sigint()]
+    interrupts.raise_if_swallowed()  # a Ctrl-C during the planning's imports stops it here
     if _DRY_RUN.value:
         # The plan is this command's result: it goes to stdout.
         print(f"engine: --launcher {engine.name} ({engine.summary})")
@@ -386,6 +387,7 @@ def _run_distributed(
     from magi_lp.runtime.program import build_program
 
     experiment = _make(make_experiment, config, workdir)
+    interrupts.raise_if_swallowed()
     _make_workdir(workdir)
     graph = build_program(
         experiment,
@@ -558,6 +560,7 @@ def _run_on_hosts(make_experiment: MakeExperiment, config: Any, workdir: Path, n
 
         logger_factory = LoggerFactory.from_config(str(workdir), config.logging)
         experiment = _make(make_experiment, config, workdir)
+        interrupts.raise_if_swallowed()
         _make_workdir(workdir)
         graph = build_program(experiment, plan, workdir=str(workdir), logger_factory=logger_factory)
         return to_program(graph)
@@ -627,6 +630,7 @@ def _run_single_process(
 
     logger_factory = LoggerFactory.from_config(str(workdir), config.logging)
     experiment = _make(make_experiment, config, workdir)
+    interrupts.raise_if_swallowed()
     _make_workdir(workdir)
     console.say(f"workdir: {workdir}")
     with run_folders.private_temp():

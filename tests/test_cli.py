@@ -573,3 +573,16 @@ def test_a_state_agent_without_reverb_tables_is_refused_before_anything_starts(
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "run").exists(), "a refused run created its workdir"
     assert not marked_processes(mark)
+
+
+@pytest.mark.parametrize("mode", ["one", "many"], ids=["main", "lp_main"])
+def test_a_ctrl_c_that_a_library_swallowed_still_stops_the_run_before_it_starts(tmp_path, mode):
+    mark = "cli-swallowed-ctrl-c"
+    args = [mode, "--config", CONFIG, "--workdir", str(tmp_path / "run")]
+    result = run_entry_point("tests/swallowed_ctrl_c_entry.py", args, timeout=120, mark=mark)
+    output = result.stdout + result.stderr
+    assert result.returncode == 130, output[-3000:]
+    assert "interrupted before the run started; nothing was launched or written" in output
+    assert "Traceback" not in output, output[-3000:]
+    assert not (tmp_path / "run").exists(), "an interrupted run created its workdir"
+    assert not marked_processes(mark)

@@ -14,6 +14,8 @@ import threading
 import time
 from collections.abc import Iterator
 
+import pytest
+
 from magi_lp.launch import interrupts
 
 
@@ -251,3 +253,19 @@ def test_stop_deferred_leaves_ignored_signals_and_other_threads_alone():
     thread.start()
     thread.join()
     assert seen == [signal.getsignal(signal.SIGINT)]
+
+
+def test_a_ctrl_c_caught_by_other_code_is_raised_again_before_the_run_starts():
+    try:
+        with interrupts.one_interrupt():
+            interrupts.raise_if_swallowed()  # nothing came: nothing raised
+            try:  # noqa: SIM105 - as a library's `except` that catches more than it meant
+                signal.raise_signal(signal.SIGINT)
+            except KeyboardInterrupt:
+                pass
+            with pytest.raises(KeyboardInterrupt):
+                interrupts.raise_if_swallowed()
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    # The block is over: a later entry point in this process starts with nothing noted.
+    interrupts.raise_if_swallowed()

@@ -2,7 +2,7 @@
 traceback, never lost; and a stop held back while a checkpoint is written.
 
 While an entry point imports TensorFlow, Reverb and JAX (seconds), SIGINT raises
-KeyboardInterrupt, which the CLI turns into one line. Two ways that goes wrong:
+KeyboardInterrupt, which the CLI turns into one line. Three ways that goes wrong:
 
 - The same stop arrives twice: `kill -INT -PGID` reaches the program directly and again
   through the isolation parent, which forwards what it cannot tell from a terminal's Ctrl-C.
@@ -12,12 +12,15 @@ KeyboardInterrupt, which the CLI turns into one line. Two ways that goes wrong:
   there, prints it as "Exception ignored in ... Traceback ... KeyboardInterrupt" and drops
   it. The traceback reaches the user, and a Ctrl-C that was not an echo is lost: the run
   goes on.
+- A KeyboardInterrupt caught by code that meant to catch something else (a broad `except`
+  in a library, say): the run goes on as if no Ctrl-C came. `raise_if_swallowed`, called by
+  the entry points before anything is launched or written, raises it again.
 
-Seen together in a fresh-clone suite run (2026-11-27, test_launcher_e2e's Ctrl-C while
-importing, a `killpg`): one copy was dropped in `_xla_gc_callback` with its traceback
-printed, the other gave the one line.
+The first two were seen together in a fresh-clone suite run (2026-11-27,
+test_launcher_e2e's Ctrl-C while importing, a `killpg`): one copy was dropped in
+`_xla_gc_callback` with its traceback printed, the other gave the one line.
 
-`one_interrupt()` handles both while it is active: a repeat of SIGINT within `ECHO_SECS` of
+`one_interrupt()` handles those two while it is active: a repeat of SIGINT within `ECHO_SECS` of
 the KeyboardInterrupt it raised is the same stop (dropped), a later one raises again (the user
 insisting); and a KeyboardInterrupt that Python drops that way is not printed, and SIGINT is
 sent again a moment later (`RESEND_SECS`), to be raised in the main flow. The launcher's own
@@ -39,6 +42,32 @@ import time
 from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
+
+_RECEIVED: list[float] = []
+"""When this process got a SIGINT that was to raise KeyboardInterrupt before a run took over
+its signals (`one_interrupt`'s handler, `recording_handler`): see `raise_if_swallowed`."""
+
+
+def recording_handler(signum: int, frame: FrameType | None) -> None:
+    """Python's own SIGINT handler (KeyboardInterrupt), noting the SIGINT first: installed by
+    `magi_lp`'s entry points while they import, before `one_interrupt` takes over."""
+    _RECEIVED.append(time.monotonic())
+    signal.default_int_handler(signum, frame)
+
+
+def raise_if_swallowed() -> None:
+    """At the last point before a run launches or writes anything: raises KeyboardInterrupt if
+    a SIGINT came and the process is still here, so the Ctrl-C is not lost.
+
+    A KeyboardInterrupt that propagates ends the entry point, so one noted and still here was
+    caught by code that meant to catch something else (and the echo of the same stop, within
+    `ECHO_SECS`, is dropped by design). Seen once in a fresh-clone suite under memory
+    pressure (2026-11-29, test_launcher_e2e's Ctrl-C while importing): a `killpg` SIGINT
+    during the launcher's planning was lost and the run went on; which code caught it was not
+    found."""
+    if _RECEIVED:
+        raise KeyboardInterrupt
+
 
 ECHO_SECS = 0.2
 """A repeat of the same signal within this time is an echo of one stop, not a second request
@@ -62,6 +91,7 @@ class _OneInterrupt:
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
         del signum, frame
+        _RECEIVED.append(time.monotonic())
         if self.in_hook:
             return  # dropped there too; the resending thread sends it again
         now = time.monotonic()
@@ -130,6 +160,7 @@ def one_interrupt() -> Iterator[None]:
     try:
         yield
     finally:
+        _RECEIVED.clear()  # what the block's `raise_if_swallowed` was to see, and no later one
         # After a Ctrl-C both stay: the process is stopping, and an echo that arrives while
         # the KeyboardInterrupt unwinds, before the caller ignores SIGINT, is still dropped.
         if not handler.raised:
