@@ -54,15 +54,6 @@ _ENTRY_POINTS = ("distributed_main", "single_process_main")
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'magi_lp' has no attribute {name!r}")
-    if name in _ENTRY_POINTS:
-        import signal
-
-        from magi_lp.launch import interrupts
-
-        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-            # A SIGINT while the entry point imports is noted, so that one a library swallows
-            # still stops the run before it starts (`interrupts.raise_if_swallowed`).
-            signal.signal(signal.SIGINT, interrupts.recording_handler)
     try:
         value = getattr(importlib.import_module(_EXPORTS[name]), name)
     except KeyboardInterrupt:

@@ -309,7 +309,7 @@ def _run_distributed(
         name if name.endswith("distributed") else f"{name}_distributed", validate_config
     )
     engine = engines.engine(_LAUNCHER.value)
-    finished = _finished_line(config, workdir)
+    finished = _finished_line(config, workdir, single_process=False)
     if finished and not _DRY_RUN.value and not _RENDER.value:
         console.say(f"nothing to do: {finished}")
         return 0
@@ -387,6 +387,7 @@ def _run_distributed(
     from magi_lp.runtime.program import build_program
 
     experiment = _make(make_experiment, config, workdir)
+    engine_module = engine.load()  # Ray's or Launchpad's import: before the last check
     interrupts.raise_if_swallowed()
     _make_workdir(workdir)
     graph = build_program(
@@ -412,7 +413,7 @@ def _run_distributed(
         status_every=_STATUS_EVERY.value,
         group_resources=group_resources,
     )
-    return engine.load().run(launch)
+    return engine_module.run(launch)
 
 
 _AGENT_TABLE_METHODS = ("make_replay_tables", "make_adder", "make_dataset_iterator")
@@ -456,6 +457,22 @@ def _check_agent_tables(builder: Any, replay: Any, *, single_process: bool) -> N
     )
 
 
+def _stop_on_sigterm() -> None:
+    """SIGTERM (`kill`, a scheduler's stop) ends a run in this process as Ctrl-C does: the
+    runner's final save, then the same command resumes. Its default would end the process
+    at once, and the steps since the last periodic checkpoint would be taken again. Once: a
+    second SIGTERM while the save runs is ignored. One inherited as ignored stays so."""
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        del signum, frame
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 def _ignored_sigint() -> list[str]:
     """A line when this process was started with SIGINT ignored (`cmd &` from a script): the
     run keeps it so, and Ctrl-C then does nothing, which looks like a hang."""
@@ -478,17 +495,20 @@ def _saved_counts(config: Any, workdir: Path) -> dict[str, Any]:
     return counts if isinstance(counts, dict) else {}
 
 
-def _finished_line(config: Any, workdir: Path) -> str | None:
+def _finished_line(config: Any, workdir: Path, *, single_process: bool) -> str | None:
     """Why a relaunch of `workdir` has nothing to do, or None: its checkpoint is at or past
-    `max_actor_steps` and its evaluation there is logged (one killed before that evaluation
-    is relaunched: the run makes it). A relaunch would take a few more steps past the limit,
-    save again and evaluate the same parameters once more."""
+    `max_actor_steps` and every evaluator's last evaluation, whole, is of those parameters
+    (`_evaluated_at`). Otherwise it is relaunched as before: the run makes the evaluation. A
+    relaunch of a finished run would take a few more steps past the limit, save again and
+    evaluate the same parameters once more."""
     limit = int(config.max_actor_steps)
     counts = _saved_counts(config, workdir)
     steps = counts.get("actor_steps")
     if not limit or steps is None or int(steps) < limit:
         return None
-    if int(config.num_evaluators) > 0 and not _evaluated_at(workdir, limit):
+    # main.py runs one evaluator, whatever num_evaluators says.
+    evaluators = min(1, int(config.num_evaluators)) if single_process else config.num_evaluators
+    if not _evaluated_at(config, workdir, int(steps), int(evaluators)):
         return None
     return (
         f"the run in {workdir} has reached max_actor_steps={limit} (its newest "
@@ -498,20 +518,29 @@ def _finished_line(config: Any, workdir: Path) -> str | None:
     )
 
 
-def _evaluated_at(workdir: Path, limit: int) -> bool:
-    """Whether an evaluator's log has an evaluation at `limit` actor steps or later."""
+def _evaluated_at(config: Any, workdir: Path, steps: int, evaluators: int) -> bool:
+    """Whether each evaluator's log ends with a whole evaluation (`evaluation.episodes` rows)
+    at or past `max_actor_steps`, the last row within the counts' reporting lag of the
+    checkpoint's `steps`: not one cut short by a stop, nor an earlier launch's (a run first
+    trained to the limit, then past it and stopped, has parameters no evaluation saw)."""
     import csv
 
-    for log in Workdir(workdir).log_csvs("evaluator_*"):
+    from magi_lp.runtime.nodes import DISTRIBUTED_COUNT_EVERY
+
+    limit, episodes = int(config.max_actor_steps), int(config.evaluation.episodes)
+    # Distributed actors report their steps every DISTRIBUTED_COUNT_EVERY (per environment).
+    lag = DISTRIBUTED_COUNT_EVERY * int(config.num_actors) * int(config.envs_per_actor)
+    for index in range(evaluators):
         try:
-            with open(log, newline="") as file:
-                for row in csv.DictReader(file):
-                    steps = row.get("actor_steps") or ""
-                    if steps and row.get("episode_return") and float(steps) >= limit:
-                        return True
+            with open(Workdir(workdir).log_csv(f"evaluator_{index}"), newline="") as file:
+                rows = [row for row in csv.DictReader(file) if row.get("episode_return")]
+            last = [float(row.get("actor_steps") or "nan") for row in rows[-episodes:]]
         except (OSError, ValueError, csv.Error):
-            continue
-    return False
+            return False
+        whole = len(last) == episodes and all(at >= limit for at in last)
+        if not whole or last[-1] < steps - lag:
+            return False
+    return True
 
 
 def _resume_line(config: Any, workdir: Path) -> str | None:
@@ -599,7 +628,7 @@ def _run_single_process(
             )
         )
     _check_workdir_can_be_made(workdir)
-    finished = _finished_line(config, workdir)
+    finished = _finished_line(config, workdir, single_process=True)
     if finished:
         console.say(f"nothing to do: {finished}")
         return 0
@@ -633,6 +662,7 @@ def _run_single_process(
     interrupts.raise_if_swallowed()
     _make_workdir(workdir)
     console.say(f"workdir: {workdir}")
+    _stop_on_sigterm()
     with run_folders.private_temp():
         result = single_process.run_single_process(
             experiment, workdir=str(workdir), logger_factory=logger_factory

@@ -79,7 +79,8 @@ def mean_and_spread(
     if not ends:
         empty = np.zeros(0)
         return empty, empty, empty, empty
-    grid = np.linspace(max(starts), min(ends), points) if len(ends) > 1 else curves[0][0]
+    drawn = [x for x, _ in curves if len(x)]  # a run with no evaluation yet has no say
+    grid = np.linspace(max(starts), min(ends), points) if len(ends) > 1 else drawn[0]
     values = np.stack([np.interp(grid, x, y) for x, y in curves if len(x)])
     return grid, values.mean(axis=0), values.min(axis=0), values.max(axis=0)
 
@@ -97,7 +98,8 @@ def plot(workdirs: list[Path], out: Path, frames_per_step: int = 1) -> Path:
         for (x, y), workdir in zip(curves, workdirs, strict=True):
             top.plot(x, y, alpha=0.25, linewidth=0.8, label=workdir.name)
         grid, mean, low, high = mean_and_spread(curves)
-        top.plot(grid, mean, color="black", label=f"mean of {len(workdirs)} runs")
+        counted = sum(1 for x, _ in curves if len(x))
+        top.plot(grid, mean, color="black", label=f"mean of {counted} runs")
         top.fill_between(grid, low, high, color="gray", alpha=0.3, label="lowest-highest")
     elif len(curves[0][0]):
         top.plot(*curves[0], marker=".", label=workdirs[0].name)
@@ -148,7 +150,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     if empty:
-        console.say(f"notice: no evaluation logged yet in {', '.join(empty)}", source="plot")
+        console.say(
+            f"notice: no evaluation or episode logged yet in {', '.join(empty)}: left out",
+            source="plot",
+        )
     out = plot(args.workdirs, args.out or args.workdirs[0] / "curves.png", args.frames_per_step)
     console.say(f"wrote {out}", source="plot")
     return 0

@@ -586,3 +586,41 @@ def test_a_ctrl_c_that_a_library_swallowed_still_stops_the_run_before_it_starts(
     assert "Traceback" not in output, output[-3000:]
     assert not (tmp_path / "run").exists(), "an interrupted run created its workdir"
     assert not marked_processes(mark)
+
+
+def _evaluator_log(workdir: Path, index: int, steps: list[int]) -> None:
+    log = workdir / f"logs/evaluator_{index}/logs.csv"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("actor_steps,episode_return\n" + "".join(f"{s},1.0\n" for s in steps))
+
+
+@pytest.mark.parametrize(
+    ("logs", "steps", "done"),
+    [
+        ({0: [500, 500, 1000, 1000]}, 1000, True),  # the whole evaluation at the limit
+        ({0: [1010, 1020], 1: [1005, 1030]}, 1030, True),  # two evaluators, counts lagging
+        ({0: [500, 500, 1000]}, 1000, False),  # a stop cut the last evaluation short
+        ({0: [1000, 1000], 1: [500, 500]}, 1000, False),  # one evaluator has not evaluated
+        ({0: [1000, 1000]}, 1500, False),  # an earlier launch's: these parameters unseen
+        ({0: []}, 1000, False),  # no evaluation logged
+    ],
+)
+def test_a_finished_run_is_one_whose_last_evaluation_saw_its_checkpoint(
+    tmp_path, logs, steps, done
+):
+    import ml_collections
+
+    from magi_lp import cli
+
+    config = ml_collections.ConfigDict(
+        {
+            "max_actor_steps": 1000,
+            "evaluation": {"episodes": 2},
+            "num_actors": 1,
+            "envs_per_actor": 1,
+            "num_evaluators": 2,
+        }
+    )
+    for index, rows in logs.items():
+        _evaluator_log(tmp_path, index, rows)
+    assert cli._evaluated_at(config, tmp_path, steps, len(logs)) is done

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import signal
+import time
 import uuid
 
 import pytest
@@ -23,6 +25,7 @@ from tests.e2e_utils import (
     marked_processes,
     read_csv,
     run_entry_point,
+    start_entry_point,
 )
 
 pytestmark = [
@@ -130,6 +133,37 @@ def test_td3_runs_on_the_host_replay_and_resumes(tmp_path):
     assert "nothing to do: the run in" in third and "max_actor_steps=500" in third, third
     assert "done:" not in third, third
     assert read_csv(workdir / "logs/evaluator_0/logs.csv") == evaluations
+
+
+@pytest.mark.timeout(300)
+def test_sigterm_stops_main_py_with_a_final_checkpoint(tmp_path):
+    # `kill` (a scheduler's stop, a benchmark's) saves as Ctrl-C does; the same command resumes.
+    mark = uuid.uuid4().hex
+    flags = [
+        "--config.agent.min_replay_size=100",
+        "--config.agent.batch_size=32",
+        "--config.agent.hidden_sizes=(32,32)",
+        "--config.evaluation.episodes=1",
+        "--config.logging.time_delta=0.0",
+        "--config.logging.tensorboard=False",
+        "--config.checkpoint.every_minutes=1000.0",  # no periodic save: only the final one
+        "--config.max_actor_steps=1000000",
+    ]
+    args = ["--config", "configs/td3_cartpole.py", "--workdir", str(tmp_path), *flags]
+    log = tmp_path.parent / f"{tmp_path.name}.log"
+    process = start_entry_point("projects/td3/main.py", args, mark=mark, log=log)
+    learner = tmp_path / "logs/learner/logs.csv"
+    deadline = time.monotonic() + 240
+    while not (learner.exists() and read_csv(learner)):
+        assert process.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.5)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=120) == 0, log.read_text()[-3000:]
+    output = log.read_text()
+    assert "stopped; checkpoint saved. Resume with the same --workdir" in output, output[-3000:]
+    assert list((tmp_path / "checkpoints/learner").iterdir()), "no final checkpoint"
+    assert not marked_processes(mark)
 
 
 @pytest.mark.parametrize(

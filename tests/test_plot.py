@@ -111,3 +111,12 @@ def test_runs_without_an_evaluation_yet_are_one_line_and_no_png(tmp_path):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: no evaluation or episode logged"), lines
     assert not out.exists()
+
+
+def test_a_run_without_an_evaluation_among_several_is_left_out_of_the_mean(tmp_path):
+    (tmp_path / "empty/logs/learner").mkdir(parents=True)
+    _run(tmp_path / "seed0", 1.0)
+    curves = [evaluation_curve(tmp_path / name, 2) for name in ("empty", "seed0")]
+    grid, mean, _, _ = mean_and_spread(curves)
+    np.testing.assert_array_equal(grid, [0, 200, 400, 600])  # seed0's own points
+    np.testing.assert_array_equal(mean, [1, 101, 201, 301])

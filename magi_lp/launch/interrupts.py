@@ -44,20 +44,13 @@ from types import FrameType
 from typing import Any
 
 _RECEIVED: list[float] = []
-"""When this process got a SIGINT that was to raise KeyboardInterrupt before a run took over
-its signals (`one_interrupt`'s handler, `recording_handler`): see `raise_if_swallowed`."""
-
-
-def recording_handler(signum: int, frame: FrameType | None) -> None:
-    """Python's own SIGINT handler (KeyboardInterrupt), noting the SIGINT first: installed by
-    `magi_lp`'s entry points while they import, before `one_interrupt` takes over."""
-    _RECEIVED.append(time.monotonic())
-    signal.default_int_handler(signum, frame)
+"""When `one_interrupt`'s handler got a SIGINT, in its block only: see `raise_if_swallowed`."""
 
 
 def raise_if_swallowed() -> None:
-    """At the last point before a run launches or writes anything: raises KeyboardInterrupt if
-    a SIGINT came and the process is still here, so the Ctrl-C is not lost.
+    """At the last point before a run launches or writes anything (inside `one_interrupt`):
+    raises KeyboardInterrupt if a SIGINT came and the process is still here, so the Ctrl-C is
+    not lost.
 
     A KeyboardInterrupt that propagates ends the entry point, so one noted and still here was
     caught by code that meant to catch something else (and the echo of the same stop, within
@@ -156,6 +149,7 @@ def one_interrupt() -> Iterator[None]:
     # previous hook, be printed and be lost (seen in a fresh-clone suite, 2026-11-28: a
     # collection that started while this set up, before the hook was in place).
     sys.unraisablehook = hook
+    _RECEIVED.clear()
     previous_handler = signal.signal(signal.SIGINT, handler)
     try:
         yield
