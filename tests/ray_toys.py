@@ -15,7 +15,8 @@ PROBED = ("CUDA_VISIBLE_DEVICES", "JAX_PLATFORMS", "OMP_NUM_THREADS", "TOY_GROUP
 
 
 class Reporter:
-    """Writes `<folder>/<name>.json`: its env, pid, and the GPUs Ray counted for it."""
+    """Writes `<folder>/<name>.json`: its env, pid, the GPUs Ray counted for it and the
+    address its Ray node has."""
 
     def __init__(self, folder: str, name: str, *, lifetime):
         import ray
@@ -27,6 +28,7 @@ class Reporter:
             "ray_gpu_ids": [str(g) for g in ray.get_gpu_ids()],
             "jax_imported": "jax" in __import__("sys").modules,
             "tempdir": __import__("tempfile").gettempdir(),
+            "node_ip": ray.util.get_node_ip_address(),
         }
         partial = Path(folder) / f".{name}.partial"
         partial.write_text(json.dumps(report))

@@ -409,7 +409,7 @@ def test_each_node_gets_its_groups_env_and_the_plans_gpus_on_logical_ray_gpus(tm
     """The Ray engine with a fake 2-GPU inventory (Ray's GPUs are logical here), started from a
     driver that sees no GPU as lp_main's does: each node's process has its launch group's env
     from the plan before Python starts, the plan's GPU ids (Ray does not replace them) and
-    Ray's count of its GPUs; handles reach other nodes."""
+    Ray's count of its GPUs; handles reach other nodes; Ray's address is loopback."""
     from magi_lp.engines import ray_engine
 
     launch = _toy_launch(tmp_path)
@@ -440,6 +440,9 @@ def test_each_node_gets_its_groups_env_and_the_plans_gpus_on_logical_ray_gpus(tm
     assert node_tmp.name == ray_engine.NODE_TMP and node_tmp.parent.name.startswith("magi_lp_ray_")
     assert actor["tempdir"] == str(node_tmp) and not node_tmp.parent.exists()
     assert json.loads((folder / "answers.json").read_text()) == ["pong", "pong"]
+    # The embedded Ray stays on loopback: Ray swapped 127.0.0.1 for the machine's outward
+    # address (192.0.2.2 here), which an isolated run's namespace lacks (ray_seam.loopback_ray).
+    assert {r["node_ip"] for r in reports.values()} == {"127.0.0.1"}
     for name in ("learner/0", "actor/1", "coordinator/0"):
         assert (tmp_path / "work" / "nodes" / name).is_file(), name
     assert not any(home.iterdir())

@@ -286,10 +286,10 @@ def _start_ray(run_tmp: str, gpu_ids: tuple[int, ...], address: str | None) -> N
     # A token made for this run, in the environment Ray's processes inherit: token
     # authentication without ~/.ray/auth_token.
     ray_seam.use_run_token()
-    with ray_seam.gpus_shown_to_raylet(gpu_ids):
+    with ray_seam.gpus_shown_to_raylet(gpu_ids), ray_seam.loopback_ray() as loopback:
         ray.init(
             _temp_dir=run_tmp,
-            _node_ip_address="127.0.0.1",
+            _node_ip_address=loopback,
             num_cpus=os.cpu_count() or 1,
             num_gpus=len(gpu_ids),
             # Ray runs its workers at nice 15 by default, below everything else on the machine;

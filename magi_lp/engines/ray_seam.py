@@ -28,6 +28,18 @@ not offer comes from here, each with what breaks if an upgrade changes it:
   Ray is told to leave it. Seen on the H200 on 2026-11-27, the first GPU run of the engine. If
   it changes: a GPU run on Ray stops at its start with that ValueError.
 
+- `ray._private.services.resolve_ip_for_localhost`: `ray.init(_node_ip_address="127.0.0.1")`
+  does not keep Ray on loopback: Ray swaps a loopback address for "a remotely reachable" one,
+  found by a UDP connect to 8.8.8.8:53 or, failing that, by resolving the hostname. Inside
+  the run's own network namespace (`isolation`: loopback only) the first always fails, which
+  Ray prints as a `network_util.cc` warning at every launch, and where the hostname resolves
+  to the machine's LAN address (a cloud VM, a cluster node) the driver then waited for a GCS
+  at an address the namespace does not have: five minutes of "Failed to connect to GCS"
+  before a timeout killed it (reproduced here with the hostname mapped to 10.77.0.5,
+  2026-11-29). The embedded Ray serves one machine, so `loopback_ray` keeps the address as
+  given for the `ray.init` call. If it changes: the warning comes back and such a machine
+  hangs at the start again (tests/test_ray_engine.py's loopback test fails).
+
 - `ray._private.services.canonicalize_bootstrap_address`: what `RAY_ADDRESS=auto` names (the
   cluster Ray started last on this machine), as `ray.init` resolves it, so that the entry
   point can refuse an `auto` with no cluster before the launch. It raises ConnectionError when
@@ -96,6 +108,29 @@ def gpus_shown_to_raylet(gpu_ids: tuple[int, ...]) -> Iterator[None]:
             os.environ.pop("CUDA_VISIBLE_DEVICES", None)
         else:
             os.environ["CUDA_VISIBLE_DEVICES"] = saved
+
+
+LOOPBACK = "127.0.0.1"
+
+
+@contextlib.contextmanager
+def loopback_ray() -> Iterator[str]:
+    """For an embedded Ray's `ray.init`: yields the node address to pass as
+    `_node_ip_address`, which Ray then keeps as given instead of swapping it for the
+    machine's outward address (the module's docstring says why)."""
+    from ray._private import services
+
+    _require(services, "resolve_ip_for_localhost")
+    swap = services.resolve_ip_for_localhost
+
+    def keep(host: str) -> str:
+        return host if host == LOOPBACK else swap(host)
+
+    services.resolve_ip_for_localhost = keep
+    try:
+        yield LOOPBACK
+    finally:
+        services.resolve_ip_for_localhost = swap
 
 
 def lost_machine(error: BaseException, address: str) -> str | None:
