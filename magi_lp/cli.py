@@ -133,7 +133,7 @@ def _checked_inputs(
     path = _config_path()
     if not path:
         raise ConfigError(
-            fact_refusal("--config is required", "", "e.g. --config configs/reacher_hard.py")
+            fact_refusal("--config is required", "", f"e.g. --config {_example_config()}")
         )
     file = Path(path.split(":", 1)[0])
     if not file.is_file():
@@ -284,6 +284,14 @@ def _ignored_by_single_process(config: Any, argv: list[str]) -> str | None:
 def _config_path() -> str | None:
     flag = flags.FLAGS["config"]
     return flag.config_filename if flag.present else None
+
+
+def _example_config() -> str:
+    """The config file the entry script's docstring runs it with (each project's own, e.g.
+    TD3's configs/td3_cartpole.py), else DrQ-v2's configs/reacher_hard.py."""
+    doc = getattr(sys.modules.get("__main__"), "__doc__", None) or ""
+    match = re.search(r"--config[ =](\S+\.py)", doc)
+    return match.group(1) if match else "configs/reacher_hard.py"
 
 
 def _config_name() -> str:
@@ -770,6 +778,16 @@ def _flag_error(argv: list[str], error: Exception) -> str:
             return f"--config {_config_arg(argv)} (line {line}): {refusal}" if line else refusal
         if "Error whilst parsing config file" in str(error):
             return _get_config_error(str(error))
+        if (
+            isinstance(error, flags.UnrecognizedFlagError)
+            and error.flagname.startswith("config.")
+            and _config_arg(argv) is None
+        ):
+            return fact_refusal(
+                f"--{error.flagname}",
+                "it overrides a key of the config file, and no --config was given",
+                f"give the file too, e.g. --config {_example_config()} --{error.flagname}=...",
+            )
         return _unreadable_override(argv, str(error)) or f"{error}. See --helpfull."
     if isinstance(error, OSError):
         reason = error.__cause__ or str(error).splitlines()[-1].strip()

@@ -18,7 +18,14 @@ SCRIPT = "projects/td3/lp_main.py"
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        ([], "--config is required"),
+        # The example is the entry script's own (TD3's docstring runs td3_cartpole.py).
+        ([], "--config is required; e.g. --config configs/td3_cartpole.py"),
+        (
+            ["--config.max_actor_steps=300"],
+            "--config.max_actor_steps: it overrides a key of the config file, and no --config "
+            "was given; give the file too, e.g. --config configs/td3_cartpole.py "
+            "--config.max_actor_steps=...",
+        ),
         (["--config", "configs/no_such_config.py"], "no such file; pick one from configs/"),
         (
             ["--config", "configs/reacher_hard_distribted.py"],
