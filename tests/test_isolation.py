@@ -217,6 +217,49 @@ def test_child_killed_by_a_signal_gives_128_plus_signal():
     assert _run_child(code, "required").returncode == 128 + signal.SIGKILL
 
 
+# Isolates itself, makes a run temp folder (as a launcher does) and starts a process that
+# outlives it (as Ray's agents outlived a SIGKILLed driver), then SIGKILLs itself.
+KILLED_CHILD = textwrap.dedent(
+    """
+    import os, signal, subprocess, sys
+    sys.path.insert(0, {repo!r})
+    from magi_lp.launch import isolation, run_folders
+    code = isolation.run_isolated_if_needed("required", sys.argv)
+    if code is not None:
+        sys.exit(code)
+    run_folders.make_run_temp()
+    orphan = subprocess.Popen(
+        ["sleep", "120"], start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    print(orphan.pid, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+    """
+).format(repo=str(REPO))
+
+
+@needs_netns
+def test_a_killed_run_leaves_no_process_and_no_temp_folder(tmp_path):
+    """The isolated program SIGKILLed (by hand, the OOM killer): the isolation parent ends what
+    it left in its namespace, removes its temp folder and says so in one line. Seen before:
+    Ray's dashboard and runtime-env agents outlived a SIGKILLed driver by minutes and its Ray
+    folder stayed in /tmp; Launchpad's job folder stayed until the next launch."""
+    outer = _run_child(KILLED_CHILD, env={**os.environ, "TMPDIR": str(tmp_path)})
+    orphan = int(outer.stdout.split()[0])
+    try:
+        assert outer.returncode == 128 + signal.SIGKILL, outer.stderr
+        assert not psutil.pid_exists(orphan) or psutil.Process(orphan).status() == "zombie"
+        assert list(tmp_path.iterdir()) == []
+        (line,) = [x for x in outer.stderr.splitlines() if "was killed by" in x]
+        assert "was killed by SIGKILL; ended the process it left (sleep); " in line, line
+        assert "removed the temp folders of killed runs (" in line and line.endswith(
+            "; the same command resumes from the workdir's newest checkpoint"
+        )
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(orphan, signal.SIGKILL)
+
+
 @needs_netns
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_signals_sent_to_the_outer_process_reach_the_child_once(signum):

@@ -474,14 +474,21 @@ def test_run_folders_of_dead_launchers_are_swept_and_others_left(tmp_path):
 
     dead = subprocess.Popen([sys.executable, "-c", ""])
     dead.wait()
-    for name, owner in (("magi_lp_launch_dead", dead.pid), ("magi_lp_launch_live", os.getppid())):
+    for name, owner in (
+        ("magi_lp_launch_dead", dead.pid),
+        ("magi_lp_ray_dead", dead.pid),  # a Ray run's folder, its driver SIGKILLed
+        ("magi_lp_launch_live", os.getppid()),
+        ("magi_lp_ray_live", os.getppid()),
+    ):
         (tmp_path / name).mkdir()
         (tmp_path / name / "launcher.pid").write_text(str(owner))
     (tmp_path / "magi_lp_launch_foreign").mkdir()  # no owner file: not one of ours
-    run_folders.sweep_stale_run_folders(str(tmp_path))
+    removed = run_folders.sweep_stale_run_folders(str(tmp_path))
+    assert sorted(p.name for p in removed) == ["magi_lp_launch_dead", "magi_lp_ray_dead"]
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "magi_lp_launch_foreign",
         "magi_lp_launch_live",
+        "magi_lp_ray_live",
     ]
 
 

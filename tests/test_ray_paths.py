@@ -3,6 +3,7 @@ under any TMPDIR, or one refusal naming it; and the SLURM job's script applies t
 
 from __future__ import annotations
 
+import os
 import subprocess
 import tempfile
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 
 from magi_lp.engines import ray_paths
 from magi_lp.errors import ConfigError
+from magi_lp.launch import run_folders
 
 
 def test_a_runs_ray_folder_keeps_every_socket_path_within_linuxs_limit(tmp_path, monkeypatch):
@@ -28,6 +30,8 @@ def test_a_runs_ray_folder_keeps_every_socket_path_within_linuxs_limit(tmp_path,
         made = Path(ray_paths.run_temp_folder())
         assert made.is_dir() and made.name.startswith("magi_lp_ray_")
         assert len(str(made / ray_paths.LONGEST_SOCKET)) <= limit
+        # Marked as this process's: a sweep removes it once this process is gone.
+        assert (made / run_folders.OWNER_FILE).read_text() == str(os.getpid())
         return made.parent
 
     assert made_under(short) == short

@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 import tempfile
 
+from magi_lp.launch import run_folders
+
 SOCKET_PATH_LIMIT = 107
 """Linux's AF_UNIX path limit (108 bytes) less the terminating byte, as Ray checks it."""
 LONGEST_SOCKET = "session_2026-11-27_08-12-52_585813_4194304/sockets/plasma_store"
@@ -29,9 +31,11 @@ def longest_root(folder_name: str) -> int:
     return SOCKET_PATH_LIMIT - len(f"/{folder_name}/{LONGEST_SOCKET}".encode())
 
 
-def run_temp_folder(prefix: str = "magi_lp_ray_") -> str:
+def run_temp_folder(prefix: str = run_folders.RAY_TMP_PREFIX) -> str:
     """A new folder for one run's Ray files (the caller removes it): under the temp folder
-    where Ray's longest socket path there fits `SOCKET_PATH_LIMIT`, else under /tmp.
+    where Ray's longest socket path there fits `SOCKET_PATH_LIMIT`, else under /tmp. It is
+    marked as this process's (`run_folders.OWNER_FILE`), and the folders of runs whose
+    driver was SIGKILLed are removed first, in both places.
 
     Raises:
       ConfigError: one line naming TMPDIR and the longest it may be, where neither fits or
@@ -44,8 +48,12 @@ def run_temp_folder(prefix: str = "magi_lp_ray_") -> str:
     roots = dict.fromkeys((tempfile.gettempdir(), RAY_FALLBACK_ROOT))
     room = longest_root(name)
     for root in roots:
+        run_folders.sweep_stale_run_folders(root, (prefix,))
+    for root in roots:
         if len(root.encode()) <= room and os.access(root, os.W_OK | os.X_OK):
-            return tempfile.mkdtemp(prefix=prefix, dir=root)
+            folder = tempfile.mkdtemp(prefix=prefix, dir=root)
+            run_folders.mark_owner(folder)
+            return folder
     raise ConfigError(
         fact_refusal(
             f"TMPDIR {tempfile.gettempdir()}",

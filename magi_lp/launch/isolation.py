@@ -26,6 +26,7 @@ downloads) from inside an isolated run.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import dataclasses
@@ -37,11 +38,13 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 from typing import Literal
 
 from magi_lp import console
 from magi_lp.config_schema import fact_refusal, refusal
 from magi_lp.errors import ConfigError
+from magi_lp.launch import run_folders
 
 IsolationMode = Literal["auto", "required", "off"]
 MODES: tuple[str, ...] = ("auto", "required", "off")
@@ -194,8 +197,50 @@ def run_isolated_if_needed(mode: str, argv: list[str]) -> int | None:
             "the run has no network access beyond this machine's loopback.",
             source="isolation",
         )
-        return child.wait()
+        code = child.wait()
+        _clean_up_after(child)
+        return code
     return _unavailable(mode, reason)
+
+
+def _clean_up_after(child: _IsolatedChild) -> None:
+    """Once the isolated program has ended: ends what it left in its namespace and removes
+    the temp folders of runs whose launcher is gone, saying so when there was any.
+
+    A launcher that is SIGKILLed (by hand, the OOM killer) cannot stop its nodes or remove
+    its temp folder. Launchpad's nodes die with it (a parent-death signal); Ray's dashboard
+    and runtime-env agents outlived its driver, re-parented to init (here 1-3 minutes, until
+    they noticed their raylet gone), and the run's Ray folder stayed in /tmp (seen
+    2026-11-29). Every process in the namespace belongs to the run (the namespace is made
+    for it alone), so all of them are ended here."""
+    left = child.end_left_behind()
+    folders = [
+        folder
+        for root in dict.fromkeys((tempfile.gettempdir(), "/tmp"))
+        for folder in run_folders.sweep_stale_run_folders(root)
+    ]
+    done = []
+    if left:
+        names = ", ".join(
+            name if count == 1 else f"{name} x{count}"
+            for name, count in sorted(collections.Counter(left).items())
+        )
+        what = "the process" if len(left) == 1 else f"the {len(left)} processes"
+        done.append(f"ended {what} it left ({names})")
+    if folders:
+        done.append(
+            f"removed the temp folders of killed runs ({', '.join(str(f) for f in folders)})"
+        )
+    killed = child.killed_by()
+    if killed is not None:
+        console.say(
+            f"the run's process (pid {child.proc.pid}) was killed by {killed}"
+            + "".join(f"; {what}" for what in done)
+            + "; the same command resumes from the workdir's newest checkpoint",
+            source="isolation",
+        )
+    elif left:
+        console.say(f"the run {done[0]}", source="isolation")
 
 
 # --- the child -----------------------------------------------------------------------------
@@ -207,8 +252,36 @@ class _IsolatedChild:
     def __init__(self, proc: subprocess.Popen, method: str, watched: set[int], old_mask: set[int]):
         self.proc = proc
         self.method = method
+        self.netns = _netns_id(proc.pid)  # its own: the child has made it before reporting
         self._watched = watched
         self._old_mask = old_mask
+
+    def killed_by(self) -> str | None:
+        """The signal that ended the child (after `wait`), by name; None if it exited."""
+        code = self.proc.returncode
+        if code is None or code >= 0:
+            return None
+        with contextlib.suppress(ValueError):
+            return signal.Signals(-code).name
+        return f"signal {-code}"
+
+    def end_left_behind(self) -> list[str]:
+        """SIGKILLs every process still in the child's network namespace (after `wait`);
+        returns their names."""
+        if self.netns is None:
+            return []
+        left = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == os.getpid():
+                continue
+            if _netns_id(entry) != self.netns:
+                continue
+            with contextlib.suppress(OSError):  # it ended meanwhile
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    command = f.read().split(b"\0")[0].decode(errors="replace")
+                os.kill(int(entry), signal.SIGKILL)
+                left.append(os.path.basename(command) or f"pid {entry}")
+        return left
 
     def wait(self) -> int:
         """Waits for the child, forwarding signals; returns its exit status (128+N if killed)."""

@@ -5,8 +5,9 @@
 - `<log_dir>/launcher.log`: the launcher's own lines, dated (`reporter`);
 - a private temp folder per launch (`make_run_temp`): Launchpad's job files and every
   node's TMPDIR, removed at the end; one whose launcher was SIGKILLed is removed by the
-  next launch (`sweep_stale_run_folders`). A run in one process (`main.py`) takes one as
-  its own temp folder (`private_temp`).
+  isolation parent as the launcher dies, or by the next launch (`sweep_stale_run_folders`).
+  A run in one process (`main.py`) takes one as its own temp folder (`private_temp`). A Ray
+  run's folder (`magi_lp.engines.ray_paths`) carries the same owner file and is swept alike.
 """
 
 from __future__ import annotations
@@ -20,21 +21,27 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
 
-import psutil
-
 from magi_lp import console
 from magi_lp.config_schema import fact_refusal
 from magi_lp.errors import ConfigError
 
 RUN_TMP_PREFIX = "magi_lp_launch_"
+RAY_TMP_PREFIX = "magi_lp_ray_"
+"""A Ray run's folder (its session, sockets and the nodes' TMPDIR): `ray_paths`."""
+RUN_PREFIXES = (RUN_TMP_PREFIX, RAY_TMP_PREFIX)
 OWNER_FILE = "launcher.pid"
 
 
 def make_run_temp() -> str:
     """A new private temp folder for one launch, marked with this launcher's pid."""
     run_tmp = tempfile.mkdtemp(prefix=RUN_TMP_PREFIX)
-    Path(run_tmp, OWNER_FILE).write_text(str(os.getpid()))
+    mark_owner(run_tmp)
     return run_tmp
+
+
+def mark_owner(folder: str) -> None:
+    """Marks `folder` as this process's: removed by a sweep once this process is gone."""
+    Path(folder, OWNER_FILE).write_text(str(os.getpid()))
 
 
 LAUNCHER_LOG = "launcher.log"
@@ -70,15 +77,32 @@ def keep_earlier_logs(log_dir: Path) -> int | None:
     return launch_number
 
 
-def sweep_stale_run_folders(temp_dir: str) -> None:
-    """Removes run temp folders whose launcher is gone (one that was SIGKILLed)."""
-    for folder in Path(temp_dir).glob(f"{RUN_TMP_PREFIX}*"):
-        try:
-            owner = int(Path(folder, OWNER_FILE).read_text())
-        except (OSError, ValueError):
-            continue  # not ours, or still being set up
-        if not psutil.pid_exists(owner) or owner == os.getpid():
-            shutil.rmtree(folder, ignore_errors=True)
+def sweep_stale_run_folders(temp_dir: str, prefixes: tuple[str, ...] = RUN_PREFIXES) -> list[Path]:
+    """Removes the run folders in `temp_dir` whose launcher is gone (one that was SIGKILLed);
+    returns them."""
+    removed = []
+    for prefix in prefixes:
+        for folder in Path(temp_dir).glob(f"{prefix}*"):
+            try:
+                owner = int(Path(folder, OWNER_FILE).read_text())
+            except (OSError, ValueError):
+                continue  # not ours, or still being set up
+            if not _alive(owner) or owner == os.getpid():
+                shutil.rmtree(folder, ignore_errors=True)
+                removed.append(folder)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` exists (the standard library's way: the isolation parent runs
+    this module, and it imports nothing beyond it)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's
+    return True
 
 
 def prepared_log_dir(log_dir: str | os.PathLike) -> Path:
