@@ -207,6 +207,28 @@ def test_a_stop_signal_ends_the_ray_run_in_tiers_with_a_final_save(tmp_path, sig
     run.assert_clean()
 
 
+@pytest.mark.timeout(600)
+def test_a_dead_gcs_is_named_and_the_run_stops_in_tiers_with_a_final_save(tmp_path):
+    """SIGKILL of the embedded Ray's GCS (as `ray stop` run on the machine does): the driver
+    names it within a poll and stops the nodes in tiers, which still reach each other, so the
+    learner saves; exit 1. Before, the nodes went on for 60 s, then the driver's Ray client
+    gave up with a C++ error and exited without the final save."""
+    run = Run(tmp_path, [*TD3, "--config.max_actor_steps=1000000"])
+    learner_log = run.workdir / "logs/learner/logs.csv"
+    run.wait_for(lambda: learner_log.exists() and read_csv(learner_log), "learner step")
+    marked = processes.processes_marked(MARK_VAR, run.mark)
+    (gcs,) = [p for p in marked if p.name() == "gcs_server"]
+    gcs.kill()
+    assert run.wait(60) == 1, run.output()[-5000:]
+    output = run.output()
+    died = f"Ray's gcs_server (pid {gcs.pid}) died"
+    assert re.search(rf"{re.escape(died)}: stopping \d+ nodes in 3 stages", output), output[-3000:]
+    assert f"exit code 1 ({died})" in output
+    logged = column(read_csv(learner_log), "learner_steps")
+    assert checkpoint_counts(run.workdir)["learner_steps"] >= max(logged)  # the final save
+    run.assert_clean()
+
+
 def _relaunched_past(tmp_path: Path, argv: list[str], counts: dict, name: str) -> Run:
     """`argv` relaunched in the same workdir with no limit, once its learner has logged a
     row beyond the saved `counts` it resumed from: a learner step and counted actor steps

@@ -47,6 +47,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
+import psutil
 import ray
 
 from magi_lp.config_schema import fact_refusal
@@ -351,6 +352,8 @@ class _Driver:
         self._faults: list[str] = []
         self._control: Any = None
         self._workdir = Workdir(launch.workdir)
+        self._ray_daemons: dict[int, tuple[psutil.Process, str]] = {}  # `watch_ray`
+        self._lost_ray: str | None = None
         # On the terminal, and dated in <workdir>/nodes/launcher.log, as a Launchpad launch's.
         self._workdir.nodes.mkdir(parents=True, exist_ok=True)
         self.say: Callable[[str], None] = run_folders.reporter(None, self._workdir.launcher_log)
@@ -427,6 +430,30 @@ class _Driver:
             node.known_cause = ray_seam.lost_machine(error, node.address)
             return -signal.SIGKILL
 
+    def watch_ray(self) -> None:
+        """Watches the embedded Ray's GCS and raylet (the driver's children: `ray.init` starts
+        them). Either one dying ends the run at once, named (`_ray_gone`)."""
+        children = [(p, _daemon_name(p)) for p in psutil.Process().children()]
+        self._ray_daemons = {p.pid: (p, name) for p, name in children if name in RAY_DAEMONS}
+
+    def _ray_gone(self) -> str | None:
+        """Why the run cannot go on when a process of the embedded Ray died, else None.
+
+        Without its GCS (killed, or `ray stop` run on this machine) the nodes went on for
+        60 s, then the driver's own Ray client gave up with a C++ error and exited, without
+        the learner's final save (seen 2026-11-29); stopped now, in tiers, the nodes still
+        reach each other and the learner saves. Without its raylet every node dies with it,
+        and each was reported as SIGKILLed with no word of why."""
+        for pid, (process, name) in self._ray_daemons.items():
+            with contextlib.suppress(psutil.Error):
+                if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                    continue
+            self._lost_ray = f"Ray's {name} (pid {pid}) died"
+            if name == "raylet":
+                return f"{self._lost_ray}, and every node with it"
+            return self._lost_ray
+        return None
+
     def supervise(self, before_stop: Callable[[], None]) -> int:
         handled = 0
         reason = None
@@ -435,6 +462,7 @@ class _Driver:
             for sig in self._signals.received[handled:]:
                 reason = f"received {signal.Signals(sig).name}"
             handled = len(self._signals.received)
+            reason = reason or self._ray_gone()
             if asked is None:
                 asked = self._control.stop_requested.remote()
             if reason is None and ray.wait([asked], timeout=0)[0]:
@@ -509,11 +537,25 @@ class _Driver:
         code, cause = stop_outcome(
             None if self._failure is None else self._failure.name, failed, self._faults, notice
         )
+        if self._lost_ray is not None:
+            code, cause = 1, f" ({self._lost_ray})"
         self.say(
             f"all {len(self._nodes)} nodes ended {time.monotonic() - start:.1f} s after the "
             f"stop began; exit code {code}{cause}"
         )
         return code
+
+
+RAY_DAEMONS = ("gcs_server", "raylet")
+"""The processes of the embedded Ray that the run cannot do without."""
+
+
+def _daemon_name(process: psutil.Process) -> str:
+    """A process's name, "" where it cannot be read."""
+    try:
+        return process.name()
+    except psutil.Error:
+        return ""
 
 
 def _probe(driver: _Driver, workdir: Path) -> Any:
@@ -578,6 +620,8 @@ def run(launch: Launch) -> int:
         _start_ray(run_tmp, launch.plan.inventory.ids(), address)
         signals.install()  # Ray's start may have put its own handlers in place
         driver = _Driver(launch, signals, node_tmp)
+        if not address:
+            driver.watch_ray()
         driver.start()
         if signals.received and not driver.status_nodes():
             # The stop came while Ray started: no node ran, so nothing is stopped, sampled or
