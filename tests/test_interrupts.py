@@ -191,6 +191,19 @@ def test_stop_deferred_holds_a_ctrl_c_until_the_block_is_done():
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+def test_a_block_that_fails_keeps_its_error_over_a_held_ctrl_c():
+    """A save that fails (a full disk) while a Ctrl-C is held: its error goes on, not a
+    KeyboardInterrupt in its place, which the runner would have taken for a clean stop."""
+    with (
+        pytest.raises(OSError, match="No space left"),
+        interrupts.stop_deferred("checkpoint 7 is written"),
+    ):
+        os.kill(os.getpid(), signal.SIGINT)
+        sum(range(100))
+        raise OSError(28, "No space left on device")
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_stop_deferred_hands_sigterm_to_the_handler_that_was_in_place():
     calls: list[int] = []
 

@@ -66,3 +66,23 @@ def test_the_slurm_jobs_ray_folders_follow_the_same_rule(tmpdir, root):
     assert done.stdout.strip() == f"{root}/magi_lp_ray.{env.get('SLURM_JOB_ID', '0')}"
     longest = f"{done.stdout.strip()}.999/{ray_paths.LONGEST_SOCKET}"  # a machine's folder
     assert len(longest) <= ray_paths.SOCKET_PATH_LIMIT and RAY_FOLDER.startswith("magi_lp_ray.")
+
+
+def test_a_new_ray_folder_sweeps_those_of_killed_drivers_first(tmp_path, monkeypatch):
+    """A Ray run's folder is marked with its driver's pid; the next run removes those whose
+    driver is gone (one SIGKILLed without isolation), in both places a folder can be."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    temp, fallback = tmp_path / "t", tmp_path / "r"
+    for root, name in ((temp, "magi_lp_ray_dead1"), (fallback, "magi_lp_ray_dead2")):
+        root.mkdir()
+        (root / name / "session_latest").mkdir(parents=True)
+        (root / name / run_folders.OWNER_FILE).write_text(str(dead.pid))
+    (temp / "magi_lp_ray_live").mkdir()
+    (temp / "magi_lp_ray_live" / run_folders.OWNER_FILE).write_text(str(os.getppid()))
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    monkeypatch.setattr(ray_paths, "RAY_FALLBACK_ROOT", str(fallback))
+    monkeypatch.setattr(ray_paths, "SOCKET_PATH_LIMIT", 4096)  # pytest's folders are long
+    made = Path(ray_paths.run_temp_folder())
+    assert sorted(p.name for p in temp.iterdir()) == sorted(["magi_lp_ray_live", made.name])
+    assert list(fallback.iterdir()) == []

@@ -180,7 +180,9 @@ def stop_deferred(what: str, say: Callable[[str], None] | None = None) -> Iterat
     'state.orbax-checkpoint-tmp'", the final checkpoint lost). `say`, if given, tells the
     user once that the stop waits until `what` (a clause: "checkpoint 7 is written").
     Elsewhere than the main thread this does nothing: no signal handler runs there. A signal
-    set to be ignored stays ignored; the first held signal with SIG_DFL ends the process."""
+    set to be ignored stays ignored; the first held signal with SIG_DFL ends the process.
+    When the block raises, its error goes on and the held signals are dropped: the process
+    is ending on that error."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -193,15 +195,21 @@ def stop_deferred(what: str, say: Callable[[str], None] | None = None) -> Iterat
         held.append(signum)
 
     previous: dict[int, Any] = {}
+    failed = False
     try:
         for signum in STOP_SIGNALS:
             if signal.getsignal(signum) not in (signal.SIG_IGN, None):
                 previous[signum] = signal.signal(signum, hold)
         yield
+    except BaseException:
+        # The block's error goes on as it is: acting on a held stop here would raise a
+        # KeyboardInterrupt in its place, and a failed save would read as a user's stop.
+        failed = True
+        raise
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-        for signum in dict.fromkeys(held):  # each signal once, in the order they came
+        for signum in dict.fromkeys(held if not failed else ()):  # each once, in their order
             handler = previous[signum]
             if callable(handler):
                 handler(signum, None)  # e.g. raises KeyboardInterrupt: the stop goes on

@@ -39,6 +39,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Literal
 
 from magi_lp import console
@@ -197,22 +198,21 @@ def run_isolated_if_needed(mode: str, argv: list[str]) -> int | None:
             "the run has no network access beyond this machine's loopback.",
             source="isolation",
         )
-        code = child.wait()
-        _clean_up_after(child)
-        return code
+        return child.wait()
     return _unavailable(mode, reason)
 
 
 def _clean_up_after(child: _IsolatedChild) -> None:
     """Once the isolated program has ended: ends what it left in its namespace and removes
-    the temp folders of runs whose launcher is gone, saying so when there was any.
+    the temp folders of runs whose launcher is gone; says so after a kill, or when processes
+    were left.
 
     A launcher that is SIGKILLed (by hand, the OOM killer) cannot stop its nodes or remove
     its temp folder. Launchpad's nodes die with it (a parent-death signal); Ray's dashboard
     and runtime-env agents outlived its driver, re-parented to init (here 1-3 minutes, until
     they noticed their raylet gone), and the run's Ray folder stayed in /tmp (seen
     2026-11-29). Every process in the namespace belongs to the run (the namespace is made
-    for it alone), so all of them are ended here."""
+    for it alone, and held by `child` until this is done), so all of them are ended here."""
     left = child.end_left_behind()
     folders = [
         folder
@@ -228,9 +228,8 @@ def _clean_up_after(child: _IsolatedChild) -> None:
         what = "the process" if len(left) == 1 else f"the {len(left)} processes"
         done.append(f"ended {what} it left ({names})")
     if folders:
-        done.append(
-            f"removed the temp folders of killed runs ({', '.join(str(f) for f in folders)})"
-        )
+        what = "temp folder" if len(folders) == 1 else f"{len(folders)} temp folders"
+        done.append(f"removed the {what} of killed runs ({', '.join(map(str, folders))})")
     killed = child.killed_by()
     if killed is not None:
         console.say(
@@ -252,7 +251,17 @@ class _IsolatedChild:
     def __init__(self, proc: subprocess.Popen, method: str, watched: set[int], old_mask: set[int]):
         self.proc = proc
         self.method = method
-        self.netns = _netns_id(proc.pid)  # its own: the child has made it before reporting
+        # The child's own namespace (made before it reported), held open until the clean-up:
+        # a namespace nothing holds is freed when its last process ends, and its number is
+        # given to the next one made on the machine, which a scan by number would then take
+        # for the run's (reproduced in review: unrelated processes killed).
+        self._netns_fd: int | None = None
+        with contextlib.suppress(OSError):
+            fd = os.open(f"/proc/{proc.pid}/ns/net", os.O_RDONLY)
+            if os.fstat(fd).st_ino != os.stat("/proc/self/ns/net").st_ino:
+                self._netns_fd = fd
+            else:  # never our own: that would end every process around us
+                os.close(fd)
         self._watched = watched
         self._old_mask = old_mask
 
@@ -265,26 +274,36 @@ class _IsolatedChild:
             return signal.Signals(-code).name
         return f"signal {-code}"
 
-    def end_left_behind(self) -> list[str]:
-        """SIGKILLs every process still in the child's network namespace (after `wait`);
-        returns their names."""
-        if self.netns is None:
+    def end_left_behind(self, passes: int = 5, wait_s: float = 2.0) -> list[str]:
+        """SIGKILLs every process still in the child's network namespace (after the child
+        ended), again while a pass finds more (one may fork meanwhile), and waits up to
+        `wait_s` for them to be gone; returns their names. Then lets the namespace go."""
+        if self._netns_fd is None:
             return []
-        left = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit() or int(entry) == os.getpid():
-                continue
-            if _netns_id(entry) != self.netns:
-                continue
-            with contextlib.suppress(OSError):  # it ended meanwhile
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    command = f.read().split(b"\0")[0].decode(errors="replace")
-                os.kill(int(entry), signal.SIGKILL)
-                left.append(os.path.basename(command) or f"pid {entry}")
-        return left
+        ours = os.fstat(self._netns_fd)
+        left: dict[int, str] = {}
+        try:
+            for _ in range(passes):
+                found = {
+                    pid: name
+                    for pid in _pids()
+                    if pid not in left and (name := _kill_if_in(pid, ours)) is not None
+                }
+                if not found:
+                    break
+                left.update(found)
+            deadline = time.monotonic() + wait_s
+            while any(_running(pid) for pid in left) and time.monotonic() < deadline:
+                time.sleep(0.02)
+        finally:
+            os.close(self._netns_fd)
+            self._netns_fd = None
+        return list(left.values())
 
     def wait(self) -> int:
-        """Waits for the child, forwarding signals; returns its exit status (128+N if killed)."""
+        """Waits for the child, forwarding signals, then cleans up after it
+        (`_clean_up_after`) with the same signals still held (a Ctrl-C meant for a run that
+        has ended is dropped); returns its exit status (128+N if killed)."""
         try:
             while self.proc.poll() is None:
                 if not self._watched:
@@ -294,10 +313,74 @@ class _IsolatedChild:
                 if info is not None and _should_forward(info, self.proc.pid):
                     with contextlib.suppress(ProcessLookupError):  # it just exited
                         os.kill(self.proc.pid, info.si_signo)
+            try:
+                _clean_up_after(self)
+            except Exception as error:  # the exit status comes back whatever happens here
+                console.say(f"cleaning up after the run failed: {error}", source="isolation")
+            while self._watched and signal.sigtimedwait(self._watched, 0) is not None:
+                pass
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, self._old_mask)
         code = self.proc.returncode
         return 128 - code if code < 0 else code
+
+
+def _pids() -> list[int]:
+    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+
+
+def _kill_if_in(pid: int, netns: os.stat_result) -> str | None:
+    """SIGKILLs `pid` if it is in network namespace `netns` (not this process); its name
+    then, else None. Through a pidfd where there is one: a pid reused between the check and
+    the signal is not hit."""
+    if pid == os.getpid():
+        return None
+    try:
+        handle = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        handle = None  # gone, or no pidfd here: the plain pid
+    try:
+        try:
+            seen = os.stat(f"/proc/{pid}/ns/net")
+        except OSError:
+            return None
+        if (seen.st_dev, seen.st_ino) != (netns.st_dev, netns.st_ino):
+            return None
+        command = _command_name(pid)  # first: a killed process's is soon gone
+        try:
+            if handle is not None:
+                signal.pidfd_send_signal(handle, signal.SIGKILL)
+            else:
+                os.kill(pid, signal.SIGKILL)
+        except OSError:
+            return None  # it ended meanwhile
+        return os.path.basename(command) or f"pid {pid}"
+    finally:
+        if handle is not None:
+            os.close(handle)
+
+
+def _command_name(pid: int) -> str:
+    """The program `pid` runs: its command line's first word (Ray's processes put their
+    title there: ray::DashboardAgent), else its kernel name; "" if neither reads."""
+    for name, part in (("cmdline", lambda raw: raw.split(b"\0")[0]), ("comm", bytes.strip)):
+        try:
+            with open(f"/proc/{pid}/{name}", "rb") as f:
+                found = part(f.read()).decode(errors="replace")
+        except OSError:
+            continue
+        if found:
+            return found
+    return ""
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _should_forward(info: signal.struct_siginfo, child_pid: int) -> bool:

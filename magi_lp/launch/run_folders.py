@@ -88,14 +88,31 @@ def sweep_stale_run_folders(temp_dir: str, prefixes: tuple[str, ...] = RUN_PREFI
             except (OSError, ValueError):
                 continue  # not ours, or still being set up
             if not _alive(owner) or owner == os.getpid():
-                shutil.rmtree(folder, ignore_errors=True)
-                removed.append(folder)
+                _remove_owned(folder)
+                if not folder.exists():
+                    removed.append(folder)
     return removed
 
 
+def _remove_owned(folder: Path) -> None:
+    """Removes a run folder, its owner file last: a removal cut short (a file that cannot
+    be removed, a stop) leaves a folder the next sweep still knows as a run's."""
+    for entry in folder.iterdir():
+        if entry.name == OWNER_FILE:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                entry.unlink()
+    with contextlib.suppress(OSError):
+        Path(folder, OWNER_FILE).unlink()
+        folder.rmdir()
+
+
 def _alive(pid: int) -> bool:
-    """Whether process `pid` exists (the standard library's way: the isolation parent runs
-    this module, and it imports nothing beyond it)."""
+    """Whether process `pid` exists, with the standard library only: the isolation parent
+    runs this module, and the isolation tests start it with a system Python (no psutil)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -127,8 +144,8 @@ def private_temp() -> Iterator[str]:
 
     What libraries leave in the temp folder goes with it: TensorFlow's autograph files, for
     one, which TF removes only at a normal interpreter exit. A process killed with SIGKILL
-    leaves its folder; the next launch or run on this machine removes it
-    (`sweep_stale_run_folders`, by its owner's pid).
+    leaves its folder; the isolation parent (where there is one) or the next launch or run
+    on this machine removes it (`sweep_stale_run_folders`, by its owner's pid).
     """
     before = os.environ.get("TMPDIR"), tempfile.tempdir
     sweep_stale_run_folders(tempfile.gettempdir())
