@@ -47,7 +47,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-import psutil
 import ray
 
 from magi_lp.config_schema import fact_refusal
@@ -57,6 +56,7 @@ from magi_lp.errors import ConfigError
 from magi_lp.launch import node_lifetime, run_folders
 from magi_lp.launch.exit_report import NodeExit, format_exit_report
 from magi_lp.launch.supervisor import StopSignals, stop_outcome
+from magi_lp.runtime.config import stop_tiers
 from magi_lp.runtime.graph import NodeSpec, ProgramGraph
 from magi_lp.runtime.workdir import Workdir
 
@@ -270,8 +270,11 @@ class _NodeProcess:
         )
 
 
-def _start_ray(run_tmp: str, gpu_ids: tuple[int, ...], address: str | None) -> None:
-    """Joins the cluster at `address`, or (None) starts Ray here in `run_tmp`."""
+def _start_ray(
+    run_tmp: str, gpu_ids: tuple[int, ...], address: str | None, notice_secs: float = 10.0
+) -> None:
+    """Joins the cluster at `address`, or (None) starts Ray here in `run_tmp`; its processes
+    outlast a lost GCS long enough for the stop in tiers (`notice_secs` a stage)."""
     options: dict[str, Any] = {
         "include_dashboard": False,
         "log_to_driver": False,
@@ -296,9 +299,18 @@ def _start_ray(run_tmp: str, gpu_ids: tuple[int, ...], address: str | None) -> N
             # Ray runs its workers at nice 15 by default, below everything else on the machine;
             # the nodes are the run's work, as Launchpad's are (measured here under load: every
             # node actor at nice 15 beside the learning runs and the suite).
-            _system_config={"worker_niceness": 0},
+            _system_config={
+                "worker_niceness": 0,
+                # Ray's processes give up 60 s after losing their GCS (the driver's own client
+                # exits then); a stop in tiers whose notices add up to more would be cut.
+                ray_seam.GCS_RECONNECT_KEY: max(60.0, _STOP_STAGES * notice_secs + 30),
+            },
             **options,
         )
+
+
+_STOP_STAGES = len(set(stop_tiers(several_hosts=False).values()))
+"""The stages of a stop on one machine, each up to the termination notice."""
 
 
 NODE_TMP = "node_tmp"
@@ -352,7 +364,7 @@ class _Driver:
         self._faults: list[str] = []
         self._control: Any = None
         self._workdir = Workdir(launch.workdir)
-        self._ray_daemons: dict[int, tuple[psutil.Process, str]] = {}  # `watch_ray`
+        self._ray_daemons: dict[int, tuple[Any, str]] = {}  # `watch_ray`
         self._lost_ray: str | None = None
         # On the terminal, and dated in <workdir>/nodes/launcher.log, as a Launchpad launch's.
         self._workdir.nodes.mkdir(parents=True, exist_ok=True)
@@ -431,28 +443,28 @@ class _Driver:
             return -signal.SIGKILL
 
     def watch_ray(self) -> None:
-        """Watches the embedded Ray's GCS and raylet (the driver's children: `ray.init` starts
-        them). Either one dying ends the run at once, named (`_ray_gone`)."""
-        children = [(p, _daemon_name(p)) for p in psutil.Process().children()]
-        self._ray_daemons = {p.pid: (p, name) for p, name in children if name in RAY_DAEMONS}
+        """Watches the embedded Ray's GCS and raylet; either one dying ends the run at once,
+        named (`_ray_gone`)."""
+        self._ray_daemons = ray_seam.embedded_ray_daemons()
 
     def _ray_gone(self) -> str | None:
         """Why the run cannot go on when a process of the embedded Ray died, else None.
 
-        Without its GCS (killed, or `ray stop` run on this machine) the nodes went on for
-        60 s, then the driver's own Ray client gave up with a C++ error and exited, without
-        the learner's final save (seen 2026-11-29); stopped now, in tiers, the nodes still
-        reach each other and the learner saves. Without its raylet every node dies with it,
-        and each was reported as SIGKILLed with no word of why."""
-        for pid, (process, name) in self._ray_daemons.items():
-            with contextlib.suppress(psutil.Error):
-                if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
-                    continue
-            self._lost_ray = f"Ray's {name} (pid {pid}) died"
-            if name == "raylet":
-                return f"{self._lost_ray}, and every node with it"
-            return self._lost_ray
-        return None
+        Without its GCS (killed) the nodes went on for 60 s, then the driver's own Ray client
+        gave up with a C++ error and exited, without the learner's final save (seen
+        2026-11-29); stopped now, in tiers, the nodes still reach each other and the learner
+        saves. Without its raylet every node dies with it, and each was reported as
+        SIGKILLed with no word of why; the raylet is named first when both are gone."""
+        dead = [
+            (pid, name)
+            for pid, (process, name) in self._ray_daemons.items()
+            if not ray_seam.daemon_running(process)
+        ]
+        if not dead:
+            return None
+        pid, name = max(dead, key=lambda found: found[1] == "raylet")
+        self._lost_ray = f"Ray's {name} (pid {pid}) died"
+        return f"{self._lost_ray}, and every node with it" if name == "raylet" else self._lost_ray
 
     def supervise(self, before_stop: Callable[[], None]) -> int:
         handled = 0
@@ -537,6 +549,7 @@ class _Driver:
         code, cause = stop_outcome(
             None if self._failure is None else self._failure.name, failed, self._faults, notice
         )
+        self._ray_gone()  # a raylet that died with the first node seen dead is named too
         if self._lost_ray is not None:
             code, cause = 1, f" ({self._lost_ray})"
         self.say(
@@ -544,18 +557,6 @@ class _Driver:
             f"stop began; exit code {code}{cause}"
         )
         return code
-
-
-RAY_DAEMONS = ("gcs_server", "raylet")
-"""The processes of the embedded Ray that the run cannot do without."""
-
-
-def _daemon_name(process: psutil.Process) -> str:
-    """A process's name, "" where it cannot be read."""
-    try:
-        return process.name()
-    except psutil.Error:
-        return ""
 
 
 def _probe(driver: _Driver, workdir: Path) -> Any:
@@ -617,7 +618,7 @@ def run(launch: Launch) -> int:
     status = None
     try:
         started = time.monotonic()
-        _start_ray(run_tmp, launch.plan.inventory.ids(), address)
+        _start_ray(run_tmp, launch.plan.inventory.ids(), address, launch.termination_notice_secs)
         signals.install()  # Ray's start may have put its own handlers in place
         driver = _Driver(launch, signals, node_tmp)
         if not address:

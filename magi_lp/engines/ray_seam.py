@@ -38,7 +38,15 @@ not offer comes from here, each with what breaks if an upgrade changes it:
   before a timeout killed it (reproduced here with the hostname mapped to 10.77.0.5,
   2026-11-29). The embedded Ray serves one machine, so `loopback_ray` keeps the address as
   given for the `ray.init` call. If it changes: the warning comes back and such a machine
-  hangs at the start again (tests/test_ray_engine.py's loopback test fails).
+  hangs at the start again (test_ray_engine's toy-launch test asserts the nodes' address).
+
+- The embedded Ray's daemons: `ray.init` starts the GCS (`gcs_server`) and the raylet
+  (`raylet`) as children of the driver, under those process names (`embedded_ray_daemons`),
+  and its processes give up 60 s after losing the GCS (`GCS_RECONNECT_KEY`, a
+  `_system_config` key: the driver's own client exits then, with a C++ error). If the
+  names or the parent change: an embedded run refuses to start with the RuntimeError below;
+  if the key goes: the embedded Ray does not start (its GCS exits on a key it does not know,
+  and `ray.init` times out waiting for its port file).
 
 - `ray._private.services.canonicalize_bootstrap_address`: what `RAY_ADDRESS=auto` names (the
   cluster Ray started last on this machine), as `ray.init` resolves it, so that the entry
@@ -60,6 +68,8 @@ import contextlib
 import os
 import secrets
 from collections.abc import Iterator
+
+import psutil
 
 PINNED = "Ray 2.60.0 as pinned in requirements-py312.txt"
 
@@ -131,6 +141,38 @@ def loopback_ray() -> Iterator[str]:
         yield LOOPBACK
     finally:
         services.resolve_ip_for_localhost = swap
+
+
+RAY_DAEMONS = ("gcs_server", "raylet")
+"""The embedded Ray's processes a run cannot go on without."""
+
+GCS_RECONNECT_KEY = "gcs_rpc_server_reconnect_timeout_s"
+"""How long Ray's processes wait for a lost GCS before they exit (Ray's default: 60 s)."""
+
+
+def embedded_ray_daemons() -> dict[int, tuple[psutil.Process, str]]:
+    """The embedded Ray's GCS and raylet, started by this driver's `ray.init`: pid ->
+    (process, name)."""
+    found = {}
+    for process in psutil.Process().children():
+        with contextlib.suppress(psutil.Error):
+            if (name := process.name()) in RAY_DAEMONS:
+                found[process.pid] = (process, name)
+    if sorted(name for _, name in found.values()) != sorted(RAY_DAEMONS):
+        raise RuntimeError(
+            f"ray.init started no {' and '.join(RAY_DAEMONS)} as this process's children; "
+            f"magi_lp supports {PINNED} (magi_lp/engines/ray_seam.py lists what it relies on)."
+        )
+    return found
+
+
+def daemon_running(process: psutil.Process) -> bool:
+    """Whether one of `embedded_ray_daemons` still runs (a dead child is a zombie until Ray
+    reaps it)."""
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def lost_machine(error: BaseException, address: str) -> str | None:
