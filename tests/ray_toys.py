@@ -59,3 +59,11 @@ class Stopper:
         (self._folder / "answers.json").write_text(json.dumps(answers))
         self._lifetime.stop_program()
         self._lifetime.wait_for_stop(None)
+
+
+class Broken:
+    """A node whose making fails (as a node's constructor can, on its own machine)."""
+
+    def __init__(self, folder: str, name: str, *, lifetime):
+        print("building the broken node", flush=True)
+        raise RuntimeError("the broken node cannot be made")

@@ -470,6 +470,40 @@ def test_each_node_gets_its_groups_env_and_the_plans_gpus_on_logical_ray_gpus(tm
     assert not any(home.iterdir())
 
 
+@pytest.mark.timeout(300)
+def test_a_node_that_cannot_be_made_is_reported_as_dead_and_the_started_ones_stop(tmp_path, capfd):
+    """A node whose constructor raises (actor 1 of the toy launch): one dead-node report with
+    the error's line and its log's end, no further node started, the ones started stopped in
+    tiers, exit 1. Before, Ray's error went out of the launch as the driver's traceback."""
+    from magi_lp.engines import ray_engine
+    from magi_lp.runtime.graph import NodeSpec
+
+    launch = _toy_launch(tmp_path)
+    import ray_toys
+
+    launch.graph.nodes[2] = NodeSpec(
+        "actor", 1, "actor", ray_toys.Broken, (str(tmp_path / "reports"), "actor_1")
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HOME", str(tmp_path / "home"))
+        patch.delenv("RAY_ADDRESS", raising=False)
+        patch.setenv("CUDA_VISIBLE_DEVICES", "")
+        code = ray_engine.run(launch)
+    output = capfd.readouterr()
+    said = output.out + output.err
+    assert code == 1, said
+    assert re.search(r"node actor/1 \(group 'actor', pid \d+\) died: exit code 1", said), said
+    assert "cause: RuntimeError: the broken node cannot be made" in said
+    assert "started 2 of 4 nodes on Ray (learner x1, actor x1)" in said
+    assert "every node up" not in said and "Traceback" not in said.split("last 20 lines")[0]
+    assert "exit code 1 (node actor/1 died)" in said
+    assert "building the broken node" in (tmp_path / "work/nodes/actor/1").read_text()
+    assert sorted(p.name for p in (tmp_path / "reports").iterdir()) == [
+        "actor_0.json",
+        "learner_0.json",
+    ]
+
+
 def _toys_stopped(tmp_path: Path, capfd, name: str, replacement) -> tuple[int, str]:
     """ray_engine.run of the toy launch with `ray_engine.<name>` replaced (where the test's
     SIGINT comes from), HOME a folder of its own and left empty; (exit code, what it said)."""

@@ -190,19 +190,30 @@ class _NodeActor:
         # to the thread that made it (dm_control's EGL context is current on that thread only:
         # a pixel actor's first reset in run() failed with "already current on another thread").
         self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="node")
-        self._node = self._thread.submit(self._make, spec, args, kwargs).result()
+        self.made = True
+        try:
+            self._node = self._thread.submit(self._make, spec, args, kwargs).result()
+        except Exception:
+            # Kept, not raised: raised, it went to the driver as Ray's error and out of the
+            # launch as a traceback. Into the node's log instead, where the driver's exit
+            # report reads its cause, as for a node that dies later.
+            traceback.print_exc()
+            sys.stderr.flush()
+            self._node, self.made = None, False
 
     def _make(self, spec: NodeSpec, args: tuple, kwargs: dict) -> Any:
         if spec.role == "replay":
             return ServedReplayNode(spec.replay, lifetime=self._lifetime)
         return spec.make(*args, lifetime=self._lifetime, **kwargs)
 
-    def where(self) -> tuple[int, str]:
-        """The node's process id and its machine's address."""
-        return os.getpid(), ray.util.get_node_ip_address()
+    def where(self) -> tuple[int, str, bool]:
+        """The node's process id, its machine's address and whether the node was made."""
+        return os.getpid(), ray.util.get_node_ip_address(), self.made
 
     def methods(self) -> list[str]:
         node = self._node
+        if node is None:  # it could not be made
+            return []
         if isinstance(node, ServedReplayNode):
             return node.public_methods()
         return [
@@ -366,6 +377,7 @@ class _Driver:
         self._workdir = Workdir(launch.workdir)
         self._ray_daemons: dict[int, tuple[Any, str]] = {}  # `watch_ray`
         self._lost_ray: str | None = None
+        self.start_failure: str | None = None  # why the start stopped short (`_start_failed`)
         # On the terminal, and dated in <workdir>/nodes/launcher.log, as a Launchpad launch's.
         self._workdir.nodes.mkdir(parents=True, exist_ok=True)
         self.say: Callable[[str], None] = run_folders.reporter(None, self._workdir.launcher_log)
@@ -403,7 +415,17 @@ class _Driver:
                 resources=dict(self._launch.group_resources.get(spec.group, {})),
                 max_restarts=0,
             ).remote(spec, args, kwargs, self._control, str(log))
-            (pid, address), methods = ray.get([actor.where.remote(), actor.methods.remote()])
+            try:
+                (pid, address, made), methods = ray.get(
+                    [actor.where.remote(), actor.methods.remote()]
+                )
+            except ray.exceptions.RayActorError as error:  # its process died while made
+                self._start_failed(spec, log, None, error)
+                break
+            if not made:
+                self._start_failed(spec, log, pid)
+                ray.kill(actor)
+                break
             clients[spec.name] = NodeClient(actor, methods)
             self._nodes.append(_NodeProcess(spec, actor, pid, log, address))
         for node in self._nodes:
@@ -420,6 +442,20 @@ class _Driver:
             f"({', '.join(f'{r} x{c}' for r, c in counts.items())}); logs in "
             f"{workdir.nodes}/<group>/<index>"
         )
+
+    def _start_failed(
+        self, spec: NodeSpec, log: Path, pid: int | None, error: BaseException | None = None
+    ) -> None:
+        """A node that could not be made: reported as a dead node (its log's end says why;
+        Ray's word where its process died, naming a dead Ray daemon first), and no more
+        are started; `supervise` then stops those that were."""
+        cause = None
+        if error is not None:
+            first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            cause = self._ray_gone() or f"its process died while it was made (Ray: {first})"
+        self._failure = NodeExit(spec.group, spec.index, pid or 0, 1, log, cause)
+        self.say(format_exit_report(self._failure))
+        self.start_failure = f"node {spec.name} died"
 
     def status_nodes(self) -> list[tuple[str, int, Any]]:
         return [(n.spec.group, n.spec.index, n) for n in self._nodes]
@@ -468,7 +504,7 @@ class _Driver:
 
     def supervise(self, before_stop: Callable[[], None]) -> int:
         handled = 0
-        reason = None
+        reason = self.start_failure
         asked: Any = None  # the pending question to the control actor: never waited on
         while reason is None:
             for sig in self._signals.received[handled:]:
@@ -630,6 +666,11 @@ def run(launch: Launch) -> int:
             name = signal.Signals(signals.received[0]).name
             driver.say(f"received {name} while Ray started: no node was started; Ray stopped")
             return 0
+        if driver.start_failure is not None:
+            if not driver.status_nodes():
+                driver.say(f"no node was started; exit code 1 ({driver.start_failure})")
+                return 1
+            return driver.supervise(lambda: None)  # no status table: the run never ran
         if not signals.received:
             driver.say(f"Ray and every node up in {time.monotonic() - started:.1f} s")
         status = make_status_monitor(
