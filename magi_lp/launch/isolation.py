@@ -235,7 +235,7 @@ def _clean_up_after(child: _IsolatedChild) -> None:
         console.say(
             f"the run's process (pid {child.proc.pid}) was killed by {killed}"
             + "".join(f"; {what}" for what in done)
-            + "; the same command resumes from the workdir's newest checkpoint",
+            + "; the same command resumes from the workdir's newest checkpoint, if it has one",
             source="isolation",
         )
     elif left:
