@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import termios
 import textwrap
 import time
@@ -384,6 +385,43 @@ def test_ordinary_user_gets_a_user_namespace_keeping_its_uid_and_no_capabilities
     assert seen["uid"] == NOBODY  # mapped to itself, not to root
     assert int(seen["cap_eff"], 16) == 0  # the set-up's capabilities end at exec
     assert "user+net namespace" in outer.stderr
+
+
+@needs_root
+def test_an_ordinary_users_killed_run_leaves_no_process_and_no_temp_folder():
+    """The clean-up after a SIGKILLed run, as uid nobody (a user namespace): the parent sees
+    and ends the processes left in the run's namespace, and removes its temp folder."""
+    python = _nobody_python()
+    if python is None:
+        pytest.skip("no Python >= 3.10 that uid nobody can run")
+    temp = Path(tempfile.mkdtemp(prefix="magi_lp_nobody_", dir="/tmp"))
+    try:
+        temp.chmod(0o777)
+        outer = subprocess.run(
+            [python, "-c", KILLED_CHILD],
+            user=NOBODY,
+            group=NOBODY,
+            extra_groups=[],
+            cwd=temp,
+            env={"PATH": os.environ["PATH"], "TMPDIR": str(temp)},
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        if "cannot be made" in outer.stderr:
+            pytest.skip(f"unprivileged user namespaces are off here: {outer.stderr.strip()}")
+        orphan = int(outer.stdout.split()[0])
+        try:
+            assert outer.returncode == 128 + signal.SIGKILL, outer.stderr
+            assert "user+net namespace" in outer.stderr
+            assert not psutil.pid_exists(orphan) or psutil.Process(orphan).status() == "zombie"
+            assert "ended the process it left (sleep)" in outer.stderr, outer.stderr
+            assert list(temp.iterdir()) == []
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(orphan, signal.SIGKILL)
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def test_listening_sockets_reads_addresses_and_exposure():
