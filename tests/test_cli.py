@@ -487,12 +487,15 @@ def test_a_cluster_address_where_nothing_answers_is_refused_in_one_line(monkeypa
     from magi_lp.errors import ConfigError
 
     ray = ENGINES["ray"]
+    # `local` is Ray's "start one here": the run's own embedded Ray, as with no address.
+    monkeypatch.setenv("RAY_ADDRESS", "local")
+    assert ray.cluster_address() is None
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen()
         port = server.getsockname()[1]
         # (`auto` is Ray's to resolve: tests/test_ray_engine.py)
-        for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}", "local"):
+        for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
             monkeypatch.setenv("RAY_ADDRESS", address)
             ray.check_cluster()  # answers, or starts Ray here
     # The port is closed now: Ray's client would retry for minutes.

@@ -60,16 +60,19 @@ class Engine:
             )
 
     def cluster_address(self) -> str | None:
-        """The running cluster this launch joins (None: the engine starts its own)."""
-        return os.environ.get(self.cluster_var) or None if self.cluster_var else None
+        """The running cluster this launch joins (None: the engine starts its own). `local`
+        (Ray's word for "start a new one here") is None too: the run's own embedded Ray,
+        with its token, folder, loopback address and isolation, not a bare one that leaves
+        /tmp/ray behind."""
+        address = os.environ.get(self.cluster_var) if self.cluster_var else None
+        return None if not address or address == "local" else address
 
     def check_cluster(self, timeout_s: float = 5.0) -> None:
         """Refuses a cluster address (`cluster_var`) where nothing answers, in one line, before
         the launch: Ray's own client retries for minutes. `auto` (the cluster running on this
-        machine) is found by the engine module's `resolve_cluster_address`; `local` starts one.
-        """
+        machine) is found by the engine module's `resolve_cluster_address`."""
         address = self.cluster_address()
-        if not address or address == "local":
+        if not address:
             return
         if address == "auto":
             address = self.load().resolve_cluster_address(address)
