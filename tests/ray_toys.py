@@ -67,3 +67,16 @@ class Broken:
     def __init__(self, folder: str, name: str, *, lifetime):
         print("building the broken node", flush=True)
         raise RuntimeError("the broken node cannot be made")
+
+
+class Stubborn:
+    """A node that does not end at a stop (as one stuck in a C++ call): it reports, then
+    sleeps until killed."""
+
+    def __init__(self, folder: str, name: str, *, lifetime):
+        self._path = Path(folder) / f"{name}.json"
+
+    def run(self) -> None:
+        self._path.write_text(json.dumps({"pid": os.getpid()}))
+        while True:
+            time.sleep(1)

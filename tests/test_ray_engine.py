@@ -504,6 +504,61 @@ def test_a_node_that_cannot_be_made_is_reported_as_dead_and_the_started_ones_sto
     ]
 
 
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("presses", [2, 3])
+def test_more_ctrl_cs_during_the_stop_hurry_it_as_on_launchpad(tmp_path, capfd, presses):
+    """A Ctrl-C, then more while an actor does not end at its stop (it would be killed only
+    after the 10 s notice): the second kills the nodes that do not save and the learner still
+    stops by itself; with a learner that does not end either, a third kills it and says its
+    final save is lost."""
+    import threading
+
+    from magi_lp.engines import ray_engine
+    from magi_lp.runtime.graph import NodeSpec
+
+    launch = _toy_launch(tmp_path)
+    import ray_toys
+
+    folder = tmp_path / "reports"
+    learner = ray_toys.Reporter if presses == 2 else ray_toys.Stubborn
+    launch.graph.nodes[:] = [
+        NodeSpec("learner", 0, "learner", learner, (str(folder), "learner_0")),
+        NodeSpec("actor", 0, "actor", ray_toys.Stubborn, (str(folder), "actor_0")),
+    ]
+
+    def press() -> None:
+        deadline = time.monotonic() + 120
+        ready = [folder / "actor_0.json", folder / "learner_0.json"]
+        while not all(p.exists() for p in ready) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for _ in range(presses):
+            os.kill(os.getpid(), signal.SIGINT)  # the engine's handler records each
+            time.sleep(1.0)  # more than an echo apart
+
+    presser = threading.Thread(target=press, daemon=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HOME", str(tmp_path / "home"))
+        patch.delenv("RAY_ADDRESS", raising=False)
+        patch.setenv("CUDA_VISIBLE_DEVICES", "")
+        presser.start()
+        code = ray_engine.run(launch)
+    presser.join(10)
+    output = capfd.readouterr()
+    said = output.out + output.err
+    assert "received SIGINT: stopping 2 nodes in 2 stages" in said, said
+    assert "asked again to stop: killing the nodes that do not save" in said, said
+    assert "nodes still running after" not in said  # not left to the notice
+    if presses == 2:
+        assert code == 0, said
+        assert "its final save is lost" not in said
+    else:
+        assert code == 1, said
+        assert (
+            "asked again to stop: killing the remaining nodes now (learner_0: its final save "
+            "is lost)" in said
+        ), said
+
+
 def _toys_stopped(tmp_path: Path, capfd, name: str, replacement) -> tuple[int, str]:
     """ray_engine.run of the toy launch with `ray_engine.<name>` replaced (where the test's
     SIGINT comes from), HOME a folder of its own and left empty; (exit code, what it said)."""

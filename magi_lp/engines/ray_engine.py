@@ -378,6 +378,8 @@ class _Driver:
         self._ray_daemons: dict[int, tuple[Any, str]] = {}  # `watch_ray`
         self._lost_ray: str | None = None
         self.start_failure: str | None = None  # why the start stopped short (`_start_failed`)
+        self._handled = 0  # the stop signals `_hurry` has seen
+        self._hurried = False
         # On the terminal, and dated in <workdir>/nodes/launcher.log, as a Launchpad launch's.
         self._workdir.nodes.mkdir(parents=True, exist_ok=True)
         self.say: Callable[[str], None] = run_folders.reporter(None, self._workdir.launcher_log)
@@ -546,6 +548,8 @@ class _Driver:
             f"(each: stop, then kill after {notice:g} s)"
         )
         failed: list[str] = []
+        self._handled = len(self._signals.received)
+        self._hurried = False
         for tier in tiers:
             stage = [n for n in running if stop_tier(n.spec.role) == tier]
             for node in stage:
@@ -553,6 +557,7 @@ class _Driver:
                     node.actor.stop.remote()
             deadline = time.monotonic() + notice
             while True:
+                self._hurry(running, failed)
                 left = [n for n in stage if n.returncode is None]
                 for node in left:
                     code = self._ended(node)
@@ -593,6 +598,45 @@ class _Driver:
             f"stop began; exit code {code}{cause}"
         )
         return code
+
+    def _hurry(self, running: list[_NodeProcess], failed: list[str]) -> None:
+        """A Ctrl-C during the stop, as on Launchpad (`supervisor._hurry`): the first kills
+        the nodes that do not save and lets the learner finish its final save; one more (or
+        SIGQUIT) kills every node left, and says that the final save is lost. Ray recorded
+        them and each stage waited out its notice."""
+        new = self._signals.received[self._handled :]
+        self._handled = len(self._signals.received)
+        for sig in new:
+            if sig not in (signal.SIGINT, signal.SIGQUIT):
+                continue
+            left = [n for n in running if n.returncode is None]
+            savers = [n for n in left if saves_at_stop(n.spec.role)]
+            if sig == signal.SIGQUIT or self._hurried or not savers:
+                lost = ", ".join(n.spec.name for n in savers)
+                self.say(
+                    "asked again to stop: killing the remaining nodes now"
+                    + (f" ({lost}: its final save is lost)" if lost else "")
+                )
+                self._kill_now(left)
+                failed += [n.spec.name for n in savers]
+                continue
+            self._hurried = True
+            first = min(stop_tier(n.spec.role) for n in savers)
+            early = [n for n in left if stop_tier(n.spec.role) < first]
+            self.say(
+                "asked again to stop: killing the nodes that do not save; waiting up to "
+                f"{self._launch.termination_notice_secs:g} s for "
+                f"{', '.join(n.spec.name for n in savers)} to write its final checkpoint "
+                "(Ctrl-C once more kills it without saving)"
+            )
+            self._kill_now(early)
+
+    @staticmethod
+    def _kill_now(nodes: list[_NodeProcess]) -> None:
+        for node in nodes:
+            node.returncode = -signal.SIGKILL
+            with contextlib.suppress(Exception):
+                ray.kill(node.actor)
 
 
 def _probe(driver: _Driver, workdir: Path) -> Any:
