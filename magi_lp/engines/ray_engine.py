@@ -578,10 +578,7 @@ class _Driver:
                         "fault: a node should end by itself; see the end of its log)"
                     )
                     self._faults += [n.spec.name for n in left]
-                    for node in left:
-                        node.returncode = -signal.SIGKILL
-                        with contextlib.suppress(Exception):
-                            ray.kill(node.actor)
+                    self._kill_now(left)
                     break
                 time.sleep(_POLL_S)
             for node in stage:
