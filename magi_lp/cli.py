@@ -18,6 +18,7 @@ network-isolation re-exec happens before any of them start threads.
 
 from __future__ import annotations
 
+import ast
 import ctypes
 import importlib.util
 import inspect
@@ -289,8 +290,15 @@ def _config_path() -> str | None:
 def _example_config() -> str:
     """The config file the entry script's docstring runs it with (each project's own, e.g.
     TD3's configs/td3_cartpole.py), else DrQ-v2's configs/reacher_hard.py."""
-    doc = getattr(sys.modules.get("__main__"), "__doc__", None) or ""
-    match = re.search(r"--config[ =](\S+\.py)", doc)
+    main = sys.modules.get("__main__")
+    doc = getattr(main, "__doc__", None)
+    script = getattr(main, "__file__", None)
+    if doc is None and script:  # python -OO drops docstrings: read it from the script
+        try:
+            doc = ast.get_docstring(ast.parse(Path(script).read_text()))
+        except (OSError, SyntaxError, ValueError):
+            doc = None
+    match = re.search(r"--config[ =](\S+\.py)", doc or "")
     return match.group(1) if match else "configs/reacher_hard.py"
 
 

@@ -113,6 +113,13 @@ def test_bad_input_gets_one_clear_line(args, expected, tmp_path):
     assert not marked_processes(mark)
 
 
+def test_missing_config_example_survives_optimize_2():
+    """`python -OO` drops the entry script's docstring; the example is read from its source."""
+    result = run_entry_point(SCRIPT, [], timeout=60, env={"PYTHONOPTIMIZE": "2"})
+    assert result.returncode == 2, result.stderr
+    assert "e.g. --config configs/td3_cartpole.py" in result.stderr, result.stderr
+
+
 GET_CONFIG = "def get_config():\n    return None\n"
 
 
