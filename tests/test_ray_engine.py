@@ -559,6 +559,51 @@ def test_more_ctrl_cs_during_the_stop_hurry_it_as_on_launchpad(tmp_path, capfd, 
         ), said
 
 
+@pytest.mark.timeout(300)
+def test_a_node_that_does_not_end_at_the_stop_is_killed_after_the_notice(tmp_path, capfd):
+    """One Ctrl-C, an actor that ignores it (as one stuck in a C++ call): after the notice the
+    driver kills it, says so and exits 1 naming it; the learner still saves and ends."""
+    import dataclasses
+    import threading
+
+    import psutil
+
+    from magi_lp.engines import ray_engine
+    from magi_lp.runtime.graph import NodeSpec
+
+    launch = dataclasses.replace(_toy_launch(tmp_path), termination_notice_secs=3.0)
+    import ray_toys
+
+    folder = tmp_path / "reports"
+    launch.graph.nodes[:] = [
+        NodeSpec("learner", 0, "learner", ray_toys.Reporter, (str(folder), "learner_0")),
+        NodeSpec("actor", 0, "actor", ray_toys.Stubborn, (str(folder), "actor_0")),
+    ]
+    ready = [folder / "actor_0.json", folder / "learner_0.json"]
+
+    def press() -> None:
+        deadline = time.monotonic() + 120
+        while not all(p.exists() for p in ready) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        os.kill(os.getpid(), signal.SIGINT)  # the engine's handler records it
+
+    presser = threading.Thread(target=press, daemon=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HOME", str(tmp_path / "home"))
+        patch.delenv("RAY_ADDRESS", raising=False)
+        patch.setenv("CUDA_VISIBLE_DEVICES", "")
+        presser.start()
+        code = ray_engine.run(launch)
+    presser.join(10)
+    said = "".join(capfd.readouterr())
+    assert code == 1, said
+    assert "nodes still running after 3 s: actor_0; killing them" in said, said
+    assert "(actor_0 SIGKILLed after the 3 s notice)" in said, said
+    assert "its final save is lost" not in said
+    stubborn = json.loads((folder / "actor_0.json").read_text())["pid"]
+    assert not psutil.pid_exists(stubborn) or psutil.Process(stubborn).status() == "zombie"
+
+
 def _toys_stopped(tmp_path: Path, capfd, name: str, replacement) -> tuple[int, str]:
     """ray_engine.run of the toy launch with `ray_engine.<name>` replaced (where the test's
     SIGINT comes from), HOME a folder of its own and left empty; (exit code, what it said)."""
