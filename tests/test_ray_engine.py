@@ -504,31 +504,30 @@ def test_a_node_that_cannot_be_made_is_reported_as_dead_and_the_started_ones_sto
     ]
 
 
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize("presses", [2, 3])
-def test_more_ctrl_cs_during_the_stop_hurry_it_as_on_launchpad(tmp_path, capfd, presses):
-    """A Ctrl-C, then more while an actor does not end at its stop (it would be killed only
-    after the 10 s notice): the second kills the nodes that do not save and the learner still
-    stops by itself; with a learner that does not end either, a third kills it and says its
-    final save is lost."""
+def _ctrl_c_pressed(
+    tmp_path: Path, capfd, learner: str, presses: int, notice_secs: float = 10.0
+) -> tuple[int, str]:
+    """ray_engine.run of a toy learner_0 (ray_toys.`learner`) and a ray_toys.Stubborn
+    actor_0, with `presses` real SIGINTs to this driver once both have reported, a second
+    apart; (exit code, what it said)."""
+    import dataclasses
     import threading
 
     from magi_lp.engines import ray_engine
     from magi_lp.runtime.graph import NodeSpec
 
-    launch = _toy_launch(tmp_path)
+    launch = dataclasses.replace(_toy_launch(tmp_path), termination_notice_secs=notice_secs)
     import ray_toys
 
     folder = tmp_path / "reports"
-    learner = ray_toys.Reporter if presses == 2 else ray_toys.Stubborn
     launch.graph.nodes[:] = [
-        NodeSpec("learner", 0, "learner", learner, (str(folder), "learner_0")),
+        NodeSpec("learner", 0, "learner", getattr(ray_toys, learner), (str(folder), "learner_0")),
         NodeSpec("actor", 0, "actor", ray_toys.Stubborn, (str(folder), "actor_0")),
     ]
+    ready = [folder / "actor_0.json", folder / "learner_0.json"]
 
     def press() -> None:
         deadline = time.monotonic() + 120
-        ready = [folder / "actor_0.json", folder / "learner_0.json"]
         while not all(p.exists() for p in ready) and time.monotonic() < deadline:
             time.sleep(0.1)
         for _ in range(presses):
@@ -544,7 +543,18 @@ def test_more_ctrl_cs_during_the_stop_hurry_it_as_on_launchpad(tmp_path, capfd, 
         code = ray_engine.run(launch)
     presser.join(10)
     output = capfd.readouterr()
-    said = output.out + output.err
+    return code, output.out + output.err
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("presses", [2, 3])
+def test_more_ctrl_cs_during_the_stop_hurry_it_as_on_launchpad(tmp_path, capfd, presses):
+    """A Ctrl-C, then more while an actor does not end at its stop (it would be killed only
+    after the 10 s notice): the second kills the nodes that do not save and the learner still
+    stops by itself; with a learner that does not end either, a third kills it and says its
+    final save is lost."""
+    learner = "Reporter" if presses == 2 else "Stubborn"
+    code, said = _ctrl_c_pressed(tmp_path, capfd, learner, presses)
     assert "received SIGINT: stopping 2 nodes in 2 stages" in said, said
     assert "asked again to stop: killing the nodes that do not save" in said, said
     assert "nodes still running after" not in said  # not left to the notice
@@ -562,45 +572,13 @@ def test_more_ctrl_cs_during_the_stop_hurry_it_as_on_launchpad(tmp_path, capfd, 
 @pytest.mark.timeout(300)
 def test_a_node_that_does_not_end_at_the_stop_is_killed_after_the_notice(tmp_path, capfd):
     """One Ctrl-C, an actor that ignores it (as one stuck in a C++ call): after the notice the
-    driver kills it, says so and exits 1 naming it; the learner still saves and ends."""
-    import dataclasses
-    import threading
-
-    import psutil
-
-    from magi_lp.engines import ray_engine
-    from magi_lp.runtime.graph import NodeSpec
-
-    launch = dataclasses.replace(_toy_launch(tmp_path), termination_notice_secs=3.0)
-    import ray_toys
-
-    folder = tmp_path / "reports"
-    launch.graph.nodes[:] = [
-        NodeSpec("learner", 0, "learner", ray_toys.Reporter, (str(folder), "learner_0")),
-        NodeSpec("actor", 0, "actor", ray_toys.Stubborn, (str(folder), "actor_0")),
-    ]
-    ready = [folder / "actor_0.json", folder / "learner_0.json"]
-
-    def press() -> None:
-        deadline = time.monotonic() + 120
-        while not all(p.exists() for p in ready) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        os.kill(os.getpid(), signal.SIGINT)  # the engine's handler records it
-
-    presser = threading.Thread(target=press, daemon=True)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("HOME", str(tmp_path / "home"))
-        patch.delenv("RAY_ADDRESS", raising=False)
-        patch.setenv("CUDA_VISIBLE_DEVICES", "")
-        presser.start()
-        code = ray_engine.run(launch)
-    presser.join(10)
-    said = "".join(capfd.readouterr())
+    driver kills it, says so and exits 1 naming it; the learner still ends by itself."""
+    code, said = _ctrl_c_pressed(tmp_path, capfd, "Reporter", 1, notice_secs=3.0)
     assert code == 1, said
     assert "nodes still running after 3 s: actor_0; killing them" in said, said
     assert "(actor_0 SIGKILLed after the 3 s notice)" in said, said
     assert "its final save is lost" not in said
-    stubborn = json.loads((folder / "actor_0.json").read_text())["pid"]
+    stubborn = json.loads((tmp_path / "reports/actor_0.json").read_text())["pid"]
     assert not psutil.pid_exists(stubborn) or psutil.Process(stubborn).status() == "zombie"
 
 
