@@ -333,6 +333,7 @@ def _evaluator(monkeypatch, steps: list[int], limit: int, until: int) -> tuple[A
     node._loop = None
     node._max_actor_steps = limit
     node._at_limit = threading.Event()
+    node._resumed_at = 0
     return node, evaluated_at
 
 
@@ -353,6 +354,26 @@ def test_distributed_evaluator_evaluates_once_per_multiple_passed(monkeypatch, s
 
     node.run_evaluations(lambda: steps[0] > 330, sleep)
     assert evaluated_at == expected
+
+
+def test_a_resumed_evaluator_waits_for_its_first_multiple_before_the_counts_are_restored(
+    monkeypatch,
+):
+    # A relaunch at 130 saved actor steps: the counter says 0 until the learner has restored
+    # the counts, then 130 and on. The evaluations are those of the run resumed at 130
+    # above, not one at once (with the parameters of the stop) and one more right after.
+    steps = [0]
+    node, evaluated_at = _evaluator(monkeypatch, steps, limit=0, until=10**9)
+    node._resumed_at = 130
+    looks = [0]
+
+    def sleep(seconds):
+        looks[0] += 1
+        steps[0] = 130 if looks[0] == 1 else steps[0] + 40
+        return False
+
+    node.run_evaluations(lambda: steps[0] > 330, sleep)
+    assert evaluated_at == [210, 320]
 
 
 def test_distributed_evaluator_evaluates_once_more_at_the_limit(monkeypatch):

@@ -435,6 +435,9 @@ class EvaluatorNode:
         self._evaluation = experiment.config.evaluation
         self._max_actor_steps = max_actor_steps
         self._at_limit = threading.Event()
+        # The counts a relaunch starts from: the counter holds them only once the learner
+        # has restored its checkpoint, which may be after this node's first look.
+        self._resumed_at = resume_point(experiment, workdir)
         self._loop = make_acting_loop(
             experiment,
             environment_spec,
@@ -446,7 +449,7 @@ class EvaluatorNode:
             logger_factory,
             evaluation=True,
             count_every=DISTRIBUTED_COUNT_EVERY,
-            resumed_at=resume_point(experiment, workdir),
+            resumed_at=self._resumed_at,
         )
         warm_up(self._loop, environment_spec, f"evaluator_{index}")
 
@@ -457,7 +460,10 @@ class EvaluatorNode:
         limit = self._max_actor_steps
         next_at = None
         while not should_stop():
-            actor_steps = int(self._counter.get_counts().get("actor_steps", 0))
+            counted = int(self._counter.get_counts().get("actor_steps", 0))
+            # Before the learner restored the counts, the counter says 0: a resumed run's
+            # evaluations would then fall due at once, twice, with the same parameters.
+            actor_steps = max(counted, self._resumed_at)
             if next_at is None:
                 next_at = first_evaluation_at(actor_steps, every)
             at_limit = bool(limit) and actor_steps >= limit
