@@ -1,5 +1,5 @@
 """A host-memory n-step transition replay: what a state-based agent (TD3) learns from in one
-process where Reverb is not installed (Python 3.12 and current JAX).
+process without Reverb (Python 3.12 and current JAX, or replay.store=device).
 
 The data is what Acme's `NStepTransitionAdder` writes into Reverb, so the agent's learner
 reads the same batch either way (`acme.types.Transition`, each field batched on axis 0):
