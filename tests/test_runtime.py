@@ -5,7 +5,9 @@ threaded test launch), all on a toy environment with the real TD3 agent."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -314,6 +316,66 @@ def test_single_process_run_stops_and_evaluates_at_exact_step_counts(tmp_path):
     evaluations = read_csv(Workdir(tmp_path).log_csv("evaluator_0"))
     assert [int(row["actor_steps"] or 0) for row in evaluations][5:] == [150] * 3
     assert len(read_csv(Workdir(tmp_path).log_csv("actor_0"))) == actor_rows_before + 1
+
+
+@pytest.mark.integration  # a real Reverb server and environment, ~10 s
+@pytest.mark.parametrize("where", ["in the final save", "after the final save"])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_during_the_final_save_waits_for_it_and_the_closes(
+    tmp_path, monkeypatch, where, signum
+):
+    """A Ctrl-C (or main.py's SIGTERM, which raises KeyboardInterrupt) that lands once the run
+    reached its limit, in its final save or right after it (the learner's close): the save is
+    whole, the closes run, and the run returns as stopped. It came out of the runner as a
+    KeyboardInterrupt: after the save it skipped the closes and the Reverb server's stop, and
+    main.py said "interrupted before the run started; nothing was launched or written"."""
+    from orbax.checkpoint.path import atomicity
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signum, stop)
+    sent: list[int] = []
+
+    def send_once() -> None:
+        if not sent:
+            sent.append(signum)
+            os.kill(os.getpid(), signum)
+            sum(range(1000))  # bytecode: an undeferred handler raises here
+
+    finalize = atomicity.AtomicRenameTemporaryPath.finalize
+    close = LearnerRunner.close
+    closed: list[str] = []
+
+    def finalize_after_a_signal(self, *args, **kwargs):
+        send_once()
+        return finalize(self, *args, **kwargs)
+
+    def close_after_a_signal(self):
+        send_once()
+        close(self)
+        closed.append("learner")
+
+    if where == "in the final save":
+        monkeypatch.setattr(
+            atomicity.AtomicRenameTemporaryPath, "finalize", finalize_after_a_signal
+        )
+    monkeypatch.setattr(LearnerRunner, "close", close_after_a_signal)
+    config = toy_config(max_actor_steps=60)  # checkpoints every 1000 minutes: the final save only
+    factory = LoggerFactory.from_config(tmp_path, config.logging)
+    try:
+        result = run_single_process(
+            toy_experiment(config), workdir=str(tmp_path), logger_factory=factory, progress=False
+        )
+    except KeyboardInterrupt:
+        pytest.fail("the stop came out of the runner as a KeyboardInterrupt")
+    finally:
+        signal.signal(signum, previous)
+    assert sent == [signum]
+    assert result.actor_steps == 60 and result.stopped_by_user
+    saved = Checkpointer(Workdir(tmp_path).learner_checkpoints).latest_step()
+    assert saved == result.learner_steps > 0
+    assert closed == ["learner"]  # (the Reverb server's stop comes after it)
 
 
 def _evaluator(monkeypatch, steps: list[int], limit: int, until: int) -> tuple[Any, list[int]]:

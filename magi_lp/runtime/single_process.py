@@ -21,6 +21,7 @@ from typing import Any
 
 import dm_env
 
+from magi_lp.launch.interrupts import stop_deferred
 from magi_lp.replay.schedule import ReplaySchedule
 from magi_lp.replay.stores import resolve_store
 from magi_lp.runtime import seeding
@@ -229,15 +230,23 @@ def run_single_process(
         stopped_by_user = True
     finally:
         bar.close()
-        learner.save()
-        if config.checkpoint.reverb and server is not None:
-            replay.client.checkpoint()
-        for loop in (actor, evaluator):
-            if loop is not None:
-                loop.close()
-        learner.close()
-        if server is not None:
-            server.stop()
+        # A stop that comes from here on waits for the final save and the closes, and then
+        # has nothing left to stop. Raised at once, it skipped the save (or, held by the
+        # save, came out after it and skipped the replay's checkpoint and the closes), and
+        # the CLI took it for a Ctrl-C before the run started.
+        try:
+            with stop_deferred("the run's files are saved"):
+                learner.save()
+                if config.checkpoint.reverb and server is not None:
+                    replay.client.checkpoint()
+                for loop in (actor, evaluator):
+                    if loop is not None:
+                        loop.close()
+                learner.close()
+                if server is not None:
+                    server.stop()
+        except KeyboardInterrupt:
+            stopped_by_user = True
 
     return SingleProcessResult(
         actor_steps=actor_steps(),
