@@ -683,10 +683,10 @@ def _run_single_process(
         result = single_process.run_single_process(
             experiment, workdir=str(workdir), logger_factory=logger_factory
         )
-    # Saved and closed: a stop now has nothing left to stop (raised, it would read as a
-    # Ctrl-C before the run started).
-    for signum in interrupts.STOP_SIGNALS:
-        signal.signal(signum, signal.SIG_IGN)
+        # Saved and closed: a stop now has nothing left to stop, and ends the process as
+        # the signal's default does (raised, it would read as a Ctrl-C before the run).
+        for signum in interrupts.STOP_SIGNALS:
+            signal.signal(signum, signal.SIG_DFL)
     if result.resumed_from_step is not None:
         console.say(f"resumed from learner step {result.resumed_from_step}")
     if result.stopped_by_user:

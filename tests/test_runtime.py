@@ -319,17 +319,20 @@ def test_single_process_run_stops_and_evaluates_at_exact_step_counts(tmp_path):
 
 
 @pytest.mark.integration  # a real Reverb server and environment, ~10 s
-@pytest.mark.parametrize("where", ["in the final save", "after the final save"])
+@pytest.mark.parametrize("where", ["in the final save", "in a close"])
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_a_stop_during_the_final_save_waits_for_it_and_the_closes(
+def test_a_stop_after_the_limit_leaves_a_whole_save_and_a_finished_run(
     tmp_path, monkeypatch, where, signum
 ):
     """A Ctrl-C (or main.py's SIGTERM, which raises KeyboardInterrupt) that lands once the run
-    reached its limit, in its final save or right after it (the learner's close): the save is
-    whole, the closes run, and the run returns as stopped. It came out of the runner as a
-    KeyboardInterrupt: after the save it skipped the closes and the Reverb server's stop, and
-    main.py said "interrupted before the run started; nothing was launched or written"."""
+    reached its limit, in its final save or in a close after it (the acting loop's): the save
+    is whole, the closes after it still run, and the run is finished, not stopped. It came
+    out of the runner as a KeyboardInterrupt: it skipped the closes and the Reverb server's
+    stop, and main.py said "interrupted before the run started; nothing was launched or
+    written"."""
     from orbax.checkpoint.path import atomicity
+
+    from magi_lp.runtime.acting_loop import ActingLoop
 
     def stop(signum, frame):
         raise KeyboardInterrupt
@@ -344,23 +347,28 @@ def test_a_stop_during_the_final_save_waits_for_it_and_the_closes(
             sum(range(1000))  # bytecode: an undeferred handler raises here
 
     finalize = atomicity.AtomicRenameTemporaryPath.finalize
-    close = LearnerRunner.close
+    loop_close, learner_close = ActingLoop.close, LearnerRunner.close
     closed: list[str] = []
 
     def finalize_after_a_signal(self, *args, **kwargs):
         send_once()
         return finalize(self, *args, **kwargs)
 
-    def close_after_a_signal(self):
+    def loop_close_after_a_signal(self):
         send_once()
-        close(self)
+        loop_close(self)
+
+    def recorded_learner_close(self):
+        learner_close(self)
         closed.append("learner")
 
     if where == "in the final save":
         monkeypatch.setattr(
             atomicity.AtomicRenameTemporaryPath, "finalize", finalize_after_a_signal
         )
-    monkeypatch.setattr(LearnerRunner, "close", close_after_a_signal)
+    else:
+        monkeypatch.setattr(ActingLoop, "close", loop_close_after_a_signal)
+    monkeypatch.setattr(LearnerRunner, "close", recorded_learner_close)
     config = toy_config(max_actor_steps=60)  # checkpoints every 1000 minutes: the final save only
     factory = LoggerFactory.from_config(tmp_path, config.logging)
     try:
@@ -372,10 +380,10 @@ def test_a_stop_during_the_final_save_waits_for_it_and_the_closes(
     finally:
         signal.signal(signum, previous)
     assert sent == [signum]
-    assert result.actor_steps == 60 and result.stopped_by_user
+    assert result.actor_steps == 60 and not result.stopped_by_user
     saved = Checkpointer(Workdir(tmp_path).learner_checkpoints).latest_step()
     assert saved == result.learner_steps > 0
-    assert closed == ["learner"]  # (the Reverb server's stop comes after it)
+    assert closed == ["learner"]  # the closes went on (the Reverb server's stop comes after)
 
 
 def _evaluator(monkeypatch, steps: list[int], limit: int, until: int) -> tuple[Any, list[int]]:

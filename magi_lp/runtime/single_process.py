@@ -230,23 +230,25 @@ def run_single_process(
         stopped_by_user = True
     finally:
         bar.close()
-        # A stop that comes from here on waits for the final save and the closes, and then
-        # has nothing left to stop. Raised at once, it skipped the save (or, held by the
-        # save, came out after it and skipped the replay's checkpoint and the closes), and
-        # the CLI took it for a Ctrl-C before the run started.
+        # A stop from here on waits for the final save: raised at once, it skipped it, and one
+        # held by the save came out after it, skipped the replay's checkpoint and the closes,
+        # and the CLI took it for a Ctrl-C before the run started. During the closes it only
+        # moves on to the next (one that hangs is left with another Ctrl-C). A run that had
+        # reached its limit stays finished.
         try:
-            with stop_deferred("the run's files are saved"):
+            with stop_deferred("the final checkpoint is written"):
                 learner.save()
                 if config.checkpoint.reverb and server is not None:
                     replay.client.checkpoint()
-                for loop in (actor, evaluator):
-                    if loop is not None:
-                        loop.close()
-                learner.close()
-                if server is not None:
-                    server.stop()
         except KeyboardInterrupt:
-            stopped_by_user = True
+            stopped_by_user = stopped_by_user or actor_steps() < limit
+        closes = [loop.close for loop in (actor, evaluator) if loop is not None]
+        closes += [learner.close] + ([server.stop] if server is not None else [])
+        for close in closes:
+            try:
+                close()
+            except KeyboardInterrupt:
+                stopped_by_user = stopped_by_user or actor_steps() < limit
 
     return SingleProcessResult(
         actor_steps=actor_steps(),
