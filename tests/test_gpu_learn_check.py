@@ -351,3 +351,96 @@ def test_each_preregistration_is_as_its_commit_registered_it():
         then, now = getattr(second, name), getattr(gpu_learn_check, name)
         assert dataclasses.asdict(then) == dataclasses.asdict(now), name
     assert gpu_learn_check.CURRENT is gpu_learn_check.SECOND
+
+
+def _module_at(commit: str, path: str, name: str) -> types.ModuleType:
+    """`path` as `commit` had it, loaded as a module (skips in a shallow clone)."""
+    shown = subprocess.run(
+        ["git", "show", f"{commit}:{path}"],
+        cwd=gpu_learn_check.common.REPO, capture_output=True, text=True,
+    )  # fmt: skip
+    if shown.returncode != 0:
+        pytest.skip(f"{commit} is not in this clone's history (a shallow clone)")
+    then = types.ModuleType(f"{name}_at_{commit}")
+    sys.modules[then.__name__] = then
+    try:
+        exec(compile(shown.stdout, f"{path}@{commit}", "exec"), then.__dict__)
+    finally:
+        del sys.modules[then.__name__]
+    return then
+
+
+def test_the_rules_are_as_the_second_preregistration_registered_them():
+    """The learned rules, the AUC, the goal and the bootstrap as comparison.py had them at
+    d943121 (the commit that registered the second): the same answers on a grid of means and
+    curves, so an edit of a constant or a rule after the runs were seen fails here."""
+    then = _module_at("d943121", "benchmarks/learn_check/comparison.py", "comparison")
+    for name in ("GOAL_RATIO", "LEARN_FACTOR", "GAP_SHARE", "TOP_RETURN", "LEARN_MIN", "RULES"):
+        assert getattr(then, name) == getattr(comparison, name), name
+    for rule in comparison.RULES:
+        for start in (0.0, 136.0, 333.3, 400.0, 500.0, 616.0, 900.0):
+            for final in (136.0, 650.0, 699.9, 700.0, 760.0, 950.0, 1000.0):
+                now = comparison.learned(gpu_learn.TASK, start, final, rule=rule)
+                was = then.learned(gpu_learn.TASK, start, final, rule=rule)
+                assert (now["learned"], now["needed"]) == (was["learned"], was["needed"])
+    for curve in ([300.0, 600.0, 990.0], [400.0, 136.0, 136.0], [500.0, 950.0]):
+        assert comparison.auc(curve) == then.auc(curve)
+    ours, theirs = [821.0, 811.0, 640.0], [672.0, 666.0, 700.0]
+    assert comparison.bootstrap_ratio(ours, theirs) == then.bootstrap_ratio(ours, theirs)
+
+
+def test_a_longer_run_at_other_settings_does_not_displace_the_counted_one(tmp_path):
+    """One run per (agent, seed) counts, the furthest: of the runs at the preregistered
+    settings; a longer one at others (a probe, a tiny run) is not a candidate."""
+    ours = _result("magi_lp", _seeds(LEARNS))
+    longer = _result(
+        "magi_lp",
+        {s: [*LEARNS, (60_000, 990.0)] for s in gpu_learn_check.SEEDS},
+        settings={**ours["settings"], "args": ["--other"]},
+    )
+    official = _result("official", _seeds(LEARNS))
+    paths = [_write(tmp_path, n, r) for n, r in (("a", ours), ("b", longer), ("c", official))]
+    found = gpu_learn_check.check(paths, folder_of_none(tmp_path))
+    assert found["agents"]["comparison"]["verdict"] == comparison.HELD, found["agents"]
+    assert found["agents"]["magi_lp"]["seeds"] == list(gpu_learn_check.SEEDS)
+
+
+def test_the_figure_keeps_lost_runs_failed_launches_and_the_ratio_rules_answer(tmp_path):
+    """A finished figure still shows a seed's earlier run lost with its machine and a failed
+    launch of a counted run (the seed ran again: visible), and, under the gap rule, what the
+    ratio rule (issue 35's rule 1) says of the same means."""
+    from benchmarks.learn_check import settings as learn_check_settings
+
+    kept = tmp_path / "cpu"
+    _keep_cpu(kept, "magi_lp", _seeds(LEARNS), ended=1.8e9)
+    _keep_cpu(kept, "official", _seeds([(0, 485.0), (20_000, 400.0), (40_000, 950.0)]), ended=1.8e9)
+    lost = learn_check_settings.lost_record(
+        kept, "magi_lp", gpu_learn.TASK, 10, "2026-11-28T18:28:11+0000"
+    )
+    lost.parent.mkdir(parents=True)
+    lost.write_text(json.dumps({"attempts": [{}], "evaluations": [[0, 320.0], [20000, 369.0]]}))
+    failed = learn_check_settings.failed_record(kept, "official", gpu_learn.TASK, 11, 4)
+    failed.parent.mkdir(parents=True)
+    failed.write_text(
+        json.dumps({"exit_code": 1, "evaluations": [[0, 485.0]], "log_tail": ["x", "Err: disk"]})
+    )
+    result = gpu_learn_check.write(
+        gpu_learn_check.check_all([], kept),
+        tmp_path / "check.json",
+        tmp_path / "curves.png",
+        cpu_kept=kept,
+        cpu_runs_out=tmp_path / "runs",
+    )
+    page = gpu_learn_check.report(result).split("**The first preregistration**")[0]
+    assert result["verdict"] == comparison.HELD
+    assert (
+        "| magi_lp | 10 | earlier run (started 2026-11-28 18:28), lost with its machine; the "
+        "seed ran again from frame 0 | 0k: 320, 20k: 369 |" in page
+    ), page
+    assert (
+        "| official | 11 | launch 4 failed (exit 1; resumed from its last checkpoint): "
+        "`Err: disk` | 0k: 485 |" in page
+    ), page
+    # 950 closes half the gap from 485 (742.5) but is not 2 x 485.
+    assert "magi_lp yes (960 against 760); official no (950 against 970)" in page, page
+    assert "one of 10 multisets of its seeds" in page

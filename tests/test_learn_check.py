@@ -378,6 +378,13 @@ def test_a_relaunchs_rows_replace_the_ones_it_repeats():
     assert runs._last_per_frame(evaluations, keep=2) == [(3000, 10.0)]  # frame 0: 1 of 2
     # An evaluation cut short by a deadline is no point of the curve.
     assert runs._last_per_frame([(0, 5.0), (0, 7.0), (20, 1.0)], keep=2) == [(0, 6.0)]
+    # A relaunch from an older checkpoint evaluates a point already whole again and is cut
+    # short: its one row is not averaged with the earlier launch's (other parameters).
+    again = [(3000, 1.0), (3000, 3.0), (3000, 100.0)]
+    assert runs._last_per_frame(again, keep=2, launches=[1, 1, 2]) == [(3000, 2.0)]
+    assert runs._last_per_frame(again, keep=2, launches=[1, 1, 1]) == [(3000, 51.5)]
+    assert runs._launch_of("150.0", [0.0, 100.0, 200.0]) == 2
+    assert runs._launch_of("", [0.0]) == 0
 
 
 def test_a_run_whose_folder_was_lost_with_its_machine_is_set_aside_and_counted(tmp_path):
@@ -552,7 +559,10 @@ def test_a_tiny_run_with_the_critic_target_negated_fails_the_learning_rule(tmp_p
     """Negative control: the critic regresses on -(r + gamma min Q'): it cannot learn.
 
     At TINY's sizes with half its frames (ours only: the official agent's 1000-frame
-    episodes need TINY's 1,200 seed frames): 201 updates, from frame 400."""
+    episodes need TINY's 1,200 seed frames): 201 updates, from frame 400. A correct update
+    does not learn in 201 updates either: what this shows is that the switch breaks the
+    update (the targets turn negative) and that the rules and the comparison fail such a run.
+    That they pass agents that do learn is shown by the real runs (figure 17), not here."""
     _needs_venv312()
     settings = dataclasses.replace(
         TINY, frames=1_200, eval_every_frames=600, seed_frames=400, checkpoint_minutes=10.0

@@ -31,6 +31,7 @@ import datetime
 import functools
 import importlib.util
 import json
+import math
 import random
 from pathlib import Path
 
@@ -80,6 +81,16 @@ def _mean(values: list[float]) -> float:
 def auc(curve: list[float]) -> float:
     """Mean return over the evaluation points after frame 0 (`curve[0]` is frame 0)."""
     return _mean(curve[1:])
+
+
+def interval_caveat(seeds: int) -> str:
+    """What a bootstrap over `seeds` seeds can show: each agent's resample is one of
+    C(2n-1, n) multisets of its seeds, so with few seeds the interval is their spread."""
+    sets = math.comb(2 * seeds - 1, seeds)
+    return (
+        f"with {seeds} seeds an agent's resample is one of {sets} multisets of its seeds: the "
+        "interval shows these seeds' spread, not what more seeds would give"
+    )
 
 
 def bootstrap_ratio(ours: list[float], theirs: list[float], seed: int = 0) -> tuple[float, float]:
@@ -458,6 +469,10 @@ def progress(
                     "seed": seed,
                     "failed_launches": len(failed),
                     "lost_runs": len(lost),
+                    # What each was, for the figure (`history_table`): a seed that ran again
+                    # after a machine was lost, or a launch that failed, stays in sight.
+                    "failed": [_failed_launch(path) for path in failed],
+                    "lost": [_lost_run(path) for path in lost],
                 }
                 path = kept_result(kept, agent, task, seed)
                 if path.is_file():
@@ -498,6 +513,29 @@ def progress(
                     }
                 )
     return states
+
+
+def _failed_launch(path: Path) -> dict:
+    """A failed launch's record in brief: its attempt, exit code and its log's last line."""
+    record = json.loads(path.read_text())
+    tail = [line.strip() for line in record.get("log_tail") or [] if line.strip()]
+    return {
+        "attempt": int(path.stem.rsplit("_attempt_", 1)[-1]),
+        "exit_code": record.get("exit_code"),
+        "evaluations": record.get("evaluations", []),
+        "last_line": tail[-1] if tail else "",
+    }
+
+
+def _lost_run(path: Path) -> dict:
+    """An earlier run of a seed, lost with its machine, in brief: what is known of it."""
+    record = json.loads(path.read_text())
+    return {
+        "started": path.stem.rsplit("_started_", 1)[-1],
+        "launches": len(record.get("attempts", [])),
+        "evaluations": record.get("evaluations", []),
+        "at_stop": record.get("at_stop", ""),
+    }
 
 
 SUPERSEDED = "superseded/32px_batch32_50k"
@@ -737,6 +775,46 @@ def progress_table(progress: list[dict]) -> list[str]:
     return [*lines, ""]
 
 
+def _stamp_text(stamp: str) -> str:
+    """A lost record's name stamp (`settings.lost_record`: the start's ISO time, letters and
+    digits only, e.g. 20261128T182811...; or a date alone) as 2026-11-28 18:28."""
+    if len(stamp) < 8 or not stamp[:8].isdigit():
+        return stamp
+    text = f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]}"
+    if len(stamp) >= 13 and stamp[8] == "T" and stamp[9:13].isdigit():
+        text += f" {stamp[9:11]}:{stamp[11:13]}"
+    return text
+
+
+def history_table(progress: list[dict]) -> list[str]:
+    """Every earlier run of a preregistered seed that was lost with its machine (the seed ran
+    again from frame 0), and every failed launch (the run resumed from its last checkpoint),
+    finished runs' included (none: no lines)."""
+    rows = []
+    for p in progress:
+        for lost in p.get("lost", []):
+            evals = evaluations_text(lost["evaluations"]) or "-"
+            at_stop = f"; at its last stop: {lost['at_stop']}" if lost.get("at_stop") else ""
+            started = _stamp_text(lost["started"])
+            rows.append(
+                f"| {p['agent']} | {p['seed']} | earlier run (started {started}), "
+                f"lost with its machine; the seed ran again from frame 0{at_stop} | {evals} |"
+            )
+        for failed in p.get("failed", []):
+            evals = evaluations_text(failed["evaluations"]) or "-"
+            last = failed["last_line"].replace("|", "/")
+            last = last if len(last) <= 160 else last[:157] + "..."
+            rows.append(
+                f"| {p['agent']} | {p['seed']} | launch {failed['attempt']} failed (exit "
+                f"{failed['exit_code']}; resumed from its last checkpoint): `{last}` | {evals} |"
+            )
+    if not rows:
+        return []
+    lines = ["Earlier runs and failed launches of these seeds (kept, not counted):", ""]
+    lines += ["| agent | seed | what | evaluations (frame: return) |", "| --- | --- | --- | --- |"]
+    return [*lines, *rows, ""]
+
+
 def report(result: dict) -> str:
     """The figure's section: the preregistered check, its state or verdict, the runs'
     provenance, and the superseded first check."""
@@ -757,7 +835,8 @@ def report(result: dict) -> str:
         "after a miss; other seeds are not counted). Learned: "
         f"{result['learn_rule']}; both agents must learn. AUC: a run's mean evaluation return "
         "over the points after frame 0. Goal: AUC ratio (this / official) >= "
-        f"{result['goal_ratio']}, with its 95% bootstrap interval over seeds. Training "
+        f"{result['goal_ratio']}, with its 95% bootstrap interval over seeds ("
+        f"{interval_caveat(len(result['preregistered']['seeds']))}). Training "
         "frames/s, one rule for both: the wall time between the rows written when "
         "consecutive training episodes end, over the episodes after the seed frames that "
         "hold no evaluation and no relaunch; over the same windows, the CPU seconds of the "
@@ -782,6 +861,7 @@ def report(result: dict) -> str:
                          f"({left_out['why']}).")  # fmt: skip
         lines.append("")
     lines += progress_table(result.get("progress", []))
+    lines += history_table(result.get("progress", []))
     if result.get("saturation"):
         lines += _saturation_lines(result["saturation"])
     old = result.get("superseded")

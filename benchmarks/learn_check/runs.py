@@ -23,6 +23,7 @@ is the one core, as ours is.
 
 from __future__ import annotations
 
+import bisect
 import csv
 import fcntl
 import hashlib
@@ -102,16 +103,33 @@ def machine() -> dict:
     return {key: found[key] for key in keys}
 
 
-def _last_per_frame(pairs: list[tuple[int, float]], keep: int) -> list[tuple[int, float]]:
-    """Mean of the last `keep` values at each frame, by frame: a relaunched run evaluates
-    again at a point it had reached, and its rows (written last) replace the earlier ones.
-    A frame with fewer than `keep` values is left out: its evaluation was cut short (a
-    deadline's stop in the middle of it), and a relaunch that gets there evaluates it again
-    (seen on the H100: 5 of 10 episodes at 40k frames before a device call's deadline)."""
-    by_frame: dict[int, list[float]] = {}
-    for frame, value in pairs:
-        by_frame.setdefault(frame, []).append(value)
-    return [(f, sum(v[-keep:]) / keep) for f, v in sorted(by_frame.items()) if len(v) >= keep]
+def _last_per_frame(
+    pairs: list[tuple[int, float]], keep: int, launches: list[int] | None = None
+) -> list[tuple[int, float]]:
+    """Mean of the last whole evaluation at each frame (`keep` values), by frame: a
+    relaunched run evaluates again at a point it had reached, and its rows (written last)
+    replace the earlier ones. An evaluation cut short (a deadline's stop in the middle of it:
+    seen on the H100, 5 of 10 episodes at 40k frames before a device call's deadline) is no
+    point: a relaunch that gets there evaluates it again. `launches`: the launch that wrote
+    each row (None: one launch), so a cut-short evaluation's rows are never averaged with
+    the whole one of another launch before it (of other parameters: a relaunch from an
+    older checkpoint); the latest launch with a whole evaluation at the frame gives it."""
+    by_launch: dict[int, dict[int, list[float]]] = {}
+    for index, (frame, value) in enumerate(pairs):
+        launch = launches[index] if launches is not None else 0
+        by_launch.setdefault(frame, {}).setdefault(launch, []).append(value)
+    found = []
+    for frame, launched in sorted(by_launch.items()):
+        whole = [values for _, values in sorted(launched.items()) if len(values) >= keep]
+        if whole:
+            found.append((frame, sum(whole[-1][-keep:]) / keep))
+    return found
+
+
+def _launch_of(wall_time: str | None, launches: list[float]) -> int:
+    """Which launch (by start, epoch seconds) wrote a row stamped `wall_time`: the last one
+    started before it (0 when it has no stamp)."""
+    return bisect.bisect_right(launches, float(wall_time)) if wall_time else 0
 
 
 def episode_windows(
@@ -231,11 +249,14 @@ def _ours_episode_ends(rows: list[dict[str, str]]) -> list[tuple[int, float, flo
 
 def ours_result(settings: Settings, workdir: Path, launches: list[float]) -> dict:
     """Evaluation means by frame and training frames/s from main.py's CSV logs."""
+    rows = _rows(Workdir(workdir).log_csv("evaluator_0"))
     pairs = [
         (ACTION_REPEAT * int(float(row.get("actor_steps") or 0)), float(row["episode_return"]))
-        for row in _rows(Workdir(workdir).log_csv("evaluator_0"))
+        for row in rows
     ]
-    evaluations = _last_per_frame(pairs, settings.eval_episodes)
+    started = sorted(launches)
+    by = [_launch_of(row.get("wall_time"), started) for row in rows]
+    evaluations = _last_per_frame(pairs, settings.eval_episodes, by)
     actor_rows = _rows(Workdir(workdir).log_csv("actor_0"))
     ends = _ours_episode_ends(actor_rows)
     # Every evaluation's frame, a cut-short one too: it took its window's time all the same.
