@@ -444,3 +444,15 @@ def test_the_figure_keeps_lost_runs_failed_launches_and_the_ratio_rules_answer(t
     # 950 closes half the gap from 485 (742.5) but is not 2 x 485.
     assert "magi_lp yes (960 against 760); official no (950 against 970)" in page, page
     assert "one of 10 multisets of its seeds" in page
+
+
+def test_the_agent_table_names_every_seeds_package_versions(tmp_path):
+    """A package that differs between seeds is shown with each version, not the first's."""
+    kept = tmp_path / "cpu"
+    first, *rest = gpu_learn_check.SEEDS
+    _keep_cpu(kept, "magi_lp", {first: LEARNS}, ended=1.8e9)
+    _keep_cpu(kept, "magi_lp", {s: LEARNS for s in rest}, ended=1.8e9, versions={"jax": "0.5.0"})
+    _keep_cpu(kept, "official", _seeds(LEARNS), ended=1.8e9)
+    agents = gpu_learn_check.check([], kept)["machines"]["cpu"]["agents"]
+    assert agents["magi_lp"]["versions"] == {"jax": "0.4.30 / 0.5.0"}
+    assert agents["official"]["versions"] == {"jax": "0.4.30"}

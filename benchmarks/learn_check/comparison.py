@@ -179,10 +179,15 @@ def compare(
                 "curves": [],
                 "fps": [],
                 "cpu_per_1000": [],
-                "versions": run["versions"],
+                "versions": {},
                 "runs": [],
             },
         )
+        for package, version in run["versions"].items():
+            # Every seed's, not only the first's: "jax 0.11.2 / 0.11.3" where seeds differ.
+            seen = agent["versions"].get(package, "").split(" / ")
+            if str(version) not in seen:
+                agent["versions"][package] = " / ".join([*filter(None, seen), str(version)])
         agent["seeds"].append(run["seed"])
         agent["curves"].append(curve)
         agent["fps"].append(run.get("train_frames_per_s"))
