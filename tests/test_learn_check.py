@@ -220,6 +220,26 @@ def test_provenance_marks_our_runs_made_by_other_code_and_not_the_official_agent
     assert comparison.provenance({**call, "commit": "0000000"})["head_code"] is None
 
 
+def test_a_run_resumed_across_commits_names_what_changed_between_its_launches():
+    """Seed 11 of the second preregistration, as its launches recorded it: a0d8373, then
+    6f20b29 (a8e2b93 between them changed magi_lp/runtime/checkpointing.py)."""
+    if not runs._git("rev-parse", "--verify", "--quiet", "a0d8373^{commit}"):
+        pytest.skip("a0d8373 is not in this clone's history (a shallow clone)")
+    code = {path: runs._git("rev-parse", f"a0d8373:{path}") for path in runs.CODE_PATHS}
+    later = {path: runs._git("rev-parse", f"6f20b29:{path}") for path in runs.CODE_PATHS}
+    attempts = [
+        {"attempt": 1, "commit": "a0d8373", "code": code},
+        {"attempt": 2, "commit": "6f20b29", "code": later},
+        {"attempt": 3, "commit": "6f20b29", "code": later},
+    ]
+    found = comparison.provenance({"agent": "magi_lp", "seed": 11, "attempts": attempts})
+    assert found["changed_between_launches"] == ["magi_lp/runtime/checkpointing.py"]
+    row = comparison.provenance_table({"magi_lp": {"runs": [found]}})[2]
+    assert "its launches ran different code: magi_lp/runtime/checkpointing.py changed" in row
+    same = comparison.provenance({"agent": "magi_lp", "seed": 11, "attempts": attempts[1:]})
+    assert same["changed_between_launches"] == []
+
+
 def test_only_preregistered_seeds_count_and_missing_ones_leave_it_incomplete():
     extra = [*_runs(LEARNING), _result("magi_lp", 99, [350, 350, 350, 350, 350])]
     found = comparison.compare(extra, FULL_LIKE)["tasks"]["cartpole_balance"]

@@ -30,6 +30,7 @@ import dataclasses
 import datetime
 import functools
 import importlib.util
+import itertools
 import json
 import math
 import random
@@ -304,6 +305,9 @@ def provenance(run: dict) -> dict:
         # Where HEAD's code is not what made it: the files of CODE_PATHS that HEAD changed
         # since the run's commits (uncommitted changes of a launch named by their folder).
         "differs": _differs_from_head(run, attempts) if head_code is False else [],
+        # Files of CODE_PATHS that changed between the run's own launches (a run resumed
+        # across commits is made by more than one version of the code).
+        "changed_between_launches": _changed_between_launches(attempts),
     }
 
 
@@ -351,6 +355,28 @@ def _differs_from_head(run: dict, attempts: list[dict]) -> list[str]:
         if str(tree).startswith("dirty:")
     }
     return sorted(found | dirty)
+
+
+def _changed_between_launches(attempts: list[dict]) -> list[str]:
+    """The files under CODE_PATHS that differ between the commits of consecutive launches
+    whose recorded code differs (uncommitted changes named by their folder)."""
+    from benchmarks.learn_check.runs import CODE_PATHS, _git
+
+    found: set[str] = set()
+    recorded = [a for a in attempts if a.get("code")]
+    for before, after in itertools.pairwise(recorded):
+        if before["code"] == after["code"]:
+            continue
+        old, new = str(before.get("commit") or ""), str(after.get("commit") or "")
+        if old and new and old != new:
+            found |= set(_git("diff", "--name-only", old, new, "--", *CODE_PATHS).split())
+        found |= {
+            f"{path} (uncommitted changes)"
+            for path in CODE_PATHS
+            if before["code"].get(path) != after["code"].get(path)
+            and "dirty:" in f"{before['code'].get(path)}{after['code'].get(path)}"
+        }
+    return sorted(found)
 
 
 def _saturation() -> dict | None:
@@ -735,6 +761,11 @@ def provenance_table(agents: dict) -> list[str]:
             )
             if run.get("differs"):
                 code += f" (the code here differs in {_listed(run['differs'])})"
+            if run.get("changed_between_launches"):
+                code += (
+                    "; its launches ran different code: "
+                    f"{_listed(run['changed_between_launches'])} changed between them"
+                )
             machine = run.get("machine") or {}
             where = f"{machine.get('cpu', '?')}, {machine.get('cores', '?')} cores"
             if run.get("cpu_ids"):
