@@ -238,6 +238,8 @@ def test_a_run_resumed_across_commits_names_what_changed_between_its_launches():
     assert "its launches ran different code: magi_lp/runtime/checkpointing.py changed" in row
     same = comparison.provenance({"agent": "magi_lp", "seed": 11, "attempts": attempts[1:]})
     assert same["changed_between_launches"] == []
+    theirs = comparison.provenance({"agent": "official", "seed": 11, "attempts": attempts})
+    assert theirs["changed_between_launches"] == []  # its code is not CODE_PATHS
 
 
 def test_only_preregistered_seeds_count_and_missing_ones_leave_it_incomplete():

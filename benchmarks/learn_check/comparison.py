@@ -307,7 +307,10 @@ def provenance(run: dict) -> dict:
         "differs": _differs_from_head(run, attempts) if head_code is False else [],
         # Files of CODE_PATHS that changed between the run's own launches (a run resumed
         # across commits is made by more than one version of the code).
-        "changed_between_launches": _changed_between_launches(attempts),
+        # (Not the official agent's: its code is pinned by hashes, CODE_PATHS are ours.)
+        "changed_between_launches": []
+        if run.get("agent") == "official"
+        else _changed_between_launches(attempts),
     }
 
 
