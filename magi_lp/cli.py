@@ -503,7 +503,7 @@ def _ignored_sigint() -> list[str]:
 def _saved_counts(config: Any, workdir: Path) -> dict[str, Any]:
     """The counts a relaunch of `workdir` resumes from: its newest learner checkpoint's ({}
     for a new run, or one that saves no checkpoints)."""
-    from magi_lp.runtime.checkpointing import saved_metadata
+    from magi_lp.runtime.checkpoint_metadata import saved_metadata
 
     if not config.checkpoint.enabled or not workdir.is_dir():
         return {}

@@ -53,9 +53,10 @@ from magi_lp.config_schema import fact_refusal, fail_unless, is_int
 from magi_lp.errors import ConfigError
 from magi_lp.launch.files import write_text_atomically
 from magi_lp.launch.interrupts import stop_deferred
+from magi_lp.runtime.checkpoint_metadata import METADATA_ITEM, metadata_path
 
 _STATE = "state"
-_METADATA = "metadata"
+_METADATA = METADATA_ITEM
 
 
 class CheckpointWriteError(RuntimeError):
@@ -220,7 +221,7 @@ class Checkpointer:
 
     def _update_metadata(self, step: int, metadata: dict[str, Any]) -> bool:
         """Replaces checkpoint `step`'s metadata file (write + rename); False if unchanged."""
-        path = _metadata_path(self._directory, step)
+        path = metadata_path(self._directory, step)
         try:
             with open(path) as f:
                 if json.load(f) == metadata:
@@ -377,30 +378,6 @@ class Checkpointer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-def _metadata_path(directory: str | os.PathLike, step: int) -> str:
-    """`<directory>/<step>/metadata/metadata`: a checkpoint's JSON metadata (module docstring)."""
-    return os.path.join(directory, str(step), _METADATA, "metadata")
-
-
-def saved_metadata(directory: str | os.PathLike) -> dict[str, Any]:
-    """The metadata of the newest finished checkpoint in `directory` whose metadata file
-    reads, as plain JSON (no orbax, no state read); {} when there is none. For processes that
-    need the counts a relaunch resumes from before (or without) restoring anything."""
-    try:
-        steps = sorted((int(p) for p in os.listdir(directory) if p.isdigit()), reverse=True)
-    except OSError:
-        return {}
-    for step in steps:
-        try:
-            with open(_metadata_path(directory, step)) as f:
-                metadata = json.load(f)
-        except (OSError, ValueError):
-            continue
-        if isinstance(metadata, dict):
-            return metadata
-    return {}
 
 
 def _scalar_to_array(leaf: Any) -> Any:

@@ -90,10 +90,13 @@ REPLAY_STORES = ("auto", *FRAME_STORES)
 
 @dataclasses.dataclass(frozen=True)
 class ReplaySettings:
-    """`config.replay`: where a pixel agent's frame replay lives (magi_lp.replay.frame_store).
+    """`config.replay`: where the agent's replay lives (`magi_lp.replay.stores.resolve_store`).
 
-    Only agents whose builder gives a `frame_replay` spec use it (DrQ-v2); others (TD3)
-    keep their own Reverb tables.
+    A pixel agent (its builder gives a `frame_replay` spec: DrQ-v2) gets the store `store`
+    names. A state agent (TD3) keeps its own Reverb tables, except where its builder gives a
+    `transition_replay` spec and Reverb is not the replay: in one process with `store`
+    'device' (or 'auto' where Reverb is not installed), or on an engine without Reverb (Ray).
+    Its transitions then live in host memory (`magi_lp.replay.transition_replay`).
     """
 
     # 'device': frames on the learner's device(s), sampled there; actors send each step once

@@ -33,7 +33,8 @@ from magi_lp.replay.spec import WriteAbandonedError
 from magi_lp.replay.store import LearnerReplay, ReplayStore
 from magi_lp.runtime import seeding
 from magi_lp.runtime.acting_loop import ActingLoop
-from magi_lp.runtime.checkpointing import Checkpointer, CheckpointWriteError, saved_metadata
+from magi_lp.runtime.checkpoint_metadata import saved_metadata
+from magi_lp.runtime.checkpointing import Checkpointer, CheckpointWriteError
 from magi_lp.runtime.experiment import Experiment
 from magi_lp.runtime.graph import NodeLifetime
 from magi_lp.runtime.learner_runner import LearnerRunner, ReplayCheckpoint
