@@ -514,17 +514,19 @@ def _saved_counts(config: Any, workdir: Path) -> dict[str, Any]:
 def _finished_line(config: Any, workdir: Path, *, single_process: bool) -> str | None:
     """Why a relaunch of `workdir` has nothing to do, or None: its checkpoint is at or past
     `max_actor_steps` and every evaluator's last evaluation, whole, is of those parameters
-    (`_evaluated_at`). Otherwise it is relaunched as before: the run makes the evaluation. A
-    relaunch of a finished run would take a few more steps past the limit, save again and
-    evaluate the same parameters once more."""
+    (`_evaluated_at`, `_finally_evaluated`). Otherwise it is relaunched as before: the run
+    makes the evaluation. A relaunch of a finished run would take a few more steps past the
+    limit, save again and evaluate the same parameters once more."""
     limit = int(config.max_actor_steps)
     counts = _saved_counts(config, workdir)
     steps = counts.get("actor_steps")
     if not limit or steps is None or int(steps) < limit:
         return None
-    # main.py runs one evaluator, whatever num_evaluators says.
-    evaluators = min(1, int(config.num_evaluators)) if single_process else config.num_evaluators
-    if not _evaluated_at(config, workdir, int(steps), int(evaluators)):
+    if single_process:  # main.py runs one evaluator, whatever num_evaluators says
+        evaluated = _evaluated_at(config, workdir, int(steps), min(1, int(config.num_evaluators)))
+    else:
+        evaluated = _finally_evaluated(config, workdir, int(steps))
+    if not evaluated:
         return None
     return (
         f"the run in {workdir} has reached max_actor_steps={limit} (its newest "
@@ -538,7 +540,9 @@ def _evaluated_at(config: Any, workdir: Path, steps: int, evaluators: int) -> bo
     """Whether each evaluator's log ends with a whole evaluation (`evaluation.episodes` rows)
     at or past `max_actor_steps`, the last row within the counts' reporting lag of the
     checkpoint's `steps`: not one cut short by a stop, nor an earlier launch's (a run first
-    trained to the limit, then past it and stopped, has parameters no evaluation saw)."""
+    trained to the limit, then past it and stopped, has parameters no evaluation saw). For
+    main.py's runs, whose evaluations come at exact step counts (distributed runs:
+    `_finally_evaluated`)."""
     import csv
 
     from magi_lp.runtime.nodes import DISTRIBUTED_COUNT_EVERY
@@ -555,6 +559,30 @@ def _evaluated_at(config: Any, workdir: Path, steps: int, evaluators: int) -> bo
             return False
         whole = len(last) == episodes and all(at >= limit for at in last)
         if not whole or last[-1] < steps - lag:
+            return False
+    return True
+
+
+def _finally_evaluated(config: Any, workdir: Path, steps: int) -> bool:
+    """Whether every evaluator of a distributed run made its evaluation at `max_actor_steps`
+    whole (`Workdir.final_evaluation`, written when it is), within the counts' reporting lag
+    of the checkpoint's `steps`. Its log rows cannot tell: a periodic evaluation that the
+    actors overtook at the limit logs counts at the limit too, and a stop in the evaluation
+    after it left rows that read as one whole evaluation there. A run from before these
+    records is relaunched: it evaluates its parameters once more."""
+    import json
+
+    from magi_lp.runtime.nodes import DISTRIBUTED_COUNT_EVERY
+
+    limit = int(config.max_actor_steps)
+    lag = DISTRIBUTED_COUNT_EVERY * int(config.num_actors) * int(config.envs_per_actor)
+    for index in range(int(config.num_evaluators)):
+        try:
+            record = json.loads(Workdir(workdir).final_evaluation(f"evaluator_{index}").read_text())
+            at = int(record["actor_steps"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+        if at < limit or at < steps - lag:
             return False
     return True
 

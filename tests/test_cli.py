@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -603,6 +604,47 @@ def test_a_ctrl_c_that_a_library_swallowed_still_stops_the_run_before_it_starts(
     assert "Traceback" not in output, output[-3000:]
     assert not (tmp_path / "run").exists(), "an interrupted run created its workdir"
     assert not marked_processes(mark)
+
+
+def _final_evaluation(workdir: Path, index: int, at: int) -> None:
+    record = workdir / f"logs/evaluator_{index}/final_evaluation.json"
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text(json.dumps({"actor_steps": at, "max_actor_steps": 1000}))
+
+
+@pytest.mark.parametrize(
+    ("records", "logs", "steps", "done"),
+    [
+        ({0: 1010, 1: 1020}, {}, 1030, True),  # both evaluators' at the limit, counts lagging
+        ({0: 1000}, {}, 1030, False),  # evaluator 1 was stopped in its evaluation at the limit
+        # A periodic evaluation overtaken at the limit, then a stop in the one at the limit:
+        # the rows read as a whole evaluation there, and the run is not finished.
+        ({}, {0: [990, 1000, 1000], 1: [1000, 1000]}, 1000, False),
+        ({0: 1000, 1: 1000}, {}, 1500, False),  # an earlier launch's: these parameters unseen
+        ({0: 800, 1: 1000}, {}, 1000, False),  # a record of a lower limit, raised since
+    ],
+)
+def test_a_finished_distributed_run_is_one_whose_evaluators_recorded_the_final_evaluation(
+    tmp_path, records, logs, steps, done
+):
+    import ml_collections
+
+    from magi_lp import cli
+
+    config = ml_collections.ConfigDict(
+        {
+            "max_actor_steps": 1000,
+            "evaluation": {"episodes": 2},
+            "num_actors": 1,
+            "envs_per_actor": 1,
+            "num_evaluators": 2,
+        }
+    )
+    for index, at in records.items():
+        _final_evaluation(tmp_path, index, at)
+    for index, rows in logs.items():
+        _evaluator_log(tmp_path, index, rows)
+    assert cli._finally_evaluated(config, tmp_path, steps) is done
 
 
 def _evaluator_log(workdir: Path, index: int, steps: list[int]) -> None:

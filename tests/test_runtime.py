@@ -5,6 +5,7 @@ threaded test launch), all on a toy environment with the real TD3 agent."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import signal
@@ -386,9 +387,12 @@ def test_a_stop_after_the_limit_leaves_a_whole_save_and_a_finished_run(
     assert closed == ["learner"]  # the closes went on (the Reverb server's stop comes after)
 
 
-def _evaluator(monkeypatch, steps: list[int], limit: int, until: int) -> tuple[Any, list[int]]:
+def _evaluator(
+    monkeypatch, steps: list[int], limit: int, until: int, workdir: Path | None = None
+) -> tuple[Any, list[int]]:
     """An EvaluatorNode over a counter at `steps[0]` (every 100 actor steps, limit `limit`, 0
-    for none) whose evaluations are recorded and move the counts by 70 until `until`."""
+    for none) whose evaluations are recorded and move the counts by 70 until `until`; its
+    record of the final evaluation goes to `workdir` (default: none is expected)."""
     evaluated_at: list[int] = []
 
     def evaluate(loop, episodes, should_stop):
@@ -403,6 +407,7 @@ def _evaluator(monkeypatch, steps: list[int], limit: int, until: int) -> tuple[A
     node._loop = None
     node._max_actor_steps = limit
     node._at_limit = threading.Event()
+    node._final_evaluation = Workdir(workdir or "/nonexistent").final_evaluation("evaluator_0")
     node._resumed_at = 0
     return node, evaluated_at
 
@@ -446,11 +451,12 @@ def test_a_resumed_evaluator_waits_for_its_first_multiple_before_the_counts_are_
     assert evaluated_at == [210, 320]
 
 
-def test_distributed_evaluator_evaluates_once_more_at_the_limit(monkeypatch):
+def test_distributed_evaluator_evaluates_once_more_at_the_limit(monkeypatch, tmp_path):
     # Limit 250: evaluations at 0, 110 and 220 by the schedule; the actors stop at 290 (the
-    # counts move in batches); once there, one evaluation of the final parameters, then none.
+    # counts move in batches); once there, one evaluation of the final parameters, then none,
+    # recorded for a relaunch to know the run finished.
     steps = [0]
-    node, evaluated_at = _evaluator(monkeypatch, steps, limit=250, until=250)
+    node, evaluated_at = _evaluator(monkeypatch, steps, limit=250, until=250, workdir=tmp_path)
     looks = [0]
 
     def sleep(seconds):
@@ -462,6 +468,23 @@ def test_distributed_evaluator_evaluates_once_more_at_the_limit(monkeypatch):
     node.run_evaluations(lambda: looks[0] > 20, sleep)
     assert evaluated_at == [0, 110, 220, 290]
     assert node.evaluated_at_limit()
+    record = json.loads(Workdir(tmp_path).final_evaluation("evaluator_0").read_text())
+    assert record == {"actor_steps": 290, "max_actor_steps": 250}
+
+
+def test_a_stop_in_the_evaluation_at_the_limit_records_no_final_evaluation(monkeypatch, tmp_path):
+    steps = [290]
+    node, evaluated_at = _evaluator(monkeypatch, steps, limit=250, until=0, workdir=tmp_path)
+    stopped = [False]
+
+    def evaluate_then_stop(loop, episodes, should_stop):
+        evaluated_at.append(steps[0])
+        stopped[0] = True  # a stop lands while its episodes run: the evaluation is cut short
+
+    monkeypatch.setattr(nodes, "evaluate", evaluate_then_stop)
+    node.run_evaluations(lambda: stopped[0], lambda seconds: False)
+    assert evaluated_at == [290] and not node.evaluated_at_limit()
+    assert not Workdir(tmp_path).final_evaluation("evaluator_0").exists()
 
 
 def test_coordinator_stops_at_the_limit_only_after_the_final_evaluations():

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -28,6 +29,7 @@ from magi_lp.agent.device_check import DeviceCheck
 from magi_lp.agent.learner import JaxLearner
 from magi_lp.agent.variable_client import VariableClient
 from magi_lp.console import say
+from magi_lp.launch.files import write_text_atomically
 from magi_lp.launch.node_lifetime import hold_exit
 from magi_lp.replay.spec import WriteAbandonedError
 from magi_lp.replay.store import LearnerReplay, ReplayStore
@@ -436,6 +438,7 @@ class EvaluatorNode:
         self._evaluation = experiment.config.evaluation
         self._max_actor_steps = max_actor_steps
         self._at_limit = threading.Event()
+        self._final_evaluation = Workdir(workdir).final_evaluation(f"evaluator_{index}")
         # The counts a relaunch starts from: the counter holds them only once the learner
         # has restored its checkpoint, which may be after this node's first look.
         self._resumed_at = resume_point(experiment, workdir)
@@ -473,12 +476,23 @@ class EvaluatorNode:
                 # the actors wait at the limit, so these are the run's final parameters.
                 evaluate(self._loop, self._evaluation.episodes, should_stop)
                 if not should_stop():
+                    self._mark_final_evaluation(actor_steps, limit)
                     self._at_limit.set()
             elif not at_limit and actor_steps >= next_at:
                 evaluate(self._loop, self._evaluation.episodes, should_stop)
                 next_at = next_evaluation_after(actor_steps, every)
             elif sleep(1.0):
                 break
+
+    def _mark_final_evaluation(self, actor_steps: int, limit: int) -> None:
+        """Records that the evaluation at the limit is whole (`Workdir.final_evaluation`):
+        a relaunch is "finished" only then. The rows alone cannot say it: a periodic
+        evaluation that the actors overtook at the limit logs counts at the limit too."""
+        self._final_evaluation.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomically(
+            self._final_evaluation,
+            json.dumps({"actor_steps": actor_steps, "max_actor_steps": limit}),
+        )
 
     def evaluated_at_limit(self) -> bool:
         """Whether the evaluation at `max_actor_steps` is done (the coordinator asks)."""

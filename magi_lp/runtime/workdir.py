@@ -8,6 +8,9 @@ keeps the two equal):
     <workdir>/
       logs/<label>/logs.csv         one CSV per label (learner, actor_0, ..., evaluator_0),
                                     appended on resume
+      logs/evaluator_<i>/final_evaluation.json
+                                    its evaluation at max_actor_steps was whole (distributed
+                                    runs): a relaunch then has nothing to do
       tensorboard/<label>/          TensorBoard event files
       wandb/                        Weights & Biases files (logging.wandb)
       checkpoints/learner/<step>/   orbax checkpoints: parameters, optimizer state, step counts
@@ -69,6 +72,12 @@ class Workdir:
         """The CSV logs that exist of the labels matching the glob `labels`, sorted
         (`"evaluator_*"`: every evaluator's)."""
         return sorted(self.logs_folder.glob(f"{labels}/{LOG_CSV}"))
+
+    def final_evaluation(self, label: str) -> Path:
+        """`<workdir>/logs/<label>/final_evaluation.json`: written by a distributed evaluator
+        when its evaluation at `max_actor_steps` is whole (the actor steps it began at and the
+        limit): what tells a finished run from one stopped in that evaluation."""
+        return self.logs(label) / "final_evaluation.json"
 
     def tensorboard(self, label: str) -> Path:
         """`<workdir>/tensorboard/<label>`: TensorBoard event files of one label."""
