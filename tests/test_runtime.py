@@ -487,6 +487,50 @@ def test_a_stop_in_the_evaluation_at_the_limit_records_no_final_evaluation(monke
     assert not Workdir(tmp_path).final_evaluation("evaluator_0").exists()
 
 
+def test_an_evaluator_at_the_limit_by_the_saved_counts_waits_for_the_counters(
+    monkeypatch, tmp_path
+):
+    # The newest checkpoint's metadata says 300 (past the limit of 250), but its state did not
+    # read and the learner restored an older one at 200: the counter says 0, then 200, and the
+    # actors train on (40 a look). The final evaluation is the first look at or past the
+    # limit's (280), not one at once of the restored parameters; none before it.
+    steps = [0]
+    node, evaluated_at = _evaluator(monkeypatch, steps, limit=250, until=0, workdir=tmp_path)
+    node._resumed_at = 300
+    looks = [0]
+
+    def sleep(seconds):
+        looks[0] += 1
+        steps[0] = 200 if looks[0] == 1 else min(steps[0] + 40, 290)
+        return False
+
+    node.run_evaluations(lambda: looks[0] > 10, sleep)
+    assert evaluated_at == [280]
+    record = json.loads(Workdir(tmp_path).final_evaluation("evaluator_0").read_text())
+    assert record["actor_steps"] == 280
+
+
+def test_a_new_launchs_evaluator_removes_the_record_of_an_earlier_final_evaluation(
+    monkeypatch, tmp_path
+):
+    # A run finished at 100 (its record), relaunched at a higher limit: once this launch's
+    # evaluator is made the record is gone, so a stop before its own final evaluation
+    # cannot be read as a finished run with parameters no evaluation saw.
+    record = Workdir(tmp_path).final_evaluation("evaluator_0")
+    record.parent.mkdir(parents=True)
+    record.write_text('{"actor_steps": 100, "max_actor_steps": 100}')
+    for name in ("prepare_node_process", "warm_up"):
+        monkeypatch.setattr(nodes, name, lambda *args, **kwargs: None)
+    monkeypatch.setattr(nodes, "resume_point", lambda experiment, workdir: 100)
+    monkeypatch.setattr(nodes, "make_acting_loop", lambda *args, **kwargs: None)
+    experiment = mock.Mock(config=toy_config())
+    nodes.EvaluatorNode(
+        experiment, None, 0, None, None, None, workdir=str(tmp_path), max_actor_steps=200,
+        lifetime=None,
+    )  # fmt: skip
+    assert not record.exists()
+
+
 def test_coordinator_stops_at_the_limit_only_after_the_final_evaluations():
     class Evaluator:
         def __init__(self, done_after):

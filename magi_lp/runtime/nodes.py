@@ -438,7 +438,10 @@ class EvaluatorNode:
         self._evaluation = experiment.config.evaluation
         self._max_actor_steps = max_actor_steps
         self._at_limit = threading.Event()
+        # An earlier launch's record of its final evaluation: this launch may train on (a
+        # higher limit, a stop), so it no longer says what the parameters were.
         self._final_evaluation = Workdir(workdir).final_evaluation(f"evaluator_{index}")
+        self._final_evaluation.unlink(missing_ok=True)
         # The counts a relaunch starts from: the counter holds them only once the learner
         # has restored its checkpoint, which may be after this node's first look.
         self._resumed_at = resume_point(experiment, workdir)
@@ -466,19 +469,21 @@ class EvaluatorNode:
         while not should_stop():
             counted = int(self._counter.get_counts().get("actor_steps", 0))
             # Before the learner restored the counts, the counter says 0: a resumed run's
-            # evaluations would then fall due at once, twice, with the same parameters.
+            # evaluations would then fall due at once, twice, with the same parameters. The
+            # saved counts only schedule: the limit is the counter's to say (the learner may
+            # restore an older checkpoint than the newest whose metadata reads).
             actor_steps = max(counted, self._resumed_at)
             if next_at is None:
                 next_at = first_evaluation_at(actor_steps, every)
-            at_limit = bool(limit) and actor_steps >= limit
+            at_limit = bool(limit) and counted >= limit
             if at_limit and not self._at_limit.is_set():
                 # The last evaluation (the one due at a multiple at or before the limit too):
                 # the actors wait at the limit, so these are the run's final parameters.
                 evaluate(self._loop, self._evaluation.episodes, should_stop)
                 if not should_stop():
-                    self._mark_final_evaluation(actor_steps, limit)
+                    self._mark_final_evaluation(counted, limit)
                     self._at_limit.set()
-            elif not at_limit and actor_steps >= next_at:
+            elif not (limit and actor_steps >= limit) and actor_steps >= next_at:
                 evaluate(self._loop, self._evaluation.episodes, should_stop)
                 next_at = next_evaluation_after(actor_steps, every)
             elif sleep(1.0):
@@ -488,11 +493,18 @@ class EvaluatorNode:
         """Records that the evaluation at the limit is whole (`Workdir.final_evaluation`):
         a relaunch is "finished" only then. The rows alone cannot say it: a periodic
         evaluation that the actors overtook at the limit logs counts at the limit too."""
-        self._final_evaluation.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomically(
-            self._final_evaluation,
-            json.dumps({"actor_steps": actor_steps, "max_actor_steps": limit}),
-        )
+        try:
+            self._final_evaluation.parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomically(
+                self._final_evaluation,
+                json.dumps({"actor_steps": actor_steps, "max_actor_steps": limit}),
+            )
+        except OSError as error:  # the run still ends; a relaunch evaluates once more
+            say(
+                f"the record of the final evaluation could not be written ({error}); a "
+                "relaunch of this workdir will evaluate once more",
+                source="evaluator",
+            )
 
     def evaluated_at_limit(self) -> bool:
         """Whether the evaluation at `max_actor_steps` is done (the coordinator asks)."""

@@ -21,6 +21,7 @@ from typing import Any
 
 import dm_env
 
+from magi_lp import console
 from magi_lp.launch.interrupts import stop_deferred
 from magi_lp.replay.schedule import ReplaySchedule
 from magi_lp.replay.stores import resolve_store
@@ -37,6 +38,10 @@ from magi_lp.runtime.nodes import (
     next_evaluation_after,
     resume_point,
 )
+
+
+def _say(text: str) -> None:
+    console.say(text, source="checkpoint")
 
 
 @dataclasses.dataclass
@@ -237,9 +242,10 @@ def run_single_process(
         # reached its limit stays finished.
         try:
             with stop_deferred("the final checkpoint is written"):
-                learner.save()
+                learner.save()  # its own hold says so, once
                 if config.checkpoint.reverb and server is not None:
-                    replay.client.checkpoint()
+                    with stop_deferred("the replay's checkpoint is written", say=_say):
+                        replay.client.checkpoint()
         except KeyboardInterrupt:
             stopped_by_user = stopped_by_user or actor_steps() < limit
         closes = [loop.close for loop in (actor, evaluator) if loop is not None]

@@ -10,7 +10,8 @@ keeps the two equal):
                                     appended on resume
       logs/evaluator_<i>/final_evaluation.json
                                     its evaluation at max_actor_steps was whole (distributed
-                                    runs): a relaunch then has nothing to do
+                                    runs; each launch removes it): what tells a relaunch that
+                                    the run is finished
       tensorboard/<label>/          TensorBoard event files
       wandb/                        Weights & Biases files (logging.wandb)
       checkpoints/learner/<step>/   orbax checkpoints: parameters, optimizer state, step counts
@@ -76,7 +77,8 @@ class Workdir:
     def final_evaluation(self, label: str) -> Path:
         """`<workdir>/logs/<label>/final_evaluation.json`: written by a distributed evaluator
         when its evaluation at `max_actor_steps` is whole (the actor steps it began at and the
-        limit): what tells a finished run from one stopped in that evaluation."""
+        limit), removed when a launch makes the evaluator: what tells a finished run from one
+        stopped in that evaluation (with the checkpoint's counts: `cli._finally_evaluated`)."""
         return self.logs(label) / "final_evaluation.json"
 
     def tensorboard(self, label: str) -> Path:
