@@ -434,7 +434,7 @@ def test_the_figure_keeps_lost_runs_failed_launches_and_the_ratio_rules_answer(t
     page = gpu_learn_check.report(result).split("**The first preregistration**")[0]
     assert result["verdict"] == comparison.HELD
     assert (
-        "| magi_lp | 10 | earlier run (started 2026-11-28 18:28), lost with its machine; the "
+        "| magi_lp | 10 | earlier run (started 2026-11-28 18:28 UTC), lost with its machine; the "
         "seed ran again from frame 0 | 0k: 320, 20k: 369 |" in page
     ), page
     assert (

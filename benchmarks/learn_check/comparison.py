@@ -371,8 +371,19 @@ def _changed_between_launches(attempts: list[dict]) -> list[str]:
         if before["code"] == after["code"]:
             continue
         old, new = str(before.get("commit") or ""), str(after.get("commit") or "")
-        if old and new and old != new:
-            found |= set(_git("diff", "--name-only", old, new, "--", *CODE_PATHS).split())
+        named = (
+            _git("diff", "--name-only", old, new, "--", *CODE_PATHS).split()
+            if old and new and old != new
+            else []
+        )
+        found |= set(named)
+        if not named:  # a commit this clone lacks: the folders whose recorded code differs
+            found |= {
+                f"{path} (its recorded tree)"
+                for path in CODE_PATHS
+                if before["code"].get(path) != after["code"].get(path)
+                and "dirty:" not in f"{before['code'].get(path)}{after['code'].get(path)}"
+            }
         found |= {
             f"{path} (uncommitted changes)"
             for path in CODE_PATHS
@@ -493,7 +504,7 @@ def progress(
                 folder = run_dir(out, agent, task, seed)
                 failed = sorted(failed_record(kept, agent, task, seed, 0).parent.glob(
                     f"seed_{seed}_attempt_*.json"
-                ))  # fmt: skip
+                ), key=lambda path: int(path.stem.rsplit("_", 1)[-1]))  # fmt: skip
                 lost = sorted(lost_record(kept, agent, task, seed, "").parent.glob(
                     f"seed_{seed}_started_*.json"
                 ))  # fmt: skip
@@ -822,6 +833,8 @@ def _stamp_text(stamp: str) -> str:
     text = f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]}"
     if len(stamp) >= 13 and stamp[8] == "T" and stamp[9:13].isdigit():
         text += f" {stamp[9:11]}:{stamp[11:13]}"
+        offset = stamp[15:]  # after HHMMSS: the UTC offset's digits (its sign dropped)
+        text += " UTC" if offset in ("", "0000") else f" (UTC offset {offset[:2]}:{offset[2:]})"
     return text
 
 
