@@ -214,6 +214,15 @@ def _require_a_config(spec: str, config: Any) -> None:
         )
 
 
+_STARTED_IN: list[Path] = []
+"""The workdir, once the run is handed to its runner or engine (`_run_starts`): a Ctrl-C
+that reaches the top after that is not one "before the run started"."""
+
+
+def _run_starts(workdir: Path) -> None:
+    _STARTED_IN[:] = [workdir]
+
+
 def _make_workdir(workdir: Path) -> None:
     try:
         workdir.mkdir(parents=True, exist_ok=True)
@@ -429,6 +438,7 @@ def _run_distributed(
         status_every=_STATUS_EVERY.value,
         group_resources=group_resources,
     )
+    _run_starts(workdir)
     return engine_module.run(launch)
 
 
@@ -707,6 +717,7 @@ def _run_single_process(
     _make_workdir(workdir)
     console.say(f"workdir: {workdir}")
     _stop_on_sigterm()
+    _run_starts(workdir)
     with run_folders.private_temp():
         result = single_process.run_single_process(
             experiment, workdir=str(workdir), logger_factory=logger_factory
@@ -1008,7 +1019,13 @@ def _interrupted_before_start() -> int:
     # after that block, in this line, would print a traceback (seen once in a busy suite run),
     # so further SIGINTs are ignored first.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    console.say("interrupted before the run started; nothing was launched or written")
+    if _STARTED_IN:  # one that escaped the run's own handling, in its last lines
+        console.say(
+            f"interrupted; the same command resumes from the newest checkpoint in "
+            f"{_STARTED_IN[0]}, if it has one"
+        )
+    else:
+        console.say("interrupted before the run started; nothing was launched or written")
     return 130
 
 

@@ -683,3 +683,27 @@ def test_a_finished_run_is_one_whose_last_evaluation_saw_its_checkpoint(
     for index, rows in logs.items():
         _evaluator_log(tmp_path, index, rows)
     assert cli._evaluated_at(config, tmp_path, steps, len(logs)) is done
+
+
+def test_a_ctrl_c_that_escapes_after_the_run_started_is_not_called_before_the_start(
+    tmp_path, capsys, monkeypatch
+):
+    """A KeyboardInterrupt that reaches the top in a run's last lines (past its own stop
+    handling) says where to resume; only one before the workdir exists says nothing was
+    written."""
+    import signal
+
+    from magi_lp import cli
+
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        monkeypatch.setattr(cli, "_STARTED_IN", [])
+        assert cli._interrupted_before_start() == 130
+        assert "interrupted before the run started" in capsys.readouterr().err
+        cli._run_starts(tmp_path / "run")
+        assert cli._interrupted_before_start() == 130
+        said = capsys.readouterr().err
+        assert "before the run started" not in said
+        assert f"resumes from the newest checkpoint in {tmp_path / 'run'}" in said
+    finally:
+        signal.signal(signal.SIGINT, previous)
