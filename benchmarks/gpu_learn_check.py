@@ -124,6 +124,10 @@ PNG = common.REPO / "benchmarks" / "gpu_learn_check_curves.png"
 CPU_KEPT = KEPT / "cpu"
 """The CPU runs' results (`python -m benchmarks.learn_check --paper`), committed:
 agent/task/seed_N.json, as the learn check keeps its own."""
+SATURATION = CPU_KEPT / "saturation.json"
+"""The CPU runs' actors probed (`python -m benchmarks.learn_check.saturation --out
+runs/learn_check_paper --seeds 10 11 12 --image-size 84 --write` this path): why a run did not
+learn, shown under the CPU machine's runs."""
 MACHINES = ("gpu", "cpu")
 
 
@@ -408,9 +412,22 @@ def _result(
         ],
         "read": found["read"],
         "left_out": found["left_out"],
+        "saturation": _saturation(cpu_kept, seeds),
     }
     result["png"] = _plot(result, png_path)
     return result
+
+
+def _saturation(cpu_kept: Path, seeds: tuple[int, ...]) -> dict | None:
+    """The saturation probe of the CPU runs of `seeds` at these settings, if it was made."""
+    path = Path(cpu_kept) / SATURATION.name
+    if not path.is_file():
+        return None
+    probe = json.loads(path.read_text())
+    if probe.get("image_size") != SETTINGS.image_size:
+        return None
+    runs = [run for run in probe.get("runs", []) if run.get("seed") in seeds]
+    return {**probe, "runs": runs} if runs else None
 
 
 def _plot(result: dict, path: Path) -> str:
@@ -547,6 +564,8 @@ def _report_one(result: dict) -> str:
         lines += ["", "Each run's provenance:", ""]
         lines += comparison.provenance_table(agents)
         lines.append("")
+        if machine == "cpu" and result.get("saturation"):
+            lines += comparison.saturation_lines(result["saturation"])
     lines += comparison.progress_table(result.get("progress", []))
     lines += comparison.history_table(result.get("progress", []))
     if result.get("png", "").endswith(".png"):

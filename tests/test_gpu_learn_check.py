@@ -456,3 +456,37 @@ def test_the_agent_table_names_every_seeds_package_versions(tmp_path):
     agents = gpu_learn_check.check([], kept)["machines"]["cpu"]["agents"]
     assert agents["magi_lp"]["versions"] == {"jax": "0.4.30 / 0.5.0"}
     assert agents["official"]["versions"] == {"jax": "0.4.30"}
+
+
+def test_the_cpu_runs_saturation_probe_is_shown_for_the_counted_seeds(tmp_path):
+    """Why a run did not learn (figure 17): the probe's rows of this preregistration's seeds
+    at these settings, under the CPU runs; another size's probe is not shown."""
+    kept = tmp_path / "cpu"
+    _keep_cpu(kept, "magi_lp", _seeds(LEARNS), ended=1.8e9)
+    _keep_cpu(kept, "official", _seeds(LEARNS), ended=1.8e9)
+
+    def probe(image_size: int) -> None:
+        row = {"frames": 23_000, "saturated": 1.0, "mean_action": 1.0, "action_spread": 0.0}
+        runs = [{"agent": "official", "seed": s, "pinned": True, **row} for s in (12, 2)]
+        (kept / gpu_learn_check.SATURATION.name).write_text(json.dumps({
+            "task": gpu_learn.TASK, "image_size": image_size, "observations": 100,
+            "saturated_above": 0.99, "measured_at": "2026-11-29T17:05:00+0000",
+            "commit": "abc", "runs": runs,
+        }))  # fmt: skip
+
+    def page() -> str:
+        result = gpu_learn_check.write(
+            gpu_learn_check.check_all([], kept),
+            tmp_path / "check.json",
+            tmp_path / "curves.png",
+            cpu_kept=kept,
+            cpu_runs_out=tmp_path / "runs",
+        )
+        return gpu_learn_check.report(result).split("**The first preregistration**")[0]
+
+    probe(84)
+    shown = page()
+    assert "| official | 12 | 23,000 | **yes** | 1.00 | +1.000 | 0.000 |" in shown, shown
+    assert "| official | 2 |" not in shown
+    probe(48)
+    assert "| official | 12 | 23,000" not in page()

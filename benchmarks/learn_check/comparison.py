@@ -400,8 +400,8 @@ def _saturation() -> dict | None:
     return json.loads(SATURATION.read_text()) if SATURATION.is_file() else None
 
 
-def _saturation_lines(probe: dict) -> list[str]:
-    """Why a run did not learn, when its actor is pinned (figure 13)."""
+def saturation_lines(probe: dict) -> list[str]:
+    """Why a run did not learn, when its actor is pinned (figures 13 and 17)."""
     from benchmarks.learn_check.saturation import table
 
     return [
@@ -915,7 +915,7 @@ def report(result: dict) -> str:
     lines += progress_table(result.get("progress", []))
     lines += history_table(result.get("progress", []))
     if result.get("saturation"):
-        lines += _saturation_lines(result["saturation"])
+        lines += saturation_lines(result["saturation"])
     old = result.get("superseded")
     if old:
         ours, theirs = old["magi_lp"], old["official"]
