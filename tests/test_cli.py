@@ -606,6 +606,22 @@ def test_a_ctrl_c_that_a_library_swallowed_still_stops_the_run_before_it_starts(
     assert not marked_processes(mark)
 
 
+def _finish_config():
+    """A run's config as the 'finished' checks read it: limit 1000, 2 episodes an evaluation,
+    2 evaluators, 1 actor of 1 environment (a reporting lag of 20 actor steps)."""
+    import ml_collections
+
+    return ml_collections.ConfigDict(
+        {
+            "max_actor_steps": 1000,
+            "evaluation": {"episodes": 2},
+            "num_actors": 1,
+            "envs_per_actor": 1,
+            "num_evaluators": 2,
+        }
+    )
+
+
 def _final_evaluation(workdir: Path, index: int, at: int) -> None:
     record = workdir / f"logs/evaluator_{index}/final_evaluation.json"
     record.parent.mkdir(parents=True, exist_ok=True)
@@ -627,19 +643,9 @@ def _final_evaluation(workdir: Path, index: int, at: int) -> None:
 def test_a_finished_distributed_run_is_one_whose_evaluators_recorded_the_final_evaluation(
     tmp_path, records, logs, steps, done
 ):
-    import ml_collections
-
     from magi_lp import cli
 
-    config = ml_collections.ConfigDict(
-        {
-            "max_actor_steps": 1000,
-            "evaluation": {"episodes": 2},
-            "num_actors": 1,
-            "envs_per_actor": 1,
-            "num_evaluators": 2,
-        }
-    )
+    config = _finish_config()
     for index, at in records.items():
         _final_evaluation(tmp_path, index, at)
     for index, rows in logs.items():
@@ -667,19 +673,9 @@ def _evaluator_log(workdir: Path, index: int, steps: list[int]) -> None:
 def test_a_finished_run_is_one_whose_last_evaluation_saw_its_checkpoint(
     tmp_path, logs, steps, done
 ):
-    import ml_collections
-
     from magi_lp import cli
 
-    config = ml_collections.ConfigDict(
-        {
-            "max_actor_steps": 1000,
-            "evaluation": {"episodes": 2},
-            "num_actors": 1,
-            "envs_per_actor": 1,
-            "num_evaluators": 2,
-        }
-    )
+    config = _finish_config()
     for index, rows in logs.items():
         _evaluator_log(tmp_path, index, rows)
     assert cli._evaluated_at(config, tmp_path, steps, len(logs)) is done

@@ -322,21 +322,26 @@ def test_the_first_preregistration_says_ours_cannot_pass_its_rule_and_the_second
     assert set(gpu_learn_check.FIRST.seeds).isdisjoint(gpu_learn_check.SECOND.seeds)
 
 
-def _file_at(commit: str) -> types.ModuleType:
-    """benchmarks/gpu_learn_check.py as `commit` had it, loaded as a module."""
+def _module_at(commit: str, path: str, name: str) -> types.ModuleType:
+    """`path` as `commit` had it, loaded as a module (skips in a shallow clone)."""
     shown = subprocess.run(
-        ["git", "show", f"{commit}:benchmarks/gpu_learn_check.py"],
+        ["git", "show", f"{commit}:{path}"],
         cwd=gpu_learn_check.common.REPO, capture_output=True, text=True,
     )  # fmt: skip
     if shown.returncode != 0:
         pytest.skip(f"{commit} is not in this clone's history (a shallow clone)")
-    then = types.ModuleType(f"gpu_learn_check_at_{commit}")
+    then = types.ModuleType(f"{name}_at_{commit}")
     sys.modules[then.__name__] = then  # dataclasses look their module up there
     try:
-        exec(compile(shown.stdout, f"gpu_learn_check.py@{commit}", "exec"), then.__dict__)
+        exec(compile(shown.stdout, f"{path}@{commit}", "exec"), then.__dict__)
     finally:
         del sys.modules[then.__name__]
     return then
+
+
+def _file_at(commit: str) -> types.ModuleType:
+    """benchmarks/gpu_learn_check.py as `commit` had it, loaded as a module."""
+    return _module_at(commit, "benchmarks/gpu_learn_check.py", "gpu_learn_check")
 
 
 def test_each_preregistration_is_as_its_commit_registered_it():
@@ -351,23 +356,6 @@ def test_each_preregistration_is_as_its_commit_registered_it():
         then, now = getattr(second, name), getattr(gpu_learn_check, name)
         assert dataclasses.asdict(then) == dataclasses.asdict(now), name
     assert gpu_learn_check.CURRENT is gpu_learn_check.SECOND
-
-
-def _module_at(commit: str, path: str, name: str) -> types.ModuleType:
-    """`path` as `commit` had it, loaded as a module (skips in a shallow clone)."""
-    shown = subprocess.run(
-        ["git", "show", f"{commit}:{path}"],
-        cwd=gpu_learn_check.common.REPO, capture_output=True, text=True,
-    )  # fmt: skip
-    if shown.returncode != 0:
-        pytest.skip(f"{commit} is not in this clone's history (a shallow clone)")
-    then = types.ModuleType(f"{name}_at_{commit}")
-    sys.modules[then.__name__] = then
-    try:
-        exec(compile(shown.stdout, f"{path}@{commit}", "exec"), then.__dict__)
-    finally:
-        del sys.modules[then.__name__]
-    return then
 
 
 def test_the_rules_are_as_the_second_preregistration_registered_them():
@@ -405,6 +393,19 @@ def test_a_longer_run_at_other_settings_does_not_displace_the_counted_one(tmp_pa
     assert found["agents"]["magi_lp"]["seeds"] == list(gpu_learn_check.SEEDS)
 
 
+def _cpu_figure(tmp_path: Path, kept: Path) -> tuple[dict, str]:
+    """The figure written from the CPU runs kept in `kept` (no GPU result): its result, and
+    the current preregistration's part of the page."""
+    result = gpu_learn_check.write(
+        gpu_learn_check.check_all([], kept),
+        tmp_path / "check.json",
+        tmp_path / "curves.png",
+        cpu_kept=kept,
+        cpu_runs_out=tmp_path / "runs",
+    )
+    return result, gpu_learn_check.report(result).split("**The first preregistration**")[0]
+
+
 def test_the_figure_keeps_lost_runs_failed_launches_and_the_ratio_rules_answer(tmp_path):
     """A finished figure still shows a seed's earlier run lost with its machine and a failed
     launch of a counted run (the seed ran again: visible), and, under the gap rule, what the
@@ -424,14 +425,7 @@ def test_the_figure_keeps_lost_runs_failed_launches_and_the_ratio_rules_answer(t
     failed.write_text(
         json.dumps({"exit_code": 1, "evaluations": [[0, 485.0]], "log_tail": ["x", "Err: disk"]})
     )
-    result = gpu_learn_check.write(
-        gpu_learn_check.check_all([], kept),
-        tmp_path / "check.json",
-        tmp_path / "curves.png",
-        cpu_kept=kept,
-        cpu_runs_out=tmp_path / "runs",
-    )
-    page = gpu_learn_check.report(result).split("**The first preregistration**")[0]
+    result, page = _cpu_figure(tmp_path, kept)
     assert result["verdict"] == comparison.HELD
     assert (
         "| magi_lp | 10 | earlier run (started 2026-11-28 18:28 UTC), lost with its machine; the "
@@ -474,19 +468,9 @@ def test_the_cpu_runs_saturation_probe_is_shown_for_the_counted_seeds(tmp_path):
             "commit": "abc", "runs": runs,
         }))  # fmt: skip
 
-    def page() -> str:
-        result = gpu_learn_check.write(
-            gpu_learn_check.check_all([], kept),
-            tmp_path / "check.json",
-            tmp_path / "curves.png",
-            cpu_kept=kept,
-            cpu_runs_out=tmp_path / "runs",
-        )
-        return gpu_learn_check.report(result).split("**The first preregistration**")[0]
-
     probe(84)
-    shown = page()
+    shown = _cpu_figure(tmp_path, kept)[1]
     assert "| official | 12 | 23,000 | **yes** | 1.00 | +1.000 | 0.000 |" in shown, shown
     assert "| official | 2 |" not in shown
     probe(48)
-    assert "| official | 12 | 23,000" not in page()
+    assert "| official | 12 | 23,000" not in _cpu_figure(tmp_path, kept)[1]
