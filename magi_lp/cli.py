@@ -546,6 +546,14 @@ def _finished_line(config: Any, workdir: Path, *, single_process: bool) -> str |
     )
 
 
+def _count_lag(config: Any) -> int:
+    """How far the counted actor steps may trail a distributed run's truth: its actors report
+    every DISTRIBUTED_COUNT_EVERY steps, per environment."""
+    from magi_lp.runtime.config import DISTRIBUTED_COUNT_EVERY
+
+    return DISTRIBUTED_COUNT_EVERY * int(config.num_actors) * int(config.envs_per_actor)
+
+
 def _evaluated_at(config: Any, workdir: Path, steps: int, evaluators: int) -> bool:
     """Whether each evaluator's log ends with a whole evaluation (`evaluation.episodes` rows)
     at or past `max_actor_steps`, the last row within the counts' reporting lag of the
@@ -555,11 +563,8 @@ def _evaluated_at(config: Any, workdir: Path, steps: int, evaluators: int) -> bo
     `_finally_evaluated`)."""
     import csv
 
-    from magi_lp.runtime.nodes import DISTRIBUTED_COUNT_EVERY
-
     limit, episodes = int(config.max_actor_steps), int(config.evaluation.episodes)
-    # Distributed actors report their steps every DISTRIBUTED_COUNT_EVERY (per environment).
-    lag = DISTRIBUTED_COUNT_EVERY * int(config.num_actors) * int(config.envs_per_actor)
+    lag = _count_lag(config)
     for index in range(evaluators):
         try:
             with open(Workdir(workdir).log_csv(f"evaluator_{index}"), newline="") as file:
@@ -582,10 +587,8 @@ def _finally_evaluated(config: Any, workdir: Path, steps: int) -> bool:
     records is relaunched: it evaluates its parameters once more."""
     import json
 
-    from magi_lp.runtime.nodes import DISTRIBUTED_COUNT_EVERY
-
     limit = int(config.max_actor_steps)
-    lag = DISTRIBUTED_COUNT_EVERY * int(config.num_actors) * int(config.envs_per_actor)
+    lag = _count_lag(config)
     for index in range(int(config.num_evaluators)):
         try:
             record = json.loads(Workdir(workdir).final_evaluation(f"evaluator_{index}").read_text())

@@ -40,6 +40,13 @@ NODE_GROUPS = ("replay", "counter", "learner", "actor", "evaluator", "coordinato
 ISOLATION_MODES = ("auto", "required", "off")
 
 
+DISTRIBUTED_COUNT_EVERY = 20
+"""Loop steps a distributed actor or evaluator takes between two reports to the counter node
+(and at every episode's end): a Courier call each. The program's `actor_steps` trail the
+truth by fewer than this many steps per actor (times `envs_per_actor`), and a run stops within
+that of `max_actor_steps`; one process counts every step (`ActingLoop(count_every=1)`)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class RunSettings:
     """The toolkit's top-level keys."""

@@ -37,6 +37,7 @@ from magi_lp.runtime import seeding
 from magi_lp.runtime.acting_loop import ActingLoop
 from magi_lp.runtime.checkpoint_metadata import saved_metadata
 from magi_lp.runtime.checkpointing import Checkpointer, CheckpointWriteError
+from magi_lp.runtime.config import DISTRIBUTED_COUNT_EVERY
 from magi_lp.runtime.experiment import Experiment
 from magi_lp.runtime.graph import NodeLifetime
 from magi_lp.runtime.learner_runner import LearnerRunner, ReplayCheckpoint
@@ -47,12 +48,6 @@ StopFn = Callable[[], bool]
 
 FINAL_SAVE_FAILED = 3
 """Exit code of a learner process whose final checkpoint could not be written."""
-
-DISTRIBUTED_COUNT_EVERY = 20
-"""Loop steps a distributed actor or evaluator takes between two reports to the counter node
-(and at every episode's end): a Courier call each. The program's `actor_steps` trail the
-truth by fewer than this many steps per actor (times `envs_per_actor`), and a run stops within
-that of `max_actor_steps`; one process counts every step (`ActingLoop(count_every=1)`)."""
 
 
 def resume_point(experiment: Experiment, workdir: str) -> int:
