@@ -56,7 +56,6 @@ from magi_lp.launch.interrupts import stop_deferred
 from magi_lp.runtime.checkpoint_metadata import METADATA_ITEM, metadata_path
 
 _STATE = "state"
-_METADATA = METADATA_ITEM
 
 
 class CheckpointWriteError(RuntimeError):
@@ -152,7 +151,7 @@ class Checkpointer:
             # process must read a step's tree metadata before it restores anything.
             item_handlers={
                 _STATE: ocp.StandardCheckpointHandler(),
-                _METADATA: ocp.JsonCheckpointHandler(),
+                METADATA_ITEM: ocp.JsonCheckpointHandler(),
             },
         )
         self._cleaned = False
@@ -204,7 +203,7 @@ class Checkpointer:
                     args=ocp.args.Composite(
                         **{
                             _STATE: ocp.args.StandardSave(state),
-                            _METADATA: ocp.args.JsonSave(metadata),
+                            METADATA_ITEM: ocp.args.JsonSave(metadata),
                         }
                     ),
                 )
@@ -328,7 +327,7 @@ class Checkpointer:
         restored = self._manager.restore(
             step,
             args=ocp.args.Composite(
-                **{_STATE: ocp.args.StandardRestore(target), _METADATA: ocp.args.JsonRestore()}
+                **{_STATE: ocp.args.StandardRestore(target), METADATA_ITEM: ocp.args.JsonRestore()}
             ),
         )
         state = restored[_STATE]
@@ -339,7 +338,7 @@ class Checkpointer:
                 target_like,
                 state,
             )
-        return state, dict(restored[_METADATA] or {})
+        return state, dict(restored[METADATA_ITEM] or {})
 
     def _check_matches(self, step: int, saved: Any, target_like: Any) -> None:
         # Orbax 0.6.4 restores an array into a target of another shape silently (it pads
