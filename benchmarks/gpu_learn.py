@@ -68,7 +68,7 @@ NOT_MEASURED = (
     "not measured: `make gpu-learn` has not run on a GPU machine (benchmarks/gpu_learn.json)"
 )
 STOP_GRACE_S = 45.0
-"""Before the deadline, each run gets SIGTERM (ours_main: a final checkpoint, then exit)."""
+"""Before the deadline, each run gets SIGTERM (main.py: a final checkpoint, then exit)."""
 EVALUATION_S = 45.0
 """One evaluation of 10 episodes at 84x84, about: the official seed's log on the H200 (its
 clock at 5,000 and 6,000 frames, 13 s per 1,000 training frames) leaves about 40 s for its

@@ -1,5 +1,5 @@
 """`projects/drq_v2/main.py` as the learn check runs it: the same agent, replay and runner,
-with three things around them that only the check needs.
+with two things around them that only the check needs.
 
     python -m benchmarks.learn_check.ours_main --config=... --workdir=... [main.py's flags]
 
@@ -7,18 +7,17 @@ with three things around them that only the check needs.
   `cpu_time` (the process's CPU seconds then), so this agent's training frames/s are timed
   from the same event as the official agent's: the row written when a training episode ends
   (runs.py, `episode_windows`).
-- SIGTERM stops the run the way Ctrl-C does: a final learner (and replay) checkpoint, so the
-  same command resumes where it stopped.
 - `MAGI_LP_LEARN_CHECK_BREAK=critic_target_sign` (tests only: the negative control in
   tests/test_learn_check.py) negates the critic's TD target, an update that cannot learn.
 
-Nothing here changes the agent or the replay: it patches the logger's row and a signal.
+Nothing here changes the agent or the replay: it patches the logger's row. SIGTERM stops the
+run the way Ctrl-C does (a final checkpoint; the same command resumes) because main.py itself
+does so (magi_lp/cli.py, `_stop_on_sigterm`).
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import time
 
@@ -71,20 +70,11 @@ def _break_update(kind: str) -> None:
     learning.clipped_double_q_target = negated  # read at trace time from the module
 
 
-def _stop_on_sigterm() -> None:
-    def stop(signum, frame):
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the checkpoint is being saved
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, stop)
-
-
 def main() -> None:
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
     _stamp_rows()
     if os.environ.get(BREAK_ENV):
         _break_update(os.environ[BREAK_ENV])
-    _stop_on_sigterm()
     from magi_lp import single_process_main
     from projects.drq_v2.config import validate_config
     from projects.drq_v2.main import make_experiment

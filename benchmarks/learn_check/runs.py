@@ -178,7 +178,7 @@ def _float(text: str | None) -> float | None:
 
 
 def ours_command(settings: Settings, task: str, seed: int, workdir: Path) -> list[str]:
-    """`projects/drq_v2/main.py` (through `ours_main`, which stamps rows and checkpoints on
+    """`projects/drq_v2/main.py` (through `ours_main`, which stamps rows; main.py checkpoints on
     SIGTERM) on the current stack's device store, at `settings`."""
     steps = settings.frames // ACTION_REPEAT
     episode = settings.episode_frames
