@@ -62,7 +62,8 @@ class CheckpointWriteError(RuntimeError):
     """A checkpoint could not be written; the message is one line a person can act on."""
 
 
-def _say(text: str) -> None:
+def say(text: str) -> None:
+    """A line from the checkpoints' side (a save that holds a stop, say): the runners use it too."""
     console.say(text, source="checkpoint")
 
 
@@ -197,7 +198,7 @@ class Checkpointer:
         state = jax.tree_util.tree_map(_scalar_to_array, state)
         start = time.perf_counter()
         try:
-            with stop_deferred(f"checkpoint {step} is written", say=_say):
+            with stop_deferred(f"checkpoint {step} is written", say=say):
                 saved = self._manager.save(
                     step,
                     args=ocp.args.Composite(
@@ -229,7 +230,7 @@ class Checkpointer:
         except (OSError, ValueError):
             pass  # unreadable: rewrite it
         try:
-            with stop_deferred(f"checkpoint {step}'s metadata is written", say=_say):
+            with stop_deferred(f"checkpoint {step}'s metadata is written", say=say):
                 write_text_atomically(path, json.dumps(metadata))
         except OSError as error:
             raise self._write_error(step, step, error) from error

@@ -21,11 +21,10 @@ from typing import Any
 
 import dm_env
 
-from magi_lp import console
 from magi_lp.launch.interrupts import stop_deferred
 from magi_lp.replay.schedule import ReplaySchedule
 from magi_lp.replay.stores import resolve_store
-from magi_lp.runtime import seeding
+from magi_lp.runtime import checkpointing, seeding
 from magi_lp.runtime.control_nodes import new_counter
 from magi_lp.runtime.experiment import Experiment
 from magi_lp.runtime.learner_runner import LearnerRunner
@@ -38,10 +37,6 @@ from magi_lp.runtime.nodes import (
     next_evaluation_after,
     resume_point,
 )
-
-
-def _say(text: str) -> None:
-    console.say(text, source="checkpoint")
 
 
 @dataclasses.dataclass
@@ -244,7 +239,7 @@ def run_single_process(
             with stop_deferred("the final checkpoint is written"):
                 learner.save()  # its own hold says so, once
                 if config.checkpoint.reverb and server is not None:
-                    with stop_deferred("the replay's checkpoint is written", say=_say):
+                    with stop_deferred("the replay's checkpoint is written", say=checkpointing.say):
                         replay.client.checkpoint()
         except KeyboardInterrupt:
             stopped_by_user = stopped_by_user or actor_steps() < limit
