@@ -403,8 +403,8 @@ def test_a_relaunchs_rows_replace_the_ones_it_repeats():
     # A relaunch from an older checkpoint evaluates a point already whole again and is cut
     # short: its one row is not averaged with the earlier launch's (other parameters).
     again = [(3000, 1.0), (3000, 3.0), (3000, 100.0)]
-    assert runs._last_per_frame(again, keep=2, launches=[1, 1, 2]) == [(3000, 2.0)]
-    assert runs._last_per_frame(again, keep=2, launches=[1, 1, 1]) == [(3000, 51.5)]
+    assert runs._last_per_frame(again, keep=2, launch_of_row=[1, 1, 2]) == [(3000, 2.0)]
+    assert runs._last_per_frame(again, keep=2, launch_of_row=[1, 1, 1]) == [(3000, 51.5)]
     assert runs._launch_of("150.0", [0.0, 100.0, 200.0]) == 2
     assert runs._launch_of("", [0.0]) == 0
 

@@ -104,22 +104,23 @@ def machine() -> dict:
 
 
 def _last_per_frame(
-    pairs: list[tuple[int, float]], keep: int, launches: list[int] | None = None
+    pairs: list[tuple[int, float]], keep: int, launch_of_row: list[int] | None = None
 ) -> list[tuple[int, float]]:
     """Mean of the last whole evaluation at each frame (`keep` values), by frame: a
     relaunched run evaluates again at a point it had reached, and its rows (written last)
     replace the earlier ones. An evaluation cut short (a deadline's stop in the middle of it:
     seen on the H100, 5 of 10 episodes at 40k frames before a device call's deadline) is no
-    point: a relaunch that gets there evaluates it again. `launches`: the launch that wrote
-    each row (None: one launch), so a cut-short evaluation's rows are never averaged with
-    the whole one of another launch before it (of other parameters: a relaunch from an
-    older checkpoint); the latest launch with a whole evaluation at the frame gives it."""
-    by_launch: dict[int, dict[int, list[float]]] = {}
+    point: a relaunch that gets there evaluates it again. `launch_of_row`: the launch (its
+    index) that wrote each row (None: one launch), so a cut-short evaluation's rows are
+    never averaged with the whole one of another launch before it (of other parameters: a
+    relaunch from an older checkpoint); the latest launch with a whole evaluation at the
+    frame gives it."""
+    by_frame: dict[int, dict[int, list[float]]] = {}
     for index, (frame, value) in enumerate(pairs):
-        launch = launches[index] if launches is not None else 0
-        by_launch.setdefault(frame, {}).setdefault(launch, []).append(value)
+        launch = launch_of_row[index] if launch_of_row is not None else 0
+        by_frame.setdefault(frame, {}).setdefault(launch, []).append(value)
     found = []
-    for frame, launched in sorted(by_launch.items()):
+    for frame, launched in sorted(by_frame.items()):
         whole = [values for _, values in sorted(launched.items()) if len(values) >= keep]
         if whole:
             found.append((frame, sum(whole[-1][-keep:]) / keep))
