@@ -439,7 +439,9 @@ def _run_distributed(
         group_resources=group_resources,
     )
     _run_starts(workdir)
-    return engine_module.run(launch)
+    code = engine_module.run(launch)
+    report(_where_it_stands(config, workdir))
+    return code
 
 
 _AGENT_TABLE_METHODS = ("make_replay_tables", "make_adder", "make_dataset_iterator")
@@ -608,6 +610,27 @@ def _resume_line(config: Any, workdir: Path) -> str | None:
         return None
     return (
         f"resuming from the workdir's newest checkpoint: learner step "
+        f"{int(counts['learner_steps'])}, {int(counts.get('actor_steps', 0))} actor steps "
+        f"(max_actor_steps={config.max_actor_steps})"
+    )
+
+
+def _where_it_stands(config: Any, workdir: Path) -> str:
+    """The launcher's last line once every node has ended, stopped or done: what the same
+    command would do next (the nodes' own lines say what each saved, out of sight)."""
+    finished = _finished_line(config, workdir, single_process=False)
+    if finished:
+        return f"done: {finished}"
+    if not config.checkpoint.enabled:
+        return (
+            "checkpoints are off (checkpoint.enabled=False): the same command starts again "
+            "from step 0"
+        )
+    counts = _saved_counts(config, workdir)
+    if "learner_steps" not in counts:
+        return "no learner checkpoint was saved: the same command starts again from step 0"
+    return (
+        f"the same command resumes from the newest checkpoint: learner step "
         f"{int(counts['learner_steps'])}, {int(counts.get('actor_steps', 0))} actor steps "
         f"(max_actor_steps={config.max_actor_steps})"
     )

@@ -105,6 +105,12 @@ def test_ctrl_c_saves_the_final_counts_and_a_relaunch_repeats_no_step(tmp_path, 
     logged = max(_actor_steps(workdir))
     counts = checkpoint_counts(workdir)
     assert counts["actor_steps"] >= logged, (counts, logged)
+    # After the nodes' end, the launcher says what the same command does next.
+    stands = (
+        f"the same command resumes from the newest checkpoint: learner step "
+        f"{int(counts['learner_steps'])}, {int(counts['actor_steps'])} actor steps"
+    )
+    assert output.find(stands) > output.find("exit code 0"), output[-3000:]
     assert not marked_processes(mark)
     assert not list(tmp.iterdir()), f"left in the temp dir: {list(tmp.iterdir())}"
 

@@ -152,6 +152,7 @@ def test_td3_on_ray_trains_to_its_limit_and_a_relaunch_resumes_without_repeating
     # Its evaluation at the limit was whole and recorded: a relaunch as it was is finished.
     record = json.loads((first.workdir / "logs/evaluator_0/final_evaluation.json").read_text())
     assert record["actor_steps"] >= 600 == record["max_actor_steps"], record
+    assert "done: the run in" in output and "was evaluated there" in output, output[-3000:]
     # Each node's output is its own log, as under Launchpad.
     for group, index in [("learner", 0), ("actor", 1), ("replay", 0), ("counter", 0)]:
         assert (first.workdir / "nodes" / group / str(index)).is_file(), (group, index)
