@@ -20,7 +20,8 @@ import pytest
 
 from benchmarks import gpu_learn, gpu_learn_check
 from benchmarks.learn_check import __main__ as learn_check_main
-from benchmarks.learn_check import comparison, official, runs
+from benchmarks.learn_check import comparison, official, runs, saturation
+from benchmarks.learn_check import settings as learn_check_settings
 
 LEARNS = [(0, 380.0), (20_000, 520.0), (40_000, 960.0)]
 
@@ -410,8 +411,6 @@ def test_the_figure_keeps_lost_runs_failed_launches_and_the_ratio_rules_answer(t
     """A finished figure still shows a seed's earlier run lost with its machine and a failed
     launch of a counted run (the seed ran again: visible), and, under the gap rule, what the
     ratio rule (issue 35's rule 1) says of the same means."""
-    from benchmarks.learn_check import settings as learn_check_settings
-
     kept = tmp_path / "cpu"
     _keep_cpu(kept, "magi_lp", _seeds(LEARNS), ended=1.8e9)
     _keep_cpu(kept, "official", _seeds([(0, 485.0), (20_000, 400.0), (40_000, 950.0)]), ended=1.8e9)
@@ -464,13 +463,65 @@ def test_the_cpu_runs_saturation_probe_is_shown_for_the_counted_seeds(tmp_path):
         runs = [{"agent": "official", "seed": s, "pinned": True, **row} for s in (12, 2)]
         (kept / gpu_learn_check.SATURATION.name).write_text(json.dumps({
             "task": gpu_learn.TASK, "image_size": image_size, "observations": 100,
-            "saturated_above": 0.99, "measured_at": "2026-11-29T17:05:00+0000",
+            "saturated_above": 0.99, "measured_at": "2027-01-15T09:00:00+0000",
             "commit": "abc", "runs": runs,
         }))  # fmt: skip
 
-    probe(84)
+    probe(84)  # after the runs' first launches (1.8e9 - 3600 s: 2027-01-15 07:00 UTC)
     shown = _cpu_figure(tmp_path, kept)[1]
-    assert "| official | 12 | 23,000 | **yes** | 1.00 | +1.000 | 0.000 |" in shown, shown
+    assert "| official | 12 | this run | 23,000 | **yes** | 1.00 | +1.000 | 0.000 |" in shown
     assert "| official | 2 |" not in shown
     probe(48)
-    assert "| official | 12 | 23,000" not in _cpu_figure(tmp_path, kept)[1]
+    assert "| official | 12 | this run | 23,000" not in _cpu_figure(tmp_path, kept)[1]
+
+
+def test_a_probe_of_a_run_lost_with_its_machine_is_not_shown_as_the_seeds_run(tmp_path):
+    """Seed 12's official run was probed pinned, then lost with its machine; the seed runs
+    again. The probe's row is the lost run's, not the new run's, whether it names its run
+    (`run_started`) or, written before rows did, only says when it was measured."""
+    kept = tmp_path / "cpu"
+    first_start = 1.8e9 - 3600  # the new run's (`_keep_cpu`)
+    _keep_cpu(kept, "magi_lp", _seeds(LEARNS), ended=1.8e9)
+    _keep_cpu(kept, "official", _seeds(LEARNS), ended=1.8e9)
+    lost = learn_check_settings.lost_record(
+        kept, "official", gpu_learn.TASK, 12, "2027-01-14T05:00:00+0000"
+    )
+    lost.parent.mkdir(parents=True)
+    lost.write_text(json.dumps({"attempts": [{"started": first_start - 86_400}],
+                                "evaluations": [[0, 312.0], [20000, 136.0]]}))  # fmt: skip
+    row = {"agent": "official", "seed": 12, "pinned": True, "frames": 23_000,
+           "saturated": 1.0, "mean_action": 1.0, "action_spread": 0.0}  # fmt: skip
+    for named in ({"run_started": first_start - 86_400}, {}):
+        (kept / gpu_learn_check.SATURATION.name).write_text(json.dumps({
+            "task": gpu_learn.TASK, "image_size": 84, "observations": 100,
+            "saturated_above": 0.99, "measured_at": "2027-01-14T17:00:00+0000",
+            "commit": "abc", "runs": [{**row, **named}],
+        }))  # fmt: skip
+        shown = _cpu_figure(tmp_path, kept)[1]
+        assert (
+            "| official | 12 | earlier run (started 2027-01-14 05:00 UTC), lost | 23,000 | **yes**"
+            in shown
+        ), shown
+        assert "| official | 12 | this run |" not in shown
+
+
+def test_the_probe_keeps_a_lost_runs_rows_beside_the_new_runs():
+    """saturation.merge: a probe of the seeds' runs replaces their earlier rows, and keeps
+    the rows of a seed's earlier run (lost: told by its start, or by when it was measured)."""
+    old_row = {"agent": "official", "seed": 12, "pinned": True}
+    earlier = {"measured_at": "2027-01-14T17:00:00+0000", "commit": "abc",
+               "runs": [old_row, {"agent": "official", "seed": 11, "pinned": False,
+                                  "run_started": 1.0e9}]}  # fmt: skip
+    new = [
+        {"agent": "official", "seed": 12, "pinned": False, "run_started": 1.8e9},
+        {"agent": "official", "seed": 11, "pinned": False, "run_started": 1.0e9},
+    ]
+    merged = saturation.merge(new, earlier)
+    assert [(r["seed"], r["pinned"], r.get("measured_at")) for r in merged] == [
+        (11, False, None),  # the new row of seed 11's same run replaced the earlier one
+        (12, True, "2027-01-14T17:00:00+0000"),  # measured before the new run began: kept
+        (12, False, None),
+    ], merged
+    # Measured after the new run began: the earlier row was of it, and is replaced.
+    later = {**earlier, "runs": [old_row], "measured_at": "2027-01-16T00:00:00+0000"}
+    assert saturation.merge([new[0]], later) == [new[0]]

@@ -400,8 +400,39 @@ def _saturation() -> dict | None:
     return json.loads(SATURATION.read_text()) if SATURATION.is_file() else None
 
 
-def saturation_lines(probe: dict) -> list[str]:
-    """Why a run did not learn, when its actor is pinned (figures 13 and 17)."""
+def probed_runs(probe: dict, states: list[dict]) -> list[dict]:
+    """The probe's rows, each with the run it is of (`run`): the seed's run counted or going
+    on now, or an earlier one lost with its machine (`progress`'s states). A row of a lost
+    run is not this seed's run's state, and the figure must not say it is."""
+    from benchmarks.learn_check.saturation import same_run
+
+    rows = []
+    for row in probe["runs"]:
+        state = next(
+            (s for s in states if (s["agent"], s["seed"]) == (row["agent"], row["seed"])), None
+        )
+        measured = row.get("measured_at") or probe.get("measured_at", "")
+        if state is None or same_run(row, state.get("run_started"), measured):
+            run = "this run"
+        else:
+            lost = [
+                r for r in state.get("lost", []) if same_run(row, r.get("run_started"), measured)
+            ]
+            # Of lost runs started before the probe, the last: rows without a start name none.
+            run = (
+                f"earlier run (started {_stamp_text(lost[-1]['started'])}), lost"
+                if lost
+                else "an earlier run"
+            )
+        if measured and measured != probe.get("measured_at"):  # an earlier probe's row
+            run += f"; probed {_stamp_text(''.join(c for c in measured if c.isalnum()))}"
+        rows.append({**row, "run": run})
+    return rows
+
+
+def saturation_lines(probe: dict, states: list[dict] | None = None) -> list[str]:
+    """Why a run did not learn, when its actor is pinned (figures 13 and 17); `states` (the
+    figure's `progress`) tell which run each row is of."""
     from benchmarks.learn_check.saturation import table
 
     return [
@@ -413,7 +444,7 @@ def saturation_lines(probe: dict) -> list[str]:
         "cart drives to the wall (a return of about 136); a learned bang-bang controller is "
         "saturated too, but at both ends.",
         "",
-        *table(probe["runs"]),
+        *table(probe["runs"] if states is None else probed_runs(probe, states)),
         "",
     ]
 
@@ -523,7 +554,10 @@ def progress(
                 if path.is_file():
                     done = json.loads(path.read_text())
                     if same_settings(done.get("settings", {}), settings):
-                        state.update(state="done", evaluations=done["evaluations"])
+                        first = (done.get("attempts") or [{}])[0].get("started")
+                        state.update(
+                            state="done", evaluations=done["evaluations"], run_started=first
+                        )
                         states.append(state)
                         continue
                 attempts = runs.read_attempts(folder)
@@ -554,6 +588,7 @@ def progress(
                         "launches": len(attempts),
                         "cores": _cores(attempts),
                         "last_launch": attempts[-1].get("started_at"),
+                        "run_started": attempts[0].get("started"),
                         "commits": sorted({a.get("commit", "?")[:12] for a in attempts}),
                     }
                 )
@@ -577,6 +612,7 @@ def _lost_run(path: Path) -> dict:
     record = json.loads(path.read_text())
     return {
         "started": path.stem.rsplit("_started_", 1)[-1],
+        "run_started": (record.get("attempts") or [{}])[0].get("started"),
         "launches": len(record.get("attempts", [])),
         "evaluations": record.get("evaluations", []),
         "at_stop": record.get("at_stop", ""),
@@ -915,7 +951,7 @@ def report(result: dict) -> str:
     lines += progress_table(result.get("progress", []))
     lines += history_table(result.get("progress", []))
     if result.get("saturation"):
-        lines += saturation_lines(result["saturation"])
+        lines += saturation_lines(result["saturation"], result.get("progress", []))
     old = result.get("superseded")
     if old:
         ours, theirs = old["magi_lp"], old["official"]

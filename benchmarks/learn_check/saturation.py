@@ -24,6 +24,12 @@ across observations, and the frames the state was trained to. Writes `SATURATION
 a table; `--write PATH` writes elsewhere. Light: a few CPU seconds a run (one thread),
 beside the runs.
 
+Each row names the run it probed (`run_started`: its first launch's start, epoch seconds)
+and when (`measured_at`). A seed's run lost with its machine and started again is another
+run: the file keeps the earlier run's rows beside the new run's (`merge`), and the figures
+tell them apart (`same_run`). Rows written before rows named their run (up to 04cd535) are
+told by time: a probe measured before a run's first launch is of an earlier run.
+
 The official agent's side runs as a script in its own venv (`--official-probe`): nothing of
 magi_lp is imported there.
 """
@@ -31,6 +37,7 @@ magi_lp is imported there.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import subprocess
@@ -44,6 +51,50 @@ SATURATED = 0.99
 EVERY_STEPS = 5
 SATURATION = Path(__file__).resolve().parent / "results" / "saturation.json"
 """The probe of the kept runs, read by the figure (comparison.report)."""
+
+
+def run_started(folder: Path) -> float | None:
+    """When the run in `folder` was first launched (epoch seconds), from its attempts.jsonl."""
+    from benchmarks.learn_check.runs import read_attempts
+
+    attempts = read_attempts(folder)
+    return float(attempts[0]["started"]) if attempts else None
+
+
+def _epoch(stamp: str) -> float:
+    return datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S%z").timestamp()
+
+
+def same_run(row: dict, started: float | None, measured_at: str) -> bool:
+    """Whether probe `row` is of the run first launched at `started` (epoch seconds). Rows
+    name their run; an older row, only when it was measured (`measured_at`, the file's when
+    the row has none): at or after the start, it can only be of this run. A row with
+    neither is taken as of this run."""
+    if started is None:
+        return False
+    if row.get("run_started") is not None:
+        return abs(float(row["run_started"]) - started) < 1.0
+    measured = row.get("measured_at") or measured_at
+    return not measured or _epoch(measured) >= started  # no time at all: nothing tells
+
+
+def merge(new: list[dict], earlier: dict | None) -> list[dict]:
+    """This probe's rows, and the earlier file's rows of runs not probed now (other seeds,
+    or a seed's earlier run, lost with its machine): each keeps when it was measured."""
+    if not earlier:
+        return new
+    kept = []
+    for row in earlier.get("runs", []):
+        row = {"measured_at": earlier.get("measured_at"), "commit": earlier.get("commit"), **row}
+        again = any(
+            n["agent"] == row["agent"]
+            and n["seed"] == row["seed"]
+            and same_run(row, n.get("run_started"), row["measured_at"])
+            for n in new
+        )
+        if not again:
+            kept.append(row)
+    return sorted(new + kept, key=lambda r: (r["seed"], r["agent"], r.get("run_started") or 0))
 
 
 def _summary(means: list[float]) -> dict:
@@ -166,14 +217,21 @@ def main(argv: list[str] | None = None) -> int:
     args.image_size = args.image_size or FULL.image_size
     obs = render_observations(args.task, args.image_size, args.observations)
     found = []
+    measured_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    commit = common.git_commit()
+
+    def named(folder: Path) -> dict:
+        return {"run_started": run_started(folder), "measured_at": measured_at, "commit": commit}
+
     with tempfile.TemporaryDirectory(prefix="magi_lp_saturation_") as scratch:
         obs_file = Path(scratch) / "obs.npz"
         np.savez(obs_file, obs=obs)
         for seed in args.seeds:
-            ours = run_dir(out, "magi_lp", args.task, seed) / "work" / "checkpoints" / "learner"
+            folder = run_dir(out, "magi_lp", args.task, seed)
+            ours = folder / "work" / "checkpoints" / "learner"
             probe = ours_probe(obs, ours) if ours.is_dir() else None
             if probe is not None:
-                found.append({"agent": "magi_lp", "seed": seed, **probe})
+                found.append({"agent": "magi_lp", "seed": seed, **probe, **named(folder)})
             folder = run_dir(out, "official", args.task, seed)
             snapshot = folder / "work" / "snapshot.pt"
             if snapshot.is_file():
@@ -191,16 +249,22 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"saturation: official seed {seed}: {tail[0]}", file=sys.stderr)
                     continue
                 probe = json.loads(done.stdout.splitlines()[-1])
-                found.append({"agent": "official", "seed": seed, **probe})
+                found.append({"agent": "official", "seed": seed, **probe, **named(folder)})
+    earlier = json.loads(args.write.read_text()) if args.write.is_file() else None
+    same_probe = earlier and all(
+        earlier.get(key) == value
+        for key, value in (("task", args.task), ("image_size", args.image_size),
+                           ("observations", args.observations))
+    )  # fmt: skip
     result = {
         "task": args.task,
         "image_size": args.image_size,
         "observations": args.observations,
         "saturated_above": SATURATED,
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "commit": common.git_commit(),
+        "measured_at": measured_at,
+        "commit": commit,
         "machine": common.machine(),
-        "runs": found,
+        "runs": merge(found, earlier if same_probe else None),
     }
     args.write.parent.mkdir(parents=True, exist_ok=True)
     args.write.write_text(json.dumps(result, indent=2) + "\n")
@@ -209,14 +273,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def table(runs: list[dict]) -> list[str]:
-    """The probe's runs as a Markdown table (printed here, and in figure 13)."""
+    """The probe's runs as a Markdown table (printed here, and in figures 13 and 17), with
+    the run each row is of where the figure said it (`run`)."""
+    named = any("run" in run for run in runs)
     lines = [
-        "| agent | seed | frames | pinned | share saturated | mean action | spread |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-    ]
+        "| agent | seed |" + (" run |" if named else "")
+        + " frames | pinned | share saturated | mean action | spread |",
+        "| --- | --- |" + (" --- |" if named else "") + " --- | --- | --- | --- | --- |",
+    ]  # fmt: skip
     for run in runs:
         lines.append(
-            f"| {run['agent']} | {run['seed']} | {run['frames']:,} | "
+            f"| {run['agent']} | {run['seed']} |"
+            + (f" {run.get('run', '')} |" if named else "")
+            + f" {run['frames']:,} | "
             f"{'**yes**' if run['pinned'] else 'no'} | {run['saturated']:.2f} | "
             f"{run['mean_action']:+.3f} | {run['action_spread']:.3f} |"
         )
