@@ -32,8 +32,10 @@ FOLDERS = {
     "configs": "Experiment configs (ml_collections files: `--config configs/<name>.py`)",
     "docs": "The architecture (architecture.md: the layers, every module, a run's flow), several "
     "hosts (cluster.md), launchpad-notes.md (what magi_lp relies on in Launchpad)",
-    "scripts": "Set-up (setup_venv.sh, setup_venv312.sh, setup_official_venv.sh, "
-    "choose_jax_build.py, gpu_check_wheels.sh, gpu_learn_wheels.sh), the one-machine SLURM "
+    "scripts": "Set-up (setup_venv.sh, setup_venv312.sh, setup_official_venv.sh, find_python.sh, "
+    "write_home_pth.sh, choose_jax_build.py; the GPU machine's wheels: gpu_check_wheels.sh, "
+    "gpu_learn_wheels.sh, gpu_system_wheels.sh, repack_wheel.py), both stacks' suite "
+    "(test_both_stacks.sh), the one-machine SLURM "
     "cluster (slurm_cluster.py: make slurm-up / slurm-down) and the generated docs "
     "(module_table.py, readme_layout.py, readme_samples.py: make docs)",
     "tests": "Pytest (`make test`, `make test-fast`); golden/: the cluster renderers' files",

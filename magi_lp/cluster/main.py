@@ -6,7 +6,7 @@ one of three things:
 - `--dry_run`: prints the host plan, the security warning and every generated file;
 - `--render DIR`: writes the generated files to DIR (the golden files of the tests are this);
 - neither: builds the program, binds every server to its planned host and port, pickles it
-  into `<workdir>/cluster/job/` (`multihost.prepare_job`), writes the generated files to
+  into `<workdir>/cluster/job/` (`prepare.prepare_job`), writes the generated files to
   `<workdir>/cluster/`, and prints the one command that starts it (sbatch, kubectl apply,
   or one script per host).
 The workdir, the code and the Python (a virtualenv) must be at the same paths on every host:
