@@ -565,7 +565,7 @@ def _report_one(result: dict) -> str:
         lines += comparison.provenance_table(agents)
         lines.append("")
         if machine == "cpu" and result.get("saturation"):
-            lines += comparison.saturation_lines(result["saturation"], result["progress"])
+            lines += comparison.saturation_lines(result["saturation"], result.get("progress", []))
     lines += comparison.progress_table(result.get("progress", []))
     lines += comparison.history_table(result.get("progress", []))
     if result.get("png", "").endswith(".png"):

@@ -525,3 +525,26 @@ def test_the_probe_keeps_a_lost_runs_rows_beside_the_new_runs():
     # Measured after the new run began: the earlier row was of it, and is replaced.
     later = {**earlier, "runs": [old_row], "measured_at": "2027-01-16T00:00:00+0000"}
     assert saturation.merge([new[0]], later) == [new[0]]
+    # A new row that names no run (its folder lost its launches file) replaces the seed's.
+    unnamed = {"agent": "official", "seed": 12, "pinned": False, "run_started": None}
+    merged = saturation.merge([unnamed], earlier)
+    assert [(r["seed"], r.get("measured_at")) for r in merged] == [
+        (11, "2027-01-14T17:00:00+0000"),
+        (12, None),
+    ], merged
+
+
+def test_a_probe_row_is_matched_to_its_task_and_left_out_without_a_run():
+    """probed_runs: a row is labelled by the state of its own task (another task's run of
+    the same seed, listed first, is not its run), and a row of a seed the figure has no run
+    of is not shown as 'this run'."""
+    rows = [{"agent": "official", "seed": 12}, {"agent": "official", "seed": 4}]
+    probe = {"task": "cartpole_balance", "measured_at": "2027-01-16T00:00:00+0000", "runs": rows}
+    states = [
+        {"task": "cartpole_swingup", "agent": "official", "seed": 12, "run_started": 1.9e9},
+        {"task": "cartpole_balance", "agent": "official", "seed": 12, "run_started": 1.8e9},
+    ]
+    rows = comparison.probed_runs(probe, states)
+    assert [(r["seed"], r["run"]) for r in rows] == [(12, "this run")], rows
+    assert comparison.saturation_lines({**probe, "runs": probe["runs"][1:]}, states) == []
+    assert saturation.utc_text("2027-01-15T19:30:00-0500") == "2027-01-16 00:30 UTC"

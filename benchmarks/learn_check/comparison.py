@@ -401,18 +401,20 @@ def _saturation() -> dict | None:
 
 
 def probed_runs(probe: dict, states: list[dict]) -> list[dict]:
-    """The probe's rows, each with the run it is of (`run`): the seed's run counted or going
-    on now, or an earlier one lost with its machine (`progress`'s states). A row of a lost
-    run is not this seed's run's state, and the figure must not say it is."""
-    from benchmarks.learn_check.saturation import same_run
+    """The probe's rows of the figure's runs (`progress`'s states: task, agent and seed),
+    each with the run it is of (`run`): the seed's run counted or going on now, or an earlier
+    one lost with its machine. A row of a lost run is not this seed's run's state, and the
+    figure must not say it is; a row of a seed the figure has no run of is left out."""
+    from benchmarks.learn_check.saturation import same_run, utc_text
 
     rows = []
     for row in probe["runs"]:
-        state = next(
-            (s for s in states if (s["agent"], s["seed"]) == (row["agent"], row["seed"])), None
-        )
+        key = (probe.get("task"), row["agent"], row["seed"])
+        state = next((s for s in states if (s["task"], s["agent"], s["seed"]) == key), None)
+        if state is None:
+            continue
         measured = row.get("measured_at") or probe.get("measured_at", "")
-        if state is None or same_run(row, state.get("run_started"), measured):
+        if same_run(row, state.get("run_started"), measured):
             run = "this run"
         else:
             lost = [
@@ -425,26 +427,30 @@ def probed_runs(probe: dict, states: list[dict]) -> list[dict]:
                 else "an earlier run"
             )
         if measured and measured != probe.get("measured_at"):  # an earlier probe's row
-            run += f"; probed {_stamp_text(''.join(c for c in measured if c.isalnum()))}"
+            run += f"; probed {utc_text(measured)}"
         rows.append({**row, "run": run})
     return rows
 
 
 def saturation_lines(probe: dict, states: list[dict] | None = None) -> list[str]:
     """Why a run did not learn, when its actor is pinned (figures 13 and 17); `states` (the
-    figure's `progress`) tell which run each row is of."""
+    figure's `progress`; none for a tiny figure) tell which run each row is of."""
     from benchmarks.learn_check.saturation import table
 
+    rows = probed_runs(probe, states) if states else probe["runs"]
+    if not rows:
+        return []
     return [
-        "Each run's actor at its newest state (`python -m benchmarks.learn_check.saturation`, "
-        f"{probe.get('measured_at', '?')}, commit {probe.get('commit', '?')}): its mean action "
+        "Each run's actor at its newest state when probed (`python -m "
+        f"benchmarks.learn_check.saturation`; the latest probe {probe.get('measured_at', '?')}, "
+        f"commit {probe.get('commit', '?')}): its mean action "
         f"on the same {probe['observations']} rendered frame stacks of {probe['task']} "
         "(random actions, seed 0). Pinned: every one at the same end of [-1, 1] "
         f"(|a| > {probe['saturated_above']}), where tanh passes the actor no gradient and the "
         "cart drives to the wall (a return of about 136); a learned bang-bang controller is "
         "saturated too, but at both ends.",
         "",
-        *table(probe["runs"] if states is None else probed_runs(probe, states)),
+        *table(rows),
         "",
     ]
 

@@ -65,6 +65,12 @@ def _epoch(stamp: str) -> float:
     return datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S%z").timestamp()
 
 
+def utc_text(stamp: str) -> str:
+    """A `measured_at` (ISO, with its UTC offset) as 2026-11-29 17:02 UTC."""
+    moment = datetime.datetime.fromtimestamp(_epoch(stamp), datetime.timezone.utc)
+    return moment.strftime("%Y-%m-%d %H:%M UTC")
+
+
 def same_run(row: dict, started: float | None, measured_at: str) -> bool:
     """Whether probe `row` is of the run first launched at `started` (epoch seconds). Rows
     name their run; an older row, only when it was measured (`measured_at`, the file's when
@@ -85,13 +91,20 @@ def merge(new: list[dict], earlier: dict | None) -> list[dict]:
         return new
     kept = []
     for row in earlier.get("runs", []):
-        row = {"measured_at": earlier.get("measured_at"), "commit": earlier.get("commit"), **row}
+        row = {
+            "measured_at": earlier.get("measured_at"),
+            "commit": earlier.get("commit"),
+            "machine": earlier.get("machine"),
+            **row,
+        }
         again = any(
             n["agent"] == row["agent"]
             and n["seed"] == row["seed"]
-            and same_run(row, n.get("run_started"), row["measured_at"])
+            # A new row that names no run (its folder has no launches file) replaces all.
+            and (n.get("run_started") is None
+                 or same_run(row, n.get("run_started"), row["measured_at"]))
             for n in new
-        )
+        )  # fmt: skip
         if not again:
             kept.append(row)
     return sorted(new + kept, key=lambda r: (r["seed"], r["agent"], r.get("run_started") or 0))
