@@ -416,9 +416,11 @@ def test_a_run_whose_folder_was_lost_with_its_machine_is_set_aside_and_counted(t
     kept, out, task = tmp_path / "kept", tmp_path / "runs", "cartpole_balance"
     earlier = [{"attempt": 1, "started": 100.0, "started_at": "2026-11-28T14:52:00+0000",
                 "commit": "d943121", "core": 0}]  # fmt: skip
-    runs._keep_progress(
-        kept, "magi_lp", task, 1, TINY, earlier, {"evaluations": [[0, 320.0], [1200, 369.0]]}
-    )
+    found = {
+        "evaluations": [[0, 320.0], [1200, 369.0]],
+        "train_episode_rewards": [(1000, 136.2), (2000, 411.0), (3000, 702.6), (4000, 869.4)],
+    }
+    runs._keep_progress(kept, "magi_lp", task, 1, TINY, earlier, found)
     record = progress_record(kept, "magi_lp", task, 1)
 
     def ours() -> dict:
@@ -434,6 +436,11 @@ def test_a_run_whose_folder_was_lost_with_its_machine_is_set_aside_and_counted(t
     moved = runs.set_aside_lost(kept, "magi_lp", task, 1, [])
     assert moved and not record.exists()
     assert json.loads(moved.read_text())["attempts"] == earlier
+    # How far it got, in the figure's list of earlier runs.
+    assert (
+        "at its last stop: 4,000 frames; training returns of its last episodes 411, 703, 869"
+        in ("\n".join(comparison.history_table([ours()])))
+    ), comparison.history_table([ours()])
     assert ours()["state"] == "not started" and ours()["lost_runs"] == 1
     assert "1 earlier run(s) of this seed lost with a machine" in "\n".join(
         comparison.progress_table([ours()])

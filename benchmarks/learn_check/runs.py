@@ -388,6 +388,12 @@ def _keep_progress(
         "attempts": attempts,
         "evaluations": found.get("evaluations", []),
     }
+    rewards = found.get("train_episode_rewards") or []
+    if rewards:  # what a lost run's record tells of how far it got, and how it was doing
+        last = ", ".join(f"{reward:.0f}" for _, reward in rewards[-3:])
+        record["at_stop"] = (
+            f"{int(rewards[-1][0]):,} frames; training returns of its last episodes {last}"
+        )
     write_text_atomically(path, json.dumps(record, indent=2) + "\n")
 
 
