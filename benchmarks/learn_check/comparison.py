@@ -414,18 +414,14 @@ def probed_runs(probe: dict, states: list[dict]) -> list[dict]:
         if state is None:
             continue
         measured = row.get("measured_at") or probe.get("measured_at", "")
-        if same_run(row, state.get("run_started"), measured):
+        started = state.get("run_started")
+        lost = [r for r in state.get("lost", []) if same_run(row, r.get("run_started"), measured)]
+        if started is not None and same_run(row, started, measured):
             run = "this run"
-        else:
-            lost = [
-                r for r in state.get("lost", []) if same_run(row, r.get("run_started"), measured)
-            ]
-            # Of lost runs started before the probe, the last: rows without a start name none.
-            run = (
-                f"earlier run (started {_stamp_text(lost[-1]['started'])}), lost"
-                if lost
-                else "an earlier run"
-            )
+        elif lost:  # of lost runs started before the probe, the last (rows name none)
+            run = f"earlier run (started {_stamp_text(lost[-1]['started'])}), lost"
+        else:  # no start to tell by: a seed not started, or a figure written before states had it
+            run = "an earlier run" if started is not None else "-"
         if measured and measured != probe.get("measured_at"):  # an earlier probe's row
             run += f"; probed {utc_text(measured)}"
         rows.append({**row, "run": run})
