@@ -440,7 +440,7 @@ def _run_distributed(
     )
     _run_starts(workdir)
     code = engine_module.run(launch)
-    report(_where_it_stands(config, workdir))
+    report(_where_it_stands(config, workdir, single_process=False))
     return code
 
 
@@ -615,10 +615,11 @@ def _resume_line(config: Any, workdir: Path) -> str | None:
     )
 
 
-def _where_it_stands(config: Any, workdir: Path) -> str:
-    """The launcher's last line once every node has ended, stopped or done: what the same
-    command would do next (the nodes' own lines say what each saved, out of sight)."""
-    finished = _finished_line(config, workdir, single_process=False)
+def _where_it_stands(config: Any, workdir: Path, *, single_process: bool) -> str:
+    """What the same command would do next, read from the workdir once the run has ended:
+    the launcher's last line (the nodes' own lines say what each saved, out of sight), and
+    main.py's after a stop."""
+    finished = _finished_line(config, workdir, single_process=single_process)
     if finished:
         return f"done: {finished}"
     if not config.checkpoint.enabled:
@@ -754,12 +755,15 @@ def _run_single_process(
             signal.signal(signum, signal.SIG_DFL)
     if result.resumed_from_step is not None:
         console.say(f"resumed from learner step {result.resumed_from_step}")
-    if result.stopped_by_user:
-        console.say(f"stopped; checkpoint saved. Resume with the same --workdir {workdir}")
-    console.say(
-        f"done: {result.actor_steps} actor steps, {result.learner_steps} learner steps, "
+    counts = (
+        f"{result.actor_steps} actor steps, {result.learner_steps} learner steps, "
         f"{result.episodes} episodes"
     )
+    if result.stopped_by_user:
+        console.say(f"stopped at {counts}")
+        console.say(_where_it_stands(config, workdir, single_process=True))
+    else:
+        console.say(f"done: {counts}")
     return 0
 
 

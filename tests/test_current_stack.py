@@ -161,7 +161,8 @@ def test_sigterm_stops_main_py_with_a_final_checkpoint(tmp_path):
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=120) == 0, log.read_text()[-3000:]
     output = log.read_text()
-    assert "stopped; checkpoint saved. Resume with the same --workdir" in output, output[-3000:]
+    resumes = "the same command resumes from the newest checkpoint: learner step"
+    assert "stopped at " in output and resumes in output, output[-3000:]
     assert list((tmp_path / "checkpoints/learner").iterdir()), "no final checkpoint"
     assert not marked_processes(mark)
 
