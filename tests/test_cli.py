@@ -653,6 +653,36 @@ def test_a_finished_distributed_run_is_one_whose_evaluators_recorded_the_final_e
     assert cli._finally_evaluated(config, tmp_path, steps) is done
 
 
+def test_the_line_after_a_run_says_what_the_same_command_does_next(tmp_path):
+    """`_where_it_stands`: read from the workdir once the run has ended (the launcher's last
+    line; main.py's after a stop)."""
+    from magi_lp import cli
+    from magi_lp.runtime.checkpoint_metadata import metadata_path
+
+    config = _finish_config()
+    config.checkpoint = {"enabled": True}
+    stands = cli._where_it_stands(config, tmp_path, single_process=False)
+    assert stands == "no learner checkpoint was saved: the same command starts again from step 0"
+    path = Path(metadata_path(tmp_path / "checkpoints" / "learner", 37))
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"counts": {"learner_steps": 37, "actor_steps": 455}}))
+    assert cli._where_it_stands(config, tmp_path, single_process=False) == (
+        "the same command resumes from the newest checkpoint: learner step 37, 455 actor steps "
+        "(max_actor_steps=1000)"
+    )
+    config.checkpoint.enabled = False  # what was saved is not read: a relaunch starts at 0
+    assert "checkpoints are off (checkpoint.enabled=False)" in cli._where_it_stands(
+        config, tmp_path, single_process=True
+    )
+    config.checkpoint.enabled = True
+    path.write_text(json.dumps({"counts": {"learner_steps": 90, "actor_steps": 1010}}))
+    for index in (0, 1):
+        _final_evaluation(tmp_path, index, 1010)
+    assert cli._where_it_stands(config, tmp_path, single_process=False).startswith(
+        f"done: the run in {tmp_path} has reached max_actor_steps=1000"
+    )
+
+
 def _evaluator_log(workdir: Path, index: int, steps: list[int]) -> None:
     log = workdir / f"logs/evaluator_{index}/logs.csv"
     log.parent.mkdir(parents=True, exist_ok=True)
