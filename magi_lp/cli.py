@@ -30,7 +30,7 @@ import signal
 import sys
 import sysconfig
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -160,6 +160,7 @@ def _checked_inputs(
                 "fix the file, or pick one from configs/",
             )
         ) from None
+    _check_mujoco_gl(os.environ.get("MUJOCO_GL"))  # before a project's checks import dm_control
     if validate_config is not None:
         validate_config(config)
     if _WORKDIR.value is not None and not _WORKDIR.value.strip():
@@ -178,6 +179,53 @@ def _checked_inputs(
 
 _RUNS = "runs/<config name> is the default"
 
+_MUJOCO_GL_NAMES = ("egl", "osmesa", "glfw", "on", "enable", "enabled", "true", "1", "", "off",
+                    "disable", "disabled", "false", "0")  # fmt: skip
+"""What dm_control takes as MUJOCO_GL (dm_control/_render/constants.py); anything else makes
+its import raise, in the project's checks or in every node."""
+
+
+def _check_mujoco_gl(value: str | None) -> None:
+    if value is None or value in _MUJOCO_GL_NAMES:
+        return
+    raise ConfigError(
+        fact_refusal(
+            f"MUJOCO_GL={value!r} (in the environment)",
+            "not a MuJoCo rendering backend",
+            "use egl, osmesa or glfw, in lower case, or unset it (each node's is set from "
+            "resources.<group>.render; main.py uses egl)",
+        )
+    )
+
+
+def _check_jax_platforms(env: Mapping[str, str]) -> None:
+    """Refuses, before anything starts, a JAX_PLATFORMS in main.py's environment that JAX
+    cannot start here (lp_main.py sets each node's own from its plan)."""
+    value = env.get("JAX_PLATFORMS", "")
+    platforms = [p.strip() for p in value.split(",") if p.strip()]
+    if not platforms or platforms[0] == "cpu":
+        return
+    fix = "unset it (JAX then uses CUDA where it can, else the CPU), or set JAX_PLATFORMS=cpu"
+    if platforms[0] not in ("cuda", "gpu"):
+        raise ConfigError(
+            fact_refusal(
+                f"JAX_PLATFORMS={value} (in the environment)",
+                "magi_lp runs JAX on cuda or cpu",
+                fix,
+            )
+        )
+    from magi_lp.placement.gpu_inventory import query_inventory
+
+    build = detect_jax_build()
+    if not build.serves_cuda:
+        why = f"JAX in this Python is CPU only ({build.describe()})"
+    else:
+        inventory = query_inventory()
+        if inventory.gpus:
+            return
+        why = f"no NVIDIA GPU here ({inventory.reason or 'NVML lists none'})"
+    raise ConfigError(fact_refusal(f"JAX_PLATFORMS={value} (in the environment)", why, fix))
+
 
 def _check_workdir_can_be_made(workdir: Path) -> None:
     """Refuses, before anything starts, a workdir of a run on this machine that would be
@@ -187,14 +235,13 @@ def _check_workdir_can_be_made(workdir: Path) -> None:
     existing = next(folder for folder in (workdir, *workdir.parents) if folder.exists())
     if not existing.is_dir():
         facts = f"{existing} is a file, not a folder"
-    elif existing != workdir and not os.access(existing, os.W_OK | os.X_OK):
+    elif not os.access(existing, os.W_OK | os.X_OK):  # a read-only mount refuses root too
         facts = f"{existing} is not writable by this user"
     else:
         return
+    what = "cannot be written" if existing == workdir else "cannot be created"
     raise ConfigError(
-        fact_refusal(
-            f"--workdir {workdir} cannot be created", facts, "pick a path you can write to"
-        )
+        fact_refusal(f"--workdir {workdir} {what}", facts, "pick a path you can write to")
     )
 
 
@@ -340,8 +387,10 @@ def _run_distributed(
         return 0
     if engine.several_hosts or _RENDER.value:
         return _run_on_hosts(make_experiment, config, workdir, name)
+    # Before planning, a dry run's too: the plan of an engine that cannot run here says
+    # nothing true (its replay, its transport), and the launch would refuse it.
+    engine.require_stack()
     if not _DRY_RUN.value:
-        engine.require_stack()  # before planning: the plan of an engine that cannot run here
         _check_workdir_can_be_made(workdir)
     engine.check_colocation(bool(config.colocate_learner_and_replay))
     check_isolation_allows_logging(config)
@@ -709,6 +758,7 @@ def _run_single_process(
             )
         )
     _check_workdir_can_be_made(workdir)
+    _check_jax_platforms(os.environ)
     finished = _finished_line(config, workdir, single_process=True)
     if finished:
         console.say(f"nothing to do: {finished}")
@@ -991,6 +1041,11 @@ def _get_config_error(message: str) -> str:
             f"{spec.partition(':')[0]}"
         )
     spec = head.removeprefix("--config ")
+    if "get_config() missing 1 required positional argument" in last:
+        return (
+            f"{head}: this config file's get_config() takes an argument ({last.rsplit(': ', 1)[-1]}"
+            f"); give it after a colon: --config {spec.partition(':')[0]}:<argument>"
+        )
     frames = _frames_in_text(message)
     inside = [(line, scope) for name, line, scope in frames if _is_config_file(name, spec)]
     if inside:

@@ -114,6 +114,74 @@ def test_bad_input_gets_one_clear_line(args, expected, tmp_path):
     assert not marked_processes(mark)
 
 
+@pytest.mark.parametrize(
+    ("script", "env", "args", "expected"),
+    [
+        # dm_control's import raised it in the project's checks: a traceback, dry run included.
+        (SCRIPT, {"MUJOCO_GL": "EGL"}, ["--dry_run"], "MUJOCO_GL='EGL' (in the environment): "
+         "not a MuJoCo rendering backend; use egl, osmesa or glfw"),
+        ("projects/td3/main.py", {"MUJOCO_GL": "EGL"}, [], "MUJOCO_GL='EGL'"),
+        # main.py's JAX reads it (lp_main.py sets each node's): a traceback after the workdir.
+        ("projects/td3/main.py", {"JAX_PLATFORMS": "tpu"}, [],
+         "JAX_PLATFORMS=tpu (in the environment): magi_lp runs JAX on cuda or cpu; unset it"),
+    ],
+)  # fmt: skip
+def test_a_bad_environment_variable_gets_one_line(tmp_path, script, env, args, expected):
+    args = ["--config", CONFIG, "--workdir", str(tmp_path / "run"), *args]
+    result = run_entry_point(script, args, timeout=60, env=env)
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and expected in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "run").exists(), "a refused run created its workdir"
+
+
+@pytest.mark.skipif(detect_jax_build().serves_cuda, reason="this JAX can start CUDA")
+def test_jax_platforms_cuda_where_jax_cannot_start_it_is_one_line(tmp_path):
+    args = ["--config", CONFIG, "--workdir", str(tmp_path / "run")]
+    result = run_entry_point(
+        "projects/td3/main.py", args, timeout=60, env={"JAX_PLATFORMS": "cuda"}
+    )
+    assert result.returncode == 2, result.stderr
+    assert (
+        "error: JAX_PLATFORMS=cuda (in the environment): JAX in this Python is CPU only ("
+        in (result.stderr)
+        and "Traceback" not in result.stderr
+    ), result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_workdir_that_exists_and_cannot_be_written_is_one_line(tmp_path, monkeypatch):
+    """A read-only mount refuses even root (the user here, for whom no mode bit does): the
+    check asks `os.access`, faked for this folder alone."""
+    from magi_lp import cli
+    from magi_lp.errors import ConfigError
+
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    real = cli.os.access
+    monkeypatch.setattr(cli.os, "access", lambda p, m: Path(p) != workdir and real(p, m))
+    with pytest.raises(ConfigError, match=r"cannot be written: .* is not writable by this user"):
+        cli._check_workdir_can_be_made(workdir)
+    cli._check_workdir_can_be_made(tmp_path / "other")  # its parent can be written
+
+
+def test_a_dry_run_of_an_engine_this_stack_lacks_is_refused_as_its_launch_is(tmp_path):
+    """The dry run planned it (Launchpad's Reverb replay on a stack without either)."""
+    from magi_lp import engines
+
+    other = next((e for e in engines.ENGINES.values() if e.missing()), None)
+    if other is None:
+        pytest.skip("every engine can run here")
+    args = ["--config", CONFIG, "--dry_run", "--launcher", other.name]
+    result = run_entry_point(SCRIPT, [*args, "--workdir", str(tmp_path / "run")], timeout=60)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"error: --launcher {other.name} (" in result.stderr and "not installed here" in (
+        result.stderr
+    ), result.stderr
+    assert "engine:" not in result.stdout  # no plan printed
+
+
 def test_missing_config_example_survives_optimize_2():
     """`python -OO` drops the entry script's docstring; the example is read from its source."""
     result = run_entry_point(SCRIPT, [], timeout=60, env={"PYTHONOPTIMIZE": "2"})
@@ -177,6 +245,13 @@ GET_CONFIG = "def get_config():\n    return None\n"
             "        return ResourceSpec(cpu_threads=0)\n",
             [],
             "my_config.py (line 6): ResourceSpec.cpu_threads must be",
+        ),
+        # A file whose get_config takes an argument, given none (no fix was said).
+        (
+            "from ml_collections import ConfigDict\n"
+            "def get_config(mode):\n    return ConfigDict({'seed': 1})\n",
+            [],
+            "get_config() takes an argument ('mode'); give it after a colon: --config ",
         ),
     ],
 )
