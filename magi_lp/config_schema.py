@@ -321,9 +321,21 @@ def typed_section(
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in fixed}
     names = list(fields)
-    for key in values:
-        if key not in names:
-            raise unknown_key(prefix, key, names)
+    unknown = [key for key in values if key not in names]
+    if prefix and len(unknown) >= 3 and 2 * len(unknown) >= len(values):
+        # Most of the section is not this project's: a config file of another project.
+        shown = ", ".join(unknown[:4]) + (", ..." if len(unknown) > 4 else "")
+        raise ConfigError(
+            fact_refusal(
+                f"{prefix.rstrip('.')}: {len(unknown)} of its {len(values)} keys are not this "
+                f"project's ({shown})",
+                f"its keys are {', '.join(sorted(names))}",
+                "is --config another project's config? run it with that project's entry "
+                "point, or pick one of this project's from configs/",
+            )
+        )
+    if unknown:
+        raise unknown_key(prefix, unknown[0], names)
     kwargs = {}
     for name in names:
         if name not in values:

@@ -61,6 +61,12 @@ SCRIPT = "projects/td3/lp_main.py"
             "did you mean resources.actor.gpu_memory?",
         ),
         (["--config", CONFIG, "--config.env.no_such_key=1"], "env has no key 'no_such_key'"),
+        # DrQ-v2's config given to TD3: "agent.action_clamp_eps is not a known config key".
+        (
+            ["--config", "configs/reacher_hard_distributed.py", "--dry_run"],
+            "keys are not this project's (action_clamp_eps, adam_eps, augmentation_pad, "
+            "critic_target_tau, ...): its keys are actor_steps_per_update, batch_size,",
+        ),
         (["--config", CONFIG, "--workdir", "/etc/hostname"], "--workdir"),
         # Found only after the isolated re-run and the heavy imports before.
         (
