@@ -381,6 +381,7 @@ def _run_distributed(
         name if name.endswith("distributed") else f"{name}_distributed", validate_config
     )
     engine = engines.engine(_LAUNCHER.value)
+    _check_resumes_the_same_run(config, workdir)
     finished = _finished_line(config, workdir, single_process=False)
     if finished and not _DRY_RUN.value and not _RENDER.value:
         console.say(f"nothing to do: {finished}")
@@ -572,6 +573,46 @@ def _saved_counts(config: Any, workdir: Path) -> dict[str, Any]:
     return counts if isinstance(counts, dict) else {}
 
 
+def _check_resumes_the_same_run(config: Any, workdir: Path) -> None:
+    """Refuses, before anything starts, a relaunch of `workdir` whose agent or env keys
+    differ from those its newest checkpoint was saved with (`RUN_SECTIONS`): the learner
+    would fail to restore other shapes only once every node was up, or go on training with
+    other settings than the run's first part, in one run folder."""
+    from magi_lp.runtime.checkpoint_metadata import (
+        identity_differences,
+        run_identity,
+        saved_metadata,
+    )
+
+    if not config.checkpoint.enabled or not workdir.is_dir():
+        return
+    saved = saved_metadata(Workdir(workdir).learner_checkpoints).get("config")
+    differences = identity_differences(saved, run_identity(config))
+    if not differences:
+        return
+    key, before, now = differences[0]
+    more = f" (and {len(differences) - 1} more: {', '.join(d[0] for d in differences[1:4])}" + (
+        ", ...)" if len(differences) > 4 else ")"
+    )
+    raise ConfigError(
+        fact_refusal(
+            f"{key}={_shown(now)}",
+            f"the run in {workdir} was saved with {key}={_shown(before)}"
+            + (more if len(differences) > 1 else "")
+            + "; a relaunch resumes that run",
+            f"give --config.{key}={_shown(before)} to resume it, or a new --workdir for a new run",
+        )
+    )
+
+
+def _shown(value: Any) -> str:
+    """A saved config value as a flag takes it: (256,256), not [256, 256]."""
+    if isinstance(value, list):
+        items = ",".join(_shown(v) for v in value)
+        return f"({items},)" if len(value) == 1 else f"({items})"
+    return repr(value)
+
+
 def _finished_line(config: Any, workdir: Path, *, single_process: bool) -> str | None:
     """Why a relaunch of `workdir` has nothing to do, or None: its checkpoint is at or past
     `max_actor_steps` and every evaluator's last evaluation, whole, is of those parameters
@@ -759,6 +800,7 @@ def _run_single_process(
         )
     _check_workdir_can_be_made(workdir)
     _check_jax_platforms(os.environ)
+    _check_resumes_the_same_run(config, workdir)
     finished = _finished_line(config, workdir, single_process=True)
     if finished:
         console.say(f"nothing to do: {finished}")

@@ -465,3 +465,30 @@ def test_save_and_restore_time_for_5mb_state(tmp_path, capsys):
         )
     # Generous bound for a loaded 2-core box; measured ~30 ms / ~20 ms.
     assert np.median(save_s) < 5.0 and np.median(restore_s) < 5.0
+
+
+def test_a_runs_identity_is_its_agent_and_env_sections_and_differences_name_their_keys():
+    """What a relaunch must give as its checkpoint was saved with (cli refuses otherwise)."""
+    import ml_collections
+
+    from magi_lp.runtime.checkpoint_metadata import identity_differences, run_identity
+
+    config = ml_collections.ConfigDict(
+        {"agent": {"hidden_sizes": (32, 32), "lr": 1e-3}, "env": {"task": "balance"},
+         "max_actor_steps": 100}
+    )  # fmt: skip
+    saved = run_identity(config)
+    assert saved == {"agent": {"hidden_sizes": [32, 32], "lr": 1e-3}, "env": {"task": "balance"}}
+    assert identity_differences(saved, run_identity(config)) == []
+    config.max_actor_steps = 200  # not the run's identity: a limit may change
+    config.agent.hidden_sizes = (16, 16)
+    config.env.task = "swingup"
+    assert identity_differences(saved, run_identity(config)) == [
+        ("agent.hidden_sizes", [32, 32], [16, 16]),
+        ("env.task", "balance", "swingup"),
+    ]
+    # A key the saved run had not, and a checkpoint from before identities were saved.
+    assert identity_differences({"env": {}}, {"env": {"task": "a"}}) == [
+        ("env.task", "(not set)", "a")
+    ]
+    assert identity_differences(None, run_identity(config)) == []

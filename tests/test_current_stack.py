@@ -115,6 +115,21 @@ def test_td3_runs_on_the_host_replay_and_resumes(tmp_path):
     assert all(math.isfinite(x) for x in column(learner, "critic_loss"))
     first_updates = _newest_checkpoint(workdir)
     assert first_updates >= 140  # (250 - 100) updates, give or take the schedule's rounding
+    # A relaunch with other networks: one line before anything starts (it failed at restore,
+    # after the replay and the actor were up, with 60 shapes and no key named).
+    other = [f.replace("(32,32)", "(16,16)") for f in flags] + ["--config.max_actor_steps=500"]
+    refused = run_entry_point(
+        "projects/td3/main.py",
+        ["--config", "configs/td3_cartpole.py", "--workdir", str(workdir), *other],
+        timeout=60,
+    )
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert refused.stderr.strip().splitlines()[-1] == (
+        f"error: agent.hidden_sizes=(16,16): the run in {workdir} was saved with "
+        "agent.hidden_sizes=(32,32); a relaunch resumes that run; give "
+        "--config.agent.hidden_sizes=(32,32) to resume it, or a new --workdir for a new run"
+    ), refused.stderr[-3000:]
+    assert _newest_checkpoint(workdir) == first_updates
 
     second = _run_to("projects/td3/main.py", "configs/td3_cartpole.py", workdir, flags, 500)
     # The counts go on from the first run's: 250 more actor steps, not 500.

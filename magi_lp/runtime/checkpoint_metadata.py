@@ -38,3 +38,39 @@ def saved_metadata(directory: str | os.PathLike) -> dict[str, Any]:
         if isinstance(metadata, dict):
             return metadata
     return {}
+
+
+RUN_SECTIONS = ("agent", "env")
+"""The config sections that make a run what it is: a resume continues the run its checkpoint
+was saved by, so a relaunch must give them as they were (`run_identity`, saved with each
+checkpoint as "config"). The rest (limits, resources, logging, evaluation) may change."""
+
+
+def run_identity(config: Any) -> dict[str, Any]:
+    """`RUN_SECTIONS` of `config` as plain JSON values (tuples as lists)."""
+    sections = {name: config[name].to_dict() for name in RUN_SECTIONS if name in config}
+    return json.loads(json.dumps(sections, default=str))
+
+
+def identity_differences(saved: Any, current: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(dotted key, saved value, current value) for every key of `RUN_SECTIONS` that differs
+    between a checkpoint's saved identity and this run's; [] for a checkpoint that saved none
+    (written before identities were)."""
+    if not isinstance(saved, dict):
+        return []
+    found: list[tuple[str, Any, Any]] = []
+
+    def walk(prefix: str, before: Any, now: Any) -> None:
+        if isinstance(before, dict) and isinstance(now, dict):
+            for key in sorted(set(before) | set(now)):
+                walk(f"{prefix}.{key}", before.get(key, _ABSENT), now.get(key, _ABSENT))
+        elif before != now:
+            found.append((prefix.lstrip("."), before, now))
+
+    for section in RUN_SECTIONS:
+        if section in saved and section in current:
+            walk(section, saved[section], current[section])
+    return found
+
+
+_ABSENT = "(not set)"

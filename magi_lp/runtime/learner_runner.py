@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from absl import logging
@@ -55,6 +55,7 @@ class LearnerRunner:
         clock: Callable[[], float] = time.monotonic,
         closeables: Sequence[Any] = (),
         replay: ReplayCheckpoint | None = None,
+        identity: Mapping[str, Any] | None = None,
     ):
         """Creates the runner and restores the latest checkpoint if there is one.
 
@@ -68,10 +69,14 @@ class LearnerRunner:
           clock: seconds, for the checkpoint period (tests pass a fake one).
           closeables: what `close()` closes with the runner (e.g. the learner's logger).
           replay: the replay to save with every checkpoint and restore with it.
+          identity: the config sections that make the run what it is
+            (`checkpoint_metadata.run_identity`), saved with each checkpoint as "config": a
+            relaunch that gives others is refused before it starts.
         """
         self._closeables = list(closeables)
         self._learner = learner
         self._get_counts = get_counts
+        self._identity = dict(identity or {})
         self._last_counts: dict[str, Any] = {}
         self._save_lock = threading.Lock()
         self.restored_step: int | None = None
@@ -157,7 +162,10 @@ class LearnerRunner:
         if self._replay is not None:
             # Written first: a learner checkpoint then never names a replay that is missing.
             self._replay.checkpointer.save(self._steps, self._replay.save())
-        return Snapshot(self._steps, self._learner.save(), {"counts": self._counts_or_last()})
+        metadata = {"counts": self._counts_or_last()}
+        if self._identity:
+            metadata["config"] = self._identity
+        return Snapshot(self._steps, self._learner.save(), metadata)
 
     def _counts_or_last(self, timeout_s: float = 5.0) -> dict[str, Any]:
         # At stop the counter node may already be gone, and a Courier call to a dead server

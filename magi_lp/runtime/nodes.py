@@ -35,7 +35,7 @@ from magi_lp.replay.spec import WriteAbandonedError
 from magi_lp.replay.store import LearnerReplay, ReplayStore
 from magi_lp.runtime import seeding
 from magi_lp.runtime.acting_loop import ActingLoop
-from magi_lp.runtime.checkpoint_metadata import saved_metadata
+from magi_lp.runtime.checkpoint_metadata import run_identity, saved_metadata
 from magi_lp.runtime.checkpointing import Checkpointer, CheckpointWriteError
 from magi_lp.runtime.config import DISTRIBUTED_COUNT_EVERY
 from magi_lp.runtime.experiment import Experiment
@@ -108,6 +108,7 @@ def make_learner_runner(
         restore_counts=lambda counts: counter.increment(**counts),
         closeables=[logger, replay],
         replay=replay_checkpoint,
+        identity=run_identity(config),
     )
 
 
