@@ -423,7 +423,12 @@ def _run_distributed(
         )
     ]
     cache = compilation_cache_warning(plan.jax_build, _compilation_cache_settings(config))
-    warnings = (*capacity_warnings(config), *plan.warnings, *([cache] if cache else []))
+    warnings = (
+        *capacity_warnings(config),
+        *plan.warnings,
+        *([cache] if cache else []),
+        *_never_updates(config, planning.builder),
+    )
     notices += [f"warning: {w}" for w in warnings]
     if store is not None:
         notices.append(store.line)
@@ -571,6 +576,20 @@ def _saved_counts(config: Any, workdir: Path) -> dict[str, Any]:
         return {}
     counts = saved_metadata(Workdir(workdir).learner_checkpoints).get("counts")
     return counts if isinstance(counts, dict) else {}
+
+
+def _never_updates(config: Any, builder: Any) -> list[str]:
+    """A warning when the run ends before its learner's first update: allowed (a smoke test
+    of the acting side), but rarely meant."""
+    first = int(builder.replay_schedule().min_replay_size)
+    limit = int(config.max_actor_steps)
+    if not limit or limit > first:
+        return []
+    return [
+        f"max_actor_steps={limit} ends before the learner's first update (the replay holds "
+        f"{first:,} items first, by the agent's settings): the learner will not update; raise "
+        f"max_actor_steps above {first}"
+    ]
 
 
 def _check_resumes_the_same_run(config: Any, workdir: Path) -> None:
@@ -818,6 +837,8 @@ def _run_single_process(
     # Where a pixel agent's frames live (sets replay.store): the experiment that runs is made
     # again below, from the config as this settles it.
     builder = _make(make_experiment, config, workdir).builder
+    for warning in _never_updates(config, builder):
+        console.say(f"warning: {warning}")
     store = plan_replay_store(config, builder, single_process=True)
     if store is not None:
         console.say(store.line)

@@ -188,6 +188,27 @@ def test_a_dry_run_of_an_engine_this_stack_lacks_is_refused_as_its_launch_is(tmp
     assert "engine:" not in result.stdout  # no plan printed
 
 
+def test_a_run_that_cannot_train_is_refused_or_warned_before_it_starts(tmp_path):
+    """A replay too small for the transitions the first update waits for is refused (the
+    learner waited forever); a limit before the first update is allowed, with a warning."""
+    drq = ["--config", "configs/reacher_hard_distributed.py", "--dry_run"]
+    drq += ["--config.agent.min_replay_frames=3000000", "--workdir", str(tmp_path / "a")]
+    refused = run_entry_point("projects/drq_v2/lp_main.py", drq, timeout=90)
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert refused.stderr.strip().splitlines()[-1] == (
+        "error: agent.replay_buffer_size must be >= the 1,500,000 transitions of "
+        "agent.min_replay_frames=3000000 (at env.action_repeat=2), got 1000000; e.g. "
+        "--config.agent.replay_buffer_size=1500000, or fewer min_replay_frames"
+    )
+    td3 = ["--config", CONFIG, "--dry_run", "--config.max_actor_steps=300"]
+    planned = run_entry_point(SCRIPT, [*td3, "--workdir", str(tmp_path / "b")], timeout=90)
+    assert planned.returncode == 0, planned.stderr[-2000:]
+    assert (
+        "warning: max_actor_steps=300 ends before the learner's first update (the replay holds "
+        "1,000 items first, by the agent's settings)" in planned.stdout
+    ), planned.stdout
+
+
 def test_missing_config_example_survives_optimize_2():
     """`python -OO` drops the entry script's docstring; the example is read from its source."""
     result = run_entry_point(SCRIPT, [], timeout=60, env={"PYTHONOPTIMIZE": "2"})

@@ -254,6 +254,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     sections = {"agent": DrQSettings, "env": DrQEnvSettings}
     check_project_sections(config, sections, defaults_module=__name__)
     _check_image_fits_the_encoder(config)
+    _check_replay_can_fill(config)
     check_suite_task(config.env.domain, config.env.task)
     check_suite_camera(config.env.domain, config.env.task, config.env.camera_id)
 
@@ -269,6 +270,24 @@ def encoder_output_side(
         if side < 1:
             break
     return side
+
+
+def _check_replay_can_fill(config: ml_collections.ConfigDict) -> None:
+    """Refuses a replay that cannot hold the transitions the first update waits for: the
+    learner would wait forever (TD3's settings refuse the same in one section)."""
+    agent, repeat = config.agent, int(config.env.action_repeat)
+    needed = frames_to_agent_steps(int(agent.min_replay_frames), repeat)
+    if int(agent.replay_buffer_size) >= needed:
+        return
+    raise ConfigError(
+        refusal(
+            "agent.replay_buffer_size",
+            f">= the {needed:,} transitions of agent.min_replay_frames="
+            f"{int(agent.min_replay_frames)} (at env.action_repeat={repeat})",
+            agent.replay_buffer_size,
+            f"e.g. --config.agent.replay_buffer_size={needed}, or fewer min_replay_frames",
+        )
+    )
 
 
 def _check_image_fits_the_encoder(config: ml_collections.ConfigDict) -> None:
