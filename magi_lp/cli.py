@@ -937,11 +937,50 @@ def parse_flags(argv: list[str]) -> list[str]:
     # ml_collections warns when get_config() returns None; _checked_inputs refuses it in one line.
     absl_logger.addFilter(_not_a_config_warning)
     try:
-        return flags.FLAGS(argv)
+        rest = flags.FLAGS(argv)
     except Exception as error:  # each kind gets its own line (_flag_error)
         _fail(_flag_error(argv, error))
     finally:
         absl_logger.removeFilter(_not_a_config_warning)
+    _refuse_a_repeated_sequence(argv)
+    return rest
+
+
+def _overrides(argv: list[str]) -> list[tuple[str, str]]:
+    """(key, value) of each `--config.<key>=<value>` / `--config.<key> <value>`, in order."""
+    found = []
+    for index, arg in enumerate(argv):
+        if not arg.startswith("--config."):
+            continue
+        key, equals, value = arg[len("--config.") :].partition("=")
+        if not equals and index + 1 < len(argv):
+            value = argv[index + 1]
+        found.append((key, value))
+    return found
+
+
+def _refuse_a_repeated_sequence(argv: list[str]) -> None:
+    """ml_collections joins a tuple key's repeated overrides ((32,32) then (16,16) gives
+    (32,32,16,16)) where a scalar's last one wins: a key given twice whose value is a
+    sequence is refused."""
+    given: dict[str, list[str]] = {}
+    for key, value in _overrides(argv):
+        given.setdefault(key, []).append(value)
+    config = _CONFIG.value
+    for key, values in given.items():
+        if len(values) < 2 or config is None or _missing_key(config, key) is not None:
+            continue
+        node = config
+        for part in key.split("."):
+            node = node[part]
+        if isinstance(node, (tuple, list)):
+            _fail(
+                fact_refusal(
+                    f"--config.{key} is given {len(values)} times ({', then '.join(values)})",
+                    f"the values of a sequence are joined, not replaced (it would be {node})",
+                    "give it once",
+                )
+            )
 
 
 def _not_a_config_warning(record: Any) -> bool:

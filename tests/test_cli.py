@@ -61,6 +61,17 @@ SCRIPT = "projects/td3/lp_main.py"
             "did you mean resources.actor.gpu_memory?",
         ),
         (["--config", CONFIG, "--config.env.no_such_key=1"], "env has no key 'no_such_key'"),
+        # ml_collections joined them: networks of (32, 32, 16, 16), without a word.
+        (
+            [
+                "--config",
+                CONFIG,
+                "--config.agent.hidden_sizes=(32,32)",
+                "--config.agent.hidden_sizes=(16,16)",
+            ],
+            "--config.agent.hidden_sizes is given 2 times ((32,32), then (16,16)): the values of "
+            "a sequence are joined, not replaced (it would be (32, 32, 16, 16)); give it once",
+        ),
         # DrQ-v2's config given to TD3: "agent.action_clamp_eps is not a known config key".
         (
             ["--config", "configs/reacher_hard_distributed.py", "--dry_run"],
