@@ -253,6 +253,14 @@ def override_refusal(key: str, given: str, current: Any) -> str:
     import ml_collections
 
     if isinstance(current, Mapping | ml_collections.ConfigDict):
+        if not current:  # a mapping the file leaves empty (resources.<group>.env): no key to set
+            return refusal(
+                key,
+                "a mapping set in the config file",
+                given,
+                f"set it there, e.g. config.{key} = {{'NAME': 'value'}} (command-line overrides "
+                "can only change keys the file sets)",
+            )
         inner = "device" if "device" in current else next(iter(current), "<key>")
         return refusal(
             key,

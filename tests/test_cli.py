@@ -61,6 +61,12 @@ SCRIPT = "projects/td3/lp_main.py"
             "did you mean resources.actor.gpu_memory?",
         ),
         (["--config", CONFIG, "--config.env.no_such_key=1"], "env has no key 'no_such_key'"),
+        # An empty mapping: the fix offered a key of it ("its keys: "), and then that refused.
+        (
+            ["--config", CONFIG, "--config.resources.actor.env=A=1"],
+            "resources.actor.env must be a mapping set in the config file, got 'A=1'; set it "
+            "there, e.g. config.resources.actor.env = {'NAME': 'value'}",
+        ),
         # ml_collections joined them: networks of (32, 32, 16, 16), without a word.
         (
             [
