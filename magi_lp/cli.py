@@ -137,6 +137,12 @@ def _checked_inputs(
             fact_refusal("--config is required", "", f"e.g. --config {_example_config()}")
         )
     file = Path(path.split(":", 1)[0])
+    if file.is_dir():
+        raise ConfigError(
+            fact_refusal(
+                f"--config {path}", "a folder, not a file", "e.g. --config configs/<name>.py"
+            )
+        )
     if not file.is_file():
         # A misspelt name in a folder that exists: the closest file name there.
         siblings = [p.name for p in file.parent.glob("*.py")]
@@ -1011,6 +1017,14 @@ def _flag_error(argv: list[str], error: Exception) -> str:
             return f"--config {_config_arg(argv)} (line {line}): {refusal}" if line else refusal
         if "Error whilst parsing config file" in str(error):
             return _get_config_error(str(error))
+        switch = re.match(
+            r"flag --(\w+)=(.*): \('Non-boolean argument to boolean flag'", str(error)
+        )
+        if switch:
+            name, value = switch.groups()
+            return fact_refusal(
+                f"--{name}={value}", "it is a switch", f"give --{name} alone (or --no{name})"
+            )
         if (
             isinstance(error, flags.UnrecognizedFlagError)
             and error.flagname.startswith("config.")
@@ -1026,7 +1040,7 @@ def _flag_error(argv: list[str], error: Exception) -> str:
         reason = error.__cause__ or str(error).splitlines()[-1].strip()
         return f"--config: cannot load the config file: {reason}"
     if isinstance(error, SyntaxError):
-        return f"--config: the config file has a syntax error: {error}"
+        return f"--config: the config file has a syntax error: {error}; fix the file"
     if isinstance(error, AttributeError) and "get_config" in str(error):
         return (
             f"--config {_config_arg(argv)}: the file defines no get_config(); a config "

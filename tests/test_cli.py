@@ -61,6 +61,16 @@ SCRIPT = "projects/td3/lp_main.py"
             "did you mean resources.actor.gpu_memory?",
         ),
         (["--config", CONFIG, "--config.env.no_such_key=1"], "env has no key 'no_such_key'"),
+        # Said in absl's words: "('Non-boolean argument to boolean flag', 'maybe')".
+        (
+            ["--config", CONFIG, "--dry_run=maybe"],
+            "--dry_run=maybe: it is a switch; give --dry_run alone (or --nodry_run)",
+        ),
+        (["--config", "configs"], "--config configs: a folder, not a file"),
+        (
+            ["--config", CONFIG, "--config.resources.learner.device=GPU"],
+            "got 'GPU'; did you mean 'gpu'? (lower case)",
+        ),
         # An empty mapping: the fix offered a key of it ("its keys: "), and then that refused.
         (
             ["--config", CONFIG, "--config.resources.actor.env=A=1"],

@@ -155,7 +155,10 @@ class ResourceSpec:
             ("render", RENDERERS),
             ("allocator", (*ALLOCATORS, None)),
         ):
-            check(self, key, is_one_of(getattr(self, key), options))
+            value = getattr(self, key)
+            cased = isinstance(value, str) and value.lower() in options and value not in options
+            fix = f"did you mean {value.lower()!r}? (lower case)" if cased else ""
+            check(self, key, is_one_of(value, options), fix=fix)
         gpus = self.gpus
         if isinstance(gpus, list | tuple):
             check(self, "gpus", bool(gpus) and all(is_int(i) and i >= 0 for i in gpus))
