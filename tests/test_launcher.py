@@ -492,6 +492,34 @@ def test_run_folders_of_dead_launchers_are_swept_and_others_left(tmp_path):
     ]
 
 
+def test_sweeps_of_one_temp_dir_at_once_do_not_fail_on_each_others_removals(tmp_path):
+    """A resubmitted SLURM job's nodes start together on each host and sweep its temp dir
+    of the cancelled job's folders: one removed a folder another was listing, and that node
+    died of FileNotFoundError (a fresh-clone suite, test_slurm's resubmission)."""
+    import subprocess
+    import sys
+
+    dead = subprocess.Popen([sys.executable, "-c", ""])
+    dead.wait()
+    for index in range(150):
+        folder = tmp_path / f"magi_lp_launch_stale{index}"
+        folder.mkdir()
+        for name in range(30):
+            (folder / f"f{name}").write_text("x")
+        (folder / "launcher.pid").write_text(str(dead.pid))
+    sweep = (
+        "import sys; from magi_lp.launch import run_folders; "
+        "run_folders.sweep_stale_run_folders(sys.argv[1])"
+    )
+    sweepers = [
+        subprocess.Popen([sys.executable, "-c", sweep, str(tmp_path)], stderr=subprocess.PIPE)
+        for _ in range(8)
+    ]
+    errors = [p.communicate(timeout=60)[1].decode() for p in sweepers]
+    assert all(p.returncode == 0 for p in sweepers), errors
+    assert not list(tmp_path.iterdir())
+
+
 def test_a_node_killed_at_the_notice_is_a_fault_reported_once(tmp_path):
     """SIGKILL after the notice is the last resort: one line per stage, exit code 1."""
     log = tmp_path / "stubborn.log"

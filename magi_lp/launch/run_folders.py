@@ -96,8 +96,14 @@ def sweep_stale_run_folders(temp_dir: str, prefixes: tuple[str, ...] = RUN_PREFI
 
 def _remove_owned(folder: Path) -> None:
     """Removes a run folder, its owner file last: a removal cut short (a file that cannot
-    be removed, a stop) leaves a folder the next sweep still knows as a run's."""
-    for entry in folder.iterdir():
+    be removed, a stop) leaves a folder the next sweep still knows as a run's. Another
+    process's sweep may remove it meanwhile (a SLURM job's nodes of one host start together
+    and each sweeps the host's temp dir): what is already gone is no error."""
+    try:
+        entries = list(folder.iterdir())
+    except FileNotFoundError:
+        return
+    for entry in entries:
         if entry.name == OWNER_FILE:
             continue
         if entry.is_dir() and not entry.is_symlink():
