@@ -19,6 +19,7 @@ network-isolation re-exec happens before any of them start threads.
 from __future__ import annotations
 
 import ast
+import contextlib
 import ctypes
 import importlib.util
 import inspect
@@ -212,17 +213,22 @@ def _check_jax_platforms(env: Mapping[str, str]) -> None:
     if not platforms or platforms[0] == "cpu":
         return
     fix = "unset it (JAX then uses CUDA where it can, else the CPU), or set JAX_PLATFORMS=cpu"
-    if platforms[0] not in ("cuda", "gpu"):
+    unknown = [p for p in platforms if p not in ("cuda", "gpu", "cpu")]
+    if unknown:
+        lower = [p.lower() for p in unknown if p.lower() in ("cuda", "gpu", "cpu")]
         raise ConfigError(
             fact_refusal(
                 f"JAX_PLATFORMS={value} (in the environment)",
                 "magi_lp runs JAX on cuda or cpu",
-                fix,
+                f"did you mean {lower[0]!r}? (lower case)" if lower else fix,
             )
         )
     from magi_lp.placement.gpu_inventory import query_inventory
+    from magi_lp.placement.jax_build import parse_version
 
     build = detect_jax_build()
+    if "cpu" in platforms and parse_version(build.jaxlib_version)[:2] >= (0, 11):
+        return  # jax 0.11 skips a CUDA it cannot start and takes the CPU (0.4.30 raised)
     if not build.serves_cuda:
         why = f"JAX in this Python is CPU only ({build.describe()})"
     else:
@@ -615,17 +621,14 @@ def _check_resumes_the_same_run(config: Any, workdir: Path) -> None:
     differences = identity_differences(saved, run_identity(config))
     if not differences:
         return
-    key, before, now = differences[0]
-    more = f" (and {len(differences) - 1} more: {', '.join(d[0] for d in differences[1:4])}" + (
-        ", ...)" if len(differences) > 4 else ")"
-    )
+    now = ", ".join(f"{key}={_shown(value)}" for key, _, value in differences)
+    saved_with = ", ".join(f"{key}={_shown(value)}" for key, value, _ in differences)
+    flags = " ".join(f"--config.{key}={_shown(value)}" for key, value, _ in differences)
     raise ConfigError(
         fact_refusal(
-            f"{key}={_shown(now)}",
-            f"the run in {workdir} was saved with {key}={_shown(before)}"
-            + (more if len(differences) > 1 else "")
-            + "; a relaunch resumes that run",
-            f"give --config.{key}={_shown(before)} to resume it, or a new --workdir for a new run",
+            now,
+            f"the run in {workdir} was saved with {saved_with}; a relaunch resumes that run",
+            f"give {flags} to resume it, or a new --workdir for a new run",
         )
     )
 
@@ -956,9 +959,9 @@ def _overrides(argv: list[str]) -> list[tuple[str, str]]:
     """(key, value) of each `--config.<key>=<value>` / `--config.<key> <value>`, in order."""
     found = []
     for index, arg in enumerate(argv):
-        if not arg.startswith("--config."):
+        if not arg.startswith(("--config.", "-config.")):
             continue
-        key, equals, value = arg[len("--config.") :].partition("=")
+        key, equals, value = arg.lstrip("-")[len("config.") :].partition("=")
         if not equals and index + 1 < len(argv):
             value = argv[index + 1]
         found.append((key, value))
@@ -970,6 +973,8 @@ def _refuse_a_repeated_sequence(argv: list[str]) -> None:
     (32,32,16,16)) where a scalar's last one wins: a key given twice whose value is a
     sequence is refused."""
     given: dict[str, list[str]] = {}
+    with contextlib.suppress(flags.Error):  # as absl read them: --flagfile's lines in place
+        argv = flags.FLAGS.read_flags_from_files(argv, force_gnu=False)
     for key, value in _overrides(argv):
         given.setdefault(key, []).append(value)
     config = _CONFIG.value

@@ -215,6 +215,20 @@ def test_a_dry_run_of_an_engine_this_stack_lacks_is_refused_as_its_launch_is(tmp
     assert "engine:" not in result.stdout  # no plan printed
 
 
+def test_a_sequence_given_in_a_flagfile_and_again_on_the_command_line_is_refused(tmp_path):
+    flagfile = tmp_path / "flags.txt"
+    flagfile.write_text("--config.agent.hidden_sizes=(8,8)\n")
+    args = ["--config", CONFIG, "--dry_run", f"--flagfile={flagfile}"]
+    args += ["--config.agent.hidden_sizes=(4,4)", "--workdir", str(tmp_path / "run")]
+    result = run_entry_point(SCRIPT, args, timeout=60)
+    assert result.returncode == 2, result.stdout[-2000:]
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith("error: --config.agent.hidden_sizes is given 2 times ((8,8), then (4,4))")
+    ), result.stderr[-2000:]
+
+
 def test_a_run_that_cannot_train_is_refused_or_warned_before_it_starts(tmp_path):
     """A replay too small for the transitions the first update waits for is refused (the
     learner waited forever); a limit before the first update is allowed, with a warning."""

@@ -113,6 +113,7 @@ def _remove_owned(folder: Path) -> None:
                 entry.unlink()
     with contextlib.suppress(OSError):
         Path(folder, OWNER_FILE).unlink()
+    with contextlib.suppress(OSError):  # another sweep took the owner file: still the folder
         folder.rmdir()
 
 

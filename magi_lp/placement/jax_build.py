@@ -88,7 +88,7 @@ class JaxBuild:
     @property
     def compilation_cache_safe(self) -> bool:
         """Whether JAX's persistent compilation cache may be used (`_CACHE_SAFE_JAXLIB`)."""
-        return _parse_version(self.jaxlib_version)[:2] >= _CACHE_SAFE_JAXLIB
+        return parse_version(self.jaxlib_version)[:2] >= _CACHE_SAFE_JAXLIB
 
     def describe(self) -> str:
         """One phrase for messages: "jaxlib 0.4.30 + jax-cuda12-plugin 0.4.30"."""
@@ -175,7 +175,8 @@ def jax_backend(env: Mapping[str, str], build: JaxBuild) -> str:
     return "cuda" if build.serves_cuda and env.get("CUDA_VISIBLE_DEVICES") != "" else "cpu"
 
 
-def _parse_version(text: str) -> tuple[int, ...]:
+def parse_version(text: str) -> tuple[int, ...]:
+    """The first three numbers of a version ("0.4.30+cuda12" -> (0, 4, 30))."""
     return tuple(int(x) for x in re.findall(r"\d+", text)[:3])
 
 
@@ -228,7 +229,7 @@ def explain_cuda_failure(build: JaxBuild, env: Mapping[str, str], inventory: Gpu
             f"{cuda % 1000 // 10}, older than the CUDA {needed} of {build.describe()}: update "
             f"the driver{minimum}, or run `make setup JAX=cpu`"
         )
-    if 12 in majors and driver and _parse_version(driver) < _parse_version(MIN_DRIVER_CUDA12):
+    if 12 in majors and driver and parse_version(driver) < parse_version(MIN_DRIVER_CUDA12):
         return (
             f"the NVIDIA driver {driver} is older than {MIN_DRIVER_CUDA12}, the oldest that "
             "runs CUDA 12: update the driver, or run `make setup JAX=cpu`"

@@ -43,7 +43,12 @@ def saved_metadata(directory: str | os.PathLike) -> dict[str, Any]:
 RUN_SECTIONS = ("agent", "env")
 """The config sections that make a run what it is: a resume continues the run its checkpoint
 was saved by, so a relaunch must give them as they were (`run_identity`, saved with each
-checkpoint as "config"). The rest (limits, resources, logging, evaluation) may change."""
+checkpoint as "config"). The rest (limits, resources, logging, evaluation) may change, and
+so may `NOT_IDENTITY`."""
+
+NOT_IDENTITY = ("agent.dataset_num_parallel_calls", "env.video")
+"""Keys (and sub-sections) of `RUN_SECTIONS` that change how fast a run goes or what it
+records, not what it learns: the replay's readers, DrQ-v2's evaluation videos."""
 
 
 def run_identity(config: Any) -> dict[str, Any]:
@@ -53,24 +58,25 @@ def run_identity(config: Any) -> dict[str, Any]:
 
 
 def identity_differences(saved: Any, current: dict[str, Any]) -> list[tuple[str, Any, Any]]:
-    """(dotted key, saved value, current value) for every key of `RUN_SECTIONS` that differs
-    between a checkpoint's saved identity and this run's; [] for a checkpoint that saved none
-    (written before identities were)."""
+    """(dotted key, saved value, current value) for every key of `RUN_SECTIONS` that both the
+    checkpoint's saved identity and this run's have and that differs (`NOT_IDENTITY` aside);
+    [] for a checkpoint that saved none (written before identities were). A key on one side
+    only is another version of the project's (a setting added or removed since): not a
+    difference the user made, and no flag could give it."""
     if not isinstance(saved, dict):
         return []
     found: list[tuple[str, Any, Any]] = []
 
     def walk(prefix: str, before: Any, now: Any) -> None:
+        if prefix in NOT_IDENTITY:
+            return
         if isinstance(before, dict) and isinstance(now, dict):
-            for key in sorted(set(before) | set(now)):
-                walk(f"{prefix}.{key}", before.get(key, _ABSENT), now.get(key, _ABSENT))
+            for key in sorted(set(before) & set(now)):
+                walk(f"{prefix}.{key}", before[key], now[key])
         elif before != now:
-            found.append((prefix.lstrip("."), before, now))
+            found.append((prefix, before, now))
 
     for section in RUN_SECTIONS:
         if section in saved and section in current:
             walk(section, saved[section], current[section])
     return found
-
-
-_ABSENT = "(not set)"

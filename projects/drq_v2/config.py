@@ -276,7 +276,7 @@ def _check_replay_can_fill(config: ml_collections.ConfigDict) -> None:
     """Refuses a replay that cannot hold the transitions the first update waits for: the
     learner would wait forever (TD3's settings refuse the same in one section)."""
     agent, repeat = config.agent, int(config.env.action_repeat)
-    needed = frames_to_agent_steps(int(agent.min_replay_frames), repeat)
+    needed = replay_schedule(agent, repeat).min_replay_size
     if int(agent.replay_buffer_size) >= needed:
         return
     raise ConfigError(
