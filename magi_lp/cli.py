@@ -401,8 +401,10 @@ def _run_distributed(
     if engine.several_hosts or _RENDER.value:
         return _run_on_hosts(make_experiment, config, workdir, name)
     # Before planning, a dry run's too: the plan of an engine that cannot run here says
-    # nothing true (its replay, its transport), and the launch would refuse it.
+    # nothing true (its replay, its transport), and the launch would refuse it; so would it
+    # a cluster address where nothing answers.
     engine.require_stack()
+    engine.check_cluster()
     if not _DRY_RUN.value:
         _check_workdir_can_be_made(workdir)
     engine.check_colocation(bool(config.colocate_learner_and_replay))
@@ -461,7 +463,6 @@ def _run_distributed(
 
     joined = engine.cluster_address()
     if joined:
-        engine.check_cluster()
         # The nodes run on that cluster's machines: this process's namespace is not theirs.
         notices.append(
             f"notice: {engine.name} joins the cluster at {joined} ({engine.cluster_var}); "

@@ -369,6 +369,24 @@ def test_bad_input_is_refused_before_ray_starts(tmp_path, flag, address, says):
     run.assert_clean()
 
 
+def test_a_dry_run_refuses_the_cluster_address_the_launch_refuses(tmp_path):
+    """It printed a plan for RAY_ADDRESS=not_an_address; the launch then refused it."""
+    result = subprocess.run(
+        [sys.executable, str(REPO / TD3[0]), *TD3[1:], "--dry_run", f"--workdir={tmp_path}/r"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "RAY_ADDRESS": "not_an_address"},
+    )
+    assert result.returncode == 2, result.stdout[-2000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: RAY_ADDRESS=not_an_address: it is not host:port (or auto); e.g. 10.0.0.5:6379; "
+        "start the cluster there first, or unset RAY_ADDRESS to start ray on this machine"
+    ), result.stderr[-2000:]
+    assert "engine:" not in result.stdout
+
+
 def test_a_reverb_checkpoint_on_ray_is_said_to_save_nothing(tmp_path):
     # Ray's replay is served by the toolkit, not Reverb: the flag was taken silently before.
     result = subprocess.run(
