@@ -41,7 +41,7 @@ from absl import logging as absl_logging
 from ml_collections import config_flags
 
 from magi_lp import console, engines
-from magi_lp.config_schema import did_you_mean, fact_refusal, override_refusal
+from magi_lp.config_schema import did_you_mean, fact_refusal, flag_value, override_refusal
 from magi_lp.errors import ConfigError
 from magi_lp.launch import interrupts, run_folders
 from magi_lp.launch.node_lifetime import quiet_gym_notice
@@ -622,9 +622,9 @@ def _check_resumes_the_same_run(config: Any, workdir: Path) -> None:
     differences = identity_differences(saved, run_identity(config))
     if not differences:
         return
-    now = ", ".join(f"{key}={_shown(value)}" for key, _, value in differences)
-    saved_with = ", ".join(f"{key}={_shown(value)}" for key, value, _ in differences)
-    flags = " ".join(f"--config.{key}={_shown(value)}" for key, value, _ in differences)
+    now = ", ".join(f"{key}={flag_value(value)}" for key, _, value in differences)
+    saved_with = ", ".join(f"{key}={flag_value(value)}" for key, value, _ in differences)
+    flags = " ".join(f"--config.{key}={flag_value(value)}" for key, value, _ in differences)
     raise ConfigError(
         fact_refusal(
             now,
@@ -632,14 +632,6 @@ def _check_resumes_the_same_run(config: Any, workdir: Path) -> None:
             f"give {flags} to resume it, or a new --workdir for a new run",
         )
     )
-
-
-def _shown(value: Any) -> str:
-    """A saved config value as a flag takes it: (256,256), not [256, 256]."""
-    if isinstance(value, list):
-        items = ",".join(_shown(v) for v in value)
-        return f"({items},)" if len(value) == 1 else f"({items})"
-    return repr(value)
 
 
 def _finished_line(config: Any, workdir: Path, *, single_process: bool) -> str | None:
@@ -727,10 +719,14 @@ def _resume_line(config: Any, workdir: Path) -> str | None:
     counts = _saved_counts(config, workdir)
     if "learner_steps" not in counts:
         return None
+    return f"resuming from the workdir's newest checkpoint: {_checkpoint_text(config, counts)}"
+
+
+def _checkpoint_text(config: Any, counts: dict[str, Any]) -> str:
+    """A checkpoint's saved counts as the launcher says them."""
     return (
-        f"resuming from the workdir's newest checkpoint: learner step "
-        f"{int(counts['learner_steps'])}, {int(counts.get('actor_steps', 0))} actor steps "
-        f"(max_actor_steps={config.max_actor_steps})"
+        f"learner step {int(counts['learner_steps'])}, {int(counts.get('actor_steps', 0))} "
+        f"actor steps (max_actor_steps={config.max_actor_steps})"
     )
 
 
@@ -750,9 +746,7 @@ def _where_it_stands(config: Any, workdir: Path, *, single_process: bool) -> str
     if "learner_steps" not in counts:
         return "no learner checkpoint was saved: the same command starts again from step 0"
     return (
-        f"the same command resumes from the newest checkpoint: learner step "
-        f"{int(counts['learner_steps'])}, {int(counts.get('actor_steps', 0))} actor steps "
-        f"(max_actor_steps={config.max_actor_steps})"
+        f"the same command resumes from the newest checkpoint: {_checkpoint_text(config, counts)}"
     )
 
 

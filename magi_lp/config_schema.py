@@ -238,10 +238,11 @@ def _describe(annotation: Any) -> str:
     return " or ".join(words) or str(annotation)
 
 
-def _flag_value(value: Any) -> str:
-    """A default as one shell word after `--config.<key>=`: (256,256), not (256, 256)."""
+def flag_value(value: Any) -> str:
+    """A config value (a default, a saved one) as one shell word after `--config.<key>=`:
+    (256,256), not (256, 256) or [256, 256]."""
     if isinstance(value, tuple | list):
-        items = ",".join(_flag_value(v) for v in value)
+        items = ",".join(flag_value(v) for v in value)
         return f"({items},)" if len(value) == 1 else f"({items})"
     return repr(value)
 
@@ -273,7 +274,7 @@ def override_refusal(key: str, given: str, current: Any) -> str:
     else:
         words = _TYPE_WORDS.get(type(current), f"a {type(current).__name__}")
     return refusal(
-        key, words, given, f"e.g. --config.{key}={_flag_value(current)} (the config file's value)"
+        key, words, given, f"e.g. --config.{key}={flag_value(current)} (the config file's value)"
     )
 
 
@@ -282,7 +283,7 @@ def _default_fix(cls: type, name: str, key: str, suggest_defaults: bool) -> str:
     field = {f.name: f for f in dataclasses.fields(cls)}[name]
     if not suggest_defaults or field.default is dataclasses.MISSING:
         return ""
-    return f"e.g. --config.{key}={_flag_value(field.default)} (the default)"
+    return f"e.g. --config.{key}={flag_value(field.default)} (the default)"
 
 
 def check_project_sections(
