@@ -12,6 +12,7 @@ Shared helpers: `tests/e2e_utils.py` (fresh processes: Python snippets, entry po
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -42,6 +43,7 @@ def pytest_configure(config) -> None:
 _MIN_COMPILE_TIME_VAR = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
 _cache_folder: str | None = None
 _set_here: list[str] = []  # the variables this conftest set, unset at the end
+_pytest_root: list[str] = []  # pytest's folder of this user's sessions (`pytest-of-<user>`)
 
 
 def _share_compiled_programs() -> None:
@@ -74,7 +76,17 @@ def _share_compiled_programs() -> None:
 
 
 def pytest_unconfigure(config) -> None:
+    """Removes the suite's JAX cache, and pytest's `pytest-of-<user>` folder once empty.
+
+    pytest removes a passing session's own folder (`tmp_path_retention_policy`) but not the
+    folder that holds it, which `make test` then left empty in /tmp. It goes only when
+    empty: a failing test's folder is kept in it, and so is a session still running beside
+    this one (the other leg of `make test`; the last one to end removes it).
+    """
     del config
+    for root in _pytest_root:
+        with contextlib.suppress(OSError):
+            os.rmdir(root)
     if _cache_folder is not None:
         for name in _set_here:
             os.environ.pop(name, None)
@@ -93,7 +105,8 @@ def _temp_folder_of_this_session(tmp_path_factory: pytest.TempPathFactory) -> It
     (`tmp_path`) stay where pytest keeps them: a failing test's, for the failure to be
     looked into (`tmp_path_retention_policy` in pyproject.toml).
     """
-    tmp_path_factory.getbasetemp()  # resolved under the real temp folder, before the switch
+    # Resolved under the real temp folder, before the switch.
+    _pytest_root.append(str(tmp_path_factory.getbasetemp().parent))
     folder = tempfile.mkdtemp(prefix="magi_lp_tests_")
     before = tempfile.tempdir
     tempfile.tempdir = folder
