@@ -54,6 +54,7 @@ from magi_lp.placement.xla_flags import check_xla_flags
 from magi_lp.replay.plan import plan_replay_store
 from magi_lp.replay.stores import resolve_store
 from magi_lp.runtime.config import (
+    SECTIONS,
     capacity_warnings,
     check_isolation_allows_logging,
     make_placement_plan,
@@ -101,11 +102,67 @@ MakeExperiment = Callable[..., Any]
 ValidateConfig = Callable[[Any], None]
 
 
+_FACTORY_CALLS = (
+    ("environment_factory", "environment_factory(seed, evaluation)", (0, False)),
+    ("network_factory", "network_factory(environment_spec)", (None,)),
+)
+"""How the toolkit calls an `Experiment`'s factories (`magi_lp.runtime.experiment`)."""
+
+
 def _make(make_experiment: MakeExperiment, config: Any, workdir: Path) -> Any:
-    """Calls `make_experiment(config)`, passing `workdir=` when the project's function takes it."""
+    """Calls `make_experiment(config)`, passing `workdir=` when the project's function takes
+    it; refuses what is not an `Experiment` of the whole config (a new project's slip, which
+    otherwise failed later as `'NoneType' object has no attribute 'builder'`, or as a
+    `KeyError: 'checkpoint'` three tracebacks deep)."""
+    from magi_lp.agent.builder import AgentBuilder
+    from magi_lp.runtime.experiment import Experiment
+
     if "workdir" in inspect.signature(make_experiment).parameters:
-        return make_experiment(config, workdir=str(workdir))
-    return make_experiment(config)
+        experiment = make_experiment(config, workdir=str(workdir))
+    else:
+        experiment = make_experiment(config)
+    where = f"{getattr(make_experiment, '__module__', '')}.{make_experiment.__name__}"
+    if not isinstance(experiment, Experiment):
+        raise ConfigError(
+            fact_refusal(
+                f"{where} returned {type(experiment).__name__}",
+                "the toolkit runs a magi_lp.runtime.experiment.Experiment",
+                "return Experiment(builder=..., environment_factory=..., network_factory=..., "
+                "config=config), as projects/td3/experiment.py does",
+            )
+        )
+    if not isinstance(experiment.builder, AgentBuilder):
+        raise ConfigError(
+            fact_refusal(
+                f"{where}: Experiment.builder is a {type(experiment.builder).__name__}",
+                "the toolkit drives a magi_lp.agent.builder.AgentBuilder",
+                "make the builder a subclass of AgentBuilder",
+            )
+        )
+    for name, call, args in _FACTORY_CALLS:
+        try:
+            inspect.signature(getattr(experiment, name)).bind(*args)
+        except ValueError:  # no signature to read (a builtin): its first call will tell
+            continue
+        except TypeError as error:
+            raise ConfigError(
+                fact_refusal(
+                    f"{where}: Experiment.{name} cannot be called as {call} ({error})",
+                    "the toolkit calls it so in every node",
+                    "take exactly those arguments (functools.partial binds the others, as "
+                    "projects/td3/experiment.py does)",
+                )
+            ) from None
+    missing = [name for name in SECTIONS if name not in experiment.config]
+    if missing:
+        raise ConfigError(
+            fact_refusal(
+                f"{where}: Experiment.config has no {', '.join(missing)}",
+                "it is the run's whole config, the toolkit's sections and the project's",
+                "pass the config make_experiment was given (config=config), not a section",
+            )
+        )
+    return experiment
 
 
 def _cluster() -> Any:
@@ -421,6 +478,7 @@ def _run_distributed(
     # Where a pixel agent's frames live, against the learner's memory (sets replay.store):
     # the experiment that runs is made again below, from the config as this settles it.
     planning = _make(make_experiment, config, workdir)
+    _check_replay_can_fill(planning.builder)
     store = plan_replay_store(
         config, planning.builder, plan, reverb_available=_reverb_carries_replay(engine)
     )
@@ -603,6 +661,29 @@ def _never_updates(config: Any, builder: Any) -> list[str]:
         f"{first:,} items first, by the agent's settings): the learner will not update; raise "
         f"max_actor_steps above {first}"
     ]
+
+
+def _check_replay_can_fill(builder: Any) -> None:
+    """Refuses a replay the toolkit serves (`frame_replay`, `transition_replay`) that cannot
+    hold the items the learner's first update waits for (`replay_schedule`): the learner
+    would wait forever, with every node up and the status line at 0 updates/s. A project's
+    own settings check may say it first, naming its keys (TD3's, DrQ-v2's)."""
+    spec = builder.frame_replay(None) or builder.transition_replay(None)
+    if spec is None:  # the agent's own Reverb tables: their sizes are its own
+        return
+    first = int(builder.replay_schedule().min_replay_size)
+    if int(spec.capacity) >= first:
+        return
+    raise ConfigError(
+        fact_refusal(
+            f"the agent's replay holds {int(spec.capacity):,} transitions "
+            f"({type(spec).__name__}.capacity)",
+            f"its learner's first update waits for {first:,} "
+            "(replay_schedule().min_replay_size), which it can never hold",
+            "raise the agent's replay size to at least that, or lower the items its first "
+            "update waits for",
+        )
+    )
 
 
 def _check_resumes_the_same_run(config: Any, workdir: Path) -> None:
@@ -841,6 +922,7 @@ def _run_single_process(
     # Where a pixel agent's frames live (sets replay.store): the experiment that runs is made
     # again below, from the config as this settles it.
     builder = _make(make_experiment, config, workdir).builder
+    _check_replay_can_fill(builder)
     for warning in _never_updates(config, builder):
         console.say(f"warning: {warning}")
     store = plan_replay_store(config, builder, single_process=True)

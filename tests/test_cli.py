@@ -250,6 +250,43 @@ def test_a_run_that_cannot_train_is_refused_or_warned_before_it_starts(tmp_path)
     ), planned.stdout
 
 
+class _StateBuilder:
+    """What `cli._check_replay_can_fill` reads of a builder whose replay the toolkit serves."""
+
+    def __init__(self, capacity: int, min_replay_size: int):
+        self.capacity, self.min_replay_size = capacity, min_replay_size
+
+    def frame_replay(self, environment_spec):
+        return None
+
+    def transition_replay(self, environment_spec):
+        from magi_lp.replay.spec import TransitionReplaySpec
+
+        return TransitionReplaySpec(self.capacity, batch_size=8, n_step=1, discount=0.99)
+
+    def replay_schedule(self):
+        from magi_lp.replay.schedule import ReplaySchedule
+
+        return ReplaySchedule(self.min_replay_size, actor_steps_per_update=1.0, batch_size=8)
+
+
+def test_a_served_replay_smaller_than_the_first_update_waits_for_is_refused():
+    """For any agent (a new one without its own settings check): its distributed run waited
+    forever at 0 updates/s."""
+    from magi_lp import cli
+    from magi_lp.errors import ConfigError
+
+    cli._check_replay_can_fill(_StateBuilder(capacity=100, min_replay_size=100))
+    with pytest.raises(ConfigError) as refused:
+        cli._check_replay_can_fill(_StateBuilder(capacity=50, min_replay_size=100))
+    assert str(refused.value) == (
+        "the agent's replay holds 50 transitions (TransitionReplaySpec.capacity): its "
+        "learner's first update waits for 100 (replay_schedule().min_replay_size), which it "
+        "can never hold; raise the agent's replay size to at least that, or lower the items "
+        "its first update waits for"
+    )
+
+
 def test_missing_config_example_survives_optimize_2():
     """`python -OO` drops the entry script's docstring; the example is read from its source."""
     result = run_entry_point(SCRIPT, [], timeout=60, env={"PYTHONOPTIMIZE": "2"})

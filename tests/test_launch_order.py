@@ -94,7 +94,8 @@ def test_learner_node_serves_before_it_builds_and_callers_wait_for_the_build(tmp
     failing._make_runner = broken
     with pytest.raises(ValueError, match="bad network"):
         failing._build()
-    with pytest.raises(RuntimeError, match="failed to build"):
+    # The caller (an actor) is told the learner's own error: its exit report names it.
+    with pytest.raises(RuntimeError, match="the learner failed to build: ValueError: bad network"):
         failing.get_variables(["policy"])
 
 

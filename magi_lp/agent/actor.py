@@ -28,6 +28,7 @@ import numpy as np
 
 from magi_lp.acme_api import adders, close_reverb_adder, core
 from magi_lp.agent.actor_core import ActorCore, State
+from magi_lp.agent.contract import check_pair
 from magi_lp.agent.device_check import DeviceCheck
 from magi_lp.agent.variable_client import VariableClient
 
@@ -72,7 +73,9 @@ class GenericActor(core.Actor, Generic[State]):
         params = self._params
         if self._check is not None:
             _check_inputs(self._check, params, observation, self._state)
-        action, self._state = self._select_action(params, observation, self._state)
+        result = self._select_action(params, observation, self._state)
+        check_pair(result, "the policy's select_action", "action", "new state")
+        action, self._state = result
         if self._check is not None:
             _check_outputs(self._check, action, self._state)
         return np.asarray(action)
@@ -199,7 +202,9 @@ class BatchedActor(Generic[State]):
         stacked = np.stack([np.asarray(o) for o in observations])  # one host->device copy
         if self._check is not None:
             _check_inputs(self._check, params, stacked, self._state)
-        actions, self._state = self._select_actions(params, stacked, self._state)
+        result = self._select_actions(params, stacked, self._state)
+        check_pair(result, "the policy's select_action", "action", "new state")
+        actions, self._state = result
         if self._check is not None:
             _check_outputs(self._check, actions, self._state)
         if self._has_extras is None:

@@ -101,12 +101,14 @@ class AgentBuilder(abc.ABC, Generic[Networks, Sample]):
         """For a state-based agent that also runs where Reverb is not installed: what it
         stores (capacity, batch, n-step, discount).
 
-        Where Reverb is missing (the current stack: Python 3.12, no Launchpad) the
-        single-process runner then serves the agent from a host-memory replay of n-step
+        The toolkit then serves the agent from a host-memory replay of n-step
         `acme.types.Transition`s (`magi_lp.replay.transition_replay`), the batches Acme's
-        `NStepTransitionAdder` and `make_reverb_dataset` give; with Reverb it uses the agent's
-        own tables (the three methods below). `environment_spec` is None when the toolkit
-        plans, before any environment exists. The default (None): the agent needs Reverb.
+        `NStepTransitionAdder` and `make_reverb_dataset` give: where Reverb is missing (the
+        current stack: Python 3.12, no Launchpad), in one process and in the Ray program's
+        replay node; and in one process wherever `replay.store='device'`. Otherwise (a
+        Launchpad program) it uses the agent's own tables (the three methods below).
+        `environment_spec` is None when the toolkit plans, before any environment exists.
+        The default (None): the agent needs Reverb.
         """
         del environment_spec
         return None
@@ -154,7 +156,8 @@ class AgentBuilder(abc.ABC, Generic[Networks, Sample]):
         Args:
           random_key: the learner's own key (parameter init, noise).
           networks: the agent's networks from the experiment's network factory.
-          dataset: training batches from `make_dataset_iterator`.
+          dataset: training batches: the toolkit's store's (a `frame_replay` or
+            `transition_replay` agent), else from `make_dataset_iterator`.
           environment_spec: specs of the environment.
           logger: where the learner writes its metrics.
           counter: counts learner steps; the runners give a counter prefixed "learner", so

@@ -27,6 +27,7 @@ from absl import logging
 from magi_lp import console
 from magi_lp.acme_api import core, counting, loggers
 from magi_lp.agent import data_parallel
+from magi_lp.agent.contract import check_pair
 from magi_lp.agent.device_check import DeviceCheck
 from magi_lp.agent.prefetch import DevicePrefetcher, replay_data
 from magi_lp.agent.variable_client import call_in_background
@@ -200,7 +201,9 @@ class JaxLearner(Learner, Generic[State]):
         if check is not None:
             check.check("update input state", self._state)
             check.check("update input batch", batch, host_ok=True)
-        self._state, metrics = self._call_update(batch)
+        result = self._call_update(batch)
+        check_pair(result, f"{type(self).__name__}'s update", "new state", "metrics")
+        self._state, metrics = result
         if check is not None:
             check.check("update output state", self._state)
             check.check("update output metrics", metrics)

@@ -240,7 +240,8 @@ def experiment_defaults() -> ml_collections.ConfigDict:
     return config
 
 
-_SECTIONS = ("checkpoint", "replay", "evaluation", "logging", "debug", "resources", "env", "agent")
+SECTIONS = ("checkpoint", "replay", "evaluation", "logging", "debug", "resources", "env", "agent")
+"""The sections of every run's config (`experiment_defaults`): the toolkit's and the project's."""
 # Optional: only a config for several hosts has it (magi_lp.cluster.config.hosts_defaults); the
 # entry point checks it with the cluster's schema (magi_lp.cli), the core never reads it.
 _OPTIONAL_SECTIONS = ("hosts",)
@@ -252,17 +253,17 @@ def validate_experiment_config(config: ml_collections.ConfigDict) -> RunSettings
     Returns the top-level settings, typed. Resource specs are checked by the placement plan
     (`placement_requests`); `env` and `agent` by the project.
     """
-    known = {f.name for f in dataclasses.fields(RunSettings)} | set(_SECTIONS)
+    known = {f.name for f in dataclasses.fields(RunSettings)} | set(SECTIONS)
     known |= set(_OPTIONAL_SECTIONS)
     for key in config:
         if key not in known:
             raise unknown_key("", key, known)
-    for section in _SECTIONS:
+    for section in SECTIONS:
         if section not in config:
             raise ConfigError(
                 fact_refusal(f"{section} is missing", "", f"start from {EXPERIMENT_DEFAULTS}")
             )
-    top = {key: config[key] for key in config if key not in (*_SECTIONS, *_OPTIONAL_SECTIONS)}
+    top = {key: config[key] for key in config if key not in (*SECTIONS, *_OPTIONAL_SECTIONS)}
     # Each refused value's line ends with its default as a flag, as the agents' sections do.
     settings = typed_section(RunSettings, top, "", suggest_defaults=True)
     typed_section(CheckpointSettings, config.checkpoint, "checkpoint.", suggest_defaults=True)

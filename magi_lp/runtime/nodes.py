@@ -23,6 +23,7 @@ from typing import Any
 import jax
 
 from magi_lp.acme_api import counting, specs
+from magi_lp.agent import contract
 from magi_lp.agent.actor import BatchedActor, GenericActor
 from magi_lp.agent.builder import POLICY_VARIABLES
 from magi_lp.agent.device_check import DeviceCheck
@@ -88,6 +89,7 @@ def make_learner_runner(
         logger=logger,
         counter=counting.Counter(counter, prefix="learner", time_delta=0.0),
     )
+    contract.check_learner(builder, learner)
     if config.debug.check_devices and isinstance(learner, JaxLearner):
         learner.check_devices("learner")
     enabled = config.checkpoint.enabled
@@ -160,6 +162,7 @@ def make_acting_loop(
     ]
     networks = experiment.network_factory(environment_spec)
     policy = builder.make_policy(networks, environment_spec, evaluation)
+    contract.check_policy(builder, policy)
     key = seeding.node_key(config.seed, role, index, resumed_at)
     # The pull period counts environment steps; a batched actor steps k per call.
     variables = VariableClient(
@@ -292,6 +295,7 @@ class LearnerNode:
         self._built = threading.Event()
         self._runner: LearnerRunner | None = None
         self._replay: LearnerReplay | None = None
+        self._build_error = "see the learner's log"
 
     def _build(self) -> LearnerRunner:
         """Builds the learner (once); `run()` calls it after the server is up. Private, so
@@ -300,6 +304,9 @@ class LearnerNode:
             start = time.monotonic()
             try:
                 self._runner, self._replay = self._make_runner()
+            except BaseException as error:
+                self._build_error = f"{type(error).__name__}: {error}"
+                raise
             finally:
                 self._built.set()  # callers waiting for a failed build fail, not hang
             say(
@@ -311,7 +318,12 @@ class LearnerNode:
     def _built_runner(self) -> LearnerRunner:
         self._built.wait()
         if self._runner is None:
-            raise RuntimeError("the learner failed to build (see this node's log)")
+            # Said to the caller (an actor, the coordinator): its exit report then names the
+            # learner's error, not only its own.
+            raise RuntimeError(
+                f"the learner failed to build: {self._build_error} (its traceback is in the "
+                "learner's log)"
+            )
         return self._runner
 
     def get_variables(self, names: Sequence[str]) -> list[Any]:

@@ -16,6 +16,7 @@ schedule counts the steps of all of them.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -229,6 +230,7 @@ def run_single_process(
     except KeyboardInterrupt:
         stopped_by_user = True
     finally:
+        failing = sys.exc_info()[1]  # the loop's own error: a failed final save must not hide it
         bar.close()
         # A stop from here on waits for the final save: raised at once, it skipped it, and one
         # held by the save came out after it, skipped the replay's checkpoint and the closes,
@@ -243,6 +245,13 @@ def run_single_process(
                         replay.client.checkpoint()
         except KeyboardInterrupt:
             stopped_by_user = stopped_by_user or actor_steps() < limit
+        except Exception as error:
+            if failing is None:
+                raise
+            checkpointing.say(
+                f"the final checkpoint was not written ({type(error).__name__}: {error}); "
+                "the run's own error follows"
+            )
         closes = [loop.close for loop in (actor, evaluator) if loop is not None]
         closes += [learner.close] + ([server.stop] if server is not None else [])
         for close in closes:
