@@ -227,6 +227,15 @@ def _checked_inputs(
     _check_mujoco_gl(os.environ.get("MUJOCO_GL"))  # before a project's checks import dm_control
     if validate_config is not None:
         validate_config(config)
+    else:
+        own = [f"{section}.{key}" for section in ("agent", "env") for key in config[section]]
+        if own:  # a misspelt key of its own would be taken without a word
+            console.say(
+                f"warning: this entry point passes no validate_config: the project's own keys "
+                f"({len(own)}: {', '.join(own[:3])}{', ...' if len(own) > 3 else ''}) are not "
+                "checked; pass validate_config= to distributed_main / single_process_main "
+                "(projects/td3/lp_main.py does)"
+            )
     if _WORKDIR.value is not None and not _WORKDIR.value.strip():
         raise ConfigError(
             fact_refusal("--workdir is empty", "", f"name a folder, or leave it out ({_RUNS})")
@@ -1366,7 +1375,8 @@ def distributed_main(
         e.g. `magi_lp.config_schema.check_project_sections` on its dataclasses: the one
         place a project wires them. Run once, right after the toolkit's checks, before
         anything heavy is imported or any process starts; it raises `ConfigError` naming the
-        key and the fix. None: the project has no keys of its own to check.
+        key and the fix. None: the project has no keys of its own to check (with keys in
+        `config.agent` or `config.env`, a warning says they go unchecked).
     """
     _main(_run_distributed, make_experiment, validate_config)
 

@@ -25,8 +25,9 @@ in magi_lp and the projects is worded by one of the two (tests/test_config_error
     # error: agent.batch_size must be an integer >= 1, got 0; e.g.
     #        --config.agent.batch_size=256 (the default)
 
-Field types: bool, int, float, str, unions of them (`int | None`), `tuple[int, ...]` (a
-list or tuple on the command line) and a nested dataclass (a sub-section, checked under
+Field types: bool, int, float, str, `Literal["a", "b"]` (one of those values), unions of
+them (`int | None`), `tuple[int, ...]` (a list or tuple on the command line; its items one
+of the four) and a nested dataclass (a sub-section, checked under
 `<prefix><field>.`). A field declared with `allowed(words, default=...)` takes any value
 its `__post_init__` accepts (e.g. `"auto"`, a count or a list of ids; `magi_lp.placement.
 resources.ResourceSpec`): it checks the type itself, and `check` refuses it in those words.
@@ -205,7 +206,42 @@ def _sequence_item(annotation: Any) -> Any:
     return None
 
 
+def _literal_options(annotation: Any) -> tuple[Any, ...] | None:
+    """The options of `Literal["a", "b"]`, else None."""
+    if typing.get_origin(annotation) is typing.Literal:
+        return typing.get_args(annotation)
+    return None
+
+
+def _declarable(annotation: Any) -> bool:
+    """Whether a field of this type can be checked (the module docstring's field types)."""
+    if annotation in _TYPE_WORDS or _literal_options(annotation) is not None:
+        return True
+    item = _sequence_item(annotation)
+    if item is not None:
+        return item in _TYPE_WORDS
+    args = typing.get_args(annotation)  # a union: each of its types, or None
+    return bool(args) and all(arg is type(None) or _declarable(arg) for arg in args)
+
+
+def _check_declared(cls: type, name: str, annotation: Any, key: str) -> None:
+    """Refuses a settings field whose type no value could pass: a project's bug, named
+    where it is (before, the project's own default was refused in a line that contradicted
+    itself: `must be <class 'tuple'>, got (256, 256)`)."""
+    if dataclasses.is_dataclass(annotation) or _declarable(annotation):
+        return
+    raise TypeError(
+        f"{cls.__name__}.{name} ({key}) is declared as {annotation!r}, a type a config key "
+        "cannot be checked against: declare bool, int, float, str, Literal['a', 'b'], "
+        "tuple[int, ...] (or of another of those), a union of them with None, or a nested "
+        "settings dataclass (magi_lp.config_schema)"
+    )
+
+
 def _type_ok(value: Any, annotation: Any) -> bool:
+    options = _literal_options(annotation)
+    if options is not None:
+        return is_one_of(value, options)
     if annotation is bool:
         return isinstance(value, bool)
     if isinstance(value, bool):
@@ -231,10 +267,13 @@ _PLURAL_WORDS = {bool: "booleans", int: "integers", float: "numbers", str: "stri
 def _describe(annotation: Any) -> str:
     if annotation in _TYPE_WORDS:
         return _TYPE_WORDS[annotation]
+    options = _literal_options(annotation)
+    if options is not None:
+        return choices(options)
     item = _sequence_item(annotation)
     if item is not None:
         return f"a list of {_PLURAL_WORDS.get(item, str(item))}"
-    words = [_TYPE_WORDS.get(arg, "None") for arg in typing.get_args(annotation)]
+    words = ["None" if arg is type(None) else _describe(arg) for arg in typing.get_args(annotation)]
     return " or ".join(words) or str(annotation)
 
 
@@ -352,6 +391,8 @@ def typed_section(
                 fact_refusal(f"{prefix}{name} is missing", "", f"start from {start_from}")
             )
         value, annotation = values[name], hints[name]
+        if _ALLOWED not in fields[name].metadata:
+            _check_declared(cls, name, annotation, f"{prefix}{name}")
         if dataclasses.is_dataclass(annotation):
             if not isinstance(value, Mapping | ml_collections.ConfigDict):
                 keys = ", ".join(f.name for f in dataclasses.fields(annotation))

@@ -287,6 +287,27 @@ def test_a_served_replay_smaller_than_the_first_update_waits_for_is_refused():
     )
 
 
+def test_an_entry_point_without_validate_config_warns_that_the_projects_keys_go_unchecked(
+    tmp_path,
+):
+    """A new project's lp_main.py that leaves validate_config out: a misspelt agent key was
+    taken without a word."""
+    script = tmp_path / "lp_main.py"
+    script.write_text(
+        "from magi_lp.cli import distributed_main\n"
+        "from projects.td3.experiment import make_experiment\n"
+        "distributed_main(make_experiment)\n"
+    )
+    args = ["--config", CONFIG, "--dry_run", "--workdir", str(tmp_path / "run")]
+    result = run_entry_point(str(script), args, timeout=90)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (
+        "warning: this entry point passes no validate_config: the project's own keys ("
+        in result.stderr
+        and "are not checked; pass validate_config= to distributed_main" in result.stderr
+    ), result.stderr[-2000:]
+
+
 def test_missing_config_example_survives_optimize_2():
     """`python -OO` drops the entry script's docstring; the example is read from its source."""
     result = run_entry_point(SCRIPT, [], timeout=60, env={"PYTHONOPTIMIZE": "2"})

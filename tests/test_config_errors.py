@@ -11,8 +11,10 @@ function, so a new raise with its own f-string fails here, naming its file and l
 from __future__ import annotations
 
 import ast
+import dataclasses
 from collections import Counter
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -202,4 +204,37 @@ def test_the_shapes_read_as_one_line_with_the_key_and_the_fix():
     inner = ConfigError(refusal("resources.learner.gpus", "at most 2", 3, "ask for 2"))
     assert refusal_at("host a1", inner) == (
         "host a1: resources.learner.gpus must be at most 2, got 3; ask for 2"
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class _ChoiceSettings:
+    mode: Literal["fast", "exact"] = "fast"
+    sizes: tuple[int, ...] | None = (2, 3)
+
+
+@dataclasses.dataclass(frozen=True)
+class _BareSettings:
+    hidden_sizes: tuple = (256, 256)
+
+
+def test_a_literal_field_takes_its_words_and_an_undeclarable_type_is_named():
+    """A new project's settings: `Literal` is a choice; a bare `tuple` (no item type) made
+    the project's own default fail in a line that contradicted itself."""
+    from magi_lp.config_schema import as_config, typed_section
+
+    assert typed_section(_ChoiceSettings, as_config(_ChoiceSettings()), "agent.").mode == "fast"
+    with pytest.raises(ConfigError) as refused:
+        typed_section(
+            _ChoiceSettings, {"mode": "slow", "sizes": None}, "agent.", suggest_defaults=True
+        )
+    assert str(refused.value) == (
+        "agent.mode must be one of 'fast', 'exact', got 'slow'; e.g. "
+        "--config.agent.mode='fast' (the default)"
+    )
+    with pytest.raises(TypeError) as bare:
+        typed_section(_BareSettings, as_config(_BareSettings()), "agent.")
+    assert str(bare.value).startswith(
+        "_BareSettings.hidden_sizes (agent.hidden_sizes) is declared as <class 'tuple'>, a "
+        "type a config key cannot be checked against: declare bool, int, float, str,"
     )
