@@ -305,22 +305,44 @@ def _check_jax_platforms(env: Mapping[str, str]) -> None:
     raise ConfigError(fact_refusal(f"JAX_PLATFORMS={value} (in the environment)", why, fix))
 
 
-def _check_workdir_can_be_made(workdir: Path) -> None:
-    """Refuses, before anything starts, a workdir of a run on this machine that would be
-    under a file or in a folder this user cannot write (it is made only once the run is
-    about to start). Not for a dry run or the hosts' engines: their workdir is written by
-    other machines, or not at all."""
+def _check_workdir_can_be_made(workdir: Path, flag: str = "--workdir") -> None:
+    """Refuses, before anything starts, a folder this run writes on this machine (its
+    workdir, or `--render`'s) that would be under a file or in a folder this user cannot
+    write (it is made only once the run is about to start). Not for a dry run, nor for the
+    workdir of files rendered for other machines: they write it, or nothing does."""
     existing = next(folder for folder in (workdir, *workdir.parents) if folder.exists())
     if not existing.is_dir():
         facts = f"{existing} is a file, not a folder"
     elif not os.access(existing, os.W_OK | os.X_OK):  # a read-only mount refuses root too
         facts = f"{existing} is not writable by this user"
+    elif existing == Path("/proc") or Path("/proc") in existing.parents:
+        facts = "/proc holds no folders of ours"  # root may 'write' it; mkdir fails there
     else:
         return
     what = "cannot be written" if existing == workdir else "cannot be created"
     raise ConfigError(
-        fact_refusal(f"--workdir {workdir} {what}", facts, "pick a path you can write to")
+        fact_refusal(f"{flag} {workdir} {what}", facts, "pick a path you can write to")
     )
+
+
+def _check_render(render: str | None) -> None:
+    """Refuses a `--render` that writes nothing, or cannot: empty, beside --dry_run (which
+    prints the files instead), or a folder this user cannot make."""
+    if render is None:
+        return
+    if not render.strip():
+        raise ConfigError(
+            fact_refusal("--render is empty", "", "name the folder to write the files to")
+        )
+    if _DRY_RUN.value:
+        raise ConfigError(
+            fact_refusal(
+                "--render with --dry_run",
+                "the dry run prints the files and writes nothing",
+                "give one of the two",
+            )
+        )
+    _check_workdir_can_be_made(Path(render).absolute(), "--render")
 
 
 def _require_a_config(spec: str, config: Any) -> None:
@@ -464,6 +486,7 @@ def _run_distributed(
     if finished and not _DRY_RUN.value and not _RENDER.value:
         console.say(f"nothing to do: {finished}")
         return 0
+    _check_render(_RENDER.value)
     if engine.several_hosts or _RENDER.value:
         return _run_on_hosts(make_experiment, config, workdir, name)
     # Before planning, a dry run's too: the plan of an engine that cannot run here says
@@ -862,6 +885,13 @@ def _run_on_hosts(make_experiment: MakeExperiment, config: Any, workdir: Path, n
 
     cluster = _cluster().main
     engine = engines.engine(_LAUNCHER.value)
+    if engine.several_hosts and _cluster().engines.cluster_engine(engine.name).runtime == "ray":
+        # The job's driver runs `--launcher ray`, which would refuse it once the job ran.
+        engines.engine("ray").check_colocation(
+            bool(config.colocate_learner_and_replay), launcher=engine.name
+        )
+    if not _DRY_RUN.value and not _RENDER.value:  # its cluster files are written here
+        _check_workdir_can_be_made(workdir)
     if _reverb_carries_replay(engine):  # Launchpad on the hosts (on this stack: Ray's serves)
         builder = _make(make_experiment, config, workdir).builder
         _check_agent_tables(builder, resolve_store(builder, config), single_process=False)

@@ -163,6 +163,10 @@ def test_ports_beyond_the_range_are_refused():
     hosts = [HostSpec("main", "10.0.0.2", base_port=65533), HostSpec("a1", "10.0.0.3")]
     with pytest.raises(ConfigError, match=re.escape("port 65536: outside 1024-65535; lower hosts")):
         _plan({**SERVERS_ON_MAIN, "actor": "a1"}, hosts)
+    # A pod's too: its manifest named port 65536.
+    hosts[0] = HostSpec("main", "10.0.0.2", base_port=65535)
+    with pytest.raises(ConfigError, match=re.escape("port 65536: outside 1024-65535; lower hosts")):
+        _plan({**SERVERS_ON_MAIN, "actor": "a1"}, hosts, port_per_pod=True)
 
 
 def test_kubernetes_gives_every_pod_the_same_ports():
@@ -321,6 +325,18 @@ def test_engines_refuse_what_they_cannot_run():
         cluster.make_cluster_job(config, plan, "kubernetes", name="x", workdir="/w")
     with pytest.raises(ConfigError, match="must be an absolute path"):
         cluster.make_cluster_job(config, plan, "kubernetes", name="x", workdir="shared/w")
+    # The volume at the root holds every workdir (it refused them all); a sibling is outside.
+    for mount, workdir, inside in [
+        ("/", "/w", True),
+        ("/w/", "/w/run", True),
+        ("/w", "/wx", False),
+    ]:
+        config.hosts.kubernetes.volume_mount = mount
+        if inside:
+            cluster.make_cluster_job(config, plan, "kubernetes", name="x", workdir=workdir)
+        else:
+            with pytest.raises(ConfigError, match=r"is not inside hosts\.kubernetes\.volume_mount"):
+                cluster.make_cluster_job(config, plan, "kubernetes", name="x", workdir=workdir)
 
 
 def test_kubernetes_refuses_gpus_shared_between_pods_and_renumbers_them():
@@ -656,6 +672,30 @@ def test_render_writes_the_files_and_bad_input_is_one_line(tmp_path):
     assert result.stderr.strip() == (
         "error: --render writes cluster files; add --launcher hosts|slurm|kubernetes"
     )
+    # A --render that would write nothing, or cannot write, and a workdir that cannot be
+    # made for the job's files: one line each, before the plan (no SECURITY line first).
+    (tmp_path / "a_file").write_text("")
+    for args, says in [
+        (["--render="], "error: --render is empty; name the folder to write the files to"),
+        (
+            [f"--render={tmp_path}/out", "--dry_run"],
+            "error: --render with --dry_run: the dry run prints the files and writes nothing; "
+            "give one of the two",
+        ),
+        (
+            [f"--render={tmp_path}/a_file/out"],
+            f"error: --render {tmp_path}/a_file/out cannot be created: {tmp_path}/a_file is a "
+            "file, not a folder; pick a path you can write to",
+        ),
+        (
+            [f"--workdir={tmp_path}/a_file/run"],
+            f"error: --workdir {tmp_path}/a_file/run cannot be created: {tmp_path}/a_file is a "
+            "file, not a folder; pick a path you can write to",
+        ),
+    ]:
+        base = ["--config", "configs/cluster_example.py:hosts", f"--workdir={tmp_path}/run"]
+        result = _lp_main(*base, "--launcher=hosts", *args)
+        assert (result.returncode, result.stderr.strip()) == (2, says), result.stderr[-2000:]
 
 
 # --- a small program on two loopback hosts --------------------------------------------------

@@ -139,6 +139,29 @@ def test_a_ray_engine_refuses_what_it_cannot_run():
         cluster.make_cluster_job(config, plan, engine, name="x", workdir="/w", command="e.py")
 
 
+@pytest.mark.parametrize("launcher", ["slurm", "kubernetes"])
+def test_a_colocated_replay_is_refused_before_the_job_whose_driver_would_refuse_it(
+    launcher, tmp_path
+):
+    """The job's driver runs `--launcher ray`, which refuses it: the job was queued to fail."""
+    args = [f"--config=configs/cluster_example.py:{launcher}", f"--launcher={launcher}"]
+    args += ["--config.colocate_learner_and_replay=True", f"--workdir={tmp_path}/run"]
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "projects/drq_v2/lp_main.py"), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.strip() == (
+        f"error: colocate_learner_and_replay must be False with --launcher {launcher} on this "
+        "stack, whose job runs it with --launcher ray (the replay is a node of its own there), "
+        "got True; --config.colocate_learner_and_replay=False"
+    )
+    assert not (tmp_path / "run").exists()
+
+
 def test_more_hosts_than_the_partition_has_nodes_is_refused_before_sbatch():
     config = cluster.load_config_file(str(ROOT / "tests/slurm_config.py"), "td3+spare")
     engine = cluster_engine("slurm", "ray")

@@ -16,7 +16,7 @@ import shlex
 import shutil
 import subprocess
 from collections.abc import Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from magi_lp import console
@@ -191,8 +191,8 @@ class _Kubernetes(ClusterEngine):
                     "shared by every pod",
                 )
             )
-        mount = k8s.volume_mount.rstrip("/") or "/"
-        if not (job.paths.workdir + "/").startswith(mount + "/"):
+        mount, workdir = PurePosixPath(k8s.volume_mount), PurePosixPath(job.paths.workdir)
+        if mount != workdir and mount not in workdir.parents:
             raise ConfigError(
                 fact_refusal(
                     f"--workdir {job.paths.workdir} is not inside hosts.kubernetes.volume_mount="

@@ -497,6 +497,7 @@ def make_host_plan(
             next_port[key] = first + count
             task = groups[launch_group].node_indices.index(index)
             nodes.append(PlacedNode(group, index, launch_group, task, host_name, ports))
+    _check_port_range(nodes)  # a pod's ports too: its manifest names them
     if not port_per_pod:
         _check_ports(nodes, hosts)
 
@@ -528,11 +529,8 @@ def _address_key(host: HostSpec) -> str:
     return f"address:{host.address}"
 
 
-def _check_ports(nodes: Sequence[PlacedNode], hosts: Sequence[HostSpec]) -> None:
-    by_name = {h.name: h for h in hosts}
-    used: dict[tuple[str, int], PlacedNode] = {}
+def _check_port_range(nodes: Sequence[PlacedNode]) -> None:
     for node in nodes:
-        host = by_name[node.host]
         for port in node.ports:
             if not MIN_PORT <= port <= MAX_PORT:
                 raise ConfigError(
@@ -542,6 +540,15 @@ def _check_ports(nodes: Sequence[PlacedNode], hosts: Sequence[HostSpec]) -> None
                         f"lower hosts.base_port (or hosts.machines.{node.host}.base_port)",
                     )
                 )
+
+
+def _check_ports(nodes: Sequence[PlacedNode], hosts: Sequence[HostSpec]) -> None:
+    """Refuses two nodes that would serve on one port of one address."""
+    by_name = {h.name: h for h in hosts}
+    used: dict[tuple[str, int], PlacedNode] = {}
+    for node in nodes:
+        host = by_name[node.host]
+        for port in node.ports:
             key = (_address_key(host), port)
             other = used.get(key)
             if other is not None:

@@ -298,7 +298,12 @@ def write_files(files: Mapping[str, str], folder: Path) -> list[Path]:
     written = []
     for name, text in files.items():
         path = folder / name
-        path.write_text(text)
+        try:
+            path.write_text(text)
+        except OSError as error:
+            raise ConfigError(
+                fact_refusal(f"{path}: cannot write it", str(error.strerror), "pick another folder")
+            ) from None
         if name.endswith((".sh", ".sbatch")):
             path.chmod(0o755)
         written.append(path)
@@ -369,7 +374,16 @@ def run(
         job_dir = prepare_job(program, job)
     # SLURM opens the job's --output (in the log folder) before the script runs, and does
     # not make its folder: without it the job fails at once, with no output anywhere.
-    Path(job.paths.log_dir).mkdir(parents=True, exist_ok=True)
+    try:
+        Path(job.paths.log_dir).mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(
+            fact_refusal(
+                f"--workdir {workdir}: cannot create {job.paths.log_dir}",
+                str(error.strerror),
+                "pick a workdir you can write to",
+            )
+        ) from None
     for path in write_files(files, folder):
         console.say(f"wrote {path}")
     if engine.pickles_program:

@@ -47,13 +47,18 @@ class Engine:
     cluster_var: str | None = None
     colocates: bool = True
 
-    def check_colocation(self, colocate_learner_and_replay: bool) -> None:
-        """Refuses `colocate_learner_and_replay` on an engine that cannot colocate."""
+    def check_colocation(self, colocate_learner_and_replay: bool, launcher: str = "") -> None:
+        """Refuses `colocate_learner_and_replay` on an engine that cannot colocate; `launcher`:
+        the `--launcher` whose job runs the program on this engine (slurm, kubernetes on
+        Ray), when it is not this engine's own."""
         if colocate_learner_and_replay and not self.colocates:
+            where = f"--launcher {self.name}"
+            if launcher and launcher != self.name:
+                where = f"--launcher {launcher} on this stack, whose job runs it with {where}"
             raise ConfigError(
                 refusal(
                     "colocate_learner_and_replay",
-                    f"False with --launcher {self.name} (the replay is a node of its own there)",
+                    f"False with {where} (the replay is a node of its own there)",
                     True,
                     "--config.colocate_learner_and_replay=False",
                 )
