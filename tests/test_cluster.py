@@ -292,6 +292,45 @@ def _config(**machines: dict):
             lambda c: c.hosts.machines.main.update({"node_selector": "gpu"}),
             "hosts.machines.main.node_selector must be node labels as key=value",
         ),
+        # Each went into the scripts, #SBATCH --nodelist or the manifests as given, to fail
+        # on the cluster; a None or a string machine was a traceback or a garbled line.
+        (
+            lambda c: c.hosts.machines.main.update({"node_selector": "pool=cpu nodes"}),
+            "hosts.machines.main.node_selector must be node labels as key=value",
+        ),
+        *[
+            (
+                lambda c, a=address: c.hosts.machines.main.update({"address": a}),
+                "hosts.machines.main.address must be a private-network IP address or host name "
+                f"(no scheme, no port), or '', got {address!r}",
+            )
+            for address in ("10.0.0.3:22", "http://10.0.0.3", "10.0.0.300", "0.0.0.0")
+        ],
+        (
+            lambda c: c.hosts.kubernetes.update({"volume_claim": "Shared_PVC"}),
+            "hosts.kubernetes.volume_claim must be a Kubernetes object name",
+        ),
+        (
+            lambda c: c.hosts.kubernetes.update({"image": "bad image:1"}),
+            "hosts.kubernetes.image must be a container image reference (no spaces)",
+        ),
+        (
+            lambda c: setattr(c.hosts.machines, "cpu3", None),
+            "hosts.machines.cpu3 must be a machine(...) entry, got None; e.g. "
+            'config.hosts.machines.cpu3 = machine(address="10.0.0.5")',
+        ),
+        (
+            lambda c: setattr(c.hosts.machines, "cpu3", "10.0.0.5"),
+            "hosts.machines.cpu3 must be a machine(...) entry, got '10.0.0.5'",
+        ),
+        (
+            lambda c: setattr(c.hosts.machines, "cpu3", {"address": "10.0.0.5"}),
+            "hosts.machines.cpu3.gpus is missing; start from magi_lp.cluster.config.machine(...)",
+        ),
+        (
+            lambda c: setattr(c.hosts, "slurm", None),
+            "hosts.slurm must be a section, got None",
+        ),
     ],
 )
 def test_bad_hosts_keys_are_refused_by_name(change, message):
@@ -325,6 +364,15 @@ def test_engines_refuse_what_they_cannot_run():
         cluster.make_cluster_job(config, plan, "kubernetes", name="x", workdir="/w")
     with pytest.raises(ConfigError, match="must be an absolute path"):
         cluster.make_cluster_job(config, plan, "kubernetes", name="x", workdir="shared/w")
+    # A pod's name is a DNS label: Kubernetes refused a longer Job at apply.
+    rack = _config(main={}, **{"actors-on-the-second-rack-node-a": {}, "rack-b": {}})
+    rack.hosts.kubernetes.update({"image": "img", "volume_claim": "claim"})
+    rack_plan = cluster.plan_hosts(rack, "kubernetes", jax_build=CPU_JAX)
+    with pytest.raises(ConfigError) as long_name:
+        cluster.make_cluster_job(rack, rack_plan, "kubernetes", name="n" * 40, workdir="/shared/w")
+    assert "characters): Kubernetes takes at most 63: <hosts.name>-<launch group>-<index>; " in (
+        str(long_name.value)
+    )
     # The volume at the root holds every workdir (it refused them all); a sibling is outside.
     for mount, workdir, inside in [
         ("/", "/w", True),

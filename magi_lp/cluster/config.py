@@ -15,6 +15,7 @@ The core never reads it (a local launch ignores it); the entry point checks it w
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import re
 from typing import Any
 
@@ -91,14 +92,55 @@ class MachineSettings:
             self.base_port == 0 or 1024 <= self.base_port <= 65535,
             "0 or a port in 1024-65535",
         )
+        check(
+            self,
+            "address",
+            address_ok(self.address),
+            "a private-network IP address or host name (no scheme, no port), or ''",
+            fix='e.g. machine(address="10.0.0.3")',
+        )
         labels = [label for label in self.node_selector.split(",") if label.strip()]
         check(
             self,
             "node_selector",
-            all("=" in label and label.partition("=")[0].strip() for label in labels),
-            "node labels as key=value, comma-separated, or ''",
+            all(_label_ok(label) for label in labels),
+            "node labels as key=value, comma-separated (letters, digits, '-', '_' and '.'; no "
+            "spaces), or ''",
             fix='e.g. machine(..., node_selector="gpu=h100,zone=a")',
         )
+
+
+_HOST_NAME = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9_-]{1,63}(?<!-))*")
+_LABEL_NAME = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
+_LABEL_PREFIX = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+
+
+def address_ok(address: str) -> bool:
+    """An address the other hosts can reach: '' (the engine's), an IP other than 0.0.0.0 /
+    ::, or a host name ('_' allowed, as /etc/hosts allows it). Refused: a scheme, a port,
+    an IPv4 with an octet over 255."""
+    if not address:
+        return True
+    try:
+        return not ipaddress.ip_address(address).is_unspecified
+    except ValueError:
+        pass
+    if re.fullmatch(r"[\d.]+", address):  # dotted numbers that are no IPv4 (10.0.0.300)
+        return False
+    return len(address) <= 253 and bool(_HOST_NAME.fullmatch(address))
+
+
+def _label_ok(label: str) -> bool:
+    """A Kubernetes `key=value` label: key `[prefix/]name`, value a label name or ''."""
+    key, _, value = label.strip().partition("=")
+    prefix, slash, name = key.rpartition("/")
+    return (
+        "=" in label
+        and bool(name)
+        and bool(_LABEL_NAME.fullmatch(name))
+        and (not slash or bool(_LABEL_PREFIX.fullmatch(prefix)))
+        and bool(_LABEL_NAME.fullmatch(value))
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,9 +206,24 @@ class KubernetesSettings:
             "a Kubernetes namespace name (lower-case letters, digits and '-', at most 63)",
             fix="e.g. --config.hosts.kubernetes.namespace=default",
         )
+        for key in ("volume_claim", "service_account"):
+            value = getattr(self, key)
+            check(
+                self,
+                key,
+                not value or (len(value) <= 253 and bool(_DNS_SUBDOMAIN.fullmatch(value))),
+                "a Kubernetes object name (lower-case letters, digits, '-' and '.'), or ''",
+            )
+        check(
+            self,
+            "image",
+            not re.search(r"\s", self.image),
+            "a container image reference (no spaces), e.g. 'registry/magi_lp:1'",
+        )
 
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 
 
 def machine(**settings: Any) -> ml_collections.ConfigDict:
@@ -226,10 +283,33 @@ def validate_hosts_config(config: ml_collections.ConfigDict) -> HostsSettings:
                     "start from magi_lp.cluster.config.hosts_defaults()",
                 )
             )
+        if not isinstance(hosts[section], ml_collections.ConfigDict | dict):
+            raise ConfigError(
+                refusal(
+                    f"hosts.{section}",
+                    "a section",
+                    hosts[section],
+                    "start from magi_lp.cluster.config.hosts_defaults()",
+                )
+            )
     top = {key: hosts[key] for key in hosts if key not in _HOSTS_SECTIONS}
     settings = typed_section(HostsSettings, top, "hosts.", suggest_defaults=True)
     for name in hosts.machines:
-        typed_section(MachineSettings, hosts.machines[name], f"hosts.machines.{name}.")
+        if not isinstance(hosts.machines[name], ml_collections.ConfigDict | dict):
+            raise ConfigError(
+                refusal(
+                    f"hosts.machines.{name}",
+                    "a machine(...) entry",
+                    hosts.machines[name],
+                    f'e.g. config.hosts.machines.{name} = machine(address="10.0.0.5")',
+                )
+            )
+        typed_section(
+            MachineSettings,
+            hosts.machines[name],
+            f"hosts.machines.{name}.",
+            start_from="magi_lp.cluster.config.machine(...), which lists every key",
+        )
     for group in hosts.place:
         if group not in NODE_GROUPS:
             raise unknown_key("hosts.place.", group, NODE_GROUPS)

@@ -216,6 +216,15 @@ class KubernetesEngine(_Kubernetes):
 
     def check(self, job: ClusterJob, plan: HostPlan) -> None:
         super().check(job, plan)
+        longest = max((job.pod_name(node) for node in job.nodes), key=len)
+        if len(longest) > 63:  # a pod's host name (and its Job's label) is a DNS label
+            raise ConfigError(
+                fact_refusal(
+                    f"the pod name {longest!r} ({len(longest)} characters)",
+                    "Kubernetes takes at most 63: <hosts.name>-<launch group>-<index>",
+                    "give a shorter hosts.name, or shorter machine names",
+                )
+            )
         for host in job.hosts:
             used: dict[int, list[str]] = {}
             for name, p in plan.placement.groups.items():

@@ -481,7 +481,8 @@ def golden_files(root: Path) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m magi_lp.cluster --golden` (`make golden`): rewrites the golden files."""
-    parser = argparse.ArgumentParser(prog="python -m magi_lp.cluster")
+    # No abbreviations: `--gold` rewrote the golden files as `--golden`.
+    parser = argparse.ArgumentParser(prog="python -m magi_lp.cluster", allow_abbrev=False)
     parser.add_argument("--golden", action="store_true", help=f"rewrite {GOLDEN_DIR}/")
     parser.add_argument("--root", default=".", help="the project folder")
     args = parser.parse_args(argv)
