@@ -325,6 +325,21 @@ def _check_workdir_can_be_made(workdir: Path, flag: str = "--workdir") -> None:
     )
 
 
+def _check_isolation_elsewhere(config: Any, where: str) -> None:
+    """Refuses `isolation='required'` for nodes that run on other machines: this machine's
+    private network namespace cannot hold them, and the run would go on unisolated."""
+    if config.isolation != "required":
+        return
+    raise ConfigError(
+        fact_refusal(
+            f"isolation='required' with {where}",
+            "the nodes run on other machines, which no network namespace here can isolate; "
+            "their network's rules apply (docs/cluster.md)",
+            "--config.isolation=auto (or 'off'), or run on this machine alone",
+        )
+    )
+
+
 def _check_render(render: str | None) -> None:
     """Refuses a `--render` that writes nothing, or cannot: empty, beside --dry_run (which
     prints the files instead), or a folder this user cannot make."""
@@ -497,6 +512,11 @@ def _run_distributed(
     if not _DRY_RUN.value:
         _check_workdir_can_be_made(workdir)
     engine.check_colocation(bool(config.colocate_learner_and_replay))
+    joined = engine.cluster_address()
+    if joined:
+        _check_isolation_elsewhere(
+            config, f"--launcher {engine.name} joins the cluster at {joined} ({engine.cluster_var})"
+        )
     check_isolation_allows_logging(config)
     from magi_lp.launch import isolation
     from magi_lp.runtime.loggers import LoggerFactory
@@ -548,10 +568,15 @@ def _run_distributed(
         for notice in notices:
             print(notice)
         print(plan.format_table())
-        print(f"network isolation: {isolation.describe(config.isolation)}")
+        if joined:
+            print(
+                f"network isolation: does not apply: the nodes run on the cluster at {joined}, "
+                "under its own network rules"
+            )
+        else:
+            print(f"network isolation: {isolation.describe(config.isolation)}")
         return 0
 
-    joined = engine.cluster_address()
     if joined:
         # The nodes run on that cluster's machines: this process's namespace is not theirs.
         notices.append(
@@ -892,6 +917,8 @@ def _run_on_hosts(make_experiment: MakeExperiment, config: Any, workdir: Path, n
         )
     if not _DRY_RUN.value and not _RENDER.value:  # its cluster files are written here
         _check_workdir_can_be_made(workdir)
+    if engine.several_hosts:
+        _check_isolation_elsewhere(config, f"--launcher {engine.name}")
     if _reverb_carries_replay(engine):  # Launchpad on the hosts (on this stack: Ray's serves)
         builder = _make(make_experiment, config, workdir).builder
         _check_agent_tables(builder, resolve_store(builder, config), single_process=False)

@@ -736,6 +736,13 @@ def test_render_writes_the_files_and_bad_input_is_one_line(tmp_path):
             "file, not a folder; pick a path you can write to",
         ),
         (
+            ["--config.isolation=required", "--dry_run"],
+            "error: isolation='required' with --launcher hosts: the nodes run on other "
+            "machines, which no network namespace here can isolate; their network's rules "
+            "apply (docs/cluster.md); --config.isolation=auto (or 'off'), or run on this "
+            "machine alone",
+        ),
+        (
             [f"--workdir={tmp_path}/a_file/run"],
             f"error: --workdir {tmp_path}/a_file/run cannot be created: {tmp_path}/a_file is a "
             "file, not a folder; pick a path you can write to",

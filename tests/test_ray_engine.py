@@ -387,6 +387,48 @@ def test_a_dry_run_refuses_the_cluster_address_the_launch_refuses(tmp_path):
     assert "engine:" not in result.stdout
 
 
+def test_a_joined_cluster_is_never_said_to_be_isolated_and_required_isolation_is_refused(
+    tmp_path,
+):
+    """The dry run printed `isolated: yes` for nodes that would run on RAY_ADDRESS's cluster,
+    and `isolation='required'` went on unisolated there. Something answers at the address
+    (all the launch's check asks before planning); no Ray cluster is started."""
+    import socket
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        address = f"127.0.0.1:{server.getsockname()[1]}"
+
+        def dry_run(*flags: str) -> subprocess.CompletedProcess:
+            argv = [*TD3[1:], "--dry_run", *flags, f"--workdir={tmp_path}/r"]
+            return subprocess.run(
+                [sys.executable, str(REPO / TD3[0]), *argv],
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env={**os.environ, "RAY_ADDRESS": address},
+            )
+
+        planned = dry_run()
+        assert planned.returncode == 0, planned.stderr[-2000:]
+        assert planned.stdout.strip().splitlines()[-1] == (
+            f"network isolation: does not apply: the nodes run on the cluster at {address}, "
+            "under its own network rules"
+        )
+        refused = dry_run("--config.isolation=required")
+    assert refused.returncode == 2, refused.stdout[-2000:]
+    assert (
+        refused.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            f"error: isolation='required' with --launcher ray joins the cluster at {address} "
+            "(RAY_ADDRESS): the nodes run on other machines"
+        )
+    ), refused.stderr[-2000:]
+
+
 def test_a_reverb_checkpoint_on_ray_is_said_to_save_nothing(tmp_path):
     # Ray's replay is served by the toolkit, not Reverb: the flag was taken silently before.
     result = subprocess.run(
