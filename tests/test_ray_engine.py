@@ -703,3 +703,54 @@ def test_a_ctrl_c_after_the_first_node_stops_the_nodes_started_and_says_how_many
     assert "started 1 of 4 nodes on Ray (learner x1)" in said
     assert "received SIGINT" in said and "every node up" not in said
     assert [p.name for p in (tmp_path / "reports").iterdir()] == ["learner_0.json"]
+
+
+_ASK_THE_CLUSTER = """
+import sys, ray
+from magi_lp.engines import ray_engine, ray_seam
+from magi_lp.errors import ConfigError
+ray_seam.use_run_token()  # as the engine does: no ~/.ray/auth_token
+ray.init(num_cpus=1, num_gpus=0, resources={"magi_lp_host_main": 1}, include_dashboard=False,
+         _temp_dir=sys.argv[1], _node_ip_address="127.0.0.1", configure_logging=False,
+         log_to_driver=False)
+ray_engine._check_the_cluster_has([0, 0], [{"magi_lp_host_main": 0.001}, {}])
+for gpus, resources in (([0.5], [{}]), ([0], [{"magi_lp_host_cpu1": 0.001}])):
+    try:
+        ray_engine._check_the_cluster_has(gpus, resources)
+    except ConfigError as error:
+        print(error)
+ray.shutdown()
+"""
+
+
+def test_nodes_the_cluster_cannot_hold_are_refused_before_any_is_made(tmp_path):
+    """A cluster started by hand without a machine's magi_lp_host_<host> resource (or GPUs)
+    kept the nodes pending, and the start waited for ever."""
+    import shutil
+
+    from magi_lp.engines import ray_paths
+
+    home = tmp_path / "home"
+    home.mkdir()
+    session = ray_paths.run_temp_folder("ask_ray_")  # Ray's socket paths must stay short
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _ASK_THE_CLUSTER, session],
+            cwd=REPO,
+            env=dict(os.environ, HOME=str(home)),
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+    finally:
+        shutil.rmtree(session, ignore_errors=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines() == [
+        "the Ray cluster has 0 GPU: the program's nodes ask for 0.5: Ray would keep them "
+        "waiting for ever; give the cluster those, or ask for fewer (the resources.* of the "
+        "plan)",
+        "the Ray cluster has 0 magi_lp_host_cpu1: the program's nodes ask for 0.001: Ray would "
+        "keep them waiting for ever; start that machine with ray start "
+        "--resources='{\"magi_lp_host_cpu1\": 1}' (docs/cluster.md), or leave hosts out of the "
+        "config to run anywhere",
+    ], done.stdout[-2000:]

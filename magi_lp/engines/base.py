@@ -40,10 +40,13 @@ HOST_SHARE = 0.001
 """What a node asks of its machine's resource: every node of a machine fits in one unit."""
 
 
+HOST_RESOURCE_PREFIX = "magi_lp_host_"
+
+
 def host_resource(host: str) -> str:
     """The custom resource a machine of a cluster offers (`ray start --resources`), so a node
     placed there by the plan runs there."""
-    return f"magi_lp_host_{host}"
+    return f"{HOST_RESOURCE_PREFIX}{host}"
 
 
 def stop_tier(role: str) -> int:

@@ -43,7 +43,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -51,7 +51,7 @@ import ray
 
 from magi_lp.config_schema import fact_refusal
 from magi_lp.engines import ray_paths, ray_seam
-from magi_lp.engines.base import Launch, saves_at_stop, stop_tier
+from magi_lp.engines.base import HOST_RESOURCE_PREFIX, Launch, saves_at_stop, stop_tier
 from magi_lp.errors import ConfigError
 from magi_lp.launch import node_lifetime, run_folders
 from magi_lp.launch.exit_report import NodeExit, format_exit_report
@@ -403,6 +403,9 @@ class _Driver:
             self.say(f"logs of the earlier launch kept as {workdir.nodes}/<group>/<index>.{kept}")
         envs = [_node_env(self._launch, spec, self._node_tmp) for spec in graph.nodes]
         gpus = _gpu_requests(envs)
+        _check_the_cluster_has(
+            gpus, [self._launch.group_resources.get(spec.group, {}) for spec in graph.nodes]
+        )
         for spec, env, num_gpus in zip(graph.nodes, envs, gpus, strict=True):
             if self._signals.received:
                 break  # a stop while starting: the nodes made so far are stopped as usual
@@ -655,6 +658,34 @@ def resolve_cluster_address(address: str) -> str | None:
         return ray_seam.bootstrap_address(address)
     except ConnectionError as error:
         _refuse_no_cluster(address, error)
+
+
+def _check_the_cluster_has(gpus: Sequence[float], resources: Sequence[Mapping[str, float]]) -> None:
+    """Refuses, before any node is made, nodes that ask Ray for more than its cluster has (a
+    joined cluster whose machines were started without their `magi_lp_host_<host>` resource
+    or GPUs): Ray would keep them pending, and the start would wait for ever."""
+    wanted: collections.Counter[str] = collections.Counter()
+    for count, asked in zip(gpus, resources, strict=True):
+        wanted["GPU"] += count
+        wanted.update(asked)
+    has = ray.cluster_resources()
+    for key, amount in sorted(wanted.items()):
+        if amount <= has.get(key, 0.0) + 1e-6:
+            continue
+        if key.startswith(HOST_RESOURCE_PREFIX):
+            fix = (
+                f"start that machine with ray start --resources='{{\"{key}\": 1}}' "
+                "(docs/cluster.md), or leave hosts out of the config to run anywhere"
+            )
+        else:
+            fix = "give the cluster those, or ask for fewer (the resources.* of the plan)"
+        raise ConfigError(
+            fact_refusal(
+                f"the Ray cluster has {has.get(key, 0.0):g} {key}",
+                f"the program's nodes ask for {amount:g}: Ray would keep them waiting for ever",
+                fix,
+            )
+        )
 
 
 def _refuse_no_cluster(address: str, error: BaseException) -> NoReturn:
