@@ -245,11 +245,13 @@ def _config(**machines: dict):
         ),
         (
             lambda c: setattr(c.hosts.machines, "main", ConfigDict({**machine(), "gpus": "2"})),
-            "hosts.machines.main.gpus must be an integer, got '2'.",
+            "hosts.machines.main.gpus must be an integer, got '2'; e.g. "
+            "--config.hosts.machines.main.gpus=-1 (the default)",
         ),
         (
             lambda c: c.hosts.machines.main.update({"gpus": -2}),
-            "hosts.machines.main.gpus must be an integer >= 0, or -1 (unknown)",
+            "hosts.machines.main.gpus must be an integer >= 0, or -1 (unknown), got -2; e.g. "
+            "machine(..., gpus=8)",
         ),
         (
             lambda c: setattr(c.hosts, "place", ConfigDict({**c.hosts.place, "actor": 3})),

@@ -84,13 +84,26 @@ class MachineSettings:
 
     def __post_init__(self) -> None:
         # `typed_section` names each key in full (hosts.machines.<name>.gpus).
-        check(self, "gpus", self.gpus >= -1, "an integer >= 0, or -1 (unknown)")
-        check(self, "cpus", self.cpus >= 0, "an integer >= 0 (0: unknown)")
+        check(
+            self,
+            "gpus",
+            self.gpus >= -1,
+            "an integer >= 0, or -1 (unknown)",
+            fix="e.g. machine(..., gpus=8)",
+        )
+        check(
+            self,
+            "cpus",
+            self.cpus >= 0,
+            "an integer >= 0 (0: unknown)",
+            fix="e.g. machine(..., cpus=32)",
+        )
         check(
             self,
             "base_port",
             self.base_port == 0 or 1024 <= self.base_port <= 65535,
             "0 or a port in 1024-65535",
+            fix="e.g. machine(..., base_port=28000), or 0 for hosts.base_port",
         )
         check(
             self,
@@ -308,6 +321,7 @@ def validate_hosts_config(config: ml_collections.ConfigDict) -> HostsSettings:
             MachineSettings,
             hosts.machines[name],
             f"hosts.machines.{name}.",
+            suggest_defaults=True,
             start_from="magi_lp.cluster.config.machine(...), which lists every key",
         )
     for group in hosts.place:
