@@ -366,6 +366,14 @@ def test_engines_refuse_what_they_cannot_run():
         cluster.make_cluster_job(config, plan, "kubernetes", name="x", workdir="/w")
     with pytest.raises(ConfigError, match="must be an absolute path"):
         cluster.make_cluster_job(config, plan, "kubernetes", name="x", workdir="shared/w")
+    # SLURM's CPU steps run with --exact: past the machine's CPUs a step waited for ever.
+    crowded = _config(main={"cpus": 2})
+    slurm_plan = cluster.plan_hosts(crowded, "slurm", jax_build=CPU_JAX)
+    with pytest.raises(ConfigError, match=r"^machine main: its srun steps ask for \d+ CPUs \("):
+        cluster.make_cluster_job(crowded, slurm_plan, "slurm", name="x", workdir="/w")
+    crowded.hosts.machines.main.cpus = 16
+    slurm_plan = cluster.plan_hosts(crowded, "slurm", jax_build=CPU_JAX)
+    cluster.make_cluster_job(crowded, slurm_plan, "slurm", name="x", workdir="/w")
     # A pod's name is a DNS label: Kubernetes refused a longer Job at apply.
     rack = _config(main={}, **{"actors-on-the-second-rack-node-a": {}, "rack-b": {}})
     rack.hosts.kubernetes.update({"image": "img", "volume_claim": "claim"})

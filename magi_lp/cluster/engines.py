@@ -137,6 +137,25 @@ class _Slurm(ClusterEngine):
 class SlurmEngine(_Slurm):
     """A SLURM batch script with one srun step per launch group (Launchpad)."""
 
+    def check(self, job: ClusterJob, plan: HostPlan) -> None:
+        super().check(job, plan)
+        for host in job.hosts:
+            # CPU steps run with --exact: past the machine's CPUs, a step waits for CPUs
+            # that the steps before it hold for the whole job.
+            steps = [g for g in job.groups_on(host.name) if not g.gpus and g.cpus]
+            asked = sum(g.cpus * len(g.nodes) for g in steps)
+            if host.cpus and asked > host.cpus:
+                listed = ", ".join(f"{g.launch_group} {g.cpus * len(g.nodes)}" for g in steps)
+                raise ConfigError(
+                    fact_refusal(
+                        f"machine {host.name}: its srun steps ask for {asked} CPUs ({listed})",
+                        f"hosts.machines.{host.name}.cpus={host.cpus}, and a step past them "
+                        "would wait for the whole job",
+                        "lower resources.<group>.cpu_threads, place fewer nodes there, or give "
+                        "the machine's real cpus",
+                    )
+                )
+
     def render(self, job: ClusterJob) -> dict[str, str]:
         return {self.script(job): slurm.render_sbatch(job)}
 
