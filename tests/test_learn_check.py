@@ -352,6 +352,13 @@ def test_the_saturation_probe_tells_a_pinned_actor_from_a_fresh_one(tmp_path):
     assert found["pinned"]["mean_action"] > 0.99 and found["pinned"]["frames"] == 1000
     assert not found["fresh"]["pinned"] and found["fresh"]["saturated"] == 0.0
     assert found["fresh"]["action_spread"] > 0.0
+    # Why it stays: the pinned actor's tanh input is the bias, far past where tanh has slope;
+    # the fresh one's is near 0. The critic's slope is read at each: a share in [0, 1].
+    assert 45.0 < found["pinned"]["pre_tanh"] < 55.0 and found["fresh"]["pre_tanh"] < 1.0
+    assert all(0.0 <= f["critic_pushes_out"] <= 1.0 for f in found.values())
+    rows = [{"agent": "magi_lp", "seed": 1, **found["pinned"]}]
+    assert saturation.why_table(rows)[2].startswith("| magi_lp | 1 | 1,000 | +1.000 | ")
+    assert saturation.why_table([{k: v for k, v in rows[0].items() if k != "pre_tanh"}]) == []
 
 
 def test_a_record_cut_off_while_written_keeps_its_last_whole_version(tmp_path):

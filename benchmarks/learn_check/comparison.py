@@ -431,11 +431,23 @@ def probed_runs(probe: dict, states: list[dict]) -> list[dict]:
 def saturation_lines(probe: dict, states: list[dict] | None = None) -> list[str]:
     """Why a run did not learn, when its actor is pinned (figures 13 and 17); `states` (the
     figure's `progress`; none for a tiny figure) tell which run each row is of."""
-    from benchmarks.learn_check.saturation import table
+    from benchmarks.learn_check.saturation import table, why_table
 
     rows = probed_runs(probe, states) if states else probe["runs"]
     if not rows:
         return []
+    why = why_table(rows)
+    if why:
+        why = [
+            "Why an actor stays where it is: the median |x| of the tanh(x) that is its mean "
+            "action (past about 5, tanh's slope is under 1e-4: the policy gradient cannot move "
+            "it back), and the share of observations whose critic, min(Q1, Q2), rises toward "
+            "the end the mean action is at (dQ/da of its sign: the gradient drives it further "
+            "out).",
+            "",
+            *why,
+            "",
+        ]
     return [
         "Each run's actor at its newest state when probed (`python -m "
         f"benchmarks.learn_check.saturation`; the latest probe {probe.get('measured_at', '?')}, "
@@ -448,6 +460,7 @@ def saturation_lines(probe: dict, states: list[dict] | None = None) -> list[str]
         "",
         *table(rows),
         "",
+        *why,
     ]
 
 

@@ -110,17 +110,25 @@ def merge(new: list[dict], earlier: dict | None) -> list[dict]:
     return sorted(new + kept, key=lambda r: (r["seed"], r["agent"], r.get("run_started") or 0))
 
 
-def _summary(means: list[float]) -> dict:
+def _summary(means: list[float], pre_tanh: list[float], slopes: list[float]) -> dict:
+    """The probe's numbers of one actor: its mean actions, and why they stay where they are:
+    `pre_tanh` (the median |x| of tanh(x), the mean action: past about 5 its slope is under
+    1e-4, and no update moves it back) and `critic_pushes_out` (the share of observations
+    whose critic, min(Q1, Q2), rises toward the end the mean action is at: dQ/da of that
+    sign; the deterministic policy gradient then drives the actor further out)."""
     import numpy as np
 
     values = np.asarray(means, np.float64).ravel()
     pinned = bool(np.all(values > SATURATED) or np.all(values < -SATURATED))
+    slope = np.asarray(slopes, np.float64).ravel()
     return {
         "pinned": pinned,
         "saturated": float(np.mean(np.abs(values) > SATURATED)),
         "mean_action": float(values.mean()),
         "action_spread": float(values.std()),
         "observations": int(values.size),
+        "pre_tanh": float(np.median(np.abs(np.asarray(pre_tanh, np.float64)))),
+        "critic_pushes_out": float(np.mean(slope * np.sign(values) > 0)),
     }
 
 
@@ -137,9 +145,14 @@ def official_probe(observations: str, snapshot: str, code: str) -> dict:
     obs = np.ascontiguousarray(np.load(observations)["obs"].transpose(0, 3, 1, 2))
     obs = torch.as_tensor(obs).float()
     with torch.no_grad():
-        mean = agent.actor(agent.encoder(obs), 0.0).mean.numpy()
+        features = agent.encoder(obs)
+        raw = agent.actor.policy(agent.actor.trunk(features))  # Actor.forward before its tanh
+    mean = torch.tanh(raw).requires_grad_(True)
+    q1, q2 = agent.critic(features, mean)
+    torch.min(q1, q2).sum().backward()
     frames = int(payload.get("_global_step", 0)) * 2  # action repeat 2
-    return {**_summary(mean.tolist()), "frames": frames}
+    summary = _summary(mean.detach().numpy().tolist(), raw.numpy().tolist(), mean.grad.tolist())
+    return {**summary, "frames": frames}
 
 
 def render_observations(task: str, image_size: int, count: int) -> object:
@@ -181,13 +194,14 @@ def render_observations(task: str, image_size: int, count: int) -> object:
 def ours_probe(observations: object, checkpoints: Path) -> dict | None:
     """Our learner's newest checkpoint: the actor's mean action on `observations`; None
     before the run's first checkpoint."""
+    import haiku as hk
     import jax
     import numpy as np
     from dm_env import specs
 
     from magi_lp.runtime.checkpointing import Checkpointer
     from projects.drq_v2.config import get_agent_config
-    from projects.drq_v2.networks import make_networks
+    from projects.drq_v2.networks import _mlp, _trunk, make_networks
 
     checkpointer = Checkpointer(checkpoints)
     if checkpointer.latest_step() is None:
@@ -198,9 +212,26 @@ def ours_probe(observations: object, checkpoints: Path) -> dict | None:
     action_dim = params["actor"]["policy/~/linear_2"]["b"].shape[0]
     networks = make_networks(specs.BoundedArray((action_dim,), np.float32, -1.0, 1.0), config)
     obs = jax.numpy.asarray(observations)
-    mean = networks.actor_apply(params["actor"], networks.encoder_apply(params["encoder"], obs))
+    features = networks.encoder_apply(params["encoder"], obs)
+    # The actor before its tanh: the modules (and names) of networks.actor_fn, less the tanh.
+    before_tanh = hk.without_apply_rng(
+        hk.transform(
+            lambda f: _mlp(config.hidden_dim, action_dim, name="policy")(
+                _trunk(f, config.feature_dim)
+            )
+        )
+    )
+    raw = before_tanh.apply(params["actor"], features)
+    mean = networks.actor_apply(params["actor"], features)
+
+    def critic(action: jax.Array) -> jax.Array:
+        q1, q2 = networks.critic_apply(params["critic"], features, action)
+        return jax.numpy.minimum(q1, q2).sum()
+
+    slopes = jax.grad(critic)(mean)
     actor_steps = int((metadata.get("counts") or {}).get("actor_steps", 0))
-    return {**_summary(np.asarray(mean).tolist()), "frames": 2 * actor_steps}
+    summary = _summary(np.asarray(mean).tolist(), np.asarray(raw).tolist(), slopes.tolist())
+    return {**summary, "frames": 2 * actor_steps}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -281,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     args.write.parent.mkdir(parents=True, exist_ok=True)
     args.write.write_text(json.dumps(result, indent=2) + "\n")
-    print("\n".join(table(found)))
+    print("\n".join([*table(found), "", *why_table(found)]))
     return 0
 
 
@@ -301,6 +332,28 @@ def table(runs: list[dict]) -> list[str]:
             + f" {run['frames']:,} | "
             f"{'**yes**' if run['pinned'] else 'no'} | {run['saturated']:.2f} | "
             f"{run['mean_action']:+.3f} | {run['action_spread']:.3f} |"
+        )
+    return lines
+
+
+def why_table(runs: list[dict]) -> list[str]:
+    """Why each probed actor stays where it is (`_summary`), for the rows that were probed
+    for it (rows before 2026-12-01 were not): a Markdown table, or nothing."""
+    rows = [run for run in runs if "pre_tanh" in run]
+    if not rows:
+        return []
+    named = any("run" in run for run in rows)
+    lines = [
+        "| agent | seed |" + (" run |" if named else "")
+        + " frames | mean action | median pre-tanh abs(x) | critic pushes out |",
+        "| --- | --- |" + (" --- |" if named else "") + " --- | --- | --- | --- |",
+    ]  # fmt: skip
+    for run in rows:
+        lines.append(
+            f"| {run['agent']} | {run['seed']} |"
+            + (f" {run.get('run', '')} |" if named else "")
+            + f" {run['frames']:,} | {run['mean_action']:+.3f} | {run['pre_tanh']:.2f} | "
+            f"{run['critic_pushes_out']:.2f} |"
         )
     return lines
 
