@@ -19,7 +19,9 @@ official code) and reports, over those observations: `pinned` (every mean action
 same end, |a| > 0.99 with one sign: the collapse), the fraction whose mean action has
 |a| > 0.99 (`saturated`; a learned bang-bang controller is saturated too, at both ends, so
 this alone is not a collapse), the mean action's mean and its spread (standard deviation)
-across observations, and the frames the state was trained to. Writes `SATURATION`
+across observations, the frames the state was trained to, and why an actor stays where it
+is (`_summary`: how far past tanh's slope its pre-tanh output is, and the share of
+observations whose critic asks for an action further toward that end). Writes `SATURATION`
 (`benchmarks/learn_check/results/saturation.json`, committed; figure 13 shows it) and prints
 a table; `--write PATH` writes elsewhere. Light: a few CPU seconds a run (one thread),
 beside the runs.
