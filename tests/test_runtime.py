@@ -175,6 +175,38 @@ def test_learner_runner_checkpoints_every_period_and_restores_counts(tmp_path):
     np.testing.assert_array_equal(again.learner.save()["w"], np.full(3, 5, np.float32))
 
 
+def test_a_checkpoint_whose_counts_cannot_be_read_is_not_written(tmp_path):
+    """A killed counter: the save wrote these parameters with the counts of the save before,
+    and the relaunch counted the actors' steps since then again behind a learner that had
+    taken them (its learner_steps behind the checkpoint's step)."""
+    now = [0.0]
+    counts: dict | None = {"actor_steps": 10}
+
+    def get_counts():
+        if counts is None:
+            raise ConnectionError("the counter is gone")
+        return dict(counts)
+
+    runner = LearnerRunner(
+        _CountingLearner(),
+        Checkpointer(tmp_path),
+        checkpoint_minutes=1.0,
+        get_counts=get_counts,
+        clock=lambda: now[0],
+    )
+    runner.step()
+    runner.save()
+    assert Checkpointer(tmp_path).all_steps() == [1]
+    counts = None
+    now[0] = 61.0
+    runner.step()  # a periodic save is due: skipped, and not tried at every step after
+    runner.step()
+    runner.save()  # at stop: skipped too, not a failure of the stop
+    assert Checkpointer(tmp_path).all_steps() == [1]
+    again = LearnerRunner(_CountingLearner(), Checkpointer(tmp_path))
+    assert again.restored_step == 1 and again.restored_counts == {"actor_steps": 10}
+
+
 # --- single-process runner -------------------------------------------------------------------
 
 

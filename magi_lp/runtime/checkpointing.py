@@ -436,6 +436,11 @@ class PeriodicCheckpointer:
             return False
         return self.save_now()
 
+    def postpone(self) -> None:
+        """The next periodic save waits a whole period again (a save that could not be made
+        now is not tried again at every step)."""
+        self._last_time = self._clock()
+
     def save_now(self) -> bool:
         """Saves at once (e.g. at stop); False if that step was already saved."""
         snapshot = Snapshot(*self._get_state())

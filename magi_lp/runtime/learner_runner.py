@@ -41,6 +41,11 @@ class ReplayCheckpoint:
     restore: Callable[[Any], None]
 
 
+class CountsUnreadableError(Exception):
+    """The program's counter did not answer: a checkpoint now would pair this learner step
+    with older counts, and a relaunch would go on from counts behind its parameters."""
+
+
 class LearnerRunner:
     """Steps a learner and checkpoints it; restores from the workdir on start."""
 
@@ -77,7 +82,6 @@ class LearnerRunner:
         self._learner = learner
         self._get_counts = get_counts
         self._identity = dict(identity or {})
-        self._last_counts: dict[str, Any] = {}
         self._save_lock = threading.Lock()
         self.restored_step: int | None = None
         self.restored_counts: dict[str, Any] = {}
@@ -147,6 +151,9 @@ class LearnerRunner:
                     # Training goes on (the disk may free up); the save at stop tries again
                     # and, if it fails too, makes the run fail.
                     console.say(f"periodic {error}", source="checkpoint")
+                except CountsUnreadableError as error:
+                    self._periodic.postpone()  # not again at every step
+                    console.say(f"periodic checkpoint skipped: {error}", source="checkpoint")
 
     def save(self) -> None:
         """Saves a checkpoint now (also called at stop).
@@ -156,28 +163,50 @@ class LearnerRunner:
         """
         if self._periodic is not None:
             with self._save_lock:
-                self._periodic.save_now()
+                try:
+                    self._periodic.save_now()
+                except CountsUnreadableError as error:
+                    console.say(f"final checkpoint not written: {error}", source="checkpoint")
 
     def _snapshot(self) -> Snapshot:
+        counts = self._counts_now()  # first: a save it refuses writes nothing, the replay's too
         if self._replay is not None:
             # Written first: a learner checkpoint then never names a replay that is missing.
             self._replay.checkpointer.save(self._steps, self._replay.save())
-        metadata = {"counts": self._counts_or_last()}
+        metadata = {"counts": counts}
         if self._identity:
             metadata["config"] = self._identity
         return Snapshot(self._steps, self._learner.save(), metadata)
 
-    def _counts_or_last(self, timeout_s: float = 5.0) -> dict[str, Any]:
-        # At stop the counter node may already be gone, and a Courier call to a dead server
-        # waits forever; ask on a helper thread and fall back to the last counts seen.
+    def _counts_now(self, timeout_s: float = 5.0) -> dict[str, Any]:
+        """The program's counts for a checkpoint of this step.
+
+        A counter node that died (killed) answers nothing, and a Courier call to a dead
+        server waits forever: asked on a helper thread. Without them no checkpoint is
+        written (`CountsUnreadableError`): one of these parameters with the counts last seen
+        made the relaunch count the actors' steps since then again, behind a learner that
+        had taken them (learner_steps behind its checkpoint's step). The newest checkpoint
+        stays the last one whose counts were read with it.
+        """
         if self._get_counts is None:
             return {}
         future = call_in_background(self._get_counts)
         try:
-            self._last_counts = dict(future.result(timeout=timeout_s))
-        except Exception as error:  # saving parameters matters more
-            logging.warning("Could not read counts for the checkpoint: %s", error)
-        return self._last_counts
+            return dict(future.result(timeout=timeout_s))
+        except Exception as error:
+            saved = self._periodic.last_saved_step if self._periodic is not None else None
+            newest = saved if saved is not None else self.restored_step
+            kept = (
+                f"the newest checkpoint, learner step {newest}, stays the one a relaunch "
+                "resumes from"
+                if newest is not None
+                else "a relaunch resumes from the newest checkpoint, if any"
+            )
+            raise CountsUnreadableError(
+                f"the program's counts could not be read at learner step {self._steps} "
+                f"({type(error).__name__}: {error or 'no answer in ' + str(timeout_s) + ' s'}); "
+                f"{kept}"
+            ) from None
 
     def run(self, should_stop: Callable[[], bool], poll_s: float = 0.2) -> None:
         """Steps until `should_stop()`, then saves a final checkpoint.
