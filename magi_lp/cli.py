@@ -385,7 +385,9 @@ def _run_starts(workdir: Path) -> None:
     _STARTED_IN[:] = [workdir]
 
 
-def _make_workdir(workdir: Path) -> None:
+def _make_workdir(workdir: Path, *, lock: bool = True) -> None:
+    """Makes the workdir and (`lock`) takes it for this launch (`workdir_lock`): a second
+    launch of the same workdir while this one runs is refused in one line."""
     try:
         workdir.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -396,6 +398,10 @@ def _make_workdir(workdir: Path) -> None:
                 "pick a path you can write to",
             )
         ) from None
+    if lock:
+        from magi_lp.launch import workdir_lock
+
+        workdir_lock.hold(Workdir(workdir).lock, workdir, shlex.join(sys.argv))
 
 
 def _resource_notices(config: Any) -> list[str]:
@@ -931,7 +937,8 @@ def _run_on_hosts(make_experiment: MakeExperiment, config: Any, workdir: Path, n
         logger_factory = LoggerFactory.from_config(str(workdir), config.logging)
         experiment = _make(make_experiment, config, workdir)
         interrupts.raise_if_swallowed()
-        _make_workdir(workdir)
+        # Pickled for the hosts, which run it (the job's own launch): nothing runs here.
+        _make_workdir(workdir, lock=False)
         graph = build_program(experiment, plan, workdir=str(workdir), logger_factory=logger_factory)
         return to_program(graph)
 

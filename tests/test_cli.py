@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -934,3 +936,45 @@ def test_a_ctrl_c_that_escapes_after_the_run_started_is_not_called_before_the_st
         assert f"resumes from the newest checkpoint in {tmp_path / 'run'}" in said
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_a_second_launch_of_a_running_workdir_is_refused_and_the_first_goes_on(tmp_path):
+    """Two launches of one workdir at once wrote into one run: the second rotated the first's
+    node logs, started a second learner and saved into the first's checkpoints."""
+    from tests.e2e_utils import TD3_TINY, start_entry_point
+
+    workdir = tmp_path / "run"
+    args = ["--config", CONFIG, *TD3_TINY, "--config.max_actor_steps=1000000"]
+    args += ["--workdir", str(workdir)]
+    mark = "cli-second-launch"
+    first = start_entry_point("projects/td3/main.py", args, mark=mark, log=tmp_path / "first.log")
+    try:
+        deadline = time.monotonic() + 180
+        learner_csv = workdir / "logs" / "learner" / "logs.csv"
+        while not learner_csv.is_file():  # the first launch is training
+            assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, (tmp_path / "first.log").read_text()[-3000:]
+            time.sleep(0.5)
+        for script in ("projects/td3/main.py", SCRIPT):
+            second = run_entry_point(script, args, timeout=120, mark=mark)
+            assert second.returncode == 2, second.stderr[-3000:]
+            line = second.stderr.strip().splitlines()[-1]
+            said = f"error: --workdir {workdir} is in use: another launch runs in it (pid "
+            assert line.startswith(f"{said}{first.pid}, started "), line
+            assert line.endswith(
+                "two would write into one run; stop that one first (Ctrl-C or SIGTERM saves "
+                "it), or pick another --workdir"
+            ), line
+        assert first.poll() is None  # the first went on
+        assert not (workdir / "nodes").exists()  # the second rotated no logs, started nothing
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.wait(timeout=120)
+    again = run_entry_point(
+        "projects/td3/main.py", [*args[:-3], "--config.max_actor_steps=1", *args[-2:]],
+        timeout=120, mark=mark,
+    )  # fmt: skip
+    assert "is in use" not in again.stderr, again.stderr[-2000:]  # the lock ended with it
+    assert not marked_processes(mark)

@@ -26,6 +26,8 @@ keeps the two equal):
       videos/                       evaluation episodes as GIFs (DrQ-v2)
       cluster/                      several hosts: the rendered job files, and the pickled
                                     program in cluster/job/ (docs/cluster.md)
+      run.lock                      held by the launch running in it (who: pid, start,
+                                    command); a second launch while it runs is refused
 
 A label names one logging stream (`magi_lp.runtime.loggers`); a node's group and index are
 its place in the program graph (`magi_lp.runtime.graph`). Plain paths only: this module
@@ -139,6 +141,11 @@ class Workdir:
     def cluster(self) -> Path:
         """`<workdir>/cluster`: a several-hosts job's rendered files."""
         return self.root / "cluster"
+
+    @property
+    def lock(self) -> Path:
+        """`<workdir>/run.lock`: held by the launch running in it (`launch.workdir_lock`)."""
+        return self.root / "run.lock"
 
     @property
     def cluster_job(self) -> Path:
