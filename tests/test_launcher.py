@@ -554,6 +554,40 @@ def test_a_node_killed_at_the_notice_is_a_fault_reported_once(tmp_path):
     assert "actor/0 SIGKILLed after the 0.5 s notice" in lines[-1], lines
 
 
+def test_a_saving_node_killed_by_someone_else_in_its_final_save_fails_the_stop(tmp_path):
+    """It said the node's unsaved work was lost, and exited 0."""
+    log = tmp_path / "learner.log"
+    with open(log, "w") as out:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import os, signal, time\n"
+                "signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGKILL))\n"
+                "print('up', flush=True)\ntime.sleep(60)",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    deadline = time.monotonic() + 30
+    while "up" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    lines = []
+    signals = supervisor.StopSignals()
+    signals.received.append(signal.SIGTERM)
+    watcher = supervisor.Supervisor(
+        [supervisor.NodeProcess("learner", 0, process, log)],
+        signals,
+        5.0,
+        uuid.uuid4().hex,
+        lines.append,
+        saves_at_stop=frozenset({"learner"}),
+    )
+    assert watcher.run() == 1, lines
+    assert any("before it finished its final save" in line for line in lines), lines
+    assert lines[-1].endswith("exit code 1 (learner/0 failed while stopping; see above)"), lines
+
+
 @pytest.mark.parametrize(
     ("sig", "asked", "said"),
     [

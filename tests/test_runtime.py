@@ -207,6 +207,37 @@ def test_a_checkpoint_whose_counts_cannot_be_read_is_not_written(tmp_path):
     assert again.restored_step == 1 and again.restored_counts == {"actor_steps": 10}
 
 
+class _FailingLearner(_CountingLearner):
+    """Steps until its `fail_at`th step, which raises (a dead replay on Ray raises at once);
+    `diverge`: the failing step leaves its state non-finite first."""
+
+    def __init__(self, fail_at: int, diverge: bool = False):
+        super().__init__()
+        self.fail_at, self.diverge = fail_at, diverge
+
+    def step(self):
+        if int(self.state["steps"]) + 1 == self.fail_at:
+            if self.diverge:
+                self.state = {**self.state, "w": np.full(3, np.nan, np.float32)}
+            raise ConnectionError("the replay is gone")
+        super().step()
+
+
+@pytest.mark.parametrize("diverge", [False, True], ids=["peer-died", "diverged"])
+def test_a_failed_step_saves_the_last_whole_state_unless_it_is_not_finite(tmp_path, diverge):
+    """On Ray a killed replay or counter made the learner raise at once, without the save a
+    stop makes: the relaunch redid every step since the last periodic checkpoint."""
+    runner = LearnerRunner(
+        _FailingLearner(fail_at=5, diverge=diverge),
+        Checkpointer(tmp_path),
+        checkpoint_minutes=60.0,
+        get_counts=lambda: {"actor_steps": 8},
+    )
+    with pytest.raises(ConnectionError, match="the replay is gone"):
+        runner.run(lambda: False, poll_s=0.01)
+    assert Checkpointer(tmp_path).all_steps() == ([] if diverge else [4])
+
+
 # --- single-process runner -------------------------------------------------------------------
 
 

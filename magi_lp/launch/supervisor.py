@@ -332,9 +332,12 @@ class Supervisor:
                 f"node {node.name} was {node.status} before it finished its final save: "
                 "what it had not saved is lost; a relaunch resumes from its last checkpoint"
             )
+        # A saving node ended by a signal it was not sent at the notice (someone else's
+        # SIGKILL) lost what it had not saved: a fault of the stop, as a failure is.
+        lost_save = [n.name for n in self._unsaved if n.name not in self._killed_at_notice]
         code, cause = stop_outcome(
             None if self._failure is None else self._failure.name,
-            [n.name for n in self._failed_while_stopping],
+            [n.name for n in self._failed_while_stopping] + lost_save,
             self._killed_at_notice,
             self._notice_secs,
         )

@@ -233,5 +233,42 @@ class LearnerRunner:
         halt.set()
         worker.join(timeout=poll_s)
         if failure:
+            self._save_after(failure[0])
             raise failure[0]
         self.save()
+
+    def _save_after(self, error: BaseException) -> None:
+        """A step failed (on Ray a dead replay or counter raises in the learner at once, where
+        Launchpad's sampler waits for the stop): the state of the last whole step is still
+        good, so it is saved as at a stop, and the relaunch does not redo the steps since the
+        last periodic checkpoint. Not a state with non-finite values (a diverged update):
+        the checkpoint before it stays the newest."""
+        if self._periodic is None or not isinstance(error, Exception):
+            return
+        try:
+            if not _finite(self._learner.save()):
+                console.say(
+                    f"the learner's state is not finite after {type(error).__name__}: no "
+                    "final checkpoint (the newest one stays)",
+                    source="checkpoint",
+                )
+                return
+            self.save()
+        except Exception as save_error:  # the step's error is the one to report
+            console.say(
+                f"no final checkpoint after the learner's {type(error).__name__}: "
+                f"{type(save_error).__name__}: {save_error}",
+                source="checkpoint",
+            )
+
+
+def _finite(state: Any) -> bool:
+    """Whether every float array of a learner's state is finite."""
+    import jax
+    import numpy as np
+
+    for leaf in jax.tree_util.tree_leaves(state):
+        values = np.asarray(leaf)
+        if np.issubdtype(values.dtype, np.floating) and not np.all(np.isfinite(values)):
+            return False
+    return True
