@@ -121,7 +121,9 @@ def _make(make_experiment: MakeExperiment, config: Any, workdir: Path) -> Any:
         experiment = make_experiment(config, workdir=str(workdir))
     else:
         experiment = make_experiment(config)
-    where = f"{getattr(make_experiment, '__module__', '')}.{make_experiment.__name__}"
+    name = getattr(make_experiment, "__qualname__", None)  # a partial or callable has none
+    module = getattr(make_experiment, "__module__", None)
+    where = f"{module}.{name}" if name and module else repr(make_experiment)
     if not isinstance(experiment, Experiment):
         raise ConfigError(
             fact_refusal(
@@ -401,7 +403,17 @@ def _make_workdir(workdir: Path, *, lock: bool = True) -> None:
     if lock:
         from magi_lp.launch import workdir_lock
 
-        workdir_lock.hold(Workdir(workdir).lock, workdir, shlex.join(sys.argv))
+        unguarded = workdir_lock.hold(Workdir(workdir).lock, workdir, shlex.join(sys.argv))
+        if unguarded:
+            console.say(f"warning: {unguarded}")
+
+
+def _check_workdir_free(workdir: Path) -> None:
+    """Refuses a launch of a workdir another launch runs in, before anything starts (the
+    isolated re-run, the planning): `_make_workdir` takes the lock itself later."""
+    from magi_lp.launch import workdir_lock
+
+    workdir_lock.check_free(Workdir(workdir).lock, workdir)
 
 
 def _resource_notices(config: Any) -> list[str]:
@@ -517,6 +529,7 @@ def _run_distributed(
     engine.check_cluster()
     if not _DRY_RUN.value:
         _check_workdir_can_be_made(workdir)
+        _check_workdir_free(workdir)
     engine.check_colocation(bool(config.colocate_learner_and_replay))
     joined = engine.cluster_address()
     if joined:
@@ -976,6 +989,7 @@ def _run_single_process(
             )
         )
     _check_workdir_can_be_made(workdir)
+    _check_workdir_free(workdir)
     _check_jax_platforms(os.environ)
     _check_resumes_the_same_run(config, workdir)
     finished = _finished_line(config, workdir, single_process=True)

@@ -960,6 +960,8 @@ def test_a_second_launch_of_a_running_workdir_is_refused_and_the_first_goes_on(t
         for script in ("projects/td3/main.py", SCRIPT):
             second = run_entry_point(script, args, timeout=120, mark=mark)
             assert second.returncode == 2, second.stderr[-3000:]
+            # Refused first: before the isolated re-run and the planning said anything.
+            assert len(second.stderr.strip().splitlines()) == 1, second.stderr[-3000:]
             line = second.stderr.strip().splitlines()[-1]
             said = f"error: --workdir {workdir} is in use: another launch runs in it (pid "
             assert line.startswith(f"{said}{first.pid}, started "), line

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,8 @@ def test_make_experiment_must_return_an_experiment_of_the_whole_config(tmp_path:
 
     config = td3_cartpole.get_config()
     assert cli._make(make_experiment, config, tmp_path).config is config
+    # A partial (or any callable) has no __name__: it ran before the checks, and still does.
+    assert cli._make(functools.partial(make_experiment), config, tmp_path).config is config
 
     def returns_nothing(config):
         make_experiment(config)

@@ -152,7 +152,8 @@ class SlurmEngine(_Slurm):
                         f"hosts.machines.{host.name}.cpus={host.cpus}, and a step past them "
                         "would wait for the whole job",
                         "lower resources.<group>.cpu_threads, place fewer nodes there, or give "
-                        "the machine's real cpus",
+                        "the CPUs SLURM counts on that machine (its hardware threads, where "
+                        "SLURM counts those)",
                     )
                 )
 

@@ -403,9 +403,10 @@ class _Driver:
             self.say(f"logs of the earlier launch kept as {workdir.nodes}/<group>/<index>.{kept}")
         envs = [_node_env(self._launch, spec, self._node_tmp) for spec in graph.nodes]
         gpus = _gpu_requests(envs)
-        _check_the_cluster_has(
+        for short in _check_the_cluster_has(
             gpus, [self._launch.group_resources.get(spec.group, {}) for spec in graph.nodes]
-        )
+        ):
+            self.say(f"warning: {short}")
         for spec, env, num_gpus in zip(graph.nodes, envs, gpus, strict=True):
             if self._signals.received:
                 break  # a stop while starting: the nodes made so far are stopped as usual
@@ -660,32 +661,38 @@ def resolve_cluster_address(address: str) -> str | None:
         _refuse_no_cluster(address, error)
 
 
-def _check_the_cluster_has(gpus: Sequence[float], resources: Sequence[Mapping[str, float]]) -> None:
-    """Refuses, before any node is made, nodes that ask Ray for more than its cluster has (a
-    joined cluster whose machines were started without their `magi_lp_host_<host>` resource
-    or GPUs): Ray would keep them pending, and the start would wait for ever."""
+def _check_the_cluster_has(
+    gpus: Sequence[float], resources: Sequence[Mapping[str, float]]
+) -> list[str]:
+    """Refuses, before any node is made, nodes that ask for a machine's resource
+    (`magi_lp_host_<host>`) the cluster does not offer (its machines started by hand without
+    it): Ray would keep them pending, and the start would wait for ever. GPUs it has too
+    few of now are a warning: an autoscaling cluster adds them once asked."""
     wanted: collections.Counter[str] = collections.Counter()
     for count, asked in zip(gpus, resources, strict=True):
         wanted["GPU"] += count
         wanted.update(asked)
     has = ray.cluster_resources()
+    warnings = []
     for key, amount in sorted(wanted.items()):
         if amount <= has.get(key, 0.0) + 1e-6:
             continue
-        if key.startswith(HOST_RESOURCE_PREFIX):
-            fix = (
-                f"start that machine with ray start --resources='{{\"{key}\": 1}}' "
-                "(docs/cluster.md), or leave hosts out of the config to run anywhere"
+        facts = f"the program's nodes ask for {amount:g}"
+        if not key.startswith(HOST_RESOURCE_PREFIX):
+            warnings.append(
+                f"the Ray cluster has {has.get(key, 0.0):g} {key} now and {facts}: they wait "
+                "until it has them (an autoscaler adds them; a fixed cluster never does)"
             )
-        else:
-            fix = "give the cluster those, or ask for fewer (the resources.* of the plan)"
+            continue
         raise ConfigError(
             fact_refusal(
-                f"the Ray cluster has {has.get(key, 0.0):g} {key}",
-                f"the program's nodes ask for {amount:g}: Ray would keep them waiting for ever",
-                fix,
+                f"the Ray cluster has no {key}",
+                f"{facts}: Ray would keep them waiting for ever",
+                f"start that machine with ray start --resources='{{\"{key}\": 1}}' "
+                "(docs/cluster.md), or leave hosts out of the config to run anywhere",
             )
         )
+    return warnings
 
 
 def _refuse_no_cluster(address: str, error: BaseException) -> NoReturn:

@@ -153,6 +153,7 @@ class Supervisor:
         self._failure: NodeExit | None = None
         self._failed_while_stopping: list[NodeExit] = []
         self._unsaved: list[NodeExit] = []
+        self._sigkilled: set[str] = set()  # the nodes this supervisor sent SIGKILL
         self._killed_at_notice: list[str] = []
         self._stage_killed: int | None = None
         self._stage_starts: list[float] = []
@@ -291,6 +292,7 @@ class Supervisor:
 
     def _kill(self, nodes: list[NodeProcess], *, everything: bool) -> None:
         for node in nodes:
+            self._sigkilled.add(node.name)
             _kill_tree(node.process)
         if not everything:
             return
@@ -332,9 +334,13 @@ class Supervisor:
                 f"node {node.name} was {node.status} before it finished its final save: "
                 "what it had not saved is lost; a relaunch resumes from its last checkpoint"
             )
-        # A saving node ended by a signal it was not sent at the notice (someone else's
-        # SIGKILL) lost what it had not saved: a fault of the stop, as a failure is.
-        lost_save = [n.name for n in self._unsaved if n.name not in self._killed_at_notice]
+        # A saving node SIGKILLed by someone else (not at the notice, nor by a Ctrl-C that
+        # asked for it) lost what it had not saved: a fault of the stop, as a failure is.
+        lost_save = [
+            n.name
+            for n in self._unsaved
+            if n.returncode == -signal.SIGKILL and n.name not in self._sigkilled
+        ]
         code, cause = stop_outcome(
             None if self._failure is None else self._failure.name,
             [n.name for n in self._failed_while_stopping] + lost_save,

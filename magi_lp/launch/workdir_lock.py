@@ -25,32 +25,66 @@ from magi_lp.errors import ConfigError
 _held: dict[Path, IO[str]] = {}  # lock file -> it, open: kept open while this process runs
 
 
-def hold(path: Path, workdir: Path, command: str) -> None:
+def hold(path: Path, workdir: Path, command: str) -> str | None:
     """Takes the lock file `path` of `workdir` for this process (once), or refuses: another
-    launch runs in that workdir."""
+    launch runs in that workdir. A file system that cannot lock (NFS without lockd, Lustre
+    without `flock`) or a lock file this user cannot open is no refusal: the warning
+    returned says that a second launch would not be refused there."""
     path = path.absolute()
     if path in _held:
-        return
-    lock = open(path, "a+")  # noqa: SIM115  (held open for the process's life)
+        return None
+    try:
+        lock = open(path, "a+")  # noqa: SIM115  (held open for the process's life)
+    except OSError as error:
+        return f"{path} cannot be opened ({error.strerror}): {_UNGUARDED}"
     try:
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    except BlockingIOError:
         lock.seek(0)
         holder = _holder(lock.read())
         lock.close()
-        raise ConfigError(
-            fact_refusal(
-                f"--workdir {workdir} is in use",
-                f"another launch runs in it ({holder}); two would write into one run",
-                "stop that one first (Ctrl-C or SIGTERM saves it), or pick another --workdir",
-            )
-        ) from None
+        raise _in_use(workdir, holder) from None
+    except OSError as error:
+        lock.close()
+        return f"{path} cannot be locked here ({error.strerror}): {_UNGUARDED}"
     lock.seek(0)
     lock.truncate()
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     lock.write(json.dumps({"pid": os.getpid(), "started": started, "command": command}) + "\n")
     lock.flush()
     _held[path] = lock
+    return None
+
+
+def check_free(path: Path, workdir: Path) -> None:
+    """Refuses at once, before anything is started or planned, when another launch holds
+    `path` (a probe: the lock is taken and let go; `hold` takes it for the run)."""
+    if not path.is_file():
+        return
+    try:
+        with open(path) as probe:
+            try:
+                fcntl.flock(probe.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise _in_use(workdir, _holder(probe.read())) from None
+            except OSError:
+                return  # cannot lock here: `hold` says so
+            fcntl.flock(probe.fileno(), fcntl.LOCK_UN)
+    except OSError:
+        return
+
+
+_UNGUARDED = "a second launch of this workdir while this one runs would not be refused"
+
+
+def _in_use(workdir: Path, holder: str) -> ConfigError:
+    return ConfigError(
+        fact_refusal(
+            f"--workdir {workdir} is in use",
+            f"another launch runs in it ({holder}); two would write into one run",
+            "stop that one first (Ctrl-C or SIGTERM saves it), or pick another --workdir",
+        )
+    )
 
 
 def _holder(text: str) -> str:
