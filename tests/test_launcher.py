@@ -520,34 +520,39 @@ def test_sweeps_of_one_temp_dir_at_once_do_not_fail_on_each_others_removals(tmp_
     assert not list(tmp_path.iterdir())
 
 
-def test_a_node_killed_at_the_notice_is_a_fault_reported_once(tmp_path):
-    """SIGKILL after the notice is the last resort: one line per stage, exit code 1."""
-    log = tmp_path / "stubborn.log"
+def _stopped_node(
+    log: Path, on_sigterm: str, group: str, notice_secs: float, **options
+) -> tuple[int, subprocess.Popen, list[str]]:
+    """A node whose SIGTERM handler is `on_sigterm` (Python), up, then a supervisor's stop of
+    it: (its exit code, the node's process, what the supervisor said)."""
+    code = f"import os, signal, time\nsignal.signal(signal.SIGTERM, {on_sigterm})\n"
     with open(log, "w") as out:
         process = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-                "print('up', flush=True); time.sleep(60)",
-            ],
+            [sys.executable, "-c", code + "print('up', flush=True)\ntime.sleep(60)"],
             stdout=out,
             stderr=subprocess.STDOUT,
         )
     deadline = time.monotonic() + 30
     while "up" not in log.read_text() and time.monotonic() < deadline:
         time.sleep(0.05)
-    lines = []
+    lines: list[str] = []
     signals = supervisor.StopSignals()
     signals.received.append(signal.SIGTERM)
     watcher = supervisor.Supervisor(
-        [supervisor.NodeProcess("actor", 0, process, log)],
+        [supervisor.NodeProcess(group, 0, process, log)],
         signals,
-        0.5,
+        notice_secs,
         uuid.uuid4().hex,
         lines.append,
+        **options,
     )
-    assert watcher.run() == 1
+    return watcher.run(), process, lines
+
+
+def test_a_node_killed_at_the_notice_is_a_fault_reported_once(tmp_path):
+    """SIGKILL after the notice is the last resort: one line per stage, exit code 1."""
+    code, process, lines = _stopped_node(tmp_path / "stubborn.log", "signal.SIG_IGN", "actor", 0.5)
+    assert code == 1
     assert process.returncode == -signal.SIGKILL
     kills = [line for line in lines if "killing them" in line]
     assert len(kills) == 1 and "a fault" in kills[0], lines
@@ -556,34 +561,14 @@ def test_a_node_killed_at_the_notice_is_a_fault_reported_once(tmp_path):
 
 def test_a_saving_node_killed_by_someone_else_in_its_final_save_fails_the_stop(tmp_path):
     """It said the node's unsaved work was lost, and exited 0."""
-    log = tmp_path / "learner.log"
-    with open(log, "w") as out:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                "import os, signal, time\n"
-                "signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGKILL))\n"
-                "print('up', flush=True)\ntime.sleep(60)",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    deadline = time.monotonic() + 30
-    while "up" not in log.read_text() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    lines = []
-    signals = supervisor.StopSignals()
-    signals.received.append(signal.SIGTERM)
-    watcher = supervisor.Supervisor(
-        [supervisor.NodeProcess("learner", 0, process, log)],
-        signals,
+    code, _, lines = _stopped_node(
+        tmp_path / "learner.log",
+        "lambda *_: os.kill(os.getpid(), signal.SIGKILL)",
+        "learner",
         5.0,
-        uuid.uuid4().hex,
-        lines.append,
         saves_at_stop=frozenset({"learner"}),
     )
-    assert watcher.run() == 1, lines
+    assert code == 1, lines
     assert any("before it finished its final save" in line for line in lines), lines
     assert lines[-1].endswith("exit code 1 (learner/0 failed while stopping; see above)"), lines
 
