@@ -47,6 +47,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 SATURATED = 0.99
 """|mean action| above this counts as saturated (tanh's slope there is < 0.02)."""
@@ -318,24 +319,30 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def table(runs: list[dict]) -> list[str]:
-    """The probe's runs as a Markdown table (printed here, and in figures 13 and 17), with
-    the run each row is of where the figure said it (`run`)."""
+def _markdown(runs: list[dict], columns: list[str], cells: Any) -> list[str]:
+    """`runs` as a Markdown table: agent, seed, the run each row is of where the figure said
+    it (`run`), frames, then `columns`, each row's from `cells(run)`."""
     named = any("run" in run for run in runs)
-    lines = [
-        "| agent | seed |" + (" run |" if named else "")
-        + " frames | pinned | share saturated | mean action | spread |",
-        "| --- | --- |" + (" --- |" if named else "") + " --- | --- | --- | --- | --- |",
-    ]  # fmt: skip
+    head = ["agent", "seed", *(["run"] if named else []), "frames", *columns]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for run in runs:
-        lines.append(
-            f"| {run['agent']} | {run['seed']} |"
-            + (f" {run.get('run', '')} |" if named else "")
-            + f" {run['frames']:,} | "
-            f"{'**yes**' if run['pinned'] else 'no'} | {run['saturated']:.2f} | "
-            f"{run['mean_action']:+.3f} | {run['action_spread']:.3f} |"
-        )
+        first = [str(run["agent"]), str(run["seed"]), *([run.get("run", "")] if named else [])]
+        lines.append("| " + " | ".join([*first, f"{run['frames']:,}", *cells(run)]) + " |")
     return lines
+
+
+def table(runs: list[dict]) -> list[str]:
+    """The probe's runs as a Markdown table (printed here, and in figures 13 and 17)."""
+    return _markdown(
+        runs,
+        ["pinned", "share saturated", "mean action", "spread"],
+        lambda run: [
+            "**yes**" if run["pinned"] else "no",
+            f"{run['saturated']:.2f}",
+            f"{run['mean_action']:+.3f}",
+            f"{run['action_spread']:.3f}",
+        ],
+    )
 
 
 def why_table(runs: list[dict]) -> list[str]:
@@ -344,20 +351,15 @@ def why_table(runs: list[dict]) -> list[str]:
     rows = [run for run in runs if "pre_tanh" in run]
     if not rows:
         return []
-    named = any("run" in run for run in rows)
-    lines = [
-        "| agent | seed |" + (" run |" if named else "")
-        + " frames | mean action | median pre-tanh abs(x) | critic pushes out |",
-        "| --- | --- |" + (" --- |" if named else "") + " --- | --- | --- | --- |",
-    ]  # fmt: skip
-    for run in rows:
-        lines.append(
-            f"| {run['agent']} | {run['seed']} |"
-            + (f" {run.get('run', '')} |" if named else "")
-            + f" {run['frames']:,} | {run['mean_action']:+.3f} | {run['pre_tanh']:.2f} | "
-            f"{run['critic_pushes_out']:.2f} |"
-        )
-    return lines
+    return _markdown(
+        rows,
+        ["mean action", "median pre-tanh abs(x)", "critic pushes out"],
+        lambda run: [
+            f"{run['mean_action']:+.3f}",
+            f"{run['pre_tanh']:.2f}",
+            f"{run['critic_pushes_out']:.2f}",
+        ],
+    )
 
 
 if __name__ == "__main__":
