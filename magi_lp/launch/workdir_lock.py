@@ -38,15 +38,13 @@ def hold(path: Path, workdir: Path, command: str) -> str | None:
     except OSError as error:
         return f"{path} cannot be opened ({error.strerror}): {_UNGUARDED}"
     try:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.seek(0)
-        holder = _holder(lock.read())
+        cannot = _lock(lock, workdir)
+    except ConfigError:
         lock.close()
-        raise _in_use(workdir, holder) from None
-    except OSError as error:
+        raise
+    if cannot:
         lock.close()
-        return f"{path} cannot be locked here ({error.strerror}): {_UNGUARDED}"
+        return f"{path} cannot be locked here ({cannot}): {_UNGUARDED}"
     lock.seek(0)
     lock.truncate()
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
@@ -63,15 +61,23 @@ def check_free(path: Path, workdir: Path) -> None:
         return
     try:
         with open(path) as probe:
-            try:
-                fcntl.flock(probe.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise _in_use(workdir, _holder(probe.read())) from None
-            except OSError:
-                return  # cannot lock here: `hold` says so
-            fcntl.flock(probe.fileno(), fcntl.LOCK_UN)
+            if not _lock(probe, workdir):  # else it cannot lock here: `hold` says so
+                fcntl.flock(probe.fileno(), fcntl.LOCK_UN)
     except OSError:
         return
+
+
+def _lock(file: IO[str], workdir: Path) -> str | None:
+    """Locks `file` without waiting: None once locked, why where this file system cannot
+    lock it; refuses when another process holds it (naming the holder it wrote)."""
+    try:
+        fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        file.seek(0)
+        raise _in_use(workdir, _holder(file.read())) from None
+    except OSError as error:
+        return str(error.strerror)
+    return None
 
 
 _UNGUARDED = "a second launch of this workdir while this one runs would not be refused"
