@@ -208,25 +208,33 @@ def test_a_checkpoint_whose_counts_cannot_be_read_is_not_written(tmp_path):
 
 
 class _FailingLearner(_CountingLearner):
-    """Steps until its `fail_at`th step, which raises (a dead replay on Ray raises at once);
-    `diverge`: the failing step leaves its state non-finite first."""
+    """Steps until its `fail_at`th step, which raises (a dead replay on Ray raises at once).
+    `diverge`: "whole" - the step before it leaves a non-finite state; "failed" - the failing
+    step puts a non-finite state in the learner before it raises."""
 
-    def __init__(self, fail_at: int, diverge: bool = False):
+    def __init__(self, fail_at: int, diverge: str = ""):
         super().__init__()
         self.fail_at, self.diverge = fail_at, diverge
 
     def step(self):
+        nan = {**self.state, "w": np.full(3, np.nan, np.float32)}
         if int(self.state["steps"]) + 1 == self.fail_at:
-            if self.diverge:
-                self.state = {**self.state, "w": np.full(3, np.nan, np.float32)}
+            if self.diverge == "failed":
+                self.state = nan
             raise ConnectionError("the replay is gone")
         super().step()
+        if self.diverge == "whole" and int(self.state["steps"]) + 1 == self.fail_at:
+            self.state = {**nan, "steps": self.state["steps"]}
 
 
-@pytest.mark.parametrize("diverge", [False, True], ids=["peer-died", "diverged"])
-def test_a_failed_step_saves_the_last_whole_state_unless_it_is_not_finite(tmp_path, diverge):
+@pytest.mark.parametrize(
+    ("diverge", "saved"), [("", [4]), ("failed", [4]), ("whole", [])],
+    ids=["peer-died", "the-failed-step-diverged", "a-whole-step-diverged"],
+)  # fmt: skip
+def test_a_failed_step_saves_the_last_whole_state_unless_it_is_not_finite(tmp_path, diverge, saved):
     """On Ray a killed replay or counter made the learner raise at once, without the save a
-    stop makes: the relaunch redid every step since the last periodic checkpoint."""
+    stop makes: the relaunch redid every step since the last periodic checkpoint. What the
+    failed step left in the learner is not what is saved."""
     runner = LearnerRunner(
         _FailingLearner(fail_at=5, diverge=diverge),
         Checkpointer(tmp_path),
@@ -235,7 +243,72 @@ def test_a_failed_step_saves_the_last_whole_state_unless_it_is_not_finite(tmp_pa
     )
     with pytest.raises(ConnectionError, match="the replay is gone"):
         runner.run(lambda: False, poll_s=0.01)
-    assert Checkpointer(tmp_path).all_steps() == ([] if diverge else [4])
+    assert Checkpointer(tmp_path).all_steps() == saved
+    if saved:
+        state = LearnerRunner(_CountingLearner(), Checkpointer(tmp_path)).learner.save()
+        assert int(state["steps"]) == 4 and np.all(np.isfinite(state["w"]))
+
+
+class _SlowToReturnLearner(_CountingLearner):
+    """As JaxLearner on an asynchronous device: a step takes its new state and counts itself
+    (`counts`, the program's counter), then waits for the update before it returns; `inside`
+    is set while it waits."""
+
+    def __init__(self, counts: dict, wait_s: float):
+        super().__init__()
+        self.counts, self.wait_s = counts, wait_s
+        self.inside = threading.Event()
+
+    def step(self):
+        super().step()
+        self.counts["learner_steps"] = self.counts.get("learner_steps", 0) + 1
+        self.inside.set()
+        time.sleep(self.wait_s)
+        self.inside.clear()
+
+
+def _saved_step_state_and_counts(folder: Path) -> tuple[int, int, int]:
+    again = LearnerRunner(_CountingLearner(), Checkpointer(folder))
+    state_steps = int(again.learner.save()["steps"])
+    return again.restored_step, state_steps, again.restored_counts["learner_steps"]
+
+
+def test_a_stop_during_a_step_in_flight_saves_a_state_its_number_and_counts_agree(tmp_path):
+    """The learner node: the stop came while its step thread waited inside a step that had
+    already taken its new state and counted it, and the save wrote that state under the
+    step before (checkpoint 1435 holding learner_steps 1436: the relaunch's log went on at
+    1437). It waits for the step in flight now."""
+    counts: dict = {}
+    learner = _SlowToReturnLearner(counts, wait_s=0.3)
+    runner = LearnerRunner(
+        learner, Checkpointer(tmp_path), checkpoint_minutes=60.0, get_counts=lambda: dict(counts)
+    )
+
+    def stop() -> bool:  # once a few steps are whole, and then inside the next one
+        return runner.steps >= 3 and learner.inside.is_set()
+
+    runner.run(stop, poll_s=0.01)
+    step, state_steps, counted = _saved_step_state_and_counts(tmp_path)
+    assert step == state_steps == counted >= 4
+
+
+def test_a_ctrl_c_during_a_step_in_the_main_thread_ends_after_the_step(tmp_path):
+    """The single-process runner steps in the main thread: a Ctrl-C that cut a step after it
+    had taken its new state left the runner a step behind the learner and its counts."""
+    counts: dict = {}
+    learner = _SlowToReturnLearner(counts, wait_s=0.5)
+    runner = LearnerRunner(
+        learner, Checkpointer(tmp_path), checkpoint_minutes=60.0, get_counts=lambda: dict(counts)
+    )
+    runner.step()
+    timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        runner.step()  # the Ctrl-C comes while it waits, after the new state
+    timer.join()
+    assert runner.steps == 2 == counts["learner_steps"]
+    runner.save()
+    assert _saved_step_state_and_counts(tmp_path) == (2, 2, 2)
 
 
 # --- single-process runner -------------------------------------------------------------------
@@ -709,11 +782,12 @@ class ProgramWiringTest(absltest.TestCase):
         assert counts.get("evaluator_episodes", 0) >= 1
         (policy,) = learner.get_variables(["policy"])
         assert policy  # the TD3 actor's parameters, served over Courier
-        learner.save()  # what the learner does at stop, through its Courier handle
+        saved = learner.save()  # a save while its step thread goes on, through Courier
         checkpoints = Checkpointer(Workdir(workdir).learner_checkpoints)
-        assert checkpoints.latest_step() >= 1
-        _, metadata = checkpoints.restore()
+        assert saved >= 1 and saved in checkpoints.all_steps()
+        _, metadata = checkpoints.restore(step=saved)
         assert metadata["counts"]["actor_steps"] >= 60
+        assert metadata["counts"]["learner_steps"] >= saved
 
 
 def test_resume_point_is_the_actor_steps_of_the_newest_readable_checkpoint(tmp_path):

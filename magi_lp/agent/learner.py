@@ -59,7 +59,11 @@ class Learner(core.Learner):
 
     @abc.abstractmethod
     def save(self) -> Any:
-        """Returns the full training state as a pytree of arrays."""
+        """Returns the full training state as a pytree of arrays.
+
+        Called after every step: the runner keeps each whole step's state for its next
+        checkpoint, so return the arrays themselves, not copies (and an update that donates
+        its input state would delete what the runner keeps)."""
 
     @abc.abstractmethod
     def restore(self, state: Any) -> None:

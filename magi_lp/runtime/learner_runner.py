@@ -19,6 +19,7 @@ from absl import logging
 from magi_lp import console
 from magi_lp.agent.learner import Learner
 from magi_lp.agent.variable_client import call_in_background
+from magi_lp.launch.interrupts import stop_deferred
 from magi_lp.runtime.checkpointing import (
     Checkpointer,
     CheckpointWriteError,
@@ -39,6 +40,12 @@ class ReplayCheckpoint:
     checkpointer: Checkpointer
     save: Callable[[], Any]
     restore: Callable[[Any], None]
+
+
+FINISH_STEP_MAX_S = 5.0
+"""At a stop, the longest the learner node waits for its step in flight to end (twice the
+last step's time, at most this): well inside the launcher's 10 s notice, whose end is
+SIGKILL, so the final save still has time."""
 
 
 class CountsUnreadableError(Exception):
@@ -114,6 +121,12 @@ class LearnerRunner:
                 replay.restore(saved)
                 logging.info("Replay restored from its checkpoint at step %d", found[0])
         self._steps = self.restored_step or 0
+        # The last whole step: its number and the state it left, the pair every checkpoint
+        # writes. A step in flight may have put its new state in the learner (and counted it)
+        # before it returned: saved then, the state was one step ahead of its number.
+        self._whole: tuple[int, Any] = (self._steps, learner.save())
+        self._whole_lock = threading.Lock()
+        self._last_step_s: float | None = None
         self._periodic = (
             None
             if checkpointer is None
@@ -135,14 +148,31 @@ class LearnerRunner:
         """Learner steps taken, including those before a restore."""
         return self._steps
 
+    @property
+    def last_saved_step(self) -> int | None:
+        """The learner step of the newest checkpoint this runner wrote (None: none yet)."""
+        return None if self._periodic is None else self._periodic.last_saved_step
+
     def get_variables(self, names: Sequence[str]) -> list[Any]:
         """Parameters for actors (a Courier method in the distributed program)."""
         return self._learner.get_variables(names)
 
     def step(self) -> None:
-        """One learner step, then a checkpoint if one is due."""
-        self._learner.step()
-        self._steps += 1
+        """One learner step, then a checkpoint if one is due.
+
+        A stop (SIGINT, SIGTERM) that comes during the step waits for its end (in the main
+        thread, the single-process runner's): cut in the middle, the learner had already
+        taken the new state and counted the step, and the save at stop wrote that state under
+        the step before, with counts a step ahead of it (seen: checkpoint 1435 holding
+        learner_steps 1436, the relaunch's log starting at 1437).
+        """
+        start = time.monotonic()
+        with stop_deferred("the learner's step ends"):
+            self._learner.step()
+            self._steps += 1
+            with self._whole_lock:
+                self._whole = (self._steps, self._learner.save())
+        self._last_step_s = time.monotonic() - start
         if self._periodic is not None:
             with self._save_lock:
                 try:
@@ -169,14 +199,19 @@ class LearnerRunner:
                     console.say(f"final checkpoint not written: {error}", source="checkpoint")
 
     def _snapshot(self) -> Snapshot:
-        counts = self._counts_now()  # first: a save it refuses writes nothing, the replay's too
+        # The state before the counts: a step that ends between the two is then counted and
+        # not saved (a relaunch does one update fewer), never saved and not counted (one
+        # update more than the counts say).
+        with self._whole_lock:
+            steps, state = self._whole
+        counts = self._counts_now()  # before any write: a save it refuses writes nothing
         if self._replay is not None:
             # Written first: a learner checkpoint then never names a replay that is missing.
-            self._replay.checkpointer.save(self._steps, self._replay.save())
+            self._replay.checkpointer.save(steps, self._replay.save())
         metadata = {"counts": counts}
         if self._identity:
             metadata["config"] = self._identity
-        return Snapshot(self._steps, self._learner.save(), metadata)
+        return Snapshot(steps, state, metadata)
 
     def _counts_now(self, timeout_s: float = 5.0) -> dict[str, Any]:
         """The program's counts for a checkpoint of this step.
@@ -231,7 +266,9 @@ class LearnerRunner:
         while not should_stop() and worker.is_alive():
             time.sleep(poll_s)
         halt.set()
-        worker.join(timeout=poll_s)
+        # The step in flight ends (and the save below holds it) unless it waits for a batch
+        # that will not come; then the last whole step is saved without it.
+        worker.join(timeout=max(poll_s, min(FINISH_STEP_MAX_S, 2 * (self._last_step_s or 0))))
         if failure:
             self._save_after(failure[0])
             raise failure[0]
@@ -241,12 +278,15 @@ class LearnerRunner:
         """A step failed (on Ray a dead replay or counter raises in the learner at once, where
         Launchpad's sampler waits for the stop): the state of the last whole step is still
         good, so it is saved as at a stop, and the relaunch does not redo the steps since the
-        last periodic checkpoint. Not a state with non-finite values (a diverged update):
-        the checkpoint before it stays the newest."""
+        last periodic checkpoint; what the failed step put in the learner is not saved. Not
+        a state with non-finite values (an update that diverged): the checkpoint before it
+        stays the newest."""
         if self._periodic is None or not isinstance(error, Exception):
             return
         try:
-            if not _finite(self._learner.save()):
+            with self._whole_lock:
+                state = self._whole[1]
+            if not _finite(state):
                 console.say(
                     f"the learner's state is not finite after {type(error).__name__}: no "
                     "final checkpoint (the newest one stays)",

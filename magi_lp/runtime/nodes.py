@@ -335,11 +335,12 @@ class LearnerNode:
         Reverb store, which the probe asks Reverb about)."""
         return {} if self._replay is None else self._replay.info()
 
-    def save(self) -> int:
-        """Checkpoints now; returns the learner step saved (the coordinator calls it at stop)."""
+    def save(self) -> int | None:
+        """Checkpoints now; returns the learner step of the newest checkpoint (None: none
+        was written). Its step thread goes on: what is saved is its last whole step."""
         runner = self._built_runner()
         runner.save()
-        return runner.steps
+        return runner.last_saved_step
 
     def run(self) -> None:
         """Builds, then steps until the program stops (Launchpad calls this after serving
