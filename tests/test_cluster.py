@@ -169,6 +169,19 @@ def test_ports_beyond_the_range_are_refused():
         _plan({**SERVERS_ON_MAIN, "actor": "a1"}, hosts, port_per_pod=True)
 
 
+@pytest.mark.parametrize(
+    "address", ["http://10.0.0.2", "10.0.0.2:8000", "10.0.0.300", "0.0.0.0", " "]
+)
+def test_a_host_spec_refuses_an_address_as_the_hosts_settings_do(address):
+    """`HostSpec` (what the plan is made of, also built directly) refused only whitespace,
+    where `hosts.machines` refuses a scheme, a port, a bad IPv4 and the unspecified address."""
+    with pytest.raises(
+        ConfigError, match=r"hosts\.machines\.main\.address must be .*no scheme, no port"
+    ):
+        HostSpec("main", address)
+    assert HostSpec("main", "node-1.cluster").address == "node-1.cluster"
+
+
 def test_kubernetes_gives_every_pod_the_same_ports():
     plan = _plan({**SERVERS_ON_MAIN, "actor": "a1,a2"}, port_per_pod=True)
     assert {n.ports for n in plan.nodes if n.group != "coordinator"} == {(27000,)}

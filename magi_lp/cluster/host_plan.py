@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 
 import tabulate
 
+from magi_lp.cluster.config import address_ok
 from magi_lp.config_schema import did_you_mean, fact_refusal, is_int, refusal, refusal_at
 from magi_lp.errors import ConfigError
 from magi_lp.formatting import format_ranges
@@ -82,11 +83,11 @@ class HostSpec:
                     "e.g. 'main' or 'actors-1'",
                 )
             )
-        if not isinstance(self.address, str) or any(c.isspace() for c in self.address):
+        if not isinstance(self.address, str) or not address_ok(self.address):
             raise ConfigError(
                 refusal(
                     f"{where}.address",
-                    "an IP address or a host name",
+                    "a private-network IP address or host name (no scheme, no port), or ''",
                     self.address,
                     "e.g. '10.0.0.2', or '' where the engine provides it",
                 )
