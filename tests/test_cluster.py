@@ -456,6 +456,34 @@ def _golden_job(launcher: str):
     )
 
 
+@pytest.mark.parametrize("engine", ["slurm", "ray-slurm"])
+def test_a_slurm_job_names_the_paths_its_machines_lack_here(tmp_path, engine):
+    """A Ray-stack job given the Launchpad venv's Python failed at every step: no `ray`
+    beside it. SLURM's machines share the submit host's filesystem as a rule."""
+    from magi_lp.cluster.engines import not_on_the_submit_host
+
+    job = cluster.golden_job(ROOT, cluster.golden_engines()[engine])
+    runtime = "ray" if engine == "ray-slurm" else "launchpad"
+    lines = not_on_the_submit_host(job, runtime)  # the golden paths are nowhere here
+    assert [line.split(" /")[0] for line in lines] == [
+        "hosts.python",
+        "hosts.project_dir",
+        *(["the `ray` beside hosts.python"] if runtime == "ray" else []),
+    ]
+    assert all("is not on this machine" in line for line in lines)
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").touch()
+    here = dataclasses.replace(
+        job.paths, python=str(tmp_path / "bin" / "python"), project_dir=str(ROOT)
+    )
+    missing = not_on_the_submit_host(dataclasses.replace(job, paths=here), runtime)
+    if runtime == "ray":
+        (line,) = missing
+        assert line.startswith(f"the `ray` beside hosts.python {tmp_path}/bin/ray is not on")
+    else:
+        assert missing == []
+
+
 def test_golden_manifests_pass_the_kubernetes_schemas():
     from kubernetes_validate import utils as kubernetes_validate
 

@@ -12,6 +12,7 @@ them and never tests an engine's name.
 from __future__ import annotations
 
 import importlib.util
+import os
 import shlex
 import shutil
 import subprocess
@@ -24,7 +25,7 @@ from magi_lp.cluster import host_scripts, kuberay, kubernetes, ray_slurm, slurm
 from magi_lp.cluster.config import KubernetesSettings, SlurmSettings
 from magi_lp.cluster.host_plan import HostPlan
 from magi_lp.cluster.job import SECURITY_WARNING, ClusterJob
-from magi_lp.cluster.ray_cluster import RAY_SECURITY, machine_nodes, ray_ports
+from magi_lp.cluster.ray_cluster import RAY_SECURITY, machine_nodes, ray_cli, ray_ports
 from magi_lp.config_schema import fact_refusal
 from magi_lp.errors import ConfigError
 
@@ -126,12 +127,33 @@ class _Slurm(ClusterEngine):
 
     def start(self, job: ClusterJob, folder: Path) -> int:
         if job.settings.get("submit", True) and shutil.which("sbatch"):
+            for missing in not_on_the_submit_host(job, self.runtime):
+                console.say(f"warning: {missing}")
             refused = slurm_fit(job, _sinfo_nodes())
             if refused:
                 console.error(f"SLURM cannot run the job: {refused}")
                 return 1
             return submit_sbatch(job, folder / self.script(job))
         return super().start(job, folder)
+
+
+def not_on_the_submit_host(job: ClusterJob, runtime: str) -> list[str]:
+    """The job's paths this machine lacks, a line each.
+
+    A SLURM job's machines see the submit host's filesystem as a rule (the code and the
+    virtualenv on a shared one): a path missing here is then missing there, and every step
+    fails at its start (a Ray-stack job given the Launchpad venv's Python ran a `ray` that is
+    not beside it). Said, not refused: a cluster may keep them elsewhere.
+    """
+    needed = [("hosts.python", job.paths.python), ("hosts.project_dir", job.paths.project_dir)]
+    if runtime == "ray":
+        needed.append(("the `ray` beside hosts.python", ray_cli(job)))
+    return [
+        f"{what} {path} is not on this machine: the job's machines need it at that path "
+        "(set hosts.python / hosts.project_dir to the ones they share)"
+        for what, path in needed
+        if not os.path.exists(path)
+    ]
 
 
 class SlurmEngine(_Slurm):
