@@ -3,6 +3,8 @@ FIFO eviction that never overwrites a live frame; uniform sampling; checkpoints;
 
 from __future__ import annotations
 
+import threading
+
 import dm_env
 import jax
 import numpy as np
@@ -11,6 +13,7 @@ import pytest
 from magi_lp.errors import ConfigError
 from magi_lp.replay.frame_store import DeviceFrameStore, StoreAdder
 from magi_lp.replay.spec import FrameReplaySpec
+from magi_lp.runtime.checkpointing import Checkpointer
 from tests.e2e_utils import run_on_host_devices
 
 H, W, C = 6, 5, 3
@@ -199,6 +202,47 @@ def test_checkpoint_round_trip_restores_transitions_and_keeps_writing():
     assert as_keys(got.frames, got.action, got.reward, got.discount) == as_keys(
         *zip(*want[-size:], strict=True)
     )
+
+
+def test_a_checkpoint_written_while_writes_are_held_is_the_store_at_its_save(tmp_path):
+    """The learner node's drain thread flushes while the learner's checkpoint is written: an
+    insert donates the store's arrays, and what `save()` had returned was deleted before
+    orbax wrote it (the replay's checkpoint and that learner checkpoint lost)."""
+    spec = make_spec(capacity=20)
+    store = DeviceFrameStore(spec, writers=2)
+    flushed = threading.Event()
+
+    def write_more(seed: int = 9) -> None:
+        more = [episodes(seed, [10, 10]), episodes(seed + 1, [10])]
+        feed([StoreAdder(store, 0), StoreAdder(store, 1)], more)
+        store.flush()
+        flushed.set()
+
+    feed([StoreAdder(store, 0), StoreAdder(store, 1)], [episodes(7, [15, 9]), episodes(8, [12])])
+    write_more(seed=20)  # compiles this flush's insert: the writer's below takes milliseconds
+    flushed.clear()
+    before = store.transitions_at(0)
+    with store.holding_writes():
+        saved = store.save()
+        writer = threading.Thread(target=write_more)
+        writer.start()
+        assert not flushed.wait(3.0), "a flush went on inside the hold"
+        Checkpointer(tmp_path).save(1, saved)
+    writer.join(timeout=60)
+    assert flushed.is_set()
+
+    restored = DeviceFrameStore(spec, writers=2)
+    state, _ = Checkpointer(tmp_path).restore(restored.save())
+    restored.restore(state)
+    after = restored.transitions_at(0)
+    assert as_keys(after.frames, after.action, after.reward, after.discount) == as_keys(
+        before.frames, before.action, before.reward, before.discount
+    )
+    # Unheld, the same flush deletes what save() returned, where inserts donate (jax >= 0.5).
+    saved = store.save()
+    write_more()
+    leaves = jax.tree_util.tree_leaves(saved["device"])
+    assert all(leaf.is_deleted() for leaf in leaves) or jax.__version_info__ < (0, 5)
 
 
 def test_bad_inputs_say_what_to_change():

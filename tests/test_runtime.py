@@ -4,6 +4,7 @@ threaded test launch), all on a toy environment with the real TD3 agent."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -36,7 +37,7 @@ from magi_lp.replay.schedule import ReplaySchedule
 from magi_lp.runtime import control_nodes, nodes
 from magi_lp.runtime.checkpointing import Checkpointer
 from magi_lp.runtime.config import NODE_GROUPS, make_placement_plan
-from magi_lp.runtime.learner_runner import LearnerRunner
+from magi_lp.runtime.learner_runner import LearnerRunner, ReplayCheckpoint
 from magi_lp.runtime.loggers import LoggerFactory
 from magi_lp.runtime.program import build_program
 from magi_lp.runtime.single_process import run_single_process
@@ -205,6 +206,33 @@ def test_a_checkpoint_whose_counts_cannot_be_read_is_not_written(tmp_path):
     assert Checkpointer(tmp_path).all_steps() == [1]
     again = LearnerRunner(_CountingLearner(), Checkpointer(tmp_path))
     assert again.restored_step == 1 and again.restored_counts == {"actor_steps": 10}
+
+
+def test_the_replay_checkpoint_is_written_while_the_replay_holds_its_writes(tmp_path):
+    """The device store's saved arrays are its own, and its next insert deletes them: the
+    writes wait (`ReplayCheckpoint.hold`) until its checkpoint is written."""
+    events: list[str] = []
+
+    @contextlib.contextmanager
+    def hold():
+        events.append("hold")
+        yield
+        events.append("release")
+
+    class _Recorded(Checkpointer):
+        def save(self, step, state, metadata=None):
+            events.append(f"write {step}")
+            return super().save(step, state, metadata)
+
+    def save_replay():
+        events.append("save")
+        return {"items": np.arange(4)}
+
+    replay = ReplayCheckpoint(_Recorded(tmp_path / "replay"), save_replay, lambda s: None, hold)
+    runner = LearnerRunner(_CountingLearner(), Checkpointer(tmp_path / "learner"), replay=replay)
+    runner.step()
+    runner.save()
+    assert events == ["hold", "save", "write 1", "release"]
 
 
 class _FailingLearner(_CountingLearner):

@@ -44,8 +44,9 @@ Imports no Reverb and no TensorFlow: a single-process run on a current stack use
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
@@ -317,7 +318,7 @@ class DeviceFrameStore:
         self.num_shards = shards
         self.writers = writers
         self._on_visible = on_visible
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entered by save() inside holding_writes()
         per_shard = -(-writers // shards)
         frame_capacity = spec.frame_capacity(per_shard)
         self._shards = [_Shard(spec, frame_capacity) for _ in range(shards)]
@@ -614,8 +615,21 @@ class DeviceFrameStore:
         )
 
     # -- checkpoints ---------------------------------------------------------------------
+    @contextlib.contextmanager
+    def holding_writes(self) -> Iterator[None]:
+        """Holds every flush and sample (other threads') until the block ends.
+
+        What `save()` returns is the store's own device arrays, and the next insert donates
+        them (deleted, not copied: the store is most of the device's memory). A checkpoint
+        writes them inside this block: saved after it, a flush by the drain thread in
+        between made the save fail ("Array has been deleted") and lost that checkpoint.
+        """
+        with self._lock:
+            yield
+
     def save(self) -> dict[str, Any]:
-        """The store as a pytree of arrays (device arrays and the host's ring)."""
+        """The store as a pytree of arrays (device arrays and the host's ring): valid until
+        the next write, so written inside `holding_writes()` where writers run."""
         with self._lock:
             self._flush_locked()
             return {

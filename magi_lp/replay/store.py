@@ -26,6 +26,7 @@ One process uses no transport: the actor writes where the learner samples.
 from __future__ import annotations
 
 import abc
+import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -70,6 +71,10 @@ class LearnerReplay:
         tables = self.client.server_info().values()
         return all(table.current_size > 0 for table in tables)
 
+    def holding_writes(self) -> contextlib.AbstractContextManager[Any]:
+        """Writes wait until the block ends: a checkpoint of `save()` is written inside it."""
+        return contextlib.nullcontext()
+
     def save(self) -> Any:
         """The store's checkpoint state (`checkpoint.replay`)."""
         raise NotImplementedError(f"{type(self).__name__} is saved by Reverb, not the learner")
@@ -106,6 +111,10 @@ class HeldLearnerReplay(LearnerReplay):
             "replay_inserted": self.held.inserted,  # transitions
             "replay_sampled": self.held.sampled_batches * self.held.spec.batch_size,
         }
+
+    def holding_writes(self) -> contextlib.AbstractContextManager[Any]:
+        hold = getattr(self.held, "holding_writes", None)
+        return contextlib.nullcontext() if hold is None else hold()
 
     def save(self) -> Any:
         return self.held.save()

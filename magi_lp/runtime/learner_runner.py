@@ -8,6 +8,7 @@ and serves parameters through `get_variables` (a Courier method in the distribut
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 import time
@@ -35,11 +36,14 @@ class CheckpointReadError(RuntimeError):
 @dataclasses.dataclass(frozen=True)
 class ReplayCheckpoint:
     """A replay saved beside the learner (`checkpoint.replay`): in its own folder, at the
-    learner's steps, so a learner checkpoint reads the same with or without it."""
+    learner's steps, so a learner checkpoint reads the same with or without it. `hold`: the
+    writes to the replay wait while its checkpoint is written (what `save` returns may be
+    the replay's own arrays)."""
 
     checkpointer: Checkpointer
     save: Callable[[], Any]
     restore: Callable[[Any], None]
+    hold: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
 
 
 FINISH_STEP_MAX_S = 5.0
@@ -207,7 +211,8 @@ class LearnerRunner:
         counts = self._counts_now()  # before any write: a save it refuses writes nothing
         if self._replay is not None:
             # Written first: a learner checkpoint then never names a replay that is missing.
-            self._replay.checkpointer.save(steps, self._replay.save())
+            with self._replay.hold():
+                self._replay.checkpointer.save(steps, self._replay.save())
         metadata = {"counts": counts}
         if self._identity:
             metadata["config"] = self._identity

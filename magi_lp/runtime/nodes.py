@@ -101,6 +101,7 @@ def make_learner_runner(
             Checkpointer(folders.replay_store_checkpoints, max_to_keep=1),
             replay.save,
             replay.restore,
+            replay.holding_writes,
         )
     return LearnerRunner(
         learner,
