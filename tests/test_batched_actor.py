@@ -24,6 +24,7 @@ from acme.utils import counting
 from magi_lp.agent.actor import BatchedActor
 from magi_lp.agent.actor_core import ActorCore
 from magi_lp.replay.frame_replay import FrameStackAdder, frame_replay_signature
+from magi_lp.runtime import nodes
 from magi_lp.runtime.acting_loop import ActingLoop
 from magi_lp.runtime.single_process import run_single_process
 from tests.agent_harness import n_step_transitions, queue_dataset
@@ -202,6 +203,39 @@ def test_steps_are_counted_as_they_happen_or_in_batches_of_count_every():
     assert loop.flush_counts()["steps"] == 16  # a stop reports what is left
     with pytest.raises(ValueError, match="count_every must be >= 1"):
         ActingLoop(environments, actor, counter, count_every=0)
+
+
+def test_a_distributed_actor_reports_its_last_steps_at_a_stop():
+    """Reported every `count_every` steps, the steps since the last report were never
+    counted at a stop: the learner's final checkpoint lacked them and a relaunch took them
+    again (up to DISTRIBUTED_COUNT_EVERY per environment and actor)."""
+    environments = [StackedPixels(0, [7], seed=0), StackedPixels(1, [9], seed=1)]
+    actor = BatchedActor(
+        _uniform_core(), list(jax.random.split(jax.random.PRNGKey(0), 2)), None, [None] * 2
+    )
+    counter = counting.Counter(time_delta=0.0)
+    loop = ActingLoop(environments, actor, counter, count_every=20)
+    taken = [0]
+    step = loop.step
+    loop.step = lambda: (taken.__setitem__(0, taken[0] + 1), step())[1]
+
+    class Lifetime:  # the program stops once the loop has taken 5 steps
+        def stopping(self):
+            return taken[0] >= 5
+
+        def leave(self):
+            pass
+
+    node = nodes.ActorNode.__new__(nodes.ActorNode)
+    node._lifetime, node._loop, node._name, node._max_actor_steps = (
+        Lifetime(),
+        loop,
+        "actor_0",
+        10**6,
+    )
+    node.run()
+    assert taken[0] == 5
+    assert counter.get_counts()["steps"] == 2 * 5  # two environments a loop step
 
 
 def test_each_episode_row_says_where_a_loop_step_s_time_went():

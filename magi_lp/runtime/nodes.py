@@ -28,7 +28,7 @@ from magi_lp.agent.actor import BatchedActor, GenericActor
 from magi_lp.agent.builder import POLICY_VARIABLES
 from magi_lp.agent.device_check import DeviceCheck
 from magi_lp.agent.learner import JaxLearner
-from magi_lp.agent.variable_client import VariableClient
+from magi_lp.agent.variable_client import VariableClient, call_in_background
 from magi_lp.console import say
 from magi_lp.launch.files import write_text_atomically
 from magi_lp.launch.node_lifetime import hold_exit
@@ -387,6 +387,7 @@ class ActorNode:
         """`workdir`: the run's, read for its `resume_point`."""
         prepare_node_process()
         self._lifetime = lifetime
+        self._name = f"actor_{index}"
         self._loop = make_acting_loop(
             experiment,
             environment_spec,
@@ -414,11 +415,27 @@ class ActorNode:
         # stop, so the node ends by itself instead of by the launcher's SIGKILL.
         with contextlib.suppress(WriteAbandonedError):
             self._loop.run(lambda: stopping() or self.limit_reached())
-        if not stopping():  # the limit: the coordinator stops the program
+        if stopping():
+            self._count_the_last_steps()
+        else:  # the limit: the coordinator stops the program
             self._loop.flush_counts()
             while not stopping():
                 self._lifetime.wait_for_stop(0.5)
         self._lifetime.leave()
+
+    def _count_the_last_steps(self, timeout_s: float = 5.0) -> None:
+        """At a stop, the steps taken since the last report (up to `DISTRIBUTED_COUNT_EVERY`
+        per environment) go to the counter before the learner's final checkpoint reads it
+        (the launcher stops the actors first): uncounted, a relaunch took them again. A
+        counter that does not answer (killed) is said, not waited for."""
+        try:
+            call_in_background(self._loop.flush_counts).result(timeout=timeout_s)
+        except Exception as error:
+            say(
+                f"its last steps were not counted ({type(error).__name__}: "
+                f"{error or f'no answer in {timeout_s:g} s'}); a relaunch takes them again",
+                source=self._name,
+            )
 
 
 class EvaluatorNode:
