@@ -1,7 +1,8 @@
 """TD3 on cartpole/balance from proprioceptive states: the small experiment the tests run.
 
 Why this task: a 5-d state and a 1-d action keep an update at a few milliseconds on one CPU
-core, and learning shows within minutes without a GPU (see BENCHMARKS.md, figure 6).
+core, and learning shows within minutes without a GPU at `--config.env.action_repeat=4` (as
+BENCHMARKS.md's figure 6 runs it; at this config's repeat of 1 it takes far more steps).
 cartpole/swingup is the harder next step (`--config.env.task=swingup`, plan on 100k steps).
 
 Toolkit keys and their defaults: magi_lp/runtime/config.py; agent keys:

@@ -4,7 +4,7 @@
 env and nodes, each node's host, ports and stop tier, where the shared code, Python and
 workdir are, and the engine's own settings. The runtime builds it from the config and the
 host plan (`magi_lp.cluster.main`); the renderers (`slurm`, `kubernetes`, `host_scripts`)
-turn it into text and `multihost.prepare_job` into the pickled program every node loads.
+turn it into text and `prepare.prepare_job` into the pickled program every node loads.
 
 How a node finds another one depends on the engine, and is decided here once:
 - hosts: the address the config gives for the host;

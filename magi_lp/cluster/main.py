@@ -5,10 +5,12 @@ validated before anything starts), the `ClusterJob` the launch layer renders, an
 one of three things:
 - `--dry_run`: prints the host plan, the security warning and every generated file;
 - `--render DIR`: writes the generated files to DIR (the golden files of the tests are this);
-- neither: builds the program, binds every server to its planned host and port, pickles it
-  into `<workdir>/cluster/job/` (`prepare.prepare_job`), writes the generated files to
-  `<workdir>/cluster/`, and prints the one command that starts it (sbatch, kubectl apply,
-  or one script per host).
+- neither: on the Launchpad stack builds the program, binds every server to its planned host
+  and port and pickles it into `<workdir>/cluster/job/` (`prepare.prepare_job`; the Ray
+  stack's engines pickle nothing: their driver builds it), writes the generated files to
+  `<workdir>/cluster/`, and starts the job (`sbatch`, for SLURM unless
+  `hosts.slurm.submit=False`) or prints the command that does (kubectl apply, one script per
+  host).
 The workdir, the code and the Python (a virtualenv) must be at the same paths on every host:
 a shared filesystem (docs/cluster.md).
 

@@ -21,7 +21,8 @@ The driver (this process) supervises, as the Launchpad launcher does:
 
 What the plan decides, Ray carries out: the GPUs a node sees are the plan's
 (`CUDA_VISIBLE_DEVICES` in its env, which Ray is told to keep), Ray's GPU count of a node is
-the number of the plan's GPUs it sees (logical, so Ray's scheduling agrees), CPU threads are
+the number of the plan's GPUs it sees, a GPU that nodes share split evenly between them
+(logical, so Ray's scheduling agrees), CPU threads are
 the plan's env (Ray's `num_cpus` stays 0: the plan, not Ray, decides where threads go).
 
 Left behind: nothing. Ray's session folder lives in a private temporary folder removed at the
