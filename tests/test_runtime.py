@@ -235,6 +235,34 @@ def test_the_replay_checkpoint_is_written_while_the_replay_holds_its_writes(tmp_
     assert events == ["hold", "save", "write 1", "release"]
 
 
+def test_a_second_save_at_one_learner_step_writes_the_replay_again(tmp_path):
+    """Two stops at one learner step (the warm-up: actors go on, the learner waits): the
+    second wrote only the learner's metadata, and the relaunch restored the first replay
+    beside the second's counts (actor_steps 7 with the replay of actor step 1)."""
+    table = {"items": np.full(8, 1)}  # a fixed shape, as a replay's arrays: 1 item
+
+    def runner() -> LearnerRunner:
+        replay = ReplayCheckpoint(
+            Checkpointer(tmp_path / "replay", max_to_keep=1),
+            lambda: dict(table),
+            lambda saved: table.update(saved),
+        )
+        return LearnerRunner(
+            _CountingLearner(), Checkpointer(tmp_path / "learner"), replay=replay,
+            get_counts=lambda: {"actor_steps": int(table["items"][0])},
+        )  # fmt: skip
+
+    runner().save()  # a stop during the warm-up: learner step 0, one item
+    relaunched = runner()  # the table restored, then more items, then a stop at step 0 again
+    table["items"] = np.full(8, 7)
+    relaunched.save()
+    table["items"] = np.full(8, 0)
+    again = runner()
+    assert again.restored_step == 0 and again.restored_counts == {"actor_steps": 7}
+    np.testing.assert_array_equal(table["items"], np.full(8, 7))
+    assert Checkpointer(tmp_path / "replay").all_steps() == [1]  # past step 0, which was taken
+
+
 class _FailingLearner(_CountingLearner):
     """Steps until its `fail_at`th step, which raises (a dead replay on Ray raises at once).
     `diverge`: "whole" - the step before it leaves a non-finite state; "failed" - the failing

@@ -36,7 +36,8 @@ class CheckpointReadError(RuntimeError):
 @dataclasses.dataclass(frozen=True)
 class ReplayCheckpoint:
     """A replay saved beside the learner (`checkpoint.replay`): in its own folder, at the
-    learner's steps, so a learner checkpoint reads the same with or without it. `hold`: the
+    learner's steps (or past them, `LearnerRunner._save_replay`), so a learner checkpoint
+    reads the same with or without it. `hold`: the
     writes to the replay wait while its checkpoint is written (what `save` returns may be
     the replay's own arrays)."""
 
@@ -211,12 +212,24 @@ class LearnerRunner:
         counts = self._counts_now()  # before any write: a save it refuses writes nothing
         if self._replay is not None:
             # Written first: a learner checkpoint then never names a replay that is missing.
-            with self._replay.hold():
-                self._replay.checkpointer.save(steps, self._replay.save())
+            self._save_replay(steps)
         metadata = {"counts": counts}
         if self._identity:
             metadata["config"] = self._identity
         return Snapshot(steps, state, metadata)
+
+    def _save_replay(self, steps: int) -> None:
+        """Writes the replay's checkpoint, every time: at the learner's step, or past the
+        newest one where that is taken (a save at the same learner step: actors went on
+        while the learner waited, e.g. a second stop during the warm-up). A second save at
+        one step rewrote only the metadata, as for the learner, and the relaunch restored the
+        older replay beside the newer counts. Its metadata names the learner's step."""
+        assert self._replay is not None
+        checkpointer = self._replay.checkpointer
+        latest = checkpointer.latest_step()
+        label = steps if latest is None or steps > latest else latest + 1
+        with self._replay.hold():
+            checkpointer.save(label, self._replay.save(), {"learner_step": steps})
 
     def _counts_now(self, timeout_s: float = 5.0) -> dict[str, Any]:
         """The program's counts for a checkpoint of this step.
