@@ -152,6 +152,25 @@ def test_unreadable_newest_checkpoint_falls_back_to_the_one_before(tmp_path, cap
     assert len(lines) == 1 and f"{tmp_path}/2 cannot be read" in lines[0], lines
 
 
+def test_the_owner_sets_an_unreadable_checkpoint_aside_and_its_next_saves_are_written(tmp_path):
+    """Left in place, the broken step 3 made every save of the resumed run at steps 2-3 a
+    skip ("already saved"), or a metadata-only update of the broken one: a relaunch stopped
+    before step 4 lost all its work, and the next relaunch restored step 1 again."""
+    ckpt = Checkpointer(tmp_path)
+    for step in (1, 3):
+        ckpt.save(step, make_state(step), {"counts": {"actor_steps": 100 * step}})
+    (tmp_path / "3" / "metadata" / "metadata").write_text('{"counts": {"actor_st')
+    assert ckpt.restore_newest_readable(make_state(0))[0] == 1
+    assert ckpt.all_steps() == [1, 3]  # a reader only: left where it is
+    assert ckpt.restore_newest_readable(make_state(0), set_aside=True)[0] == 1
+    assert ckpt.all_steps() == [1] and (tmp_path / "3.unreadable" / "metadata").is_dir()
+    assert ckpt.save(2, make_state(2), {"counts": {"actor_steps": 200}})
+    assert ckpt.save(3, make_state(3), {"counts": {"actor_steps": 300}})
+    step, state, _ = Checkpointer(tmp_path).restore_newest_readable(make_state(0))
+    assert step == 3
+    assert_trees_equal(state, make_state(3))
+
+
 def test_no_readable_checkpoint_gives_none_only_when_there_is_none(tmp_path):
     assert Checkpointer(tmp_path).restore_newest_readable(make_state(0)) is None
 

@@ -30,7 +30,9 @@ What can go wrong on disk, and what happens then:
   half-written tmp folder is removed.
 - `restore_newest_readable` tries finished checkpoints newest first: one that cannot be read
   (a truncated file, a corrupt JSON) is named in one console line and skipped, so a broken
-  newest checkpoint never blocks resuming from an intact older one.
+  newest checkpoint never blocks resuming from an intact older one. Its owner (the learner)
+  sets such a checkpoint aside (`<step>.unreadable`): left in place, the resumed run's saves
+  at steps up to it were skipped as "already saved" and its work lost.
 """
 
 from __future__ import annotations
@@ -264,15 +266,19 @@ class Checkpointer:
         )
 
     def restore_newest_readable(
-        self, target_like: Any = None
+        self, target_like: Any = None, *, set_aside: bool = False
     ) -> tuple[int, Any, dict[str, Any]] | None:
         """Restores the newest checkpoint that can be read: `(step, state, metadata)`.
 
         A checkpoint that fails to read is named in one console line and the next older one
         is tried. None when there is no finished checkpoint. A checkpoint that does not match
         `target_like` (another network size) is a ConfigError, not skipped: an older one of
-        the same run would not match either.
+        the same run would not match either. `set_aside` (the folder's owner, which saves
+        next): an unreadable one is renamed `<step>.unreadable`, kept for a look and out of
+        the way of the saves that follow.
         """
+        unreadable: list[int] = []
+        found = None
         for step in reversed(self.all_steps()):
             try:
                 state, metadata = self.restore(target_like, step=step)
@@ -284,9 +290,33 @@ class Checkpointer:
                     f"({type(error).__name__}: {_first_line(error, 120)}); trying the one before",
                     source="checkpoint",
                 )
+                unreadable.append(step)
                 continue
-            return step, state, metadata
-        return None
+            found = step, state, metadata
+            break
+        if set_aside:
+            for step in unreadable:
+                self._set_aside(step)
+        return found
+
+    def _set_aside(self, step: int) -> None:
+        """Renames checkpoint `step` to `<step>.unreadable` (`.unreadable-2`, ... if taken)."""
+        source = os.path.join(self._directory, str(step))
+        target, n = f"{source}.unreadable", 1
+        while os.path.exists(target):
+            n += 1
+            target = f"{source}.unreadable-{n}"
+        try:
+            os.rename(source, target)
+        except OSError as error:
+            console.say(
+                f"checkpoint {source} could not be set aside ({error}); saves up to its step "
+                "are skipped until it is moved",
+                source="checkpoint",
+            )
+            return
+        console.say(f"set aside as {target}", source="checkpoint")
+        self._manager.reload()
 
     def restore(
         self, target_like: Any = None, *, step: int | None = None

@@ -99,7 +99,9 @@ class LearnerRunner:
         self.restored_counts: dict[str, Any] = {}
         restored = None
         if checkpointer is not None and checkpointer.latest_step() is not None:
-            restored = checkpointer.restore_newest_readable(target_like=learner.save())
+            restored = checkpointer.restore_newest_readable(
+                target_like=learner.save(), set_aside=True
+            )
             if restored is None:
                 raise CheckpointReadError(
                     f"no checkpoint in {checkpointer.directory} can be read (each one is named "
@@ -120,7 +122,9 @@ class LearnerRunner:
         self._replay = replay
         self.restored_replay_step: int | None = None
         if replay is not None and replay.checkpointer.latest_step() is not None:
-            found = replay.checkpointer.restore_newest_readable(target_like=replay.save())
+            found = replay.checkpointer.restore_newest_readable(
+                target_like=replay.save(), set_aside=True
+            )
             if found is not None:
                 self.restored_replay_step, saved, _ = found
                 replay.restore(saved)
