@@ -139,6 +139,31 @@ def test_holds_exactly_the_reference_transitions_in_fifo_order():
     )
 
 
+def test_a_flush_cut_before_its_insert_keeps_the_staged_writes_for_the_next(monkeypatch):
+    """main.py flushes in its one thread: a Ctrl-C there dropped the staged frames and rows
+    the host already counted, and the store kept live transitions of unwritten frames."""
+    data = [episodes(1, [7, 12]), episodes(2, [9])]
+    store = DeviceFrameStore(make_spec(), writers=2)
+    store.flush()  # nothing yet: waits for the programs it compiles ahead
+    arrays, cuts = store._padded_arrays, [1]
+
+    def cut_once(staged):
+        if cuts:
+            cuts.pop()
+            raise KeyboardInterrupt
+        return arrays(staged)
+
+    monkeypatch.setattr(store, "_padded_arrays", cut_once)
+    with pytest.raises(KeyboardInterrupt):
+        feed([StoreAdder(store, 0), StoreAdder(store, 1)], data)
+        store.flush()
+    assert not cuts, "the flush was not cut"
+    got, want = store.transitions_at(0), reference(data)
+    assert as_keys(got.frames, got.action, got.reward, got.discount) == as_keys(
+        *zip(*want, strict=True)
+    )
+
+
 def test_evicts_oldest_first_and_never_overwrites_a_live_frame():
     # A capacity far below the data: rows and frame slots are reused many times over.
     data = [episodes(3, [40, 5, 3, 17, 30, 8]), episodes(4, [25, 25, 6, 2, 33])]

@@ -57,6 +57,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceShardin
 
 from magi_lp.config_schema import fact_refusal
 from magi_lp.errors import ConfigError
+from magi_lp.launch.interrupts import stop_deferred
 from magi_lp.replay.frame_window import FrameTransition, NewestFrames
 from magi_lp.replay.spec import FrameReplaySpec
 
@@ -543,10 +544,18 @@ class DeviceFrameStore:
         return jax.device_put((frame_slots, frames, positions, rows), self._sharded)
 
     def _flush_locked(self) -> int:
-        staged = [shard.take_staged() for shard in self._shards]
+        """Inserts what the shards staged. The staged writes stay until the insert is in
+        place, and a Ctrl-C in the main thread (`main.py`'s) waits for its end: cut before,
+        the rows the host already counts were dropped, and the store kept live transitions
+        whose frames were never written; cut between the donating insert and the
+        assignment, the store's arrays were gone."""
+        staged = [(shard.staged_frames, shard.staged_rows) for shard in self._shards]
         if not any(frames or rows for frames, rows in staged):
             return 0
-        self._state = self._insert(self._state, *self._padded_arrays(staged))
+        with stop_deferred("the replay's insert ends"):
+            self._state = self._insert(self._state, *self._padded_arrays(staged))
+            for shard in self._shards:
+                shard.take_staged()
         for i, shard in enumerate(self._shards):
             self._visible[0, i] = (shard.head - shard.size) % self.spec.capacity
             self._visible[1, i] = shard.size
