@@ -34,7 +34,7 @@ from magi_lp.engines.launchpad_lifetime import LaunchpadLifetime
 from magi_lp.placement.gpu_inventory import GpuInventory
 from magi_lp.replay.reverb_seam import without_rate_limit
 from magi_lp.replay.schedule import ReplaySchedule
-from magi_lp.runtime import control_nodes, nodes
+from magi_lp.runtime import control_nodes, learner_runner, nodes
 from magi_lp.runtime.checkpointing import Checkpointer
 from magi_lp.runtime.config import NODE_GROUPS, make_placement_plan
 from magi_lp.runtime.learner_runner import LearnerRunner, ReplayCheckpoint
@@ -329,13 +329,19 @@ def _saved_step_state_and_counts(folder: Path) -> tuple[int, int, int]:
     return again.restored_step, state_steps, again.restored_counts["learner_steps"]
 
 
-def test_a_stop_during_a_step_in_flight_saves_a_state_its_number_and_counts_agree(tmp_path):
+@pytest.mark.parametrize("finishes", [True, False], ids=["waited-for", "left-out"])
+def test_a_stop_during_a_step_in_flight_saves_a_state_its_number_and_counts_agree(
+    tmp_path, monkeypatch, finishes
+):
     """The learner node: the stop came while its step thread waited inside a step that had
     already taken its new state and counted it, and the save wrote that state under the
     step before (checkpoint 1435 holding learner_steps 1436: the relaunch's log went on at
-    1437). It waits for the step in flight now."""
+    1437). The step in flight ends within the wait and is saved, or is left out of the
+    state and of the counts."""
+    if not finishes:
+        monkeypatch.setattr(learner_runner, "FINISH_STEP_MAX_S", 0.01)
     counts: dict = {}
-    learner = _SlowToReturnLearner(counts, wait_s=0.3)
+    learner = _SlowToReturnLearner(counts, wait_s=0.3 if finishes else 1.0)
     runner = LearnerRunner(
         learner, Checkpointer(tmp_path), checkpoint_minutes=60.0, get_counts=lambda: dict(counts)
     )
@@ -345,7 +351,8 @@ def test_a_stop_during_a_step_in_flight_saves_a_state_its_number_and_counts_agre
 
     runner.run(stop, poll_s=0.01)
     step, state_steps, counted = _saved_step_state_and_counts(tmp_path)
-    assert step == state_steps == counted >= 4
+    assert step == state_steps == counted >= 3
+    assert counts["learner_steps"] == step + (0 if finishes else 1)  # the counter's own
 
 
 def test_a_ctrl_c_during_a_step_in_the_main_thread_ends_after_the_step(tmp_path):

@@ -47,10 +47,13 @@ class ReplayCheckpoint:
     hold: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
 
 
-FINISH_STEP_MAX_S = 5.0
+FINISH_STEP_MAX_S = 1.0
 """At a stop, the longest the learner node waits for its step in flight to end (twice the
-last step's time, at most this): well inside the launcher's 10 s notice, whose end is
-SIGKILL, so the final save still has time."""
+last step's time, at most this): the launcher's notice (10 s, then SIGKILL) is the final
+save's. A step still in flight then is left out of the save and of its counts."""
+
+LEARNER_STEPS = "learner_steps"
+"""The program's count of learner steps (the learner counts under the prefix "learner")."""
 
 
 class CountsUnreadableError(Exception):
@@ -214,6 +217,10 @@ class LearnerRunner:
         with self._whole_lock:
             steps, state = self._whole
         counts = self._counts_now()  # before any write: a save it refuses writes nothing
+        if counts.get(LEARNER_STEPS, steps) != steps:
+            # A step in flight counts itself before it returns; the checkpoint holds the
+            # whole steps only, and its counts say so (the relaunch's counter agrees).
+            counts[LEARNER_STEPS] = steps
         if self._replay is not None:
             # Written first: a learner checkpoint then never names a replay that is missing.
             self._save_replay(steps)
