@@ -24,6 +24,7 @@ from magi_lp.cluster import main as cluster
 from magi_lp.cluster.config import hosts_defaults, machine, validate_hosts_config
 from magi_lp.cluster.host_plan import HostSpec, make_host_plan, parse_place
 from magi_lp.cluster.job import AddressRef, StopSettings
+from magi_lp.cluster.ray_cluster import machine_nodes, ray_ports
 from magi_lp.cluster.stop_board import StopBoard
 from magi_lp.errors import ConfigError
 from magi_lp.placement.jax_build import JaxBuild
@@ -482,6 +483,25 @@ def test_a_slurm_job_names_the_paths_its_machines_lack_here(tmp_path, engine):
         assert line.startswith(f"the `ray` beside hosts.python {tmp_path}/bin/ray is not on")
     else:
         assert missing == []
+
+
+def test_the_ray_plan_shows_each_machines_ray_ports_not_launchpads():
+    """On the Ray stack's SLURM job the ports column showed Launchpad's base port for every
+    group; Ray's servers and workers take a block per machine (`ray_ports`)."""
+    engine = cluster.golden_engines()["ray-slurm"]
+    job = cluster.golden_job(ROOT, engine)
+    columns = engine.ports_of_host(job)
+    assert set(columns) == {host.name for host in job.hosts if job.groups_on(host.name)}
+    for host in job.hosts:
+        if host.name in columns:
+            block = ray_ports(host.base_port, machine_nodes(job, host.name))
+            assert columns[host.name] == f"{block.base}-{block.last} (Ray's)"
+    config = cluster.load_config_file(str(ROOT / cluster.GOLDEN_CONFIG), "slurm")
+    plan = cluster.plan_hosts(config, engine, jax_build=cluster.golden_jax_build("ray"))
+    table = plan.format_table(columns)
+    assert all(columns[row.split()[0]] in row for row in table.splitlines()[2:-1] if row[:1] != " ")
+    launchpad = cluster.golden_engines()["slurm"]  # its nodes' own ports: the plan's
+    assert launchpad.ports_of_host(cluster.golden_job(ROOT, launchpad)) == {}
 
 
 def test_golden_manifests_pass_the_kubernetes_schemas():

@@ -57,6 +57,11 @@ class ClusterEngine:
     def check(self, job: ClusterJob, plan: HostPlan) -> None:
         """What this engine needs beyond the plan (ConfigError naming the key)."""
 
+    def ports_of_host(self, job: ClusterJob) -> dict[str, str]:
+        """The plan table's ports column where this engine's servers take other ports than
+        the plan's (host name -> text); empty: the plan's."""
+        return {}
+
     def render(self, job: ClusterJob) -> dict[str, str]:
         """The generated files: file name -> text."""
         raise NotImplementedError
@@ -194,6 +199,16 @@ class RaySlurmEngine(_Slurm):
     def check(self, job: ClusterJob, plan: HostPlan) -> None:
         super().check(job, plan)
         _check_ray_ports(job)
+
+    def ports_of_host(self, job: ClusterJob) -> dict[str, str]:
+        """Ray's block of each machine (its servers and workers), not Launchpad's ports."""
+        blocks = {}
+        for host in job.hosts:
+            nodes = machine_nodes(job, host.name)
+            if nodes:
+                ports = ray_ports(host.base_port, nodes)
+                blocks[host.name] = f"{ports.base}-{ports.last} (Ray's)"
+        return blocks
 
     def render(self, job: ClusterJob) -> dict[str, str]:
         return {self.script(job): ray_slurm.render_ray_sbatch(job)}

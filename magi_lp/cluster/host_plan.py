@@ -186,8 +186,11 @@ class HostPlan:
         """The nodes of one launch group, by task id."""
         return tuple(n for n in self.nodes if n.launch_group == launch_group)
 
-    def format_table(self) -> str:
-        """One row per launch group: host, nodes, ports, device, GPUs, env."""
+    def format_table(self, ports_of_host: Mapping[str, str] | None = None) -> str:
+        """One row per launch group: host, nodes, ports, device, GPUs, env.
+
+        `ports_of_host`: the ports column of each host where the engine's own servers take
+        them (Ray's block per machine), in place of the nodes' planned ports."""
         header = ("host", "address", "launch group", "nodes", "ports", "device", "gpus", "env")
         rows = []
         for host in self.hosts:
@@ -208,7 +211,7 @@ class HostPlan:
                         host.address or "(from the engine)",
                         placement.launch_group,
                         f"{len(nodes)} ({placement.group} {format_ranges(n.index for n in nodes)})",
-                        format_ranges(ports),
+                        (ports_of_host or {}).get(host.name) or format_ranges(ports),
                         placement.device,
                         ",".join(map(str, placement.gpu_ids)) or "-",
                         "\n".join(env),

@@ -351,7 +351,7 @@ def run(
         print(f"engine: {engine.describe()}")
         for notice in plan.notices:
             print(f"notice: {notice}")
-        print(plan.format_table())
+        print(plan.format_table(engine.ports_of_host(job)))
         print()
         print("!" * 100)
         print(engine.security)
