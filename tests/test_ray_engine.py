@@ -356,6 +356,12 @@ def test_drq_v2_on_ray_trains_to_its_limit_resumes_and_stops_on_ctrl_c_and_a_kil
     ],
 )
 def test_bad_input_is_refused_before_ray_starts(tmp_path, flag, address, says):
+    if address == "auto":
+        # `auto` connects to any Ray cluster whose gcs_server runs here (Ray greps ps), as
+        # another job's on a busy CI machine would be: then there is nothing to refuse.
+        running = [p.pid for p in psutil.process_iter(["name"]) if p.info["name"] == "gcs_server"]
+        if running:
+            pytest.skip(f"a Ray cluster runs on this machine (gcs_server {running})")
     run = Run(tmp_path, [*TD3, flag], ray_address=address)
     code = run.wait(240)
     output = run.output()
