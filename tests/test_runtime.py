@@ -853,6 +853,26 @@ class ProgramWiringTest(absltest.TestCase):
         assert metadata["counts"]["learner_steps"] >= saved
 
 
+@pytest.mark.parametrize(("actor_steps", "written"), [(40, True), (60, False)])
+def test_a_replay_in_the_learners_process_is_checkpointed_by_the_learner_at_a_stop(
+    actor_steps, written
+):
+    """`colocate_learner_and_replay` with `checkpoint.reverb`: only the coordinator wrote the
+    replay, at the limit; a Ctrl-C before it left none, though the README said every stop
+    writes it. The learner writes it after its final save (not again at the limit)."""
+    events: list[str] = []
+    node = nodes.LearnerNode.__new__(nodes.LearnerNode)
+    node._lifetime = mock.Mock(stopping=lambda: True, leave=lambda: events.append("leave"))
+    node._runner = mock.Mock(
+        run=lambda should_stop: events.append("final save"),
+        last_counts={"actor_steps": actor_steps},
+    )
+    node._replay = mock.Mock(client=mock.Mock(checkpoint=lambda: events.append("replay") or "/p"))
+    node._checkpoints_replay, node._max_actor_steps = True, 60
+    node.run()
+    assert events == (["final save", "replay", "leave"] if written else ["final save", "leave"])
+
+
 def test_resume_point_is_the_actor_steps_of_the_newest_readable_checkpoint(tmp_path):
     experiment = toy_experiment(toy_config())
     assert nodes.resume_point(experiment, str(tmp_path)) == 0  # a new run

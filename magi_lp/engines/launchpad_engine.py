@@ -48,7 +48,8 @@ class ReplayNode(lp.ReverbNode):
     `checkpoint_at_stop` (`checkpoint.reverb`) it writes its checkpoint (every kind of stop:
     Ctrl-C, SIGTERM, `max_actor_steps`, a node's death), which the next launch's server loads,
     then stops its server and leaves at once. A replay colocated with the learner shares the
-    learner's process and leaves it to the learner (the coordinator checkpoints it then).
+    learner's process, which leaves right after its final save: the learner checkpoints it
+    then (`LearnerNode`), and the coordinator before the stop at the limit.
     """
 
     def __init__(

@@ -26,7 +26,8 @@ class CoordinatorNode:
     """Stops the program once actors have taken `max_actor_steps` steps.
 
     Before stopping it asks Reverb to checkpoint when configured (a replay sharing the
-    learner's process; a replay node of its own checkpoints itself at its stop). The
+    learner's process, which the learner checkpoints at any other stop; a replay node of its
+    own checkpoints itself at its stop). The
     learner's final checkpoint is the learner's own save at stop: the launcher stops it after
     the actors and before the counter, so that save holds the final counts (and a learner
     blocked waiting for replay saves the state of its last completed step).

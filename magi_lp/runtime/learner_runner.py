@@ -139,6 +139,8 @@ class LearnerRunner:
         self._whole: tuple[int, Any] = (self._steps, learner.save())
         self._whole_lock = threading.Lock()
         self._last_step_s: float | None = None
+        self.last_counts: dict[str, Any] = dict(self.restored_counts)
+        """The counts read for this runner's newest checkpoint (before: the restored ones)."""
         self._periodic = (
             None
             if checkpointer is None
@@ -224,6 +226,7 @@ class LearnerRunner:
         if self._replay is not None:
             # Written first: a learner checkpoint then never names a replay that is missing.
             self._save_replay(steps)
+        self.last_counts = dict(counts)
         metadata = {"counts": counts}
         if self._identity:
             metadata["config"] = self._identity

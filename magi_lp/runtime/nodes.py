@@ -292,6 +292,14 @@ class LearnerNode:
         factory)."""
         prepare_node_process()
         self._lifetime = lifetime
+        config = build[0].config
+        # A Reverb replay in this process (`colocate_learner_and_replay`) is checkpointed
+        # here at a stop: this process leaves right after its final save, and the replay's
+        # own thread would be cut in its checkpoint. At the limit the coordinator wrote it.
+        self._checkpoints_replay = bool(config.checkpoint.reverb) and bool(
+            config.colocate_learner_and_replay
+        )
+        self._max_actor_steps = int(config.max_actor_steps)
         self._make_runner = functools.partial(_make_learner_node_runner, *build)
         self._built = threading.Event()
         self._runner: LearnerRunner | None = None
@@ -356,12 +364,34 @@ class LearnerNode:
         try:
             # The stop watcher must not leave the process during the final save.
             with hold_exit("the learner's final checkpoint"):
-                runner.run(self._lifetime.stopping)
+                try:
+                    runner.run(self._lifetime.stopping)
+                finally:
+                    self._checkpoint_colocated_replay(runner)
         except CheckpointWriteError as error:
             say(f"final {error}", source="learner")
             self._lifetime.leave(FINAL_SAVE_FAILED)
             return
         self._lifetime.leave()
+
+    def _checkpoint_colocated_replay(self, runner: LearnerRunner) -> None:
+        """The Reverb replay sharing this process, after the final save (a stop before the
+        limit: at the limit the coordinator wrote it before the stop)."""
+        client = None if self._replay is None else self._replay.client
+        if not self._checkpoints_replay or client is None:
+            return
+        if int(runner.last_counts.get("actor_steps", 0)) >= self._max_actor_steps:
+            return
+        start = time.monotonic()
+        try:
+            path = client.checkpoint()
+        except Exception as error:  # the run is ending; say so
+            say(f"replay checkpoint failed: {error}", source="replay")
+            return
+        say(
+            f"replay checkpoint written to {path} in {time.monotonic() - start:.1f} s",
+            source="replay",
+        )
 
 
 class ActorNode:
