@@ -24,8 +24,8 @@ from magi_lp import console
 from magi_lp.cluster import host_scripts, kuberay, kubernetes, ray_slurm, slurm
 from magi_lp.cluster.config import KubernetesSettings, SlurmSettings
 from magi_lp.cluster.host_plan import HostPlan
-from magi_lp.cluster.job import SECURITY_WARNING, ClusterJob
-from magi_lp.cluster.ray_cluster import RAY_SECURITY, machine_nodes, ray_cli, ray_ports
+from magi_lp.cluster.job import SECURITY_WARNING, ClusterHost, ClusterJob
+from magi_lp.cluster.ray_cluster import RAY_SECURITY, RayPorts, machine_nodes, ray_cli, ray_ports
 from magi_lp.config_schema import fact_refusal
 from magi_lp.errors import ConfigError
 
@@ -202,13 +202,7 @@ class RaySlurmEngine(_Slurm):
 
     def ports_of_host(self, job: ClusterJob) -> dict[str, str]:
         """Ray's block of each machine (its servers and workers), not Launchpad's ports."""
-        blocks = {}
-        for host in job.hosts:
-            nodes = machine_nodes(job, host.name)
-            if nodes:
-                ports = ray_ports(host.base_port, nodes)
-                blocks[host.name] = f"{ports.base}-{ports.last} (Ray's)"
-        return blocks
+        return {host.name: f"{ports.base}-{ports.last} (Ray's)" for host, ports in _ray_blocks(job)}
 
     def render(self, job: ClusterJob) -> dict[str, str]:
         return {self.script(job): ray_slurm.render_ray_sbatch(job)}
@@ -392,17 +386,23 @@ def submit_sbatch(job: ClusterJob, script: Path) -> int:
     return 0
 
 
+def _ray_blocks(job: ClusterJob) -> list[tuple[ClusterHost, RayPorts]]:
+    """Each machine that runs nodes, with the port block its Ray takes."""
+    blocks = []
+    for host in job.hosts:
+        nodes = machine_nodes(job, host.name)
+        if nodes:
+            blocks.append((host, ray_ports(host.base_port, nodes)))
+    return blocks
+
+
 def _check_ray_ports(job: ClusterJob) -> None:
     """Every machine's Ray ports inside 1024-65535; machines at one address (loopback, the
     same IP) in ranges of their own."""
     from magi_lp.cluster.host_plan import MAX_PORT, HostSpec, _address_key
 
     taken: dict[str, list[tuple[int, int, str]]] = {}
-    for host in job.hosts:
-        nodes = machine_nodes(job, host.name)
-        if not nodes:
-            continue
-        ports = ray_ports(host.base_port, nodes)
+    for host, ports in _ray_blocks(job):
         if ports.last > MAX_PORT:
             raise ConfigError(
                 fact_refusal(

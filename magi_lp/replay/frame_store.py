@@ -234,10 +234,9 @@ class _Shard:
     def staged_steps(self) -> int:
         return len(self.staged_frames)
 
-    def take_staged(self) -> tuple[dict, dict]:
-        frames, rows = self.staged_frames, self.staged_rows
+    def clear_staged(self) -> None:
+        """Drops the staged writes (once they are inserted on the device)."""
         self.staged_frames, self.staged_rows = {}, {}
-        return frames, rows
 
     # -- checkpoints ---------------------------------------------------------------------
     def restore(self, rows: np.ndarray, head: int, size: int) -> None:
@@ -555,7 +554,7 @@ class DeviceFrameStore:
         with stop_deferred("the replay's insert ends"):
             self._state = self._insert(self._state, *self._padded_arrays(staged))
             for shard in self._shards:
-                shard.take_staged()
+                shard.clear_staged()
         for i, shard in enumerate(self._shards):
             self._visible[0, i] = (shard.head - shard.size) % self.spec.capacity
             self._visible[1, i] = shard.size

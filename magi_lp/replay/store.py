@@ -96,7 +96,7 @@ class HeldLearnerReplay(LearnerReplay):
     status view.
 
     `held` has `size`, `inserted`, `sampled_batches`, `spec.batch_size`, `save()` and
-    `restore(saved)`.
+    `restore(saved)`, and may have `holding_writes()` (a context in which its writes wait).
     """
 
     saves = True

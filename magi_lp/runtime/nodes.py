@@ -41,7 +41,7 @@ from magi_lp.runtime.checkpointing import Checkpointer, CheckpointWriteError
 from magi_lp.runtime.config import DISTRIBUTED_COUNT_EVERY
 from magi_lp.runtime.experiment import Experiment
 from magi_lp.runtime.graph import NodeLifetime
-from magi_lp.runtime.learner_runner import LearnerRunner, ReplayCheckpoint
+from magi_lp.runtime.learner_runner import LEARNER_STEPS, LearnerRunner, ReplayCheckpoint
 from magi_lp.runtime.node_devices import prepare_node_process
 from magi_lp.runtime.workdir import Workdir
 
@@ -80,7 +80,7 @@ def make_learner_runner(
     """
     config = experiment.config
     builder = experiment.builder
-    logger = logger_factory("learner", steps_key="learner_steps")
+    logger = logger_factory("learner", steps_key=LEARNER_STEPS)
     learner = builder.make_learner(
         random_key=seeding.node_key(config.seed, "learner"),
         networks=experiment.network_factory(environment_spec),
