@@ -230,7 +230,9 @@ def test_lp_main_on_the_device_store_stops_and_resumes_with_its_replay(tmp_path)
     queue, the learner drains it into its store and learns; the run stops by itself at its
     limit, saves the store with the learner (`checkpoint.replay`), and a relaunch restores
     both and goes on counting where it stopped: no step is repeated."""
+    from magi_lp.runtime.checkpoint_metadata import saved_metadata
     from magi_lp.runtime.checkpointing import Checkpointer
+    from magi_lp.runtime.workdir import Workdir
 
     workdir = tmp_path / "run"
     common = [
@@ -240,13 +242,20 @@ def test_lp_main_on_the_device_store_stops_and_resumes_with_its_replay(tmp_path)
         "--config.variable_update_period=10",
         "--config.logging.time_delta=0.0",
     ]
-    _distributed_run(workdir, common, max_actor_steps=300)
+    output = _distributed_run(workdir, common, max_actor_steps=300)
     first = _rows(workdir / "logs" / "learner" / "logs.csv")
     assert first, "the learner never updated on the device store"
     first_updates = int(float(first[-1]["learner_steps"]))
     saved, _ = Checkpointer(workdir / "checkpoints" / "replay_store").restore()
     saved_size = int(sum(saved["size"]))
     assert saved_size > 0
+    # Every counted step is in the saved store, those the queue held at the stop too: its
+    # frames are the counted steps, one first frame per ended episode, and at most one open
+    # episode's first frame and one given-up write per actor.
+    counts = saved_metadata(Workdir(str(workdir)).learner_checkpoints)["counts"]
+    frames = int(saved["counts"][2])
+    extra = frames - int(counts["actor_steps"]) - int(counts["actor_episodes"])
+    assert 0 <= extra <= 2 * 2, (frames, counts, output[-3000:])
 
     _distributed_run(workdir, common, max_actor_steps=600)
     learner_log = (workdir / "nodes" / "learner" / "0").read_text()

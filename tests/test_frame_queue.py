@@ -144,6 +144,33 @@ def test_a_slow_learner_holds_the_writer_back_at_the_schedule(queue, drainers, s
 
 
 @pytest.mark.integration
+def test_a_stop_takes_what_the_reverb_queue_holds_into_the_store(queue, drainers, start_writer):
+    """At a stop (the writers gone) the learner takes every step the queue still holds,
+    though the ratio held them back and a Reverb read waits on: it ends once none has come
+    for its quiet time."""
+    spec = make_spec(capacity=500)
+    store, gate, drainer, iterator = learner_side(queue, spec, drainers)
+    writer = start_writer(queue, spec, steps=400)
+    held = SCHEDULE.min_replay_size + ERROR_BUFFER
+    assert settle(lambda: gate.inserted, held) == held
+    assert settle(lambda: queue.server_info()[QUEUE].current_size, 20) == 20
+    writer.finish()
+    assert not writer.is_alive()
+    before = drainer.steps
+
+    start = time.monotonic()
+    taken = drainer.take_the_rest(quiet_s=0.5)
+    assert time.monotonic() - start < 5.0
+    table = queue.server_info()[QUEUE]
+    sent = table.rate_limiter_info.insert_stats.completed  # every item the queue took
+    assert taken >= 20 and drainer.steps == before + taken == sent
+    assert table.current_size == 0
+    assert store.save()["counts"][2] == sent  # steps_added: each item one frame
+    with pytest.raises(StopIteration):
+        next(iterator)
+
+
+@pytest.mark.integration
 def test_a_slow_writer_stalls_the_learner_at_the_schedule(queue, drainers, start_writer):
     spec = make_spec(capacity=500)
     _store, gate, drainer, iterator = learner_side(queue, spec, drainers)

@@ -235,6 +235,37 @@ def test_the_replay_checkpoint_is_written_while_the_replay_holds_its_writes(tmp_
     assert events == ["hold", "save", "write 1", "release"]
 
 
+@pytest.mark.parametrize("fails", [False, True], ids=["stop", "failed-step"])
+def test_a_stop_takes_the_steps_on_their_way_into_the_replay_before_the_final_save(tmp_path, fails):
+    """The device store's queue holds steps the actors counted: a stop takes them in, then
+    saves the replay with them. After a failed step (a replay or counter gone) it does not
+    try."""
+    events: list[str] = []
+    stop = threading.Event()
+
+    def take_the_rest() -> int:
+        events.append("take the rest")
+        return 3
+
+    def save_replay():
+        events.append("save replay")
+        return {"items": np.arange(4)}
+
+    replay = ReplayCheckpoint(
+        Checkpointer(tmp_path / "replay"), save_replay, lambda s: None, take_the_rest=take_the_rest
+    )
+    learner = _FailingLearner(fail_at=3) if fails else _CountingLearner()
+    runner = LearnerRunner(learner, Checkpointer(tmp_path / "learner"), replay=replay)
+    threading.Timer(0.3, stop.set).start()
+    if fails:
+        with pytest.raises(ConnectionError):
+            runner.run(stop.is_set, poll_s=0.01)
+        assert events == ["save replay"]
+    else:
+        runner.run(stop.is_set, poll_s=0.01)
+        assert events == ["take the rest", "save replay"]
+
+
 def test_a_second_save_at_one_learner_step_writes_the_replay_again(tmp_path):
     """Two stops at one learner step (the warm-up: actors go on, the learner waits): the
     second wrote only the learner's metadata, and the relaunch restored the first replay

@@ -436,6 +436,48 @@ def test_a_slow_learner_holds_the_served_writer_back_at_the_schedule(started):
         next(iterator)
 
 
+def test_a_stop_takes_what_the_queue_holds_into_the_store_past_the_ratio(started):
+    """The actors counted every step in the queue: at a stop the learner takes them in before
+    its final save (left there, the replay node's stop lost up to `replay.queue_steps`)."""
+    spec = make_spec(capacity=500)
+    queue = StepQueue(spec, max_steps=20)
+    store, gate, drainer, iterator = _learner_side(Remote(queue), spec, started)
+    stop = threading.Event()
+    writer = Writer(ServedFrameAdder(Remote(queue), 0, spec, should_stop=stop.is_set), stop, 400)
+    started.append(writer)
+    writer.start()
+    held = SCHEDULE.min_replay_size + ERROR_BUFFER  # no batch sampled: the ratio holds it
+    assert settle(lambda: gate.inserted, held) == held
+    assert settle(lambda: queue.info()["size"], 20) == 20
+    writer.finish()
+    assert not writer.is_alive()
+    before = drainer.steps
+    assert before < writer.written + 1  # the first step's item too
+
+    start = time.monotonic()
+    taken = drainer.take_the_rest(quiet_s=0.5)
+    assert time.monotonic() - start < 5.0
+    assert taken == 20 == drainer.steps - before
+    assert queue.info()["size"] == 0
+    # Every step the writer got into the queue is in the store, and saved with it.
+    assert drainer.steps == writer.written + 1
+    saved = store.save()
+    assert int(saved["counts"][2]) == writer.written + 1  # steps_added: frames, first included
+    assert int(saved["counts"][0]) == gate.inserted > held
+    with pytest.raises(StopIteration):  # no batch beside the last writes
+        next(iterator)
+
+
+def test_the_rest_is_nothing_once_the_drain_has_ended(started):
+    spec = make_spec(capacity=500)
+    queue = StepQueue(spec, max_steps=20)
+    _, _, drainer, _ = _learner_side(Remote(queue), spec, started)
+    drainer.close()
+    queue.insert_steps(_step_items(spec, 3))
+    assert drainer.take_the_rest() == 0
+    assert queue.info()["size"] == 3
+
+
 def test_a_slow_served_writer_stalls_the_learner_at_the_schedule(started):
     spec = make_spec(capacity=500)
     queue = StepQueue(spec, max_steps=20)

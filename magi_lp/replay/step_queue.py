@@ -53,6 +53,14 @@ BLOCK_S = 0.25
 """The longest one `StepQueue` call waits (for room, or for steps): a writer or the drain then
 re-checks whether it should stop."""
 
+REST_QUIET_S = 0.5
+"""At a stop, `StepDrainer.take_the_rest` ends once no step has come for this long (the
+writers are gone: a Reverb read waits on; a served take says so after `BLOCK_S`)."""
+
+REST_WITHIN_S = 3.0
+"""The longest `StepDrainer.take_the_rest` takes: the final save follows it within the
+launcher's notice."""
+
 
 def step_example(spec: FrameReplaySpec) -> dict[str, Any]:
     """The structure of one step item (also what the drain unflattens Reverb items into)."""
@@ -360,6 +368,7 @@ class StepDrainer:
         self._gate = gate
         self._max_take = max(1, int(max_take))
         self._closed = threading.Event()
+        self._rest = threading.Event()  # a stop: take what is left, past the ratio
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
         self.steps = 0
@@ -379,13 +388,17 @@ class StepDrainer:
             self.started_at = time.monotonic()
             staged = 0
             while not self._closed.is_set():
-                if not self._gate.wait_to_insert(timeout=0.1):
+                if self._rest.is_set():  # a stop: no batch is sampled any more
+                    limit = self._max_take
+                elif self._gate.wait_to_insert(timeout=0.1):
+                    room = self._gate.insert_limit() - self._gate.inserted
+                    limit = min(max(1, room), self._max_take)
+                else:
                     if staged:  # held back by the ratio: apply what waits meanwhile
                         self._store.flush()
                         staged = 0
                     continue  # not allowed yet (or closed: the loop ends)
-                room = self._gate.insert_limit() - self._gate.inserted
-                steps = self._source.take(min(max(1, room), self._max_take))
+                steps = self._source.take(limit)
                 if not steps and staged:  # nothing came: apply what waits meanwhile
                     self._store.flush()
                     staged = 0
@@ -421,6 +434,36 @@ class StepDrainer:
             last=bool(step["last"]),
             extras=step.get("extras", ()),
         )
+
+    def take_the_rest(self, quiet_s: float = REST_QUIET_S, within_s: float = REST_WITHIN_S) -> int:
+        """At a stop, with the writers gone: takes what the source still holds into the
+        store, past the replay ratio, until none has come for `quiet_s` (at most `within_s`),
+        then closes. Returns the steps taken so.
+
+        The actors counted these steps (up to `replay.queue_steps` in the queue, and what
+        the drain held back for the ratio); left there, the replay node's stop lost them and
+        the final checkpoint's store lacked them. The gate closes first: no batch is sampled
+        beside these writes (a step in flight past its batch is left out of the final save,
+        as at any stop), and the store is saved after them.
+        """
+        thread = self._thread
+        if thread is None or not thread.is_alive() or self.error is not None:
+            self.close()
+            return 0
+        before = self.steps
+        self._gate.close()
+        self._rest.set()
+        start = last_at = time.monotonic()
+        last = self.steps
+        while thread.is_alive():
+            now = time.monotonic()
+            if self.steps != last:
+                last, last_at = self.steps, now
+            elif now - last_at >= quiet_s or now - start >= within_s:
+                break
+            time.sleep(0.02)
+        self.close()
+        return self.steps - before
 
     def close(self) -> None:
         """Stops draining: ends the gate's waits and the source's read."""

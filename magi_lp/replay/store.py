@@ -86,6 +86,12 @@ class LearnerReplay:
     def start(self) -> None:
         """Starts taking actors' steps (after a restore: they go into the restored store)."""
 
+    def take_the_rest(self) -> int:
+        """At a stop, with the writers gone: takes in the steps still on their way to the
+        store, so its final checkpoint holds every step the actors counted (the device
+        store's step queue). Returns how many; closes what `close` would."""
+        return 0
+
     def close(self) -> None:
         """Ends the learner's waits (a prompt stop)."""
 

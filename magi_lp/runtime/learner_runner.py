@@ -45,6 +45,9 @@ class ReplayCheckpoint:
     save: Callable[[], Any]
     restore: Callable[[Any], None]
     hold: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
+    take_the_rest: Callable[[], int] = lambda: 0
+    """At a stop, before the final save: takes in the steps still on their way to the
+    replay (`LearnerReplay.take_the_rest`); returns how many."""
 
 
 FINISH_STEP_MAX_S = 1.0
@@ -304,7 +307,31 @@ class LearnerRunner:
         if failure:
             self._save_after(failure[0])
             raise failure[0]
+        self._take_the_rest()
         self.save()
+
+    def _take_the_rest(self) -> None:
+        """Before the final save: the steps the actors counted that are still on their way
+        to a replay saved with the learner go into it (without, a relaunch's replay lacked
+        them). Not after a failed step: the replay or the counter may be gone."""
+        if self._replay is None:
+            return
+        start = time.monotonic()
+        try:
+            taken = self._replay.take_the_rest()
+        except Exception as error:  # the final save goes on without them; say so
+            console.say(
+                f"the steps on their way to the replay were not taken in: "
+                f"{type(error).__name__}: {error}",
+                source="replay",
+            )
+            return
+        if taken:
+            console.say(
+                f"{taken} steps on their way at the stop taken into the replay for the final "
+                f"checkpoint ({time.monotonic() - start:.1f} s)",
+                source="replay",
+            )
 
     def _save_after(self, error: BaseException) -> None:
         """A step failed (on Ray a dead replay or counter raises in the learner at once, where

@@ -102,6 +102,7 @@ def make_learner_runner(
             replay.save,
             replay.restore,
             replay.holding_writes,
+            replay.take_the_rest,
         )
     return LearnerRunner(
         learner,

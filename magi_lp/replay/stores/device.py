@@ -61,6 +61,12 @@ class DeviceLearnerReplay(HeldLearnerReplay):
         if self.drainer is not None:
             self.drainer.start()
 
+    def take_the_rest(self) -> int:
+        """What the step queue still holds, into the store (`StepDrainer.take_the_rest`)."""
+        if self.drainer is None:
+            return 0
+        return int(self.drainer.take_the_rest())
+
     def close(self) -> None:
         """Stops the drain thread and ends the learner's waits."""
         if self.drainer is not None:
