@@ -692,21 +692,23 @@ def memory_against_reckoning(reckoning: dict, system: dict) -> dict:
 def evaluations(workdir: Path, config: Any) -> list[dict]:
     """The evaluator's episodes grouped into evaluations, beside the official curve at the
     nearest published frame count (frames: when the evaluation's first episode ended)."""
+    from magi_lp.runtime.evaluations import group_evaluations
     from magi_lp.runtime.workdir import Workdir
 
     rows = read_rows(Workdir(workdir).log_csv("evaluator_0"))
-    per = int(config.evaluation.episodes)
     repeat = int(config.env.action_repeat)
     reference = reference_curve()
     out = []
-    for start in range(0, len(rows), per):
-        chunk = rows[start : start + per]
+    # By each row's evaluation point: a stop that cut one, and the relaunch's whole one at
+    # that point, no longer shift every later evaluation's episodes.
+    for evaluation in group_evaluations(rows, int(config.evaluation.episodes)):
+        chunk = evaluation.rows
         returns = [float(r["episode_return"]) for r in chunk]
         frames = repeat * int(_float(chunk[0].get("actor_steps")) or 0)
         entry: dict[str, Any] = {
             "frames": frames,
             "episodes": len(returns),
-            "complete": len(returns) == per,
+            "complete": evaluation.complete,
             "return_mean": statistics.fmean(returns),
         }
         if reference:

@@ -272,6 +272,22 @@ def test_each_episode_row_says_where_a_loop_step_s_time_went():
         assert parts <= 1.01 * 1000.0 / (2 * row["steps_per_second"]), row
 
 
+def test_an_evaluations_rows_carry_its_point_and_each_episodes_place_in_it():
+    environments = [StackedPixels(0, [3], seed=0)]
+    actor = BatchedActor(_uniform_core(), [jax.random.PRNGKey(0)], None, [None])
+    loop = ActingLoop(environments, actor, None, should_update=False)
+    assert "evaluation_at" not in loop.run(num_episodes=1)[0]  # not an evaluation's
+    loop.start_evaluation(100)
+    first = loop.run(num_episodes=2)
+    loop.start_evaluation(100)  # again at one point (a relaunch after a cut): counts from 1
+    again = loop.run(num_episodes=1)
+    assert [(r["evaluation_at"], r["evaluation_episode"]) for r in first + again] == [
+        (100, 1),
+        (100, 2),
+        (100, 1),
+    ]
+
+
 def test_one_call_chooses_all_k_actions():
     calls = []
     core = _uniform_core()

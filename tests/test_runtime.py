@@ -625,7 +625,8 @@ def _evaluator(
     record of the final evaluation goes to `workdir` (default: none is expected)."""
     evaluated_at: list[int] = []
 
-    def evaluate(loop, episodes, should_stop):
+    def evaluate(loop, episodes, should_stop, *, at):
+        assert at <= steps[0] and (limit == 0 or at <= limit)  # its point: passed, not past
         evaluated_at.append(steps[0])
         if steps[0] < until:
             steps[0] += 70
@@ -638,6 +639,8 @@ def _evaluator(
     node._max_actor_steps = limit
     node._at_limit = threading.Event()
     node._final_evaluation = Workdir(workdir or "/nonexistent").final_evaluation("evaluator_0")
+    node._due = Workdir(workdir or "/nonexistent").evaluation_due("evaluator_0")
+    node._cut_at = None
     node._resumed_at = 0
     return node, evaluated_at
 
@@ -707,7 +710,7 @@ def test_a_stop_in_the_evaluation_at_the_limit_records_no_final_evaluation(monke
     node, evaluated_at = _evaluator(monkeypatch, steps, limit=250, until=0, workdir=tmp_path)
     stopped = [False]
 
-    def evaluate_then_stop(loop, episodes, should_stop):
+    def evaluate_then_stop(loop, episodes, should_stop, *, at):
         evaluated_at.append(steps[0])
         stopped[0] = True  # a stop lands while its episodes run: the evaluation is cut short
 
@@ -715,6 +718,53 @@ def test_a_stop_in_the_evaluation_at_the_limit_records_no_final_evaluation(monke
     node.run_evaluations(lambda: stopped[0], lambda seconds: False)
     assert evaluated_at == [290] and not node.evaluated_at_limit()
     assert not Workdir(tmp_path).final_evaluation("evaluator_0").exists()
+
+
+def test_an_evaluation_a_stop_cuts_is_the_relaunchs_first(monkeypatch, tmp_path):
+    """Cut at 200 by a stop (the actors went on to 270 meanwhile), the relaunch at 270 used
+    to evaluate next at 300: the point 200 kept the episodes before the cut only."""
+    steps = [200]
+    node, _ = _evaluator(monkeypatch, steps, limit=0, until=0, workdir=tmp_path)
+    points: list[int] = []
+    stopped = [False]
+
+    def evaluate_then_stop(loop, episodes, should_stop, *, at):
+        points.append(at)
+        steps[0] = 270
+        stopped[0] = True  # a stop lands while its episodes run
+
+    monkeypatch.setattr(nodes, "evaluate", evaluate_then_stop)
+    node.run_evaluations(lambda: stopped[0], lambda seconds: False)
+    due = Workdir(tmp_path).evaluation_due("evaluator_0")
+    assert points == [200] and json.loads(due.read_text()) == {"evaluation_at": 200}
+
+    # The relaunch (resumed at 270): 200 at once, then the schedule (300, 400); once whole,
+    # the record is gone.
+    def evaluate(loop, episodes, should_stop, *, at):
+        points.append(at)
+
+    monkeypatch.setattr(nodes, "evaluate", evaluate)
+    again, _ = _evaluator(monkeypatch, steps, limit=0, until=0, workdir=tmp_path)
+    monkeypatch.setattr(nodes, "evaluate", evaluate)
+    again._resumed_at = 270
+    again._cut_at = nodes._read_due(due)
+
+    def sleep(seconds):
+        steps[0] += 40
+        return False
+
+    again.run_evaluations(lambda: steps[0] > 460, sleep)
+    assert points == [200, 200, 300, 400]
+    assert not due.exists()
+
+
+def test_an_unreadable_record_of_a_cut_evaluation_is_said_and_ignored(tmp_path, capsys):
+    due = Workdir(tmp_path).evaluation_due("evaluator_0")
+    due.parent.mkdir(parents=True)
+    due.write_text("{")
+    assert nodes._read_due(due) is None
+    assert "unreadable" in capsys.readouterr().err
+    assert nodes._read_due(tmp_path / "missing.json") is None
 
 
 def test_an_evaluator_at_the_limit_by_the_saved_counts_waits_for_the_counters(

@@ -116,6 +116,15 @@ class ActingLoop:
         self._uncounted = 0  # loop steps (k environment steps each) not yet counted
         self.counts: dict[str, Any] = {}  # the counter's counts after the last increment
         self._seconds = dict.fromkeys(TIME_PARTS, 0.0)  # the loop's time per part
+        self._evaluation: dict[str, int] = {}  # the rows' evaluation columns, if evaluating
+
+    def start_evaluation(self, at: int) -> None:
+        """The episodes that end from now on are those of the evaluation at `at` actor steps
+        (its point on the schedule, or the limit): their rows carry `evaluation_at` and
+        `evaluation_episode` (1, 2, ...), so an evaluation's rows are found by its point,
+        and a second attempt at one point (a relaunch after a stop cut the first) by its
+        episode numbers starting at 1 again."""
+        self._evaluation = {"evaluation_at": int(at), "evaluation_episode": 0}
 
     def close(self) -> None:
         """Ends the actor's episodes in progress in replay, then closes the logger and the
@@ -182,6 +191,8 @@ class ActingLoop:
         for index in ended:
             episode = episodes[index]
             self._episodes[index] = None
+            if self._evaluation:
+                self._evaluation["evaluation_episode"] += 1
             for observer in self._observers:
                 observer.episode_done(episode.episode_return)
             elapsed = max(now - episode.started, 1e-9)
@@ -200,6 +211,7 @@ class ActingLoop:
                     for part in TIME_PARTS
                 },
                 **counts,
+                **self._evaluation,
             }
             self._logger.write(row)
             rows.append(row)

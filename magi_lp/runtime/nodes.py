@@ -18,6 +18,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -246,9 +247,13 @@ def next_evaluation_after(actor_steps: int, every: int) -> int:
     return (actor_steps // every + 1) * every
 
 
-def evaluate(loop: ActingLoop, episodes: int, should_stop: StopFn = lambda: False) -> list[dict]:
-    """Pulls fresh parameters (blocking) and runs `episodes` evaluation episodes."""
+def evaluate(
+    loop: ActingLoop, episodes: int, should_stop: StopFn = lambda: False, *, at: int
+) -> list[dict]:
+    """Pulls fresh parameters (blocking) and runs `episodes` evaluation episodes, the
+    evaluation at `at` actor steps (`ActingLoop.start_evaluation`: its rows say so)."""
     loop.actor.update(wait=True)
+    loop.start_evaluation(at)
     return loop.run(should_stop, num_episodes=episodes)
 
 
@@ -469,6 +474,18 @@ class ActorNode:
             )
 
 
+def _read_due(path: Path) -> int | None:
+    """The point in an earlier launch's `Workdir.evaluation_due` record, or None (none, or
+    unreadable: then nothing is evaluated again)."""
+    try:
+        return int(json.loads(path.read_text())["evaluation_at"])
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        say(f"{path} is unreadable ({error}); no cut evaluation is redone", source="evaluator")
+        return None
+
+
 class EvaluatorNode:
     """Evaluates at 0 actor steps and at every multiple of `evaluation.every_actor_steps`
     (once the counter node shows it: actors report every `DISTRIBUTED_COUNT_EVERY` steps, and
@@ -500,6 +517,10 @@ class EvaluatorNode:
         # higher limit, a stop), so it no longer says what the parameters were.
         self._final_evaluation = Workdir(workdir).final_evaluation(f"evaluator_{index}")
         self._final_evaluation.unlink(missing_ok=True)
+        # The point an earlier launch's stop (or kill) cut while its episodes ran: evaluated
+        # first, else that point kept only the episodes before the cut.
+        self._due = Workdir(workdir).evaluation_due(f"evaluator_{index}")
+        self._cut_at = _read_due(self._due)
         # The counts a relaunch starts from: the counter holds them only once the learner
         # has restored its checkpoint, which may be after this node's first look.
         self._resumed_at = resume_point(experiment, workdir)
@@ -533,19 +554,37 @@ class EvaluatorNode:
             actor_steps = max(counted, self._resumed_at)
             if next_at is None:
                 next_at = first_evaluation_at(actor_steps, every)
+                if self._cut_at is not None:
+                    next_at = min(next_at, self._cut_at)
             at_limit = bool(limit) and counted >= limit
             if at_limit and not self._at_limit.is_set():
                 # The last evaluation (the one due at a multiple at or before the limit too):
                 # the actors wait at the limit, so these are the run's final parameters.
-                evaluate(self._loop, self._evaluation.episodes, should_stop)
+                evaluate(self._loop, self._evaluation.episodes, should_stop, at=limit)
                 if not should_stop():
+                    self._due.unlink(missing_ok=True)  # the final one covers a cut one
                     self._mark_final_evaluation(counted, limit)
                     self._at_limit.set()
             elif not (limit and actor_steps >= limit) and actor_steps >= next_at:
-                evaluate(self._loop, self._evaluation.episodes, should_stop)
+                self._write_due(next_at)
+                evaluate(self._loop, self._evaluation.episodes, should_stop, at=next_at)
+                if not should_stop():
+                    self._due.unlink(missing_ok=True)
                 next_at = next_evaluation_after(actor_steps, every)
             elif sleep(1.0):
                 break
+
+    def _write_due(self, at: int) -> None:
+        """Records the evaluation point whose episodes start now (`Workdir.evaluation_due`)."""
+        try:
+            self._due.parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomically(self._due, json.dumps({"evaluation_at": int(at)}))
+        except OSError as error:  # the evaluation still runs; a cut one is not redone
+            say(
+                f"the evaluation at {at} actor steps was not recorded as due ({error}); a "
+                "stop during it will not have it evaluated again",
+                source="evaluator",
+            )
 
     def _mark_final_evaluation(self, actor_steps: int, limit: int) -> None:
         """Records that the evaluation at the limit is whole (`Workdir.final_evaluation`):

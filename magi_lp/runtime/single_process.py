@@ -211,7 +211,8 @@ def run_single_process(
 
     def run_evaluation() -> None:
         nonlocal last_evaluated
-        rows = evaluate(evaluator, config.evaluation.episodes)
+        # At its point: a multiple of `every`, or the limit (the actor counts every step).
+        rows = evaluate(evaluator, config.evaluation.episodes, at=actor_steps())
         evaluation_returns.extend(row["episode_return"] for row in rows)
         last_evaluated = actor_steps()
 

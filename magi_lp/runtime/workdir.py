@@ -12,6 +12,10 @@ keeps the two equal):
                                     its evaluation at max_actor_steps was whole (distributed
                                     runs; each launch removes it): what tells a relaunch that
                                     the run is finished
+      logs/evaluator_<i>/evaluation_due.json
+                                    the evaluation point a distributed evaluator is at, while
+                                    its episodes run: one a stop cut is evaluated again first
+                                    by the relaunch
       tensorboard/<label>/          TensorBoard event files
       wandb/                        Weights & Biases files (logging.wandb)
       checkpoints/learner/<step>/   orbax checkpoints: parameters, optimizer state, step counts
@@ -82,6 +86,13 @@ class Workdir:
         limit), removed when a launch makes the evaluator: what tells a finished run from one
         stopped in that evaluation (with the checkpoint's counts: `cli._finally_evaluated`)."""
         return self.logs(label) / "final_evaluation.json"
+
+    def evaluation_due(self, label: str) -> Path:
+        """`<workdir>/logs/<label>/evaluation_due.json`: the evaluation point (a multiple of
+        `evaluation.every_actor_steps`) a distributed evaluator is evaluating, written before
+        its episodes and removed once they are whole; left by a stop (or a kill) in them, it
+        tells the relaunch's evaluator to evaluate that point first."""
+        return self.logs(label) / "evaluation_due.json"
 
     def tensorboard(self, label: str) -> Path:
         """`<workdir>/tensorboard/<label>`: TensorBoard event files of one label."""
