@@ -2,7 +2,8 @@
 
 The run starts an embedded Ray on this machine (or joins the cluster `RAY_ADDRESS` names)
 and stops it at the end. Each node of the graph becomes a threaded actor, created in the
-graph's order (the counter first), with its launch group's env from the plan through
+graph's order (the counter first) and running as soon as it is made (the learner builds
+while the actors after it are made), with its launch group's env from the plan through
 `runtime_env` (in the process's environment before Python starts, as Launchpad's
 `PythonProcess(env=)`) and its output in `<workdir>/nodes/<group>/<index>` (an earlier
 launch's kept as `<index>.<launch>`; the driver's lines in `nodes/launcher.log`, dated, as a
@@ -434,9 +435,11 @@ class _Driver:
                 ray.kill(actor)
                 break
             clients[spec.name] = NodeClient(actor, methods)
-            self._nodes.append(_NodeProcess(spec, actor, pid, log, address))
-        for node in self._nodes:
-            node.run_ref = node.actor.run.remote()
+            node = _NodeProcess(spec, actor, pid, log, address)
+            # It runs at once, as a Launchpad node does: the learner builds (and compiles its
+            # update) while the actors after it are made, instead of after every node.
+            node.run_ref = actor.run.remote()
+            self._nodes.append(node)
         self.clients = clients
         if not self._nodes:  # a stop before the first node: run() says so
             return
