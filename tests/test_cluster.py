@@ -666,6 +666,27 @@ def test_stop_board_tells_nodes_in_tiers_once_the_earlier_ones_left():
     assert lines[-1].startswith("all 4 other nodes left")
 
 
+def test_a_node_that_says_it_left_releases_the_next_tier_at_once():
+    """Silence takes over a second to read as gone; a node that ended says so (`left`)."""
+    clock = _Clock()
+    board, _ = _board(clock)
+    nodes = ["actor/0", "actor/1", "learner/0", "replay/0"]
+    _poll_all(board, clock, nodes, 2)
+    board.begin_stop("limit reached")
+    assert board.poll("actor/0") and board.poll("actor/1") and not board.poll("learner/0")
+    board.left("actor/0")
+    board.left("actor/1")
+    board.left("someone/else")  # not of this program: ignored
+    board.check()  # no time has passed: the actors' word is enough
+    assert board.poll("learner/0") and not board.poll("replay/0")
+    board.left("learner/0")
+    board.check()
+    assert board.poll("replay/0")
+    board.left("replay/0")
+    board.check()
+    assert board.done and not board.failed
+
+
 def test_stop_board_moves_on_after_the_notice_and_reports_a_dead_node():
     clock = _Clock()
     board, lines = _board(clock, heartbeat_timeout_seconds=5.0)

@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def _run_node(manifest: dict[str, Any], job_dir: Path, group: str, task: int, name: str) -> int:
     from magi_lp.cluster.job import AddressRef, StopSettings
-    from magi_lp.cluster.stop_board import StopBoard, StopWatcher, install, serve
+    from magi_lp.cluster.stop_board import StopBoard, StopWatcher, install, say_left, serve
 
     settings = StopSettings(**manifest["stop"])
     control = manifest["control"]
@@ -147,7 +147,7 @@ def _run_node(manifest: dict[str, Any], job_dir: Path, group: str, task: int, na
     sys.path.append(os.getcwd())  # as process_entry: the project is importable from here
     stop_event = manager.stop_event()
 
-    board = server = None
+    board = server = address = None
     if coordinator:
         tiers = {n: v["tier"] for n, v in manifest["nodes"].items() if n != name}
         board = StopBoard(tiers, settings, on_stop=stop_event.set, report=_say)
@@ -169,6 +169,8 @@ def _run_node(manifest: dict[str, Any], job_dir: Path, group: str, task: int, na
     except BaseException:  # the node's failure: its traceback goes to its log
         traceback.print_exc()
         code = 1
+    if address is not None and code == 0:  # a failed node is the board's to find silent
+        say_left(address, name)
     if board is not None:
         if not board.stopping:
             board.begin_stop(f"the coordinator {name} ended", failed=code != 0)

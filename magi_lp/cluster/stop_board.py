@@ -14,6 +14,8 @@ there is no launcher, so the coordinator's process serves a stop board on a fixe
   earlier tiers has left (stopped polling), or after the notice time has passed.
 - `lp.stop()` in the coordinator (its step limit) runs `ProgramStopper`, which starts the
   stop and returns once every node has left; in any other node it asks the board to stop.
+- A node whose work has ended says so (`left`, `say_left`) before its process exits, so the
+  next tier is told at once; silence (a killed node) still counts after about 1 s.
 
 A node told to stop gets Launchpad's stop event set (so `lp.wait_for_stop()` returns, as
 after a SIGTERM on one machine) and exits by itself; one still running `notice_seconds`
@@ -69,6 +71,7 @@ class StopBoard:
         self._started = clock()
         self._last_seen: dict[str, float] = {}
         self._acked: dict[str, float] = {}
+        self._left: set[str] = set()  # nodes that said they leave (`left`)
         self._unknown: set[str] = set()
         self._stop_started: float | None = None
         self._released = -1
@@ -76,7 +79,8 @@ class StopBoard:
         self._done = threading.Event()
         self.failed = False
         self.reason = ""
-        # A node that stopped polling this long ago has left (or died).
+        # A node that stopped polling this long ago has left (or died): what tells a node
+        # that could not say so (`left`) from one that is still running.
         self._gone_after = max(3 * settings.poll_seconds, 1.0)
 
     # Called through the control server, from Courier's threads.
@@ -94,6 +98,15 @@ class StopBoard:
                 self._acked.setdefault(node, now)
                 return True
             return False
+
+    def left(self, node: str) -> bool:
+        """`node` has ended and leaves now (its process's last call): its tier's wait for
+        it ends at once instead of after `_gone_after` of silence."""
+        with self._lock:
+            if node in self._tiers:
+                self._left.add(node)
+                self._last_seen.setdefault(node, self._clock())
+        return True
 
     def request_stop(self, node: str, reason: str = "") -> bool:
         """A node asks for the program to stop (`lp.stop()` outside the coordinator)."""
@@ -187,6 +200,8 @@ class StopBoard:
         self._released_at = now
 
     def _gone(self, node: str, now: float) -> bool:
+        if node in self._left:
+            return True
         seen = self._last_seen.get(node)
         return seen is None or now - seen > self._gone_after
 
@@ -221,6 +236,7 @@ def serve(board: StopBoard, port: int) -> object:
     server = courier.Server(port=port)
     server.Bind("stopped", board.poll)
     server.Bind("request_stop", board.request_stop)
+    server.Bind("left", board.left)
     server.Start()
     return server
 
@@ -248,6 +264,17 @@ class ProgramStopper:
 
         client = courier.Client(self.control.resolve(self.port), call_timeout=30.0)
         client.request_stop(_THIS_NODE, "lp.stop()")
+
+
+def say_left(address: str, node: str, timeout_s: float = 2.0) -> None:
+    """Tells the board at `address` that `node` leaves now (best effort: a board that does
+    not answer learns it from the node's silence)."""
+    try:
+        import courier
+
+        courier.Client(address, call_timeout=timeout_s).left(node)
+    except Exception:  # the silence says it anyway
+        pass
 
 
 class StopWatcher:
