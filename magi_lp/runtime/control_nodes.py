@@ -52,7 +52,7 @@ class CoordinatorNode:
     _max_actor_steps: int
     _evaluators: tuple[Any, ...] = ()
     checkpoint_replay: bool = False
-    poll_seconds: float = 0.5
+    poll_seconds: float = 0.2
     lifetime: NodeLifetime = dataclasses.field(kw_only=True, repr=False)
 
     def run(self) -> None:

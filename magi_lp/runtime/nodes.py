@@ -235,6 +235,11 @@ def warm_up(loop: ActingLoop, environment_spec: specs.EnvironmentSpec, source: s
         )
 
 
+EVALUATOR_LOOK_S = 0.25
+"""How often a distributed evaluator reads the counts (a small call to the counter): at the
+limit the coordinator, and the actors, wait for its final evaluation to begin."""
+
+
 def first_evaluation_at(actor_steps: int, every: int) -> int:
     """The first evaluation point (a multiple of `every`) at or after `actor_steps`: 0 for a
     new run; for a resumed one, the point it stopped before (or at: evaluated again, with the
@@ -571,7 +576,7 @@ class EvaluatorNode:
                 if not should_stop():
                     self._due.unlink(missing_ok=True)
                 next_at = next_evaluation_after(actor_steps, every)
-            elif sleep(1.0):
+            elif sleep(EVALUATOR_LOOK_S):
                 break
 
     def _write_due(self, at: int) -> None:
