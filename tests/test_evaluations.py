@@ -48,3 +48,12 @@ def test_rows_from_before_the_columns_come_in_runs_of_the_episodes():
         (None, 1, False),
         (300, 2, True),
     ]
+
+
+def test_a_whole_evaluation_is_kept_when_a_later_attempt_at_its_point_is_cut():
+    # Stopped exactly at 100 after evaluating it whole: the relaunch evaluates 100 again,
+    # and a second stop cuts that one.
+    rows = _rows((100, 3), (100, 1))
+    got = group_evaluations(rows, 3)
+    assert [(e.at, len(e.rows), e.complete) for e in got] == [(100, 3, True)]
+    assert got[0].rows == tuple(rows[:3])

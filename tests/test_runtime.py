@@ -266,6 +266,50 @@ def test_a_stop_takes_the_steps_on_their_way_into_the_replay_before_the_final_sa
         assert events == ["take the rest", "save replay"]
 
 
+def test_the_rest_is_taken_after_a_periodic_save_in_flight(tmp_path):
+    """A stop that lands while the step thread writes a periodic checkpoint (whose replay
+    write holds the store): the drain, stalled, read as done and the queue's steps were
+    lost. The rest is taken once that save has ended."""
+    events: list[str] = []
+    stop = threading.Event()
+    now = [0.0]
+
+    def save_replay():
+        if not events:  # the first save: a periodic one, and the stop lands in it
+            events.append("periodic save starts")
+            stop.set()
+            time.sleep(1.5)  # past the runner's wait for the step in flight
+            events.append("periodic save ends")
+        else:
+            events.append("final save")
+        return {"items": np.arange(4)}
+
+    def take_the_rest() -> int:
+        events.append("take the rest")
+        return 0
+
+    replay = ReplayCheckpoint(
+        Checkpointer(tmp_path / "replay", max_to_keep=1), save_replay, lambda s: None,
+        take_the_rest=take_the_rest,
+    )  # fmt: skip
+
+    def clock() -> float:
+        now[0] += 61.0  # every step's periodic save is due
+        return now[0]
+
+    runner = LearnerRunner(
+        _CountingLearner(), Checkpointer(tmp_path / "learner"), replay=replay,
+        checkpoint_minutes=1.0, clock=clock,
+    )  # fmt: skip
+    runner.run(stop.is_set, poll_s=0.01)
+    assert events == [
+        "periodic save starts",
+        "periodic save ends",
+        "take the rest",
+        "final save",
+    ]
+
+
 def test_a_second_save_at_one_learner_step_writes_the_replay_again(tmp_path):
     """Two stops at one learner step (the warm-up: actors go on, the learner waits): the
     second wrote only the learner's metadata, and the relaunch restored the first replay
@@ -532,6 +576,7 @@ def test_single_process_run_stops_and_evaluates_at_exact_step_counts(tmp_path):
     evaluations = read_csv(Workdir(tmp_path).log_csv("evaluator_0"))
     # (The first row comes before any actor step was counted: its actor_steps is empty.)
     assert [int(row["actor_steps"] or 0) for row in evaluations] == [0, 45, 90, 135, 137]
+    assert [row["evaluation_at"] for row in evaluations] == ["0", "45", "90", "135", "137"]
     # Resumed to 150: the next point (180) lies beyond it, so only the new limit evaluates,
     # now over 3 episodes. A time filter that drops rows thins the actors' rows (one per
     # episode) but never an evaluation's.
@@ -546,6 +591,7 @@ def test_single_process_run_stops_and_evaluates_at_exact_step_counts(tmp_path):
     assert again.actor_steps == 150
     evaluations = read_csv(Workdir(tmp_path).log_csv("evaluator_0"))
     assert [int(row["actor_steps"] or 0) for row in evaluations][5:] == [150] * 3
+    assert [row["evaluation_episode"] for row in evaluations][5:] == ["1", "2", "3"]
     assert len(read_csv(Workdir(tmp_path).log_csv("actor_0"))) == actor_rows_before + 1
 
 
@@ -630,6 +676,7 @@ def _evaluator(
         evaluated_at.append(steps[0])
         if steps[0] < until:
             steps[0] += 70
+        return [{}] * episodes
 
     monkeypatch.setattr(nodes, "evaluate", evaluate)
     node = nodes.EvaluatorNode.__new__(nodes.EvaluatorNode)
@@ -732,6 +779,7 @@ def test_an_evaluation_a_stop_cuts_is_the_relaunchs_first(monkeypatch, tmp_path)
         points.append(at)
         steps[0] = 270
         stopped[0] = True  # a stop lands while its episodes run
+        return [{}] * (episodes - 1)  # cut: one short
 
     monkeypatch.setattr(nodes, "evaluate", evaluate_then_stop)
     node.run_evaluations(lambda: stopped[0], lambda seconds: False)
@@ -742,6 +790,7 @@ def test_an_evaluation_a_stop_cuts_is_the_relaunchs_first(monkeypatch, tmp_path)
     # the record is gone.
     def evaluate(loop, episodes, should_stop, *, at):
         points.append(at)
+        return [{}] * episodes
 
     monkeypatch.setattr(nodes, "evaluate", evaluate)
     again, _ = _evaluator(monkeypatch, steps, limit=0, until=0, workdir=tmp_path)
@@ -756,6 +805,20 @@ def test_an_evaluation_a_stop_cuts_is_the_relaunchs_first(monkeypatch, tmp_path)
     again.run_evaluations(lambda: steps[0] > 460, sleep)
     assert points == [200, 200, 300, 400]
     assert not due.exists()
+
+
+def test_a_whole_evaluation_a_stop_lands_right_after_is_not_redone(monkeypatch, tmp_path):
+    steps = [200]
+    node, _ = _evaluator(monkeypatch, steps, limit=0, until=0, workdir=tmp_path)
+    stopped = [False]
+
+    def evaluate_then_stop(loop, episodes, should_stop, *, at):
+        stopped[0] = True  # after the last episode ended
+        return [{}] * episodes
+
+    monkeypatch.setattr(nodes, "evaluate", evaluate_then_stop)
+    node.run_evaluations(lambda: stopped[0], lambda seconds: False)
+    assert not Workdir(tmp_path).evaluation_due("evaluator_0").exists()
 
 
 def test_an_unreadable_record_of_a_cut_evaluation_is_said_and_ignored(tmp_path, capsys):
@@ -799,16 +862,19 @@ def test_a_new_launchs_evaluator_removes_the_record_of_an_earlier_final_evaluati
     record = Workdir(tmp_path).final_evaluation("evaluator_0")
     record.parent.mkdir(parents=True)
     record.write_text('{"actor_steps": 100, "max_actor_steps": 100}')
+    # ...and the record of an evaluation a stop cut is read, for the first evaluation.
+    Workdir(tmp_path).evaluation_due("evaluator_0").write_text('{"evaluation_at": 50}')
     for name in ("prepare_node_process", "warm_up"):
         monkeypatch.setattr(nodes, name, lambda *args, **kwargs: None)
     monkeypatch.setattr(nodes, "resume_point", lambda experiment, workdir: 100)
     monkeypatch.setattr(nodes, "make_acting_loop", lambda *args, **kwargs: None)
     experiment = mock.Mock(config=toy_config())
-    nodes.EvaluatorNode(
+    node = nodes.EvaluatorNode(
         experiment, None, 0, None, None, None, workdir=str(tmp_path), max_actor_steps=200,
         lifetime=None,
     )  # fmt: skip
     assert not record.exists()
+    assert node._cut_at == 50
 
 
 def test_coordinator_stops_at_the_limit_only_after_the_final_evaluations():

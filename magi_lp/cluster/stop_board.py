@@ -15,7 +15,7 @@ there is no launcher, so the coordinator's process serves a stop board on a fixe
 - `lp.stop()` in the coordinator (its step limit) runs `ProgramStopper`, which starts the
   stop and returns once every node has left; in any other node it asks the board to stop.
 - A node whose work has ended says so (`left`, `say_left`) before its process exits, so the
-  next tier is told at once; silence (a killed node) still counts after about 1 s.
+  next tier is told at once; silence (a killed node) counts after max(3 x poll, 1 s).
 
 A node told to stop gets Launchpad's stop event set (so `lp.wait_for_stop()` returns, as
 after a SIGTERM on one machine) and exits by itself; one still running `notice_seconds`

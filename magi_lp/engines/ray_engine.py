@@ -3,7 +3,8 @@
 The run starts an embedded Ray on this machine (or joins the cluster `RAY_ADDRESS` names)
 and stops it at the end. Each node of the graph becomes a threaded actor, created in the
 graph's order (the counter first) and running as soon as it is made (the learner builds
-while the actors after it are made), with its launch group's env from the plan through
+while the nodes after it are made; the actors once every node is), with its launch group's
+env from the plan through
 `runtime_env` (in the process's environment before Python starts, as Launchpad's
 `PythonProcess(env=)`) and its output in `<workdir>/nodes/<group>/<index>` (an earlier
 launch's kept as `<index>.<launch>`; the driver's lines in `nodes/launcher.log`, dated, as a
@@ -437,9 +438,15 @@ class _Driver:
             clients[spec.name] = NodeClient(actor, methods)
             node = _NodeProcess(spec, actor, pid, log, address)
             # It runs at once, as a Launchpad node does: the learner builds (and compiles its
-            # update) while the actors after it are made, instead of after every node.
-            node.run_ref = actor.run.remote()
+            # update) while the nodes after it are made, instead of after every node. Not an
+            # actor: its steps would run ahead of the evaluators still being made, whose
+            # first look would then be past 0 and skip the evaluation there.
+            if spec.role != "actor":
+                node.run_ref = actor.run.remote()
             self._nodes.append(node)
+        for node in self._nodes:
+            if node.run_ref is None:
+                node.run_ref = node.actor.run.remote()
         self.clients = clients
         if not self._nodes:  # a stop before the first node: run() says so
             return

@@ -457,9 +457,11 @@ class StepDrainer:
         last = self.steps
         while thread.is_alive():
             now = time.monotonic()
+            if now - start >= within_s:  # a writer that overstayed its notice: not waited for
+                break
             if self.steps != last:
                 last, last_at = self.steps, now
-            elif now - last_at >= quiet_s or now - start >= within_s:
+            elif now - last_at >= quiet_s:
                 break
             time.sleep(0.02)
         self.close()

@@ -89,7 +89,7 @@ class LearnerReplay:
     def take_the_rest(self) -> int:
         """At a stop, with the writers gone: takes in the steps still on their way to the
         store, so its final checkpoint holds every step the actors counted (the device
-        store's step queue). Returns how many; closes what `close` would."""
+        store's step queue). Returns how many; the drain is closed after it."""
         return 0
 
     def close(self) -> None:

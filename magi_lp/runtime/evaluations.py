@@ -1,11 +1,14 @@
-"""An evaluator's log rows grouped into evaluations: one rule for every reader.
+"""An evaluator's log rows grouped into evaluations, by each row's evaluation point.
 
 Each evaluation episode's row carries `evaluation_at` (the point it was due at: a multiple of
 `evaluation.every_actor_steps`, or the limit) and `evaluation_episode` (1, 2, ... within one
 attempt; `ActingLoop.start_evaluation`). A stop that cuts an evaluation leaves a short
-attempt, and the relaunch evaluates that point again from episode 1: the last attempt at a
-point is the evaluation. Rows written before these columns existed are grouped in runs of
-`episodes`, as they come.
+attempt, and the relaunch evaluates that point again from episode 1: the evaluation at a
+point is its last whole attempt (the last attempt, short, when none is whole; a relaunch
+exactly at a point it had evaluated evaluates it again, and a stop may cut that). The point
+names the evaluation; its rows' `actor_steps` place it on a curve (a distributed relaunch's
+attempt evaluates the relaunch's parameters). Rows written before these columns existed are
+grouped in runs of `episodes`, as they come.
 """
 
 from __future__ import annotations
@@ -45,12 +48,15 @@ def group_evaluations(rows: Iterable[Mapping[str, Any]], episodes: int) -> list[
         elif index == 1 or not attempts or attempts[-1][0] != at:
             attempts.append((at, []))
         attempts[-1][1].append(row)
-    last_attempt: dict[Any, int] = {}
-    for i, (at, _) in enumerate(attempts):
-        if at is not None:
-            last_attempt[at] = i
+    chosen: dict[Any, int] = {}  # point -> its last whole attempt, else its last one
+    for i, (at, group) in enumerate(attempts):
+        if at is None:
+            continue
+        kept = chosen.get(at)
+        if kept is None or len(group) >= per or len(attempts[kept][1]) < per:
+            chosen[at] = i
     return [
-        Evaluation(at, tuple(group), len(group) == per)
+        Evaluation(at, tuple(group), len(group) >= per)
         for i, (at, group) in enumerate(attempts)
-        if at is None or last_attempt[at] == i
+        if at is None or chosen[at] == i
     ]

@@ -307,7 +307,10 @@ class LearnerRunner:
         if failure:
             self._save_after(failure[0])
             raise failure[0]
-        self._take_the_rest()
+        # Not beside a periodic save of the step thread still in flight: its replay write
+        # holds the store, and the drain, stalled, would read as done.
+        with self._save_lock:
+            self._take_the_rest()
         self.save()
 
     def _take_the_rest(self) -> None:

@@ -494,9 +494,14 @@ def _read_due(path: Path) -> int | None:
 class EvaluatorNode:
     """Evaluates at 0 actor steps and at every multiple of `evaluation.every_actor_steps`
     (once the counter node shows it: actors report every `DISTRIBUTED_COUNT_EVERY` steps, and
-    this node looks once a second), and once more when the actors reach `max_actor_steps`,
-    as `main.py` does at its end: the coordinator waits for that one before it stops the
-    program (`evaluated_at_limit`)."""
+    this node looks every `EVALUATOR_LOOK_S`), and once more when the actors reach
+    `max_actor_steps`, as `main.py` does at its end: the coordinator waits for that one
+    before it stops the program (`evaluated_at_limit`).
+
+    A periodic evaluation a stop (or a kill) cut is evaluated first by the relaunch
+    (`Workdir.evaluation_due`), with the parameters the relaunch has: its rows keep the
+    point (`evaluation_at`) that names the evaluation, and their `actor_steps` place it on
+    a curve."""
 
     def __init__(
         self,
@@ -572,8 +577,8 @@ class EvaluatorNode:
                     self._at_limit.set()
             elif not (limit and actor_steps >= limit) and actor_steps >= next_at:
                 self._write_due(next_at)
-                evaluate(self._loop, self._evaluation.episodes, should_stop, at=next_at)
-                if not should_stop():
+                rows = evaluate(self._loop, self._evaluation.episodes, should_stop, at=next_at)
+                if len(rows) >= int(self._evaluation.episodes):  # whole, a stop or not
                     self._due.unlink(missing_ok=True)
                 next_at = next_evaluation_after(actor_steps, every)
             elif sleep(EVALUATOR_LOOK_S):

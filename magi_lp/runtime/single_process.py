@@ -209,17 +209,16 @@ def run_single_process(
     next_evaluation = first_evaluation_at(start_steps, every)
     last_evaluated = None
 
-    def run_evaluation() -> None:
+    def run_evaluation(at: int) -> None:
         nonlocal last_evaluated
-        # At its point: a multiple of `every`, or the limit (the actor counts every step).
-        rows = evaluate(evaluator, config.evaluation.episodes, at=actor_steps())
+        rows = evaluate(evaluator, config.evaluation.episodes, at=at)  # its point, or the limit
         evaluation_returns.extend(row["episode_return"] for row in rows)
         last_evaluated = actor_steps()
 
     try:
         while actor_steps() < limit:
             if evaluator is not None and actor_steps() >= next_evaluation:
-                run_evaluation()
+                run_evaluation(next_evaluation)
                 next_evaluation = next_evaluation_after(actor_steps(), every)
             stop_at = min(limit, next_evaluation) if evaluator is not None else limit
             rows = actor.run(lambda stop_at=stop_at: actor_steps() >= stop_at)
@@ -227,7 +226,7 @@ def run_single_process(
             if rows:
                 bar.update(actor_steps(), rows[-1]["episode_return"])
         if evaluator is not None and last_evaluated != actor_steps():
-            run_evaluation()
+            run_evaluation(limit)
     except KeyboardInterrupt:
         stopped_by_user = True
     finally:
