@@ -1,13 +1,15 @@
 """A small Launchpad program (no TensorFlow) for the multi-host launch tests.
 
-    python tests/multihost_toys.py <normal|crash> <out_dir>
+    python tests/multihost_toys.py <normal|crash|raise> <out_dir>
 
 prepares the job of a three-group program on two loopback "hosts" in `<out_dir>` (the
 pickled program in `<out_dir>/job`, the per-host scripts in `<out_dir>/scripts`), as
 `lp_main.py --launcher hosts` does for a real agent: a `server` (Courier, host h1), two
 `worker`s that call it in a loop (host h2) and a `coordinator` (h1) that calls `lp.stop()`
 after STOP_AFTER_S in the `normal` scenario. In the `crash` scenario worker 1 exits with
-code 3 after CRASH_AFTER_S instead and the coordinator never stops by itself.
+code 3 after CRASH_AFTER_S instead (no word to anyone: a killed node) and the coordinator
+never stops by itself; in `raise` worker 1's `run` raises then (its node runner says so to
+the coordinator as it leaves).
 
 Node processes unpickle this module's classes by reference, so it is a top-level module and
 this folder is put on PYTHONPATH (as tests/launch_programs.py does).
@@ -36,9 +38,10 @@ class Server:
 
 
 class Worker:
-    """Pings the server until told to stop; worker `crash_index` exits with code 3."""
+    """Pings the server until told to stop; worker 1 exits with code 3 (`crash` "exit") or
+    raises (`crash` "raise") after CRASH_AFTER_S."""
 
-    def __init__(self, server, index: int, crash: bool):
+    def __init__(self, server, index: int, crash: str):
         self._server = server
         self._index = index
         self._crash = crash
@@ -49,6 +52,8 @@ class Worker:
             self._server.ping()
             if self._crash and self._index == 1 and time.monotonic() - start > CRASH_AFTER_S:
                 print("worker 1 crashes on purpose", flush=True)
+                if self._crash == "raise":
+                    raise RuntimeError("worker 1 fails on purpose")
                 os._exit(3)
 
 
@@ -74,7 +79,8 @@ def make_program(scenario: str) -> lp.Program:
         server = program.add_node(lp.CourierNode(Server))
     with program.group("worker"):
         for index in range(2):
-            program.add_node(lp.PyClassNode(Worker, server, index, scenario == "crash"))
+            crash = {"crash": "exit", "raise": "raise"}.get(scenario, "")
+            program.add_node(lp.PyClassNode(Worker, server, index, crash))
     with program.group("coordinator"):
         program.add_node(lp.CourierNode(Coordinator, server, scenario == "normal"))
     return program

@@ -687,6 +687,21 @@ def test_a_node_that_says_it_left_releases_the_next_tier_at_once():
     assert board.done and not board.failed
 
 
+@pytest.mark.parametrize(
+    ("code", "says"),
+    [(1, "node actor/1 failed (exit code 1)"), (0, "node actor/1 ended (exit code 0)")],
+)
+def test_a_node_that_ends_before_the_stop_stops_the_program_at_once(code, says):
+    """Its exception used to wait out heartbeat_timeout_seconds (60 s) as a silent node."""
+    clock = _Clock()
+    board, lines = _board(clock)
+    _poll_all(board, clock, ["actor/0", "actor/1", "learner/0", "replay/0"], 2)
+    board.left("actor/1", code)
+    assert board.stopping and board.failed
+    assert lines[0].startswith(f"stopping the program ({says} before the program was stopped)")
+    assert board.poll("actor/0") and not board.poll("learner/0")
+
+
 def test_stop_board_moves_on_after_the_notice_and_reports_a_dead_node():
     clock = _Clock()
     board, lines = _board(clock, heartbeat_timeout_seconds=5.0)
@@ -884,6 +899,24 @@ def test_toy_program_on_two_hosts_stops_through_the_coordinator(tmp_path):
     assert "all 3 other nodes left" in coordinator
     for node in ("worker/0", "worker/1", "server/0", "coordinator/0"):
         assert f"node {node} exits with code 0" in (logs / node).read_text()
+
+
+@pytest.mark.integration
+def test_a_node_whose_python_fails_stops_the_program_at_once_by_name(tmp_path):
+    """Its node runner tells the coordinator as it leaves: the stop does not wait for its
+    silence (heartbeat_timeout_seconds)."""
+    result, logs = _run_toy("raise", tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "magi_lp host h2: node worker/1 failed: exit code 1" in result.stderr
+    coordinator = (logs / "coordinator/0").read_text()
+    assert (
+        "stopping the program (node worker/1 failed (exit code 1) before the program was "
+        "stopped)" in coordinator
+    ), coordinator[-3000:]
+    assert "stopped answering" not in coordinator
+    assert "RuntimeError: worker 1 fails on purpose" in (logs / "worker/1").read_text()
+    assert "node coordinator/0 exits with code 1" in coordinator
+    assert "node worker/0 exits with code 0" in (logs / "worker/0").read_text()
 
 
 @pytest.mark.integration

@@ -169,8 +169,8 @@ def _run_node(manifest: dict[str, Any], job_dir: Path, group: str, task: int, na
     except BaseException:  # the node's failure: its traceback goes to its log
         traceback.print_exc()
         code = 1
-    if address is not None and code == 0:  # a failed node is the board's to find silent
-        say_left(address, name)
+    if address is not None:  # its tier need not wait out its silence; a failure stops at once
+        say_left(address, name, code)
     if board is not None:
         if not board.stopping:
             board.begin_stop(f"the coordinator {name} ended", failed=code != 0)

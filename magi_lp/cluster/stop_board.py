@@ -15,7 +15,8 @@ there is no launcher, so the coordinator's process serves a stop board on a fixe
 - `lp.stop()` in the coordinator (its step limit) runs `ProgramStopper`, which starts the
   stop and returns once every node has left; in any other node it asks the board to stop.
 - A node whose work has ended says so (`left`, `say_left`) before its process exits, so the
-  next tier is told at once; silence (a killed node) counts after max(3 x poll, 1 s).
+  next tier is told at once; silence (a killed node) counts after max(3 x poll, 1 s). One
+  that ends before the stop (its exception) stops the program at once, named with its code.
 
 A node told to stop gets Launchpad's stop event set (so `lp.wait_for_stop()` returns, as
 after a SIGTERM on one machine) and exits by itself; one still running `notice_seconds`
@@ -99,13 +100,21 @@ class StopBoard:
                 return True
             return False
 
-    def left(self, node: str) -> bool:
-        """`node` has ended and leaves now (its process's last call): its tier's wait for
-        it ends at once instead of after `_gone_after` of silence."""
+    def left(self, node: str, code: int = 0) -> bool:
+        """`node` has ended with exit code `code` and leaves now (its process's last call):
+        its tier's wait for it ends at once instead of after `_gone_after` of silence. A
+        node that ends before the stop (it failed, or returned when it should not have)
+        stops the program as failed at once, named with its code, instead of being presumed
+        dead `heartbeat_timeout_seconds` later."""
         with self._lock:
-            if node in self._tiers:
-                self._left.add(node)
-                self._last_seen.setdefault(node, self._clock())
+            if node not in self._tiers:
+                return True
+            self._left.add(node)
+            self._last_seen.setdefault(node, self._clock())
+            early = self._stop_started is None
+        if early:
+            how = f"failed (exit code {code})" if code else "ended (exit code 0)"
+            self.begin_stop(f"node {node} {how} before the program was stopped", failed=True)
         return True
 
     def request_stop(self, node: str, reason: str = "") -> bool:
@@ -266,13 +275,13 @@ class ProgramStopper:
         client.request_stop(_THIS_NODE, "lp.stop()")
 
 
-def say_left(address: str, node: str, timeout_s: float = 2.0) -> None:
-    """Tells the board at `address` that `node` leaves now (best effort: a board that does
-    not answer learns it from the node's silence)."""
+def say_left(address: str, node: str, code: int, timeout_s: float = 2.0) -> None:
+    """Tells the board at `address` that `node` leaves now with exit code `code` (best
+    effort: a board that does not answer learns it from the node's silence)."""
     try:
         import courier
 
-        courier.Client(address, call_timeout=timeout_s).left(node)
+        courier.Client(address, call_timeout=timeout_s).left(node, int(code))
     except Exception:  # the silence says it anyway
         pass
 
