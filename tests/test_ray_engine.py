@@ -696,7 +696,9 @@ def test_a_ctrl_c_while_ray_starts_stops_ray_and_starts_no_node(tmp_path, capfd)
 @pytest.mark.timeout(300)
 def test_a_ctrl_c_after_the_first_node_stops_the_nodes_started_and_says_how_many(tmp_path, capfd):
     """A real SIGINT to this driver right after the first of the 4 toy nodes started: the
-    engine starts no more, says "started 1 of 4", and stops that one as any stop does."""
+    nodes being made with it (the learner and the two actors need no handle: made together)
+    are made, no more are started, the engine says "started 3 of 4", and stops them as any
+    stop does."""
     from magi_lp.engines import ray_engine
 
     class FirstThenCtrlC(ray_engine._NodeProcess):
@@ -706,9 +708,10 @@ def test_a_ctrl_c_after_the_first_node_stops_the_nodes_started_and_says_how_many
 
     code, said = _toys_stopped(tmp_path, capfd, "_NodeProcess", FirstThenCtrlC)
     assert code == 0, said
-    assert "started 1 of 4 nodes on Ray (learner x1)" in said
+    assert "started 3 of 4 nodes on Ray (learner x1, actor x2)" in said
     assert "received SIGINT" in said and "every node up" not in said
-    assert [p.name for p in (tmp_path / "reports").iterdir()] == ["learner_0.json"]
+    reports = sorted(p.name for p in (tmp_path / "reports").iterdir())
+    assert reports == ["actor_0.json", "actor_1.json", "learner_0.json"]  # no coordinator
 
 
 _ASK_THE_CLUSTER = """

@@ -2,9 +2,10 @@
 
 The run starts an embedded Ray on this machine (or joins the cluster `RAY_ADDRESS` names)
 and stops it at the end. Each node of the graph becomes a threaded actor, created in the
-graph's order (the counter first) and running as soon as it is made (the learner builds
-while the nodes after it are made; the actors once every node is), with its launch group's
-env from the plan through
+graph's order (the counter first; the nodes whose handles are all made, together: the
+actors and evaluators at once) and running as soon as it is made (the learner builds while
+the nodes after it are made; the actors once every node is), with its launch group's env
+from the plan through
 `runtime_env` (in the process's environment before Python starts, as Launchpad's
 `PythonProcess(env=)`) and its output in `<workdir>/nodes/<group>/<index>` (an earlier
 launch's kept as `<index>.<launch>`; the driver's lines in `nodes/launcher.log`, dated, as a
@@ -410,40 +411,51 @@ class _Driver:
             gpus, [self._launch.group_resources.get(spec.group, {}) for spec in graph.nodes]
         ):
             self.say(f"warning: {short}")
-        for spec, env, num_gpus in zip(graph.nodes, envs, gpus, strict=True):
+        pending = list(zip(graph.nodes, envs, gpus, strict=True))
+        while pending and self._failure is None:
             if self._signals.received:
                 break  # a stop while starting: the nodes made so far are stopped as usual
-            args, kwargs = spec.resolved(clients.__getitem__)
-            log = workdir.node_log(spec.group, spec.index)
-            actor = actor_class.options(
-                name=spec.name,
-                num_cpus=0,
-                num_gpus=num_gpus,
-                max_concurrency=concurrency,
-                runtime_env={"env_vars": env},
-                resources=dict(self._launch.group_resources.get(spec.group, {})),
-                max_restarts=0,
-            ).remote(spec, args, kwargs, self._control, str(log))
-            try:
-                (pid, address, made), methods = ray.get(
-                    [actor.where.remote(), actor.methods.remote()]
-                )
-            except ray.exceptions.RayActorError as error:  # its process died while made
-                self._start_failed(spec, log, None, error)
-                break
-            if not made:
-                self._start_failed(spec, log, pid)
-                ray.kill(actor)
-                break
-            clients[spec.name] = NodeClient(actor, methods)
-            node = _NodeProcess(spec, actor, pid, log, address)
-            # It runs at once, as a Launchpad node does: the learner builds (and compiles its
-            # update) while the nodes after it are made, instead of after every node. Not an
-            # actor: its steps would run ahead of the evaluators still being made, whose
-            # first look would then be past 0 and skip the evaluation there.
-            if spec.role != "actor":
-                node.run_ref = actor.run.remote()
-            self._nodes.append(node)
+            # The nodes whose handles are all made are made together (the actors and the
+            # evaluators, each a worker's start and a policy compile): one after another
+            # they took a core each in turn.
+            wave = [p for p in pending if all(ref in clients for ref in p[0].refs)]
+            wave = wave or pending[:1]  # (a handle of no node: its resolve names it)
+            pending = [p for p in pending if all(p is not w for w in wave)]
+            making = []
+            for spec, env, num_gpus in wave:
+                args, kwargs = spec.resolved(clients.__getitem__)
+                log = workdir.node_log(spec.group, spec.index)
+                actor = actor_class.options(
+                    name=spec.name,
+                    num_cpus=0,
+                    num_gpus=num_gpus,
+                    max_concurrency=concurrency,
+                    runtime_env={"env_vars": env},
+                    resources=dict(self._launch.group_resources.get(spec.group, {})),
+                    max_restarts=0,
+                ).remote(spec, args, kwargs, self._control, str(log))
+                making.append((spec, log, actor, [actor.where.remote(), actor.methods.remote()]))
+            for spec, log, actor, asked in making:
+                try:
+                    (pid, address, made), methods = ray.get(asked)
+                except ray.exceptions.RayActorError as error:  # its process died while made
+                    if self._failure is None:
+                        self._start_failed(spec, log, None, error)
+                    continue
+                if not made:
+                    if self._failure is None:
+                        self._start_failed(spec, log, pid)
+                    ray.kill(actor)
+                    continue
+                clients[spec.name] = NodeClient(actor, methods)
+                node = _NodeProcess(spec, actor, pid, log, address)
+                # It runs at once, as a Launchpad node does: the learner builds (and compiles
+                # its update) while the nodes after it are made. Not an actor: its steps
+                # would run ahead of the evaluators still being made, whose first look would
+                # then be past 0 and skip the evaluation there.
+                if spec.role != "actor":
+                    node.run_ref = actor.run.remote()
+                self._nodes.append(node)
         for node in self._nodes:
             if node.run_ref is None:
                 node.run_ref = node.actor.run.remote()
@@ -464,8 +476,9 @@ class _Driver:
         self, spec: NodeSpec, log: Path, pid: int | None, error: BaseException | None = None
     ) -> None:
         """A node that could not be made: reported as a dead node (its log's end says why;
-        Ray's word where its process died, naming a dead Ray daemon first), and no more
-        are started; `supervise` then stops those that were."""
+        Ray's word where its process died, naming a dead Ray daemon first), and no later
+        ones are started (those made beside it are); `supervise` then stops those that
+        were."""
         cause = None
         if error is not None:
             first = str(error).strip().splitlines()[0] if str(error).strip() else ""
