@@ -29,6 +29,28 @@ from scripts.slurm_cluster import SlurmCluster, Unavailable, ensure_installed
 ROOT = Path(__file__).resolve().parents[1]
 
 
+_SUBMITTED: list[tuple[SlurmCluster, str]] = []  # (cluster, job id) of this test's submits
+
+
+@pytest.fixture(autouse=True)
+def no_job_outlives_its_test() -> Iterator[None]:
+    """Cancels, at a test's end, the jobs it submitted that still run: a test that failed
+    after its submit (an assertion before its own scancel) left its job holding the
+    cluster, and every later test of the session waited behind it and failed too (seen:
+    one failed assertion, four more failures). Import it into a module that submits."""
+    _SUBMITTED.clear()
+    yield
+    while _SUBMITTED:
+        cluster, job_id = _SUBMITTED.pop()
+        if cluster.run("squeue", "-h", "-j", job_id, check=False).strip():
+            cluster.run("scancel", job_id, check=False)
+            deadline = time.monotonic() + 90
+            while cluster.run("squeue", "-h", "-j", job_id, check=False).strip():
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[SlurmCluster]:
     """A running three-node SLURM cluster (see the module docstring)."""
@@ -66,6 +88,8 @@ def submit(
         timeout=timeout,
     )
     found = re.search(r"submitted batch job (\d+)", result.stderr)
+    if found:
+        _SUBMITTED.append((cluster, found.group(1)))
     return result, found.group(1) if found else ""
 
 

@@ -25,6 +25,7 @@ from tests.slurm_cluster import (
     actor_rows,
     assert_resumed_to_the_limit,
     job_state,
+    no_job_outlives_its_test,  # noqa: F401  (autouse: a failed test's job is cancelled)
     slurm_cluster,  # noqa: F401  (the fixture)
     steps,
     submit,
