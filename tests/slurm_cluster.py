@@ -44,11 +44,7 @@ def no_job_outlives_its_test() -> Iterator[None]:
         cluster, job_id = _SUBMITTED.pop()
         if cluster.run("squeue", "-h", "-j", job_id, check=False).strip():
             cluster.run("scancel", job_id, check=False)
-            deadline = time.monotonic() + 90
-            while cluster.run("squeue", "-h", "-j", job_id, check=False).strip():
-                if time.monotonic() > deadline:
-                    break
-                time.sleep(0.5)
+            wait_for_end(cluster, job_id, 90)
 
 
 @pytest.fixture(scope="session")

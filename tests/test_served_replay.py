@@ -402,14 +402,21 @@ def test_the_served_queue_gives_the_reverb_frame_replays_transitions_bit_for_bit
     assert sorted(official) == sorted(held)
 
 
-def test_a_slow_learner_holds_the_served_writer_back_at_the_schedule(started):
+def _writer_and_learner(started):
+    """A served queue of 20 steps, the learner's side of it, and a writer of 400 steps
+    through it (told to stop by its `finish()`), started."""
     spec = make_spec(capacity=500)
     queue = StepQueue(spec, max_steps=20)
-    _, gate, drainer, iterator = _learner_side(Remote(queue), spec, started)
+    store, gate, drainer, iterator = _learner_side(Remote(queue), spec, started)
     stop = threading.Event()
     writer = Writer(ServedFrameAdder(Remote(queue), 0, spec, should_stop=stop.is_set), stop, 400)
     started.append(writer)
     writer.start()
+    return queue, store, gate, drainer, iterator, writer
+
+
+def test_a_slow_learner_holds_the_served_writer_back_at_the_schedule(started):
+    queue, _, gate, drainer, iterator, writer = _writer_and_learner(started)
     # No batch sampled: the drain stops at min_replay_size + error buffer transitions...
     held = SCHEDULE.min_replay_size + ERROR_BUFFER
     assert settle(lambda: gate.inserted, held) == held
@@ -439,13 +446,7 @@ def test_a_slow_learner_holds_the_served_writer_back_at_the_schedule(started):
 def test_a_stop_takes_what_the_queue_holds_into_the_store_past_the_ratio(started):
     """The actors counted every step in the queue: at a stop the learner takes them in before
     its final save (left there, the replay node's stop lost up to `replay.queue_steps`)."""
-    spec = make_spec(capacity=500)
-    queue = StepQueue(spec, max_steps=20)
-    store, gate, drainer, iterator = _learner_side(Remote(queue), spec, started)
-    stop = threading.Event()
-    writer = Writer(ServedFrameAdder(Remote(queue), 0, spec, should_stop=stop.is_set), stop, 400)
-    started.append(writer)
-    writer.start()
+    queue, store, gate, drainer, iterator, writer = _writer_and_learner(started)
     held = SCHEDULE.min_replay_size + ERROR_BUFFER  # no batch sampled: the ratio holds it
     assert settle(lambda: gate.inserted, held) == held
     assert settle(lambda: queue.info()["size"], 20) == 20

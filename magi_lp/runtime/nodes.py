@@ -479,6 +479,16 @@ class ActorNode:
             )
 
 
+def _write_record(path: Path, record: dict[str, int], failed: str, so: str) -> None:
+    """Writes an evaluator's JSON record atomically; a disk that refuses it is said in one
+    line (`failed (error); so`), and the evaluations go on."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomically(path, json.dumps(record))
+    except OSError as error:
+        say(f"{failed} ({error}); {so}", source="evaluator")
+
+
 def _read_due(path: Path) -> int | None:
     """The point in an earlier launch's `Workdir.evaluation_due` record, or None (none, or
     unreadable: then nothing is evaluated again)."""
@@ -586,32 +596,23 @@ class EvaluatorNode:
 
     def _write_due(self, at: int) -> None:
         """Records the evaluation point whose episodes start now (`Workdir.evaluation_due`)."""
-        try:
-            self._due.parent.mkdir(parents=True, exist_ok=True)
-            write_text_atomically(self._due, json.dumps({"evaluation_at": int(at)}))
-        except OSError as error:  # the evaluation still runs; a cut one is not redone
-            say(
-                f"the evaluation at {at} actor steps was not recorded as due ({error}); a "
-                "stop during it will not have it evaluated again",
-                source="evaluator",
-            )
+        _write_record(
+            self._due,
+            {"evaluation_at": int(at)},
+            f"the evaluation at {at} actor steps was not recorded as due",
+            "a stop during it will not have it evaluated again",
+        )
 
     def _mark_final_evaluation(self, actor_steps: int, limit: int) -> None:
         """Records that the evaluation at the limit is whole (`Workdir.final_evaluation`):
         a relaunch is "finished" only then. The rows alone cannot say it: a periodic
         evaluation that the actors overtook at the limit logs counts at the limit too."""
-        try:
-            self._final_evaluation.parent.mkdir(parents=True, exist_ok=True)
-            write_text_atomically(
-                self._final_evaluation,
-                json.dumps({"actor_steps": actor_steps, "max_actor_steps": limit}),
-            )
-        except OSError as error:  # the run still ends; a relaunch evaluates once more
-            say(
-                f"the record of the final evaluation could not be written ({error}); a "
-                "relaunch of this workdir will evaluate once more",
-                source="evaluator",
-            )
+        _write_record(
+            self._final_evaluation,
+            {"actor_steps": actor_steps, "max_actor_steps": limit},
+            "the record of the final evaluation could not be written",
+            "a relaunch of this workdir will evaluate once more",
+        )
 
     def evaluated_at_limit(self) -> bool:
         """Whether the evaluation at `max_actor_steps` is done (the coordinator asks)."""
