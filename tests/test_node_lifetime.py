@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -170,3 +171,35 @@ def test_node_whose_run_returns_at_a_stop_leaves_without_finalising_and_ends_its
     child = int(child_pid)
     gone = not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
     assert gone, f"the node's child {child} outlived it"
+
+
+LEAVING_HOST_NODE = textwrap.dedent(
+    """
+    import sys, tempfile
+    from magi_lp.launch import node_lifetime, run_folders
+
+    with run_folders.private_temp() as run_tmp:  # as magi_lp.cluster.host_node runs a node
+        with tempfile.NamedTemporaryFile(delete=False) as left_by_a_library:
+            pass
+        print(run_tmp, left_by_a_library.name, flush=True)
+        node_lifetime.leave_process(3)  # a node leaving at its stop, from inside the block
+    print("not reached", flush=True)
+    """
+)
+
+
+def test_a_node_leaving_with_os_exit_takes_its_private_temp_folder(tmp_path):
+    """A SLURM node leaves from inside its `private_temp` block: the folder goes with it."""
+    import os
+
+    done = subprocess.run(
+        [sys.executable, "-c", LEAVING_HOST_NODE],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, TMPDIR=str(tmp_path)),
+        timeout=60,
+    )
+    assert done.returncode == 3, done.stdout + done.stderr
+    run_tmp, left = done.stdout.split()
+    assert Path(left).parent == Path(run_tmp) and Path(run_tmp).parent == tmp_path
+    assert list(tmp_path.iterdir()) == [], "the node's private temp folder was left"

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from magi_lp.launch import run_folders
 from magi_lp.runtime.nodes import DISTRIBUTED_COUNT_EVERY
 from projects.drq_v2 import tiny
 from tests.e2e_utils import MARK_VAR, TD3_TINY, checkpoint_counts, program_temp_dir, read_csv
@@ -211,6 +212,7 @@ def test_td3_runs_through_the_cluster_to_its_step_limit(slurm_cluster, tmp_path)
     cluster, workdir = slurm_cluster, tmp_path / "run"
     temp = program_temp_dir()  # where the nodes write, not this process's session folder
     before = set(temp.glob("__autograph_generated_file*"))
+    folders_before = set(temp.glob(f"{run_folders.RUN_TMP_PREFIX}*"))
     _, job_id = _submit(
         cluster, workdir, [*TD3, "--config.max_actor_steps=500"], entry="projects/td3/lp_main.py"
     )
@@ -219,6 +221,10 @@ def test_td3_runs_through_the_cluster_to_its_step_limit(slurm_cluster, tmp_path)
     # which went with the node (os._exit skips TF's own removal; 12 were left before).
     left = set(temp.glob("__autograph_generated_file*")) - before
     assert not left, f"the job left {len(left)} autograph files in {temp}"
+    # Nor the folders themselves: each node that left with os._exit took its own (5 were
+    # left, one per node that leaves from inside its run).
+    folders_left = set(temp.glob(f"{run_folders.RUN_TMP_PREFIX}*")) - folders_before
+    assert not folders_left, f"the job's nodes left their temp folders: {sorted(folders_left)}"
     # Within what the 2 actors take between two reports to the counter.
     assert 500 <= checkpoint_counts(workdir)["actor_steps"] < 500 + 2 * DISTRIBUTED_COUNT_EVERY
     assert read_csv(workdir / "logs/learner/logs.csv"), "the learner logged no update"

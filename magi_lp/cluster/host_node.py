@@ -20,8 +20,10 @@ launcher (see `magi_lp.cluster.stop_board`):
   the learner's final save still finds the counter;
 - the node runs with a private temp folder (TMPDIR and `tempfile.tempdir`), removed before it
   exits: it leaves with `os._exit`, which skips TensorFlow's removal of its autograph files
-  (each TD3 run on the test's SLURM cluster left 12 in the host's /tmp). A node killed with
-  SIGKILL leaves its folder, which the next node or run on that host removes.
+  (each TD3 run on the test's SLURM cluster left 12 in the host's /tmp), here or from inside
+  the node (`node_lifetime.leave_process`, which removes the folder first: each node that left
+  that way had left its folder). A node killed with SIGKILL leaves its folder, which the
+  next node or run on that host removes.
 
 The environment (the placement plan's env for the group) is set by whoever starts the
 command; this module reads the node's identity from the job's manifest.json.
@@ -155,7 +157,10 @@ def _run_node(manifest: dict[str, Any], job_dir: Path, group: str, task: int, na
         threading.Thread(target=board.run_monitor, name="magi_lp-stop-board", daemon=True).start()
     else:
         address = control_ref.resolve(control["port"])
-        StopWatcher(name, address, settings, stop_event, report=_say).start()
+        # Overstaying the notice, it leaves as a node does (children, private temp, os._exit).
+        from magi_lp.launch.node_lifetime import leave_process
+
+        StopWatcher(name, address, settings, stop_event, report=_say, exit=leave_process).start()
     install(board, name)
     _stop_in_tiers_on_sigterm(board, name, control_ref, control["port"], stop_event)
 

@@ -56,7 +56,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from magi_lp.launch import launchpad_seam
+from magi_lp.launch import launchpad_seam, run_folders
 
 LAUNCHER_PID_VAR = "MAGI_LP_LAUNCHER_PID"
 """The pid of the launcher process; a node whose parent is another process has lost it."""
@@ -299,11 +299,13 @@ def end_children(wait_secs: float) -> list[str]:
 
 
 def leave_process(code: int = 0, *, children_secs: float = CHILDREN_STOP_SECS) -> None:
-    """Ends this node's process now: its own child processes first, then its output is
-    flushed and the interpreter left without finalising (`os._exit`)."""
+    """Ends this node's process now: its own child processes first, then its private temp
+    folder (`run_folders.private_temp`, a node started by `magi_lp.cluster.host_node`), then
+    its output is flushed and the interpreter left without finalising (`os._exit`)."""
     killed = end_children(children_secs)
     if killed:
         _say(f"killed processes this node had started that did not end on SIGTERM: {killed}")
+    run_folders.remove_private_temps()
     with contextlib.suppress(Exception):
         sys.stdout.flush()
         sys.stderr.flush()

@@ -144,27 +144,44 @@ def prepared_log_dir(log_dir: str | os.PathLike) -> Path:
     return path
 
 
+_PRIVATE_TEMPS: list[str] = []
+"""This process's private temp folders in use (`private_temp`), innermost last."""
+
+
 @contextlib.contextmanager
 def private_temp() -> Iterator[str]:
     """This process's temp folder (TMPDIR and `tempfile.tempdir`) is a fresh run temp folder
     while the block runs; then it is removed and the old one restored.
 
     What libraries leave in the temp folder goes with it: TensorFlow's autograph files, for
-    one, which TF removes only at a normal interpreter exit. A process killed with SIGKILL
-    leaves its folder; the isolation parent (where there is one) or the next launch or run
-    on this machine removes it (`sweep_stale_run_folders`, by its owner's pid).
+    one, which TF removes only at a normal interpreter exit. A process that leaves from
+    inside the block with `os._exit` (a node: `node_lifetime.leave_process`) removes it first
+    (`remove_private_temps`). A process killed with SIGKILL leaves its folder; the isolation
+    parent (where there is one) or the next launch or run on this machine removes it
+    (`sweep_stale_run_folders`, by its owner's pid).
     """
     before = os.environ.get("TMPDIR"), tempfile.tempdir
     sweep_stale_run_folders(tempfile.gettempdir())
     run_tmp = make_run_temp()
     os.environ["TMPDIR"] = run_tmp
     tempfile.tempdir = run_tmp
+    _PRIVATE_TEMPS.append(run_tmp)
     try:
         yield run_tmp
     finally:
+        with contextlib.suppress(ValueError):
+            _PRIVATE_TEMPS.remove(run_tmp)
         if before[0] is None:
             os.environ.pop("TMPDIR", None)
         else:
             os.environ["TMPDIR"] = before[0]
         tempfile.tempdir = before[1]
         shutil.rmtree(run_tmp, ignore_errors=True)
+
+
+def remove_private_temps() -> None:
+    """Removes this process's private temp folders now: called just before the process
+    leaves with `os._exit`, which skips the `private_temp` block's own removal (each node of
+    a SLURM job left its folder in the host's /tmp)."""
+    while _PRIVATE_TEMPS:
+        shutil.rmtree(_PRIVATE_TEMPS.pop(), ignore_errors=True)
