@@ -1,7 +1,8 @@
 """Learning curves of one or more runs as a PNG: `python -m magi_lp.plot WORKDIR [WORKDIR ...]`.
 
-Top: evaluation return against environment frames, from every `logs/evaluator_*/logs.csv`
-(or, in a run without evaluators, the actors' episode returns). With several workdirs
+Top: evaluation return against environment frames, from every `logs/evaluator_*/logs.csv`:
+one point per evaluation, its episodes' mean (or, in a run without evaluators, the actors'
+episode returns). With several workdirs
 (seeds of one config) the curves are put on a common frame grid and drawn as their mean
 with a band from the lowest to the highest run. Bottom: the learner's losses (every
 `*_loss` column of `logs/learner/logs.csv`) against learner steps, one line per run.
@@ -21,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from magi_lp import console
+from magi_lp.runtime.evaluations import group_evaluations
 from magi_lp.runtime.workdir import Workdir
 
 
@@ -46,8 +48,33 @@ def _series(rows: list[dict[str, str]], x_key: str, y_key: str) -> tuple[np.ndar
     return xs[order], ys[order]
 
 
+def _number(value: str | None) -> int:
+    try:
+        return int(float(value or 0))
+    except ValueError:
+        return 0
+
+
+def _evaluation_points(rows: list[dict[str, str]]) -> list[dict[str, str]]:
+    """An evaluator's rows as one row per evaluation (`group_evaluations`): the mean return
+    of its last whole attempt, at the actor steps of its first episode. A distributed run's
+    actors go on while its episodes run, so each episode's row has other counts, and a stop
+    that cut an evaluation leaves a short attempt that its relaunch evaluates again. What
+    makes one whole is the config's `evaluation.episodes`, not in the workdir: the most
+    episodes any attempt here has. Rows without the evaluation columns (older logs) stay."""
+    if not rows or "evaluation_at" not in rows[0]:
+        return rows
+    whole = max((_number(row.get("evaluation_episode")) for row in rows), default=0)
+    points = []
+    for evaluation in group_evaluations(rows, whole or 1):
+        returns = [float(r["episode_return"]) for r in evaluation.rows]
+        first = evaluation.rows[0]
+        points.append({**first, "episode_return": str(sum(returns) / len(returns))})
+    return points
+
+
 def evaluation_curve(workdir: Path, frames_per_step: int) -> tuple[np.ndarray, np.ndarray]:
-    """(frames, return) of a run: its evaluators' episodes, else its actors'."""
+    """(frames, return) of a run: its evaluators' evaluations, else its actors' episodes."""
     for pattern, key in (("evaluator_*", "evaluator_steps"), ("actor_*", "actor_steps")):
         xs, ys = [], []
         for log in Workdir(workdir).log_csvs(pattern):
@@ -58,6 +85,8 @@ def evaluation_curve(workdir: Path, frames_per_step: int) -> tuple[np.ndarray, n
                 # An evaluation before any actor step was counted (main.py's first, at step
                 # 0) has the count empty: it is at 0, not a row to drop.
                 rows = [{**row, x_key: row.get(x_key) or "0"} for row in rows]
+            if pattern == "evaluator_*":
+                rows = _evaluation_points(rows)
             x, y = _series(rows, x_key, "episode_return")
             xs.append(x)
             ys.append(y)

@@ -95,6 +95,28 @@ def test_main_pys_first_evaluation_before_any_counted_step_is_at_frame_0(tmp_pat
     np.testing.assert_array_equal(y, [120, 80])
 
 
+def test_an_evaluation_is_one_point_and_a_cut_attempt_gives_way_to_its_redo(tmp_path):
+    # A distributed run: the actors go on while the evaluator's episodes run, so each row of
+    # one evaluation has other counts; a stop cut the evaluation at 200 after one episode,
+    # and the relaunch evaluated 200 again, whole, at its own counts.
+    def row(at, episode, steps, ret):
+        return {"actor_steps": steps, "evaluator_steps": 0, "episode_return": ret,
+                "evaluation_at": at, "evaluation_episode": episode}  # fmt: skip
+
+    _write(
+        tmp_path / "logs/evaluator_0/logs.csv",
+        [
+            row(0, 1, "", 10.0), row(0, 2, 4, 20.0),
+            row(100, 1, 104, 30.0), row(100, 2, 130, 50.0),
+            row(200, 1, 208, 999.0),  # cut: the stop came during the second episode
+            row(200, 1, 240, 60.0), row(200, 2, 260, 80.0),
+        ],
+    )  # fmt: skip
+    x, y = evaluation_curve(tmp_path, frames_per_step=2)
+    np.testing.assert_array_equal(x, [0, 208, 480])
+    np.testing.assert_array_equal(y, [15, 40, 70])
+
+
 def test_runs_without_an_evaluation_yet_are_one_line_and_no_png(tmp_path):
     # A run that started but logged nothing yet (or died first): its logs/ has no rows.
     (tmp_path / "logs/learner").mkdir(parents=True)
