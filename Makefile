@@ -8,8 +8,7 @@ PY        := $(VENV)/bin/python
 # The current stack (Python 3.12, jax 0.11; no Launchpad/Reverb/TF): README "Two stacks".
 VENV312   ?= .venv312
 PY312     := $(VENV312)/bin/python
-# What `make test` runs on the current stack (in its current-stack leg; the files CLUSTER_TESTS
-# also lists, in its cluster leg): the placement layer and the memory
+# What the current-stack leg of `make test` runs: the placement layer and the memory
 # reckoning, checkpoints on its orbax, the replays (Reverb's and the served ones), the
 # learner's asynchronous dispatch (skipped on jax 0.4.30's synchronous CPU), Acme's seam, the
 # builder protocol, config errors, the agents' single-process runs (tests/test_current_stack.py),
@@ -28,11 +27,6 @@ PY312_TESTS ?= tests/test_plan.py tests/test_resources.py tests/test_gpu_invento
 	tests/test_config_errors.py tests/test_ray_engine.py tests/test_gpu_system.py tests/test_ray_slurm.py \
 	tests/test_interrupts.py tests/test_gpu_check.py tests/test_gpu_learn.py \
 	tests/test_monitor.py tests/test_plot.py
-# The cluster leg of `make test` (scripts/test_both_stacks.sh): the multi-host tests, which
-# mostly wait on SLURM jobs and hosts starting and stopping, on a leg of their own beside the
-# other two, each file on its stack (.venv312 when PY312_TESTS lists it).
-CLUSTER_TESTS ?= tests/test_slurm.py tests/test_ray_slurm.py tests/test_cluster_e2e.py \
-	tests/test_cluster.py
 JAX       ?=
 WORKDIR   ?= runs/reacher_hard_distributed
 CONFIG    ?= configs/reacher_hard_distributed.py
@@ -64,12 +58,11 @@ setup312:
 run: setup
 	$(PY) projects/drq_v2/lp_main.py --config $(CONFIG) --workdir $(WORKDIR)
 
-# Both stacks at once, as three legs: the whole suite on the Launchpad stack, the current-stack
-# leg and the cluster leg beside it (scripts/test_both_stacks.sh says why and how); each
-# stack's tests alone are below.
+# Both stacks at once: the whole suite on the Launchpad stack, and the current-stack leg
+# beside it (scripts/test_both_stacks.sh says why and how); each leg alone is below.
 test: setup setup312
-	@PY=$(PY) PY312=$(PY312) PY312_TESTS="$(PY312_TESTS)" CLUSTER_TESTS="$(CLUSTER_TESTS)" \
-		PYTEST_ARGS="$(PYTEST_ARGS)" bash scripts/test_both_stacks.sh
+	@PY=$(PY) PY312=$(PY312) PY312_TESTS="$(PY312_TESTS)" PYTEST_ARGS="$(PYTEST_ARGS)" \
+		bash scripts/test_both_stacks.sh
 
 test-launchpad: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
