@@ -468,6 +468,21 @@ def test_earlier_node_logs_are_kept_with_a_launch_number(tmp_path):
     assert not (tmp_path / "learner" / "0").exists()
 
 
+def test_a_node_keeps_its_own_earlier_log_with_its_own_launch_number(tmp_path):
+    # A node of several hosts opens its own log in the shared folder (cluster/host_node.py).
+    log = tmp_path / "actor" / "1"
+    assert run_folders.keep_earlier_log(log) is None  # nothing there yet
+    log.parent.mkdir()
+    log.write_text("first launch")
+    (tmp_path / "actor" / "0.5").write_text("another node's log")  # not this node's number
+    assert run_folders.keep_earlier_log(log) == 1
+    log.write_text("second launch")
+    assert run_folders.keep_earlier_log(log) == 2
+    assert (tmp_path / "actor" / "1.1").read_text() == "first launch"
+    assert (tmp_path / "actor" / "1.2").read_text() == "second launch"
+    assert not log.exists()
+
+
 def test_run_folders_of_dead_launchers_are_swept_and_others_left(tmp_path):
     import subprocess
     import sys

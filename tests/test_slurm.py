@@ -156,6 +156,11 @@ def test_scancel_stops_cleanly_and_a_resubmission_resumes_to_completion(slurm_cl
     result, job_id = _submit(cluster, workdir, [*DRQ, f"--config.max_actor_steps={limit}"])
     _completed_at_its_limit(cluster, workdir, job_id)
     assert_resumed_to_the_limit(workdir, rows_before, count_before, limit)
+    # Each node kept the first job's log beside its own (they were overwritten before).
+    assert (workdir / "nodes/learner/0.1").read_text() == learner_log
+    for log in ("replay/0", "counter/0", "actor/0", "actor/1", "evaluator/0", "coordinator/0"):
+        assert "starting" in (workdir / "nodes" / f"{log}.1").read_text(), log
+        assert "starting" in (workdir / "nodes" / log).read_text(), log
     resumed = read_csv(learner_csv)[learner_rows_before:]
     assert all(int(float(r["learner_steps"])) > saved[-1] for r in resumed)
     assert _checkpoints(workdir)[-1] >= saved[-1]

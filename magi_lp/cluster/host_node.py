@@ -9,7 +9,8 @@ the process's WorkerManager, run function N) plus what a node needs without a lo
 launcher (see `magi_lp.cluster.stop_board`):
 - the coordinator's process serves the stop board; every other node polls it from a
   thread and stops when told, or when the coordinator is gone;
-- with `--log_dir`, stdout and stderr go to `<log_dir>/<group>/<task>`, as on one machine;
+- with `--log_dir`, stdout and stderr go to `<log_dir>/<group>/<task>`, as on one machine,
+  and an earlier launch's log there is kept as `<task>.<n>` (`run_folders.keep_earlier_log`);
 - the node exits with 0 when it ended normally or was told to stop, 1 when it raised (the
   traceback is in its log), and the coordinator with 1 when the program stopped because a
   node died; the engine (srun, the Kubernetes Job, the host script) collects these codes;
@@ -74,7 +75,10 @@ def _task(args: argparse.Namespace) -> int:
 
 
 def _redirect_output(path: Path) -> None:
+    from magi_lp.launch.run_folders import keep_earlier_log
+
     path.parent.mkdir(parents=True, exist_ok=True)
+    keep_earlier_log(path)  # a resubmitted job's nodes keep the earlier launch's logs
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -1,7 +1,8 @@
 """The folders of one local launch: the node logs in the workdir, the private temp folder.
 
 - `<log_dir>/<group>/<index>`: each node's output; an earlier launch's logs are kept as
-  `<index>.<n>` (`keep_earlier_logs`), so a resumed run does not overwrite them;
+  `<index>.<n>` (`keep_earlier_logs`; a node of several hosts, its own: `keep_earlier_log`),
+  so a resumed run does not overwrite them;
 - `<log_dir>/launcher.log`: the launcher's own lines, dated (`reporter`);
 - a private temp folder per launch (`make_run_temp`): Launchpad's job files and every
   node's TMPDIR, removed at the end; one whose launcher was SIGKILLed is removed by the
@@ -74,6 +75,25 @@ def keep_earlier_logs(log_dir: Path) -> int | None:
     launch_number = max(numbers, default=0) + 1
     for path in current:
         path.rename(path.with_name(f"{path.name}.{launch_number}"))
+    return launch_number
+
+
+def keep_earlier_log(path: Path) -> int | None:
+    """Renames one node's log of an earlier launch `<index>` -> `<index>.<n>`; returns n.
+
+    For a node that opens its own log (`magi_lp.cluster.host_node`, each on its host, the
+    log folder shared): n counts this node's earlier logs, so nodes that start at different
+    moments need not agree on a number that another one may have taken meanwhile.
+    """
+    if not path.is_file():
+        return None
+    numbers = [
+        int(suffix)
+        for p in path.parent.glob(f"{path.name}.*")
+        if (suffix := p.name.rpartition(".")[2]).isdigit()
+    ]
+    launch_number = max(numbers, default=0) + 1
+    path.rename(path.with_name(f"{path.name}.{launch_number}"))
     return launch_number
 
 
