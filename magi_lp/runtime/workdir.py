@@ -24,8 +24,9 @@ keeps the two equal):
                                     (config.checkpoint.replay=True)
       nodes/launcher.log            what the launcher said, dated, launch after launch (a dead
                                     node's cause, each stop's stages, any SIGKILL)
-      nodes/<group>/<index>         each node's stdout/stderr (distributed runs); an earlier
-                                    launch's logs are kept as nodes/<group>/<index>.<launch>
+      nodes/<group>/<index>         each node's stdout/stderr (distributed runs; on Kubernetes,
+                                    `kubectl logs`); an earlier launch's logs are kept as
+                                    nodes/<group>/<index>.<launch>
       status.csv                    the launcher's status samples (distributed runs)
       videos/                       evaluation episodes as GIFs (DrQ-v2)
       cluster/                      several hosts: the rendered job files, and the pickled
