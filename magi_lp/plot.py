@@ -48,29 +48,36 @@ def _series(rows: list[dict[str, str]], x_key: str, y_key: str) -> tuple[np.ndar
     return xs[order], ys[order]
 
 
-def _number(value: str | None) -> int:
+def _float(value: str | None) -> float | None:
     try:
-        return int(float(value or 0))
-    except ValueError:
-        return 0
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
 
 
-def _evaluation_points(rows: list[dict[str, str]]) -> list[dict[str, str]]:
-    """An evaluator's rows as one row per evaluation (`group_evaluations`): the mean return
-    of its last whole attempt, at the actor steps of its first episode. A distributed run's
-    actors go on while its episodes run, so each episode's row has other counts, and a stop
-    that cut an evaluation leaves a short attempt that its relaunch evaluates again. What
-    makes one whole is the config's `evaluation.episodes`, not in the workdir: the most
-    episodes any attempt here has. Rows without the evaluation columns (older logs) stay."""
-    if not rows or "evaluation_at" not in rows[0]:
-        return rows
-    whole = max((_number(row.get("evaluation_episode")) for row in rows), default=0)
+def _evaluation_points(rows: list[dict[str, str]]) -> tuple[np.ndarray, np.ndarray]:
+    """An evaluator's rows (whose file has the evaluation columns) as one point per
+    evaluation (`group_evaluations`): the mean return of its last whole attempt, at the
+    actor steps when its first episode ended, and never before its point (`evaluation_at`):
+    a relaunch evaluates a point a stop cut before the counter has its counts back, which
+    says 0 or nothing then. A distributed run's actors go on while the episodes run, so each
+    episode's row has other counts. What makes one whole is the config's
+    `evaluation.episodes`, not in the workdir: the most episodes any attempt here has. Rows
+    written before the columns existed are grouped in runs of that many; a row without a
+    return (cut short by a kill) is left out."""
+    rows = [row for row in rows if _float(row.get("episode_return")) is not None]
+    whole = max((int(_float(row.get("evaluation_episode")) or 0) for row in rows), default=0)
     points = []
     for evaluation in group_evaluations(rows, whole or 1):
+        # Empty: nothing counted yet (main.py's first evaluation; a relaunch's counter).
+        first = _float(evaluation.rows[0].get("actor_steps")) or 0.0
+        at = max(float(evaluation.at or 0), first)
         returns = [float(r["episode_return"]) for r in evaluation.rows]
-        first = evaluation.rows[0]
-        points.append({**first, "episode_return": str(sum(returns) / len(returns))})
-    return points
+        points.append((at, sum(returns) / len(returns)))
+    if not points:
+        return np.zeros(0), np.zeros(0)
+    xs, ys = np.asarray(sorted(points, key=lambda point: point[0])).T
+    return xs, ys
 
 
 def evaluation_curve(workdir: Path, frames_per_step: int) -> tuple[np.ndarray, np.ndarray]:
@@ -81,17 +88,19 @@ def evaluation_curve(workdir: Path, frames_per_step: int) -> tuple[np.ndarray, n
             rows = _rows(log)
             # Evaluators log their own steps; the actors' total is what frames mean here.
             x_key = "actor_steps" if rows and "actor_steps" in rows[0] else key
-            if x_key == "actor_steps" and pattern == "evaluator_*":
-                # An evaluation before any actor step was counted (main.py's first, at step
-                # 0) has the count empty: it is at 0, not a row to drop.
-                rows = [{**row, x_key: row.get(x_key) or "0"} for row in rows]
-            if pattern == "evaluator_*":
-                rows = _evaluation_points(rows)
-            x, y = _series(rows, x_key, "episode_return")
+            if pattern == "evaluator_*" and x_key == "actor_steps" and "evaluation_at" in rows[0]:
+                x, y = _evaluation_points(rows)
+            else:
+                if x_key == "actor_steps" and pattern == "evaluator_*":
+                    # An evaluation before any actor step was counted (main.py's first, at
+                    # step 0) has the count empty: it is at 0, not a row to drop.
+                    rows = [{**row, x_key: row.get(x_key) or "0"} for row in rows]
+                x, y = _series(rows, x_key, "episode_return")
             xs.append(x)
             ys.append(y)
         if xs and sum(len(x) for x in xs):
-            # Episodes of one evaluation share their step count: one point, their mean.
+            # Episodes of one evaluation (older logs), or evaluators at one count: one point,
+            # their mean.
             x, y = np.concatenate(xs), np.concatenate(ys)
             grid = np.unique(x)
             means = np.asarray([y[x == value].mean() for value in grid])

@@ -110,11 +110,15 @@ def test_an_evaluation_is_one_point_and_a_cut_attempt_gives_way_to_its_redo(tmp_
             row(100, 1, 104, 30.0), row(100, 2, 130, 50.0),
             row(200, 1, 208, 999.0),  # cut: the stop came during the second episode
             row(200, 1, 240, 60.0), row(200, 2, 260, 80.0),
+            # Cut again; the redo's first episode ended before the counter had its counts
+            # back (it says 0, or nothing), and a kill cut the last row short.
+            row(300, 1, 310, 999.0), row(300, 1, "", 90.0), row(300, 2, 0, 110.0),
+            {"actor_steps": 330, "evaluator_steps": ""},
         ],
     )  # fmt: skip
     x, y = evaluation_curve(tmp_path, frames_per_step=2)
-    np.testing.assert_array_equal(x, [0, 208, 480])
-    np.testing.assert_array_equal(y, [15, 40, 70])
+    np.testing.assert_array_equal(x, [0, 208, 480, 600])
+    np.testing.assert_array_equal(y, [15, 40, 70, 100])
 
 
 def test_runs_without_an_evaluation_yet_are_one_line_and_no_png(tmp_path):

@@ -17,6 +17,7 @@ import contextlib
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -166,6 +167,7 @@ def prepared_log_dir(log_dir: str | os.PathLike) -> Path:
 
 _PRIVATE_TEMPS: list[str] = []
 """This process's private temp folders in use (`private_temp`), innermost last."""
+_PRIVATE_TEMPS_LOCK = threading.Lock()
 
 
 @contextlib.contextmanager
@@ -185,23 +187,29 @@ def private_temp() -> Iterator[str]:
     run_tmp = make_run_temp()
     os.environ["TMPDIR"] = run_tmp
     tempfile.tempdir = run_tmp
-    _PRIVATE_TEMPS.append(run_tmp)
+    with _PRIVATE_TEMPS_LOCK:
+        _PRIVATE_TEMPS.append(run_tmp)
     try:
         yield run_tmp
     finally:
-        with contextlib.suppress(ValueError):
-            _PRIVATE_TEMPS.remove(run_tmp)
         if before[0] is None:
             os.environ.pop("TMPDIR", None)
         else:
             os.environ["TMPDIR"] = before[0]
         tempfile.tempdir = before[1]
-        shutil.rmtree(run_tmp, ignore_errors=True)
+        with _PRIVATE_TEMPS_LOCK:
+            if run_tmp in _PRIVATE_TEMPS:  # else a leaving thread has it
+                _PRIVATE_TEMPS.remove(run_tmp)
+                _remove_owned(Path(run_tmp))
 
 
 def remove_private_temps() -> None:
     """Removes this process's private temp folders now: called just before the process
     leaves with `os._exit`, which skips the `private_temp` block's own removal (each node of
-    a SLURM job left its folder in the host's /tmp)."""
-    while _PRIVATE_TEMPS:
-        shutil.rmtree(_PRIVATE_TEMPS.pop(), ignore_errors=True)
+    a SLURM job left its folder in the host's /tmp). A second thread leaving at the same
+    time waits for the first one's removal, which a sooner `os._exit` would cut short; the
+    owner file goes last, so a removal cut short all the same (a SIGKILL) leaves a folder
+    the next sweep knows."""
+    with _PRIVATE_TEMPS_LOCK:
+        while _PRIVATE_TEMPS:
+            _remove_owned(Path(_PRIVATE_TEMPS.pop()))

@@ -26,7 +26,8 @@ keeps the two equal):
                                     node's cause, each stop's stages, any SIGKILL)
       nodes/<group>/<index>         each node's stdout/stderr (distributed runs; on Kubernetes,
                                     `kubectl logs`); an earlier launch's logs are kept as
-                                    nodes/<group>/<index>.<launch>
+                                    nodes/<group>/<index>.<n> (n: the launch; on several
+                                    hosts, each node counts its own earlier logs)
       status.csv                    the launcher's status samples (distributed runs)
       videos/                       evaluation episodes as GIFs (DrQ-v2)
       cluster/                      several hosts: the rendered job files, and the pickled
