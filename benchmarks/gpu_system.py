@@ -691,7 +691,8 @@ def memory_against_reckoning(reckoning: dict, system: dict) -> dict:
 
 def evaluations(workdir: Path, config: Any) -> list[dict]:
     """The evaluator's episodes grouped into evaluations, beside the official curve at the
-    nearest published frame count (frames: when the evaluation's first episode ended)."""
+    nearest published frame count (frames: `Evaluation.actor_steps`, when the evaluation's
+    first episode ended)."""
     from magi_lp.runtime.evaluations import group_evaluations
     from magi_lp.runtime.workdir import Workdir
 
@@ -704,7 +705,7 @@ def evaluations(workdir: Path, config: Any) -> list[dict]:
     for evaluation in group_evaluations(rows, int(config.evaluation.episodes)):
         chunk = evaluation.rows
         returns = [float(r["episode_return"]) for r in chunk]
-        frames = repeat * int(_float(chunk[0].get("actor_steps")) or 0)
+        frames = repeat * evaluation.actor_steps
         entry: dict[str, Any] = {
             "frames": frames,
             "episodes": len(returns),

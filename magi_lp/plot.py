@@ -57,11 +57,9 @@ def _float(value: str | None) -> float | None:
 
 def _evaluation_points(rows: list[dict[str, str]]) -> tuple[np.ndarray, np.ndarray]:
     """An evaluator's rows (whose file has the evaluation columns) as one point per
-    evaluation (`group_evaluations`): the mean return of its last whole attempt, at the
-    actor steps when its first episode ended, and never before its point (`evaluation_at`):
-    a relaunch evaluates a point a stop cut before the counter has its counts back, which
-    says 0 or nothing then. A distributed run's actors go on while the episodes run, so each
-    episode's row has other counts. What makes one whole is the config's
+    evaluation (`group_evaluations`): the mean return of its last whole attempt, at its
+    `Evaluation.actor_steps` (a distributed run's actors go on while the episodes run, so
+    each episode's row has other counts). What makes one whole is the config's
     `evaluation.episodes`, not in the workdir: the most episodes any attempt here has. Rows
     written before the columns existed are grouped in runs of that many; a row without a
     return (cut short by a kill) is left out."""
@@ -69,11 +67,8 @@ def _evaluation_points(rows: list[dict[str, str]]) -> tuple[np.ndarray, np.ndarr
     whole = max((int(_float(row.get("evaluation_episode")) or 0) for row in rows), default=0)
     points = []
     for evaluation in group_evaluations(rows, whole or 1):
-        # Empty: nothing counted yet (main.py's first evaluation; a relaunch's counter).
-        first = _float(evaluation.rows[0].get("actor_steps")) or 0.0
-        at = max(float(evaluation.at or 0), first)
         returns = [float(r["episode_return"]) for r in evaluation.rows]
-        points.append((at, sum(returns) / len(returns)))
+        points.append((evaluation.actor_steps, sum(returns) / len(returns)))
     if not points:
         return np.zeros(0), np.zeros(0)
     xs, ys = np.asarray(sorted(points, key=lambda point: point[0])).T

@@ -57,3 +57,17 @@ def test_a_whole_evaluation_is_kept_when_a_later_attempt_at_its_point_is_cut():
     got = group_evaluations(rows, 3)
     assert [(e.at, len(e.rows), e.complete) for e in got] == [(100, 3, True)]
     assert got[0].rows == tuple(rows[:3])
+
+
+def test_an_evaluation_is_placed_at_its_first_count_but_never_before_its_point():
+    def evaluation(at, *counts):
+        rows = [{"evaluation_at": at, "evaluation_episode": i + 1, "actor_steps": c}
+                for i, c in enumerate(counts)]  # fmt: skip
+        (only,) = group_evaluations(rows, len(counts))
+        return only.actor_steps
+
+    assert evaluation(0, "", 4) == 0  # main.py's first: nothing counted yet
+    assert evaluation(100, 104, 130) == 104  # the actors went on during the episodes
+    assert evaluation(200, 0, 260) == 200  # a relaunch's redo before the counts came back
+    assert evaluation(200, "", 260) == 200
+    assert evaluation(200, 240, 260) == 240  # after: the relaunch's parameters

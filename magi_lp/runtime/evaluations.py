@@ -26,6 +26,13 @@ class Evaluation:
     rows: tuple[Mapping[str, Any], ...]
     complete: bool
 
+    @property
+    def actor_steps(self) -> int:
+        """Where it goes on a curve: the counts when its first episode ended, never before its
+        point. A relaunch evaluates a point a stop cut before the counter has its counts
+        back, and that row says 0 or nothing (so does `main.py`'s first, at 0)."""
+        return max(self.at or 0, _int(self.rows[0].get("actor_steps")) or 0)
+
 
 def _int(value: Any) -> int | None:
     try:
