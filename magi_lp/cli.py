@@ -307,6 +307,59 @@ def _check_jax_platforms(env: Mapping[str, str]) -> None:
     raise ConfigError(fact_refusal(f"JAX_PLATFORMS={value} (in the environment)", why, fix))
 
 
+_JAX_ALLOCATORS = ("default", "platform", "bfc", "cuda_async", "vmm", "address")
+"""What jaxlib takes as XLA_PYTHON_CLIENT_ALLOCATOR (0.11's list; 0.4.30's first four)."""
+
+
+def _check_jax_memory_env(env: Mapping[str, str]) -> None:
+    """Refuses, before anything starts, GPU settings in main.py's environment that JAX or
+    CUDA would take without a word here and misread on a GPU (lp_main.py sets each node's
+    own from its plan): a memory fraction outside (0, 1], an allocator jaxlib does not
+    know, a CUDA_VISIBLE_DEVICES entry CUDA stops at (hiding every GPU from there on)."""
+    fix = "unset it (lp_main.py sets each node's from resources.<group>)"
+    for name in ("XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_CLIENT_MEM_FRACTION"):
+        value = env.get(name, "")
+        if not value:
+            continue
+        try:
+            fraction = float(value)
+        except ValueError:
+            fraction = math.nan
+        if not 0 < fraction <= 1:
+            raise ConfigError(
+                fact_refusal(
+                    f"{name}={value} (in the environment)",
+                    "JAX takes a fraction of each GPU's memory, in (0, 1]",
+                    f"give one such as 0.5, or {fix}",
+                )
+            )
+    allocator = env.get("XLA_PYTHON_CLIENT_ALLOCATOR", "")
+    if allocator and allocator.lower() not in _JAX_ALLOCATORS:
+        raise ConfigError(
+            fact_refusal(
+                f"XLA_PYTHON_CLIENT_ALLOCATOR={allocator} (in the environment)",
+                f"jaxlib takes {', '.join(_JAX_ALLOCATORS)}",
+                f"pick one, or {fix}",
+            )
+        )
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        tokens = [token.strip() for token in visible.split(",")]
+        bad = [
+            t for t in tokens if not (t.isdigit() or t == "-1" or t.startswith(("GPU-", "MIG-")))
+        ]
+        if bad:
+            raise ConfigError(
+                fact_refusal(
+                    f"CUDA_VISIBLE_DEVICES={visible} (in the environment)",
+                    f"{bad[0]!r} is not a GPU id or UUID, and CUDA hides every GPU from the "
+                    "first such entry on",
+                    "use ids as `nvidia-smi -L` lists them (0,1), UUIDs (GPU-...), or an "
+                    "empty value for no GPU",
+                )
+            )
+
+
 def _check_workdir_can_be_made(workdir: Path, flag: str = "--workdir") -> None:
     """Refuses, before anything starts, a folder this run writes on this machine (its
     workdir, or `--render`'s) that would be under a file or in a folder this user cannot
@@ -991,6 +1044,7 @@ def _run_single_process(
     _check_workdir_can_be_made(workdir)
     _check_workdir_free(workdir)
     _check_jax_platforms(os.environ)
+    _check_jax_memory_env(os.environ)
     _check_resumes_the_same_run(config, workdir)
     finished = _finished_line(config, workdir, single_process=True)
     if finished:

@@ -159,6 +159,15 @@ def test_bad_input_gets_one_clear_line(args, expected, tmp_path):
         # main.py's JAX reads it (lp_main.py sets each node's): a traceback after the workdir.
         ("projects/td3/main.py", {"JAX_PLATFORMS": "tpu"}, [],
          "JAX_PLATFORMS=tpu (in the environment): magi_lp runs JAX on cuda or cpu; unset it"),
+        # A CPU JAX ignores these: main.py trained without a word, and would misread them on
+        # a GPU (a memory fraction over 1, every GPU hidden).
+        ("projects/td3/main.py", {"XLA_PYTHON_CLIENT_MEM_FRACTION": "2"}, [],
+         "XLA_PYTHON_CLIENT_MEM_FRACTION=2 (in the environment): JAX takes a fraction of each "
+         "GPU's memory, in (0, 1]"),
+        ("projects/td3/main.py", {"XLA_PYTHON_CLIENT_ALLOCATOR": "cuda"}, [],
+         "XLA_PYTHON_CLIENT_ALLOCATOR=cuda (in the environment): jaxlib takes default, "),
+        ("projects/td3/main.py", {"CUDA_VISIBLE_DEVICES": "0,abc"}, [],
+         "CUDA_VISIBLE_DEVICES=0,abc (in the environment): 'abc' is not a GPU id or UUID"),
     ],
 )  # fmt: skip
 def test_a_bad_environment_variable_gets_one_line(tmp_path, script, env, args, expected):
