@@ -1261,9 +1261,13 @@ def _flag_error(argv: list[str], error: Exception) -> str:
         return _unreadable_override(argv, str(error)) or f"{error}. See --helpfull."
     if isinstance(error, OSError):
         reason = error.__cause__ or str(error).splitlines()[-1].strip()
-        return f"--config: cannot load the config file: {reason}"
+        return f"--config {_config_arg(argv)}: cannot load the config file: {reason}"
     if isinstance(error, SyntaxError):
-        return f"--config: the config file has a syntax error: {error}; fix the file"
+        where = f"line {error.lineno}: " if error.lineno else ""
+        return (
+            f"--config {_config_arg(argv)}: the config file has a syntax error at "
+            f"{where}{error.msg}; fix the file"
+        )
     if isinstance(error, AttributeError) and "get_config" in str(error):
         return (
             f"--config {_config_arg(argv)}: the file defines no get_config(); a config "

@@ -345,6 +345,8 @@ GET_CONFIG = "def get_config():\n    return None\n"
             "the file raised ModuleNotFoundError at line 1: No module named",
         ),
         ("x = undefined_name\n" + GET_CONFIG, [], "the file raised NameError at line 1"),
+        # Named by its path, as the other refusals of the file are (it said "--config:").
+        ("x = (\n" + GET_CONFIG, [], "my_config.py: the config file has a syntax error at line"),
         (
             "x = {}['missing']\n" + GET_CONFIG,
             ["--config.seed=1"],
