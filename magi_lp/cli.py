@@ -360,31 +360,6 @@ def _check_jax_memory_env(env: Mapping[str, str]) -> None:
             )
 
 
-def _check_memory_fraction_names(
-    shell: Mapping[str, str], processes: Mapping[str, Mapping[str, str]]
-) -> None:
-    """Refuses XLA_CLIENT_MEM_FRACTION in the shell where a process (main.py, or a node
-    group whose plan sets it) has XLA_PYTHON_CLIENT_MEM_FRACTION too: jaxlib 0.11 reads the
-    first and raises when its deprecated name is set beside it, at the GPU's start; an older
-    jaxlib reads only the second, so the first would be ignored. `processes`: each one's
-    environment as it will be (the shell's, or the plan's overrides of it)."""
-    new = shell.get("XLA_CLIENT_MEM_FRACTION", "")
-    if not new:
-        return
-    for name, env in processes.items():
-        old = env.get("XLA_PYTHON_CLIENT_MEM_FRACTION", shell.get("XLA_PYTHON_CLIENT_MEM_FRACTION"))
-        if old:
-            raise ConfigError(
-                fact_refusal(
-                    f"XLA_CLIENT_MEM_FRACTION={new} (in the environment)",
-                    f"{name} also gets XLA_PYTHON_CLIENT_MEM_FRACTION={old}, and jaxlib 0.11 "
-                    "refuses the two together (an older one ignores the first)",
-                    "unset XLA_CLIENT_MEM_FRACTION (resources.<group>.gpu_memory sets each "
-                    "node's; main.py: keep one of the two)",
-                )
-            )
-
-
 def _check_workdir_can_be_made(workdir: Path, flag: str = "--workdir") -> None:
     """Refuses, before anything starts, a folder this run writes on this machine (its
     workdir, or `--render`'s) that would be under a file or in a folder this user cannot
@@ -635,9 +610,6 @@ def _run_distributed(
     _check_agent_tables(planning.builder, replay, single_process=False)
     # Each GPU node's memory from its compiled programs ('auto'), checked GPU by GPU.
     plan = size_gpu_memory(planning, plan, store)
-    _check_memory_fraction_names(
-        os.environ, {f"node group {group}": env for group, env in plan.envs().items()}
-    )
     notices = [
         f"notice: {n}"
         for n in (
@@ -1073,7 +1045,6 @@ def _run_single_process(
     _check_workdir_free(workdir)
     _check_jax_platforms(os.environ)
     _check_jax_memory_env(os.environ)
-    _check_memory_fraction_names(os.environ, {"main.py": os.environ})
     _check_resumes_the_same_run(config, workdir)
     finished = _finished_line(config, workdir, single_process=True)
     if finished:

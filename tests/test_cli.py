@@ -168,10 +168,6 @@ def test_bad_input_gets_one_clear_line(args, expected, tmp_path):
          "XLA_PYTHON_CLIENT_ALLOCATOR=cuda (in the environment): jaxlib takes default, "),
         ("projects/td3/main.py", {"CUDA_VISIBLE_DEVICES": "0,abc"}, [],
          "CUDA_VISIBLE_DEVICES=0,abc (in the environment): 'abc' is not a GPU id or UUID"),
-        ("projects/td3/main.py",
-         {"XLA_CLIENT_MEM_FRACTION": "0.5", "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.4"}, [],
-         "XLA_CLIENT_MEM_FRACTION=0.5 (in the environment): main.py also gets "
-         "XLA_PYTHON_CLIENT_MEM_FRACTION=0.4, and jaxlib 0.11 refuses the two together"),
     ],
 )  # fmt: skip
 def test_a_bad_environment_variable_gets_one_line(tmp_path, script, env, args, expected):

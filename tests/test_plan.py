@@ -677,24 +677,6 @@ def test_shipped_gpu_layouts_plan_on_one_and_four_gpus():
 
 
 @pytest.mark.integration
-def test_a_shell_memory_fraction_beside_the_plans_is_refused_by_name(tmp_path, monkeypatch):
-    # jaxlib 0.11 reads XLA_CLIENT_MEM_FRACTION and raises, at the GPU's start, when the
-    # plan's XLA_PYTHON_CLIENT_MEM_FRACTION (its deprecated name) is set beside it.
-    monkeypatch.setenv("XLA_CLIENT_MEM_FRACTION", "0.5")
-    result, workdir = lp_main_on_fake_gpus(
-        tmp_path, ["--dry_run", "--config.resources.learner.gpu_memory=0.4"]
-    )
-    assert result.returncode == 2, result.stdout + result.stderr
-    lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
-    assert lines == [
-        "error: XLA_CLIENT_MEM_FRACTION=0.5 (in the environment): node group learner also gets "
-        "XLA_PYTHON_CLIENT_MEM_FRACTION=0.4, and jaxlib 0.11 refuses the two together (an "
-        "older one ignores the first); unset XLA_CLIENT_MEM_FRACTION "
-        "(resources.<group>.gpu_memory sets each node's; main.py: keep one of the two)"
-    ], result.stderr
-    assert "Traceback" not in result.stderr and not workdir.exists()
-
-
 def test_dry_run_shows_the_split_of_the_four_gpu_layout(tmp_path):
     result, _ = lp_main_on_fake_gpus(
         tmp_path, ["--dry_run"], gpus=4, config="configs/reacher_hard_gpu_layouts.py:4gpu"
