@@ -49,6 +49,7 @@ from magi_lp.placement.jax_build import (
     COMPILATION_CACHE_VAR,
     compilation_cache_warning,
     detect_jax_build,
+    parse_version,
 )
 from magi_lp.placement.xla_flags import check_xla_flags
 from magi_lp.replay.plan import plan_replay_store
@@ -292,7 +293,6 @@ def _check_jax_platforms(env: Mapping[str, str]) -> None:
             )
         )
     from magi_lp.placement.gpu_inventory import query_inventory
-    from magi_lp.placement.jax_build import parse_version
 
     build = detect_jax_build()
     if "cpu" in platforms and parse_version(build.jaxlib_version)[:2] >= (0, 11):
@@ -307,55 +307,62 @@ def _check_jax_platforms(env: Mapping[str, str]) -> None:
     raise ConfigError(fact_refusal(f"JAX_PLATFORMS={value} (in the environment)", why, fix))
 
 
-_JAX_ALLOCATORS = ("default", "platform", "bfc", "cuda_async", "vmm", "address")
-"""What jaxlib takes as XLA_PYTHON_CLIENT_ALLOCATOR (0.11's list; 0.4.30's first four)."""
+_JAX_ALLOCATORS = ("default", "platform", "bfc", "cuda_async")
+"""What jaxlib takes as XLA_PYTHON_CLIENT_ALLOCATOR (0.4.30's list; 0.11 adds
+`_JAX_ALLOCATORS_0_11`); it raises on any other value, the empty one included."""
+_JAX_ALLOCATORS_0_11 = ("vmm", "address")
+_NO_GPU_VALUES = ("-1", "NoDevFiles")
+"""CUDA_VISIBLE_DEVICES values that hide every GPU on purpose (SLURM sets NoDevFiles)."""
 
 
 def _check_jax_memory_env(env: Mapping[str, str]) -> None:
-    """Refuses, before anything starts, GPU settings in main.py's environment that JAX or
-    CUDA would take without a word here and misread on a GPU (lp_main.py sets each node's
-    own from its plan): a memory fraction outside (0, 1], an allocator jaxlib does not
-    know, a CUDA_VISIBLE_DEVICES entry CUDA stops at (hiding every GPU from there on)."""
+    """Refuses, before anything starts, GPU settings in main.py's environment that are never
+    right and that a CPU JAX takes without a word (lp_main.py sets each node's own from its
+    plan): a memory fraction that is no positive number (above 1 is for unified memory), an
+    allocator this jaxlib does not know, a CUDA_VISIBLE_DEVICES entry that is no GPU index
+    or UUID (CUDA hides every GPU from the first such entry on)."""
     fix = "unset it (lp_main.py sets each node's from resources.<group>)"
     for name in ("XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_CLIENT_MEM_FRACTION"):
         value = env.get(name, "")
         if not value:
-            continue
+            continue  # jaxlib treats "" as unset
         try:
             fraction = float(value)
         except ValueError:
             fraction = math.nan
-        if not 0 < fraction <= 1:
+        if not fraction > 0:
             raise ConfigError(
                 fact_refusal(
                     f"{name}={value} (in the environment)",
-                    "JAX takes a fraction of each GPU's memory, in (0, 1]",
+                    "JAX takes a positive fraction of each GPU's memory",
                     f"give one such as 0.5, or {fix}",
                 )
             )
-    allocator = env.get("XLA_PYTHON_CLIENT_ALLOCATOR", "")
-    if allocator and allocator.lower() not in _JAX_ALLOCATORS:
-        raise ConfigError(
-            fact_refusal(
-                f"XLA_PYTHON_CLIENT_ALLOCATOR={allocator} (in the environment)",
-                f"jaxlib takes {', '.join(_JAX_ALLOCATORS)}",
-                f"pick one, or {fix}",
+    if "XLA_PYTHON_CLIENT_ALLOCATOR" in env:
+        allocator = env["XLA_PYTHON_CLIENT_ALLOCATOR"]
+        known = _JAX_ALLOCATORS
+        if parse_version(detect_jax_build().jaxlib_version)[:2] >= (0, 11):
+            known += _JAX_ALLOCATORS_0_11
+        if allocator.lower() not in known:
+            raise ConfigError(
+                fact_refusal(
+                    f"XLA_PYTHON_CLIENT_ALLOCATOR={allocator!r} (in the environment)",
+                    f"this jaxlib takes {', '.join(known)}",
+                    f"pick one, or {fix}",
+                )
             )
-        )
-    visible = env.get("CUDA_VISIBLE_DEVICES")
-    if visible:
+    visible = env.get("CUDA_VISIBLE_DEVICES", "")
+    if visible and visible.strip() not in _NO_GPU_VALUES:
         tokens = [token.strip() for token in visible.split(",")]
-        bad = [
-            t for t in tokens if not (t.isdigit() or t == "-1" or t.startswith(("GPU-", "MIG-")))
-        ]
+        bad = [t for t in tokens if not (t.isdigit() or t.startswith(("GPU-", "MIG-")))]
         if bad:
             raise ConfigError(
                 fact_refusal(
                     f"CUDA_VISIBLE_DEVICES={visible} (in the environment)",
-                    f"{bad[0]!r} is not a GPU id or UUID, and CUDA hides every GPU from the "
+                    f"{bad[0]!r} is no GPU index or UUID, and CUDA hides every GPU from the "
                     "first such entry on",
-                    "use ids as `nvidia-smi -L` lists them (0,1), UUIDs (GPU-...), or an "
-                    "empty value for no GPU",
+                    "use CUDA's device indices (0,1), UUIDs (GPU-..., as `nvidia-smi -L` "
+                    "lists them), or an empty value for no GPU",
                 )
             )
 
@@ -1263,10 +1270,20 @@ def _flag_error(argv: list[str], error: Exception) -> str:
         reason = error.__cause__ or str(error).splitlines()[-1].strip()
         return f"--config {_config_arg(argv)}: cannot load the config file: {reason}"
     if isinstance(error, SyntaxError):
-        where = f"line {error.lineno}: " if error.lineno else ""
+        path = _config_arg(argv)
+        line = f" at line {error.lineno}" if error.lineno else ""
+        inside = (
+            error.filename
+            and path
+            and Path(error.filename).resolve() != Path(path.split(":")[0]).resolve()
+        )
+        if inside:  # a module the file imports
+            return (
+                f"--config {path}: {error.filename}, which it imports, has a syntax "
+                f"error{line}: {error.msg}; fix that file"
+            )
         return (
-            f"--config {_config_arg(argv)}: the config file has a syntax error at "
-            f"{where}{error.msg}; fix the file"
+            f"--config {path}: the config file has a syntax error{line}: {error.msg}; fix the file"
         )
     if isinstance(error, AttributeError) and "get_config" in str(error):
         return (

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from magi_lp import cli
+from magi_lp.errors import ConfigError
 from magi_lp.placement.jax_build import detect_jax_build
 from tests.e2e_utils import REPO, marked_processes, run_entry_point
 
@@ -161,13 +163,13 @@ def test_bad_input_gets_one_clear_line(args, expected, tmp_path):
          "JAX_PLATFORMS=tpu (in the environment): magi_lp runs JAX on cuda or cpu; unset it"),
         # A CPU JAX ignores these: main.py trained without a word, and would misread them on
         # a GPU (a memory fraction over 1, every GPU hidden).
-        ("projects/td3/main.py", {"XLA_PYTHON_CLIENT_MEM_FRACTION": "2"}, [],
-         "XLA_PYTHON_CLIENT_MEM_FRACTION=2 (in the environment): JAX takes a fraction of each "
-         "GPU's memory, in (0, 1]"),
+        ("projects/td3/main.py", {"XLA_PYTHON_CLIENT_MEM_FRACTION": "half"}, [],
+         "XLA_PYTHON_CLIENT_MEM_FRACTION=half (in the environment): JAX takes a positive "
+         "fraction of each GPU's memory"),
         ("projects/td3/main.py", {"XLA_PYTHON_CLIENT_ALLOCATOR": "cuda"}, [],
-         "XLA_PYTHON_CLIENT_ALLOCATOR=cuda (in the environment): jaxlib takes default, "),
+         "XLA_PYTHON_CLIENT_ALLOCATOR='cuda' (in the environment): this jaxlib takes default, "),
         ("projects/td3/main.py", {"CUDA_VISIBLE_DEVICES": "0,abc"}, [],
-         "CUDA_VISIBLE_DEVICES=0,abc (in the environment): 'abc' is not a GPU id or UUID"),
+         "CUDA_VISIBLE_DEVICES=0,abc (in the environment): 'abc' is no GPU index or UUID"),
     ],
 )  # fmt: skip
 def test_a_bad_environment_variable_gets_one_line(tmp_path, script, env, args, expected):
@@ -178,6 +180,28 @@ def test_a_bad_environment_variable_gets_one_line(tmp_path, script, env, args, e
     assert len(lines) == 1 and expected in lines[0], result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "run").exists(), "a refused run created its workdir"
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"XLA_PYTHON_CLIENT_MEM_FRACTION": "2"},  # above 1: unified memory
+        {"XLA_CLIENT_MEM_FRACTION": ".5", "XLA_PYTHON_CLIENT_MEM_FRACTION": ""},
+        {"XLA_PYTHON_CLIENT_ALLOCATOR": "Platform"},  # jaxlib lowers it
+        {"CUDA_VISIBLE_DEVICES": "NoDevFiles"},  # SLURM's, for a job without GPU files
+        {"CUDA_VISIBLE_DEVICES": "-1"},
+        {"CUDA_VISIBLE_DEVICES": ""},
+        {"CUDA_VISIBLE_DEVICES": "1,0"},
+        {"CUDA_VISIBLE_DEVICES": "GPU-8a7c2b1e-0000-1111-2222-333344445555,MIG-1"},
+    ],
+)
+def test_gpu_settings_main_py_takes_from_its_environment(env):
+    cli._check_jax_memory_env(env)
+
+
+def test_an_empty_allocator_is_refused_as_jaxlib_would():
+    with pytest.raises(ConfigError, match=r"XLA_PYTHON_CLIENT_ALLOCATOR='' .* this jaxlib takes"):
+        cli._check_jax_memory_env({"XLA_PYTHON_CLIENT_ALLOCATOR": ""})
 
 
 @pytest.mark.skipif(detect_jax_build().serves_cuda, reason="this JAX can start CUDA")
@@ -347,6 +371,14 @@ GET_CONFIG = "def get_config():\n    return None\n"
         ("x = undefined_name\n" + GET_CONFIG, [], "the file raised NameError at line 1"),
         # Named by its path, as the other refusals of the file are (it said "--config:").
         ("x = (\n" + GET_CONFIG, [], "my_config.py: the config file has a syntax error at line"),
+        (
+            "import sys, pathlib\n"
+            "pathlib.Path(__file__).with_name('broken_mod.py').write_text('y = )\\n')\n"
+            "sys.path.insert(0, str(pathlib.Path(__file__).parent))\n"
+            "import broken_mod\n" + GET_CONFIG,
+            [],
+            "broken_mod.py, which it imports, has a syntax error at line 1",
+        ),
         (
             "x = {}['missing']\n" + GET_CONFIG,
             ["--config.seed=1"],
