@@ -689,3 +689,16 @@ def test_dry_run_shows_the_split_of_the_four_gpu_layout(tmp_path):
     assert lines[split + 1].startswith("node group"), result.stdout
     learner = next(line for line in lines if line.startswith("learner"))
     assert "1:NVIDIA H100 80GB HBM3, 2:NVIDIA H100 80GB HBM3" in learner
+
+
+def test_the_memory_fraction_is_read_as_the_installed_jaxlib_reads_it():
+    from magi_lp.placement.jax_build import memory_fraction_in
+
+    old, new = JaxBuild(jaxlib_version="0.4.30"), JaxBuild(jaxlib_version="0.11.2")
+    both = {"XLA_CLIENT_MEM_FRACTION": "0.3", "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.6"}
+    assert memory_fraction_in(both, old) == 0.6  # 0.4.30 knows only the old name
+    assert memory_fraction_in(both, new) == 0.3  # 0.11 reads the new one first
+    assert memory_fraction_in({"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.6"}, new) == 0.6
+    # "" is unset (the plan gives a CPU node that), not a number to fail on.
+    assert memory_fraction_in({"XLA_PYTHON_CLIENT_MEM_FRACTION": ""}, old) is None
+    assert memory_fraction_in({"XLA_CLIENT_MEM_FRACTION": "0.3"}, old) is None

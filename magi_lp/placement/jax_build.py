@@ -180,6 +180,23 @@ def parse_version(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", text)[:3])
 
 
+def memory_fraction_in(env: Mapping[str, str], build: JaxBuild) -> float | None:
+    """The GPU memory fraction this jaxlib takes from `env`, or None (JAX's default): 0.11
+    reads XLA_CLIENT_MEM_FRACTION, else the deprecated XLA_PYTHON_CLIENT_MEM_FRACTION; an
+    older one only the latter. "" is unset, as for jaxlib; a value that is no number is
+    None too (main.py refuses it before it gets here)."""
+    names = ["XLA_PYTHON_CLIENT_MEM_FRACTION"]
+    if parse_version(build.jaxlib_version)[:2] >= (0, 11):
+        names.insert(0, "XLA_CLIENT_MEM_FRACTION")
+    for name in names:
+        if env.get(name):
+            try:
+                return float(env[name])
+            except ValueError:
+                return None
+    return None
+
+
 def compilation_cache_warning(build: JaxBuild, settings: Mapping[str, str]) -> str | None:
     """One warning line when JAX's compilation cache is set where this jaxlib crashed with it.
 

@@ -204,12 +204,13 @@ def _single_process_budget() -> tuple[int, str, int]:
     import psutil
 
     from magi_lp.placement.gpu_inventory import query_inventory
-    from magi_lp.placement.jax_build import detect_jax_build
+    from magi_lp.placement.jax_build import detect_jax_build, memory_fraction_in
 
     inventory = query_inventory()
-    if len(inventory) and detect_jax_build().serves_cuda:
+    build = detect_jax_build()
+    if len(inventory) and build.serves_cuda:
         gpu = inventory[inventory.ids()[0]]
-        fraction = float(os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION", JAX_DEFAULT_FRACTION))
+        fraction = memory_fraction_in(os.environ, build) or JAX_DEFAULT_FRACTION
         where = f"GPU {gpu.index} at {fraction:g} of {gb(gpu.memory_total_bytes)}"
         return int(fraction * gpu.memory_total_bytes), where, 1
     total = psutil.virtual_memory().total
