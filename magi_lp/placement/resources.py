@@ -62,6 +62,7 @@ MANAGED_VARIABLES = (
     "JAX_PLATFORMS",
     "XLA_PYTHON_CLIENT_PREALLOCATE",
     "XLA_PYTHON_CLIENT_MEM_FRACTION",
+    "XLA_CLIENT_MEM_FRACTION",
     "XLA_PYTHON_CLIENT_ALLOCATOR",
     "TF_FORCE_GPU_ALLOW_GROWTH",
     "MAGI_LP_TF_GPU",
@@ -389,6 +390,10 @@ def spec_to_env(
     env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = (
         _format_fraction(fraction) if on_gpu and fraction is not None else ""
     )
+    # jaxlib 0.11's name for it, read first, and refused beside the old one: a shell's (or a
+    # job's) would override the plan, or stop a GPU node at its start. "" is unset for both
+    # jaxlibs (0.4.30 knows only the old name).
+    env["XLA_CLIENT_MEM_FRACTION"] = ""
     env["XLA_PYTHON_CLIENT_ALLOCATOR"] = spec.allocator if on_gpu and spec.allocator else "default"
 
     # --- TensorFlow: growth on, so a TF that does see a GPU takes only what it uses;

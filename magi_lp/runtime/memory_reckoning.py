@@ -62,6 +62,7 @@ def _child_env(plan: Any, launch_group: str | None) -> dict[str, str]:
         # The process only compiles: it takes what it uses, and no fraction.
         env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
         env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = ""
+        env["XLA_CLIENT_MEM_FRACTION"] = ""  # jaxlib 0.11's name for it
     else:
         env.update({"JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": "", "XLA_FLAGS": ""})
     # The throwaway environment of the spec may render, also in a group that renders nothing
