@@ -123,6 +123,7 @@ def _run_worker(backend: str, devices: int, size: dict, logs: Path) -> dict:
             "JAX_PLATFORMS": "cuda,cpu",
             "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(devices)),
             "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.8",
+            "XLA_CLIENT_MEM_FRACTION": "",  # jaxlib 0.11 raises with both set
         }
     log = logs / f"data_parallel_{backend}{devices}_{size['name']}.log"
     arguments = [str(size[key]) for key in ("batch_size", "image_size", "updates")]

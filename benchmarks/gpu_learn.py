@@ -217,6 +217,7 @@ def _env(tiny: bool) -> dict[str, str]:
     env = {**os.environ, "MUJOCO_GL": "egl", "PYOPENGL_PLATFORM": "egl", **ALLOCATOR}
     if not tiny:
         env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = str(GPU_MEMORY_FRACTION)
+        env["XLA_CLIENT_MEM_FRACTION"] = ""  # jaxlib 0.11 raises with both set
     else:
         env["JAX_PLATFORMS"] = "cpu"
     return env

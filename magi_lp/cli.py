@@ -330,7 +330,7 @@ def _check_jax_memory_env(env: Mapping[str, str]) -> None:
             fraction = float(value)
         except ValueError:
             fraction = math.nan
-        if not fraction > 0:
+        if not (math.isfinite(fraction) and fraction > 0):
             raise ConfigError(
                 fact_refusal(
                     f"{name}={value} (in the environment)",
@@ -338,11 +338,19 @@ def _check_jax_memory_env(env: Mapping[str, str]) -> None:
                     f"give one such as 0.5, or {fix}",
                 )
             )
+    newer = parse_version(detect_jax_build().jaxlib_version)[:2] >= (0, 11)
+    if newer and env.get("XLA_CLIENT_MEM_FRACTION") and env.get("XLA_PYTHON_CLIENT_MEM_FRACTION"):
+        raise ConfigError(
+            fact_refusal(
+                "XLA_CLIENT_MEM_FRACTION and XLA_PYTHON_CLIENT_MEM_FRACTION (in the environment)",
+                "this jaxlib reads the first and stops at the GPU's start when its deprecated "
+                "second name is set too",
+                "unset XLA_PYTHON_CLIENT_MEM_FRACTION",
+            )
+        )
     if "XLA_PYTHON_CLIENT_ALLOCATOR" in env:
         allocator = env["XLA_PYTHON_CLIENT_ALLOCATOR"]
-        known = _JAX_ALLOCATORS
-        if parse_version(detect_jax_build().jaxlib_version)[:2] >= (0, 11):
-            known += _JAX_ALLOCATORS_0_11
+        known = _JAX_ALLOCATORS + (_JAX_ALLOCATORS_0_11 if newer else ())
         if allocator.lower() not in known:
             raise ConfigError(
                 fact_refusal(
@@ -1272,12 +1280,11 @@ def _flag_error(argv: list[str], error: Exception) -> str:
     if isinstance(error, SyntaxError):
         path = _config_arg(argv)
         line = f" at line {error.lineno}" if error.lineno else ""
-        inside = (
-            error.filename
-            and path
-            and Path(error.filename).resolve() != Path(path.split(":")[0]).resolve()
-        )
-        if inside:  # a module the file imports
+        name = error.filename or ""
+        flag = f"--config {path}" if path else "--config"  # none given: a --flagfile's
+        if name.startswith("<") or not path:  # text the file compiles or evals
+            return f"{flag}: reading the config raised SyntaxError: {error.msg}; fix the file"
+        if name and not _is_config_file(name, path):  # a module the file imports
             return (
                 f"--config {path}: {error.filename}, which it imports, has a syntax "
                 f"error{line}: {error.msg}; fix that file"

@@ -13,7 +13,7 @@ import pytest
 
 from magi_lp import cli
 from magi_lp.errors import ConfigError
-from magi_lp.placement.jax_build import detect_jax_build
+from magi_lp.placement.jax_build import JaxBuild, detect_jax_build
 from tests.e2e_utils import REPO, marked_processes, run_entry_point
 
 CONFIG = "configs/td3_cartpole.py"
@@ -199,6 +199,24 @@ def test_gpu_settings_main_py_takes_from_its_environment(env):
     cli._check_jax_memory_env(env)
 
 
+@pytest.mark.parametrize("value", ["inf", "1e999", "0", "-0.5", "nan"])
+def test_a_memory_fraction_that_is_no_positive_number_is_refused(value):
+    with pytest.raises(ConfigError, match="JAX takes a positive fraction"):
+        cli._check_jax_memory_env({"XLA_PYTHON_CLIENT_MEM_FRACTION": value})
+
+
+def test_both_memory_fraction_names_are_refused_where_jaxlib_reads_both(monkeypatch):
+    both = {"XLA_CLIENT_MEM_FRACTION": "0.5", "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.4"}
+    for version, refused in (("0.4.30", False), ("0.11.2", True)):
+        build = JaxBuild(jaxlib_version=version)
+        monkeypatch.setattr(cli, "detect_jax_build", lambda build=build: build)
+        if refused:
+            with pytest.raises(ConfigError, match="unset XLA_PYTHON_CLIENT_MEM_FRACTION"):
+                cli._check_jax_memory_env(both)
+        else:
+            cli._check_jax_memory_env(both)  # 0.4.30 reads only the second
+
+
 def test_an_empty_allocator_is_refused_as_jaxlib_would():
     with pytest.raises(ConfigError, match=r"XLA_PYTHON_CLIENT_ALLOCATOR='' .* this jaxlib takes"):
         cli._check_jax_memory_env({"XLA_PYTHON_CLIENT_ALLOCATOR": ""})
@@ -379,6 +397,7 @@ GET_CONFIG = "def get_config():\n    return None\n"
             [],
             "broken_mod.py, which it imports, has a syntax error at line 1",
         ),
+        ("x = eval('1 +')\n" + GET_CONFIG, [], "reading the config raised SyntaxError: "),
         (
             "x = {}['missing']\n" + GET_CONFIG,
             ["--config.seed=1"],

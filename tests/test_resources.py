@@ -79,6 +79,18 @@ def test_non_string_env_value_is_refused_with_the_fix():
         ResourceSpec.from_config("actor", {"env": {"SEED": 3}})
 
 
+@pytest.mark.parametrize("name", ["XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_CLIENT_MEM_FRACTION"])
+def test_a_memory_fraction_in_env_is_refused_for_gpu_memory(name):
+    # The plan sets both names from gpu_memory: a second value stops a GPU node at its start
+    # on jaxlib 0.11, or is ignored on 0.4.30.
+    with pytest.raises(
+        ConfigError,
+        match=rf"resources\.learner\.env\.{name} must be set through gpu_memory, got '0\.5'; "
+        r"drop it and set gpu_memory=0\.5",
+    ):
+        ResourceSpec.from_config("learner", {"device": "gpu", "env": {name: "0.5"}})
+
+
 @pytest.mark.parametrize(
     ("mapping", "fragment"),
     [

@@ -80,6 +80,10 @@ MANAGED_VARIABLES = (
 # The XLA flag that gives a CPU process several JAX devices (`cpu_devices`).
 HOST_DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 
+_MEMORY_FRACTION_VARIABLES = ("XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_CLIENT_MEM_FRACTION")
+"""The GPU memory fraction's names (jaxlib 0.4.30's; 0.11 reads the second first): the plan
+sets both from `gpu_memory`."""
+
 # What JAX does when XLA_PYTHON_CLIENT_MEM_FRACTION is not given and preallocation is on.
 JAX_DEFAULT_PREALLOCATED_FRACTION = 0.75
 
@@ -223,6 +227,16 @@ class ResourceSpec:
                 "a string",
                 value=value,
                 fix=f"write {str(value)!r}",
+            )
+            # The plan gives the fraction under one name and "" under the other; a second
+            # value stops a GPU node at its start on jaxlib 0.11, or is ignored on 0.4.30.
+            check(
+                self,
+                f"env.{name}",
+                name not in _MEMORY_FRACTION_VARIABLES,
+                "set through gpu_memory",
+                value=value,
+                fix=f"drop it and set gpu_memory={value}",
             )
         check(
             self,
