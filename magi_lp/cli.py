@@ -362,7 +362,10 @@ def _check_jax_memory_env(env: Mapping[str, str]) -> None:
     visible = env.get("CUDA_VISIBLE_DEVICES", "")
     if visible and visible.strip() not in _NO_GPU_VALUES:
         tokens = [token.strip() for token in visible.split(",")]
-        bad = [t for t in tokens if not (t.isdigit() or t.startswith(("GPU-", "MIG-")))]
+        # -1 ends the list on purpose (0,-1: GPU 0 only).
+        bad = [
+            t for t in tokens if not (t.isdigit() or t == "-1" or t.startswith(("GPU-", "MIG-")))
+        ]
         if bad:
             raise ConfigError(
                 fact_refusal(

@@ -190,6 +190,7 @@ def test_a_bad_environment_variable_gets_one_line(tmp_path, script, env, args, e
         {"XLA_PYTHON_CLIENT_ALLOCATOR": "Platform"},  # jaxlib lowers it
         {"CUDA_VISIBLE_DEVICES": "NoDevFiles"},  # SLURM's, for a job without GPU files
         {"CUDA_VISIBLE_DEVICES": "-1"},
+        {"CUDA_VISIBLE_DEVICES": "0,-1"},  # GPU 0 only: -1 ends the list
         {"CUDA_VISIBLE_DEVICES": ""},
         {"CUDA_VISIBLE_DEVICES": "1,0"},
         {"CUDA_VISIBLE_DEVICES": "GPU-8a7c2b1e-0000-1111-2222-333344445555,MIG-1"},
