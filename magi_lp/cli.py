@@ -1243,7 +1243,7 @@ def _flag_error(argv: list[str], error: Exception) -> str:
         # The file itself failed while it loaded (an import, a name, a lookup at module
         # level): not an override's fault, whatever the exception's kind.
         return (
-            f"--config {_config_arg(argv)}: the file raised {type(error).__name__} at "
+            f"{_config_flag(argv)}: the file raised {type(error).__name__} at "
             f"{where}: {_one_line(error)}; fix the file, or pick one from configs/"
         )
     if isinstance(error, flags.Error):
@@ -1255,7 +1255,7 @@ def _flag_error(argv: list[str], error: Exception) -> str:
             line = _config_file_line_in_chain(argv, error)
             # The file's line that made the refused call: a refusal of a toolkit class or
             # helper (ResourceSpec.cpu_threads, resource_spec()) names no config key.
-            return f"--config {_config_arg(argv)} (line {line}): {refusal}" if line else refusal
+            return f"{_config_flag(argv)} (line {line}): {refusal}" if line else refusal
         if "Error whilst parsing config file" in str(error):
             return _get_config_error(str(error))
         switch = re.match(
@@ -1279,12 +1279,12 @@ def _flag_error(argv: list[str], error: Exception) -> str:
         return _unreadable_override(argv, str(error)) or f"{error}. See --helpfull."
     if isinstance(error, OSError):
         reason = error.__cause__ or str(error).splitlines()[-1].strip()
-        return f"--config {_config_arg(argv)}: cannot load the config file: {reason}"
+        return f"{_config_flag(argv)}: cannot load the config file: {reason}"
     if isinstance(error, SyntaxError):
         path = _config_arg(argv)
         line = f" at line {error.lineno}" if error.lineno else ""
         name = error.filename or ""
-        flag = f"--config {path}" if path else "--config"  # none given: a --flagfile's
+        flag = _config_flag(argv)
         if name.startswith("<") or not path:  # text the file compiles or evals
             return f"{flag}: reading the config raised SyntaxError: {error.msg}; fix the file"
         if name and not _is_config_file(name, path):  # a module the file imports
@@ -1297,13 +1297,13 @@ def _flag_error(argv: list[str], error: Exception) -> str:
         )
     if isinstance(error, AttributeError) and "get_config" in str(error):
         return (
-            f"--config {_config_arg(argv)}: the file defines no get_config(); a config "
+            f"{_config_flag(argv)}: the file defines no get_config(); a config "
             "file defines get_config() returning an ml_collections.ConfigDict (see configs/)"
         )
     if isinstance(error, (AttributeError, KeyError, TypeError, ValueError)):
         return _override_error(argv, error)
     return (
-        f"--config {_config_arg(argv)}: reading the config raised {type(error).__name__}: "
+        f"{_config_flag(argv)}: reading the config raised {type(error).__name__}: "
         f"{_one_line(error)}; fix the file, or pick one from configs/"
     )
 
@@ -1388,6 +1388,13 @@ def _is_config_file(filename: str | None, spec: str) -> bool:
     """Whether `filename` (a traceback frame's) is the config file of `--config spec`."""
     config_file = Path(spec.split(":", 1)[0]).resolve()
     return bool(filename) and Path(filename).resolve() == config_file
+
+
+def _config_flag(argv: list[str]) -> str:
+    """`--config <value>` as the command line gave it, or `--config` alone where it did not
+    (a --flagfile's)."""
+    value = _config_arg(argv)
+    return "--config" if value is None else f"--config {value}"
 
 
 def _config_arg(argv: list[str]) -> str | None:
