@@ -47,9 +47,11 @@ from magi_lp.launch import interrupts, run_folders
 from magi_lp.launch.node_lifetime import quiet_gym_notice
 from magi_lp.placement.jax_build import (
     COMPILATION_CACHE_VAR,
+    JaxBuild,
+    client_allocators,
     compilation_cache_warning,
     detect_jax_build,
-    parse_version,
+    jaxlib_0_11_or_later,
 )
 from magi_lp.placement.xla_flags import check_xla_flags
 from magi_lp.replay.plan import plan_replay_store
@@ -295,7 +297,7 @@ def _check_jax_platforms(env: Mapping[str, str]) -> None:
     from magi_lp.placement.gpu_inventory import query_inventory
 
     build = detect_jax_build()
-    if "cpu" in platforms and parse_version(build.jaxlib_version)[:2] >= (0, 11):
+    if "cpu" in platforms and jaxlib_0_11_or_later(build):
         return  # jax 0.11 skips a CUDA it cannot start and takes the CPU (0.4.30 raised)
     if not build.serves_cuda:
         why = f"JAX in this Python is CPU only ({build.describe()})"
@@ -307,15 +309,11 @@ def _check_jax_platforms(env: Mapping[str, str]) -> None:
     raise ConfigError(fact_refusal(f"JAX_PLATFORMS={value} (in the environment)", why, fix))
 
 
-_JAX_ALLOCATORS = ("default", "platform", "bfc", "cuda_async")
-"""What jaxlib takes as XLA_PYTHON_CLIENT_ALLOCATOR (0.4.30's list; 0.11 adds
-`_JAX_ALLOCATORS_0_11`); it raises on any other value, the empty one included."""
-_JAX_ALLOCATORS_0_11 = ("vmm", "address")
 _NO_GPU_VALUES = ("-1", "NoDevFiles")
 """CUDA_VISIBLE_DEVICES values that hide every GPU on purpose (SLURM sets NoDevFiles)."""
 
 
-def _check_jax_memory_env(env: Mapping[str, str]) -> None:
+def _check_jax_memory_env(env: Mapping[str, str], build: JaxBuild) -> None:
     """Refuses, before anything starts, GPU settings in main.py's environment that are never
     right and that a CPU JAX takes without a word (lp_main.py sets each node's own from its
     plan): a memory fraction that is no positive number (above 1 is for unified memory), an
@@ -338,8 +336,11 @@ def _check_jax_memory_env(env: Mapping[str, str]) -> None:
                     f"give one such as 0.5, or {fix}",
                 )
             )
-    newer = parse_version(detect_jax_build().jaxlib_version)[:2] >= (0, 11)
-    if newer and env.get("XLA_CLIENT_MEM_FRACTION") and env.get("XLA_PYTHON_CLIENT_MEM_FRACTION"):
+    if (
+        jaxlib_0_11_or_later(build)
+        and env.get("XLA_CLIENT_MEM_FRACTION")
+        and env.get("XLA_PYTHON_CLIENT_MEM_FRACTION")
+    ):
         raise ConfigError(
             fact_refusal(
                 "XLA_CLIENT_MEM_FRACTION and XLA_PYTHON_CLIENT_MEM_FRACTION (in the environment)",
@@ -350,7 +351,7 @@ def _check_jax_memory_env(env: Mapping[str, str]) -> None:
         )
     if "XLA_PYTHON_CLIENT_ALLOCATOR" in env:
         allocator = env["XLA_PYTHON_CLIENT_ALLOCATOR"]
-        known = _JAX_ALLOCATORS + (_JAX_ALLOCATORS_0_11 if newer else ())
+        known = client_allocators(build)
         if allocator.lower() not in known:
             raise ConfigError(
                 fact_refusal(
@@ -1062,7 +1063,8 @@ def _run_single_process(
     _check_workdir_can_be_made(workdir)
     _check_workdir_free(workdir)
     _check_jax_platforms(os.environ)
-    _check_jax_memory_env(os.environ)
+    build = detect_jax_build()
+    _check_jax_memory_env(os.environ, build)
     _check_resumes_the_same_run(config, workdir)
     finished = _finished_line(config, workdir, single_process=True)
     if finished:
@@ -1075,7 +1077,7 @@ def _run_single_process(
         console.say(f"notice: {notice}")
     os.environ.setdefault("MUJOCO_GL", "egl")
     check_xla_flags({}, os.environ.get("XLA_FLAGS"))
-    cache = compilation_cache_warning(detect_jax_build(), _compilation_cache_settings(None))
+    cache = compilation_cache_warning(build, _compilation_cache_settings(None))
     if cache:
         console.say(f"warning: {cache}")
     # Where a pixel agent's frames live (sets replay.store): the experiment that runs is made

@@ -19,7 +19,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TextIO
 
@@ -68,12 +68,7 @@ def keep_earlier_logs(log_dir: Path) -> int | None:
     current = [p for p in log_dir.glob("*/*") if p.is_file() and p.name.isdigit()]
     if not current:
         return None
-    numbers = [
-        int(suffix)
-        for p in log_dir.glob("*/*.*")
-        if (suffix := p.name.rpartition(".")[2]).isdigit()
-    ]
-    launch_number = max(numbers, default=0) + 1
+    launch_number = _next_number(log_dir.glob("*/*.*"))
     for path in current:
         path.rename(path.with_name(f"{path.name}.{launch_number}"))
     return launch_number
@@ -88,14 +83,15 @@ def keep_earlier_log(path: Path) -> int | None:
     """
     if not path.is_file():
         return None
-    numbers = [
-        int(suffix)
-        for p in path.parent.glob(f"{path.name}.*")
-        if (suffix := p.name.rpartition(".")[2]).isdigit()
-    ]
-    launch_number = max(numbers, default=0) + 1
+    launch_number = _next_number(path.parent.glob(f"{path.name}.*"))
     path.rename(path.with_name(f"{path.name}.{launch_number}"))
     return launch_number
+
+
+def _next_number(kept: Iterable[Path]) -> int:
+    """One more than the highest launch number `<index>.<n>` among `kept` (1 for none)."""
+    numbers = [int(suffix) for p in kept if (suffix := p.name.rpartition(".")[2]).isdigit()]
+    return max(numbers, default=0) + 1
 
 
 def sweep_stale_run_folders(temp_dir: str, prefixes: tuple[str, ...] = RUN_PREFIXES) -> list[Path]:

@@ -180,13 +180,29 @@ def parse_version(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", text)[:3])
 
 
+def jaxlib_0_11_or_later(build: JaxBuild) -> bool:
+    """Whether this jaxlib reads its environment as 0.11 does (the current stack's), not as
+    0.4.30 (the Launchpad stack's): see `memory_fraction_in`, `client_allocators`."""
+    return parse_version(build.jaxlib_version)[:2] >= (0, 11)
+
+
+_CLIENT_ALLOCATORS = ("default", "platform", "bfc", "cuda_async")
+"""What jaxlib 0.4.30 takes as XLA_PYTHON_CLIENT_ALLOCATOR (jaxlib/xla_client.py); it raises
+at the GPU's start on any other value, the empty one included."""
+
+
+def client_allocators(build: JaxBuild) -> tuple[str, ...]:
+    """The XLA_PYTHON_CLIENT_ALLOCATOR values this jaxlib takes (0.11 adds two)."""
+    return _CLIENT_ALLOCATORS + (("vmm", "address") if jaxlib_0_11_or_later(build) else ())
+
+
 def memory_fraction_in(env: Mapping[str, str], build: JaxBuild) -> float | None:
     """The GPU memory fraction this jaxlib takes from `env`, or None (JAX's default): 0.11
     reads XLA_CLIENT_MEM_FRACTION, else the deprecated XLA_PYTHON_CLIENT_MEM_FRACTION; an
     older one only the latter. "" is unset, as for jaxlib; a value that is no number is
     None too (main.py refuses it before it gets here)."""
     names = ["XLA_PYTHON_CLIENT_MEM_FRACTION"]
-    if parse_version(build.jaxlib_version)[:2] >= (0, 11):
+    if jaxlib_0_11_or_later(build):
         names.insert(0, "XLA_CLIENT_MEM_FRACTION")
     for name in names:
         if env.get(name):
