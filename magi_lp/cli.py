@@ -946,7 +946,7 @@ def _resume_line(config: Any, workdir: Path) -> str | None:
     """What a relaunch of `workdir` resumes from (its newest learner checkpoint's counts), in
     the launcher's terminal: the learner's node log says it too, but later and out of sight."""
     counts = _saved_counts(config, workdir)
-    if "learner_steps" not in counts:
+    if not counts:
         return None
     return f"resuming from the workdir's newest checkpoint: {_checkpoint_text(config, counts)}"
 
@@ -954,7 +954,8 @@ def _resume_line(config: Any, workdir: Path) -> str | None:
 def _checkpoint_text(config: Any, counts: dict[str, Any]) -> str:
     """A checkpoint's saved counts as the launcher says them."""
     return (
-        f"learner step {int(counts['learner_steps'])}, {int(counts.get('actor_steps', 0))} "
+        f"learner step {int(counts.get('learner_steps', 0))}, "
+        f"{int(counts.get('actor_steps', 0))} "
         f"actor steps (max_actor_steps={config.max_actor_steps})"
     )
 
@@ -972,7 +973,7 @@ def _where_it_stands(config: Any, workdir: Path, *, single_process: bool) -> str
             "from step 0"
         )
     counts = _saved_counts(config, workdir)
-    if "learner_steps" not in counts:
+    if not counts:
         return "no learner checkpoint was saved: the same command starts again from step 0"
     return (
         f"the same command resumes from the newest checkpoint: {_checkpoint_text(config, counts)}"

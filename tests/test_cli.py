@@ -924,6 +924,15 @@ def test_the_line_after_a_run_says_what_the_same_command_does_next(tmp_path):
     config.checkpoint = {"enabled": True}
     stands = cli._where_it_stands(config, tmp_path, single_process=False)
     assert stands == "no learner checkpoint was saved: the same command starts again from step 0"
+    # A stop before the learner's first update: saved by a learner before the fix had no
+    # learner count (CI, on a busy machine), yet the relaunch resumes its actor steps.
+    early = Path(metadata_path(tmp_path / "checkpoints" / "learner", 0))
+    early.parent.mkdir(parents=True)
+    early.write_text(json.dumps({"counts": {"actor_steps": 120}}))
+    assert cli._where_it_stands(config, tmp_path, single_process=False) == (
+        "the same command resumes from the newest checkpoint: learner step 0, 120 actor steps "
+        "(max_actor_steps=1000)"
+    )
     path = Path(metadata_path(tmp_path / "checkpoints" / "learner", 37))
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({"counts": {"learner_steps": 37, "actor_steps": 455}}))

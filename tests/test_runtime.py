@@ -172,7 +172,9 @@ def test_learner_runner_checkpoints_every_period_and_restores_counts(tmp_path):
         _CountingLearner(), Checkpointer(tmp_path), restore_counts=restored.update
     )
     assert again.restored_step == 5 and again.steps == 5
-    assert restored == {"actor_steps": 40}
+    # The counts say the learner's step even where the counter had none (a stop before the
+    # first update was saved without one, and the launcher could not say where it stood).
+    assert restored == {"actor_steps": 40, "learner_steps": 5}
     np.testing.assert_array_equal(again.learner.save()["w"], np.full(3, 5, np.float32))
 
 
@@ -205,7 +207,10 @@ def test_a_checkpoint_whose_counts_cannot_be_read_is_not_written(tmp_path):
     runner.save()  # at stop: skipped too, not a failure of the stop
     assert Checkpointer(tmp_path).all_steps() == [1]
     again = LearnerRunner(_CountingLearner(), Checkpointer(tmp_path))
-    assert again.restored_step == 1 and again.restored_counts == {"actor_steps": 10}
+    assert again.restored_step == 1 and again.restored_counts == {
+        "actor_steps": 10,
+        "learner_steps": 1,
+    }
 
 
 def test_the_replay_checkpoint_is_written_while_the_replay_holds_its_writes(tmp_path):
@@ -333,7 +338,8 @@ def test_a_second_save_at_one_learner_step_writes_the_replay_again(tmp_path):
     relaunched.save()
     table["items"] = np.full(8, 0)
     again = runner()
-    assert again.restored_step == 0 and again.restored_counts == {"actor_steps": 7}
+    assert again.restored_step == 0
+    assert again.restored_counts == {"actor_steps": 7, "learner_steps": 0}  # step 0, said
     np.testing.assert_array_equal(table["items"], np.full(8, 7))
     assert Checkpointer(tmp_path / "replay").all_steps() == [1]  # past step 0, which was taken
 

@@ -222,9 +222,10 @@ class LearnerRunner:
         with self._whole_lock:
             steps, state = self._whole
         counts = self._counts_now()  # before any write: a save it refuses writes nothing
-        if counts.get(LEARNER_STEPS, steps) != steps:
+        if counts.get(LEARNER_STEPS) != steps:
             # A step in flight counts itself before it returns; the checkpoint holds the
-            # whole steps only, and its counts say so (the relaunch's counter agrees).
+            # whole steps only, and its counts say so (the relaunch's counter agrees). A
+            # learner that has not yet updated has no count: its checkpoint says step 0.
             counts[LEARNER_STEPS] = steps
         if self._replay is not None:
             # Written first: a learner checkpoint then never names a replay that is missing.
