@@ -535,6 +535,53 @@ def test_sweeps_of_one_temp_dir_at_once_do_not_fail_on_each_others_removals(tmp_
     assert not list(tmp_path.iterdir())
 
 
+class _WrittenIntoAtItsRemoval(type(Path())):
+    """A run folder that a thread of the leaving process writes into just as it is removed
+    (a node leaving with os._exit past its notice while its main thread still runs)."""
+
+    writes = 1
+
+    def rmdir(self):
+        if _WrittenIntoAtItsRemoval.writes:
+            _WrittenIntoAtItsRemoval.writes -= 1
+            (self / "autograph_late.py").write_text("x")
+        super().rmdir()
+
+
+def test_a_folder_written_into_while_it_is_removed_stays_owned_for_the_next_sweep(
+    tmp_path, monkeypatch
+):
+    """CI's busy machine: a SLURM job's nodes left 3 folders in /tmp, with no owner file, so
+    no sweep ever removed them (the owner file went before a file written meanwhile)."""
+    import subprocess
+    import sys
+
+    dead = subprocess.Popen([sys.executable, "-c", ""])
+    dead.wait()
+    folder = _WrittenIntoAtItsRemoval(tmp_path / "magi_lp_launch_leaving")
+    folder.mkdir()
+    (folder / "tf_file").write_text("x")
+    (folder / "launcher.pid").write_text(str(dead.pid))
+    run_folders._remove_owned(folder)
+    assert sorted(p.name for p in folder.iterdir()) == ["autograph_late.py", "launcher.pid"]
+    assert run_folders.sweep_stale_run_folders(str(tmp_path)) == [tmp_path / folder.name]
+    assert not list(tmp_path.iterdir())
+
+    # Written into at every pass: nothing more is tried, and the owner file stays.
+    folder.mkdir()
+    (folder / "launcher.pid").write_text(str(dead.pid))
+    rmtree = run_folders.shutil.rmtree
+
+    def rewritten(path, **kwargs):
+        rmtree(path, **kwargs)
+        Path(path).mkdir()
+
+    (folder / "busy").mkdir()
+    monkeypatch.setattr(run_folders.shutil, "rmtree", rewritten)
+    run_folders._remove_owned(folder)
+    assert sorted(p.name for p in folder.iterdir()) == ["busy", "launcher.pid"]
+
+
 def _stopped_node(
     log: Path, on_sigterm: str, group: str, notice_secs: float, **options
 ) -> tuple[int, subprocess.Popen, list[str]]:

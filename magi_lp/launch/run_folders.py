@@ -111,27 +111,49 @@ def sweep_stale_run_folders(temp_dir: str, prefixes: tuple[str, ...] = RUN_PREFI
     return removed
 
 
+REMOVAL_PASSES = 5
+"""How often `_remove_owned` empties a folder that something still writes into."""
+
+
 def _remove_owned(folder: Path) -> None:
-    """Removes a run folder, its owner file last: a removal cut short (a file that cannot
-    be removed, a stop) leaves a folder the next sweep still knows as a run's. Another
-    process's sweep may remove it meanwhile (a SLURM job's nodes of one host start together
-    and each sweeps the host's temp dir): what is already gone is no error."""
+    """Removes a run folder, its owner file last, and only once nothing else is left in it:
+    a removal cut short (a file that cannot be removed, a stop, a thread of the leaving
+    process that still writes there) leaves a folder the next sweep still knows as a run's.
+    The owner file is put back if something was written between the last pass and the
+    folder's removal (a node leaving with `os._exit` while its main thread still ran: the
+    folder stayed, unowned, where no sweep removes it). Another process's sweep may remove
+    it meanwhile (a SLURM job's nodes of one host start together and each sweeps the host's
+    temp dir): what is already gone is no error."""
+    owner = Path(folder, OWNER_FILE)
+    for _ in range(REMOVAL_PASSES):
+        try:
+            entries = [entry for entry in folder.iterdir() if entry.name != OWNER_FILE]
+        except FileNotFoundError:
+            return
+        if not entries:
+            break
+        for entry in entries:
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    entry.unlink()
+    else:
+        return  # still written into: the owner file stays, and a later sweep removes it
     try:
-        entries = list(folder.iterdir())
-    except FileNotFoundError:
-        return
-    for entry in entries:
-        if entry.name == OWNER_FILE:
-            continue
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry, ignore_errors=True)
-        else:
-            with contextlib.suppress(OSError):
-                entry.unlink()
+        mark = owner.read_text()
+    except OSError:
+        mark = None  # another sweep took the owner file: still the folder
     with contextlib.suppress(OSError):
-        Path(folder, OWNER_FILE).unlink()
-    with contextlib.suppress(OSError):  # another sweep took the owner file: still the folder
+        owner.unlink()
+    try:
         folder.rmdir()
+    except FileNotFoundError:
+        pass
+    except OSError:  # written into meanwhile: owned again, for the next sweep
+        if mark is not None:
+            with contextlib.suppress(OSError):
+                owner.write_text(mark)
 
 
 def _alive(pid: int) -> bool:
