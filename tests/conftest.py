@@ -101,7 +101,8 @@ def _temp_folder_of_this_session(tmp_path_factory: pytest.TempPathFactory) -> It
     makes a folder in the temp folder (Reverb's TempDirCheckpointer) and never removes it:
     `make test` left dozens in /tmp. Only this process is redirected (`tempfile.tempdir`):
     the programs the tests start keep the real temp folder, and a test that checks what a
-    program leaves there looks in `e2e_utils.program_temp_dir()`. pytest's own folders
+    program leaves there gives it a TMPDIR of its own (the host's /tmp also holds whatever
+    else runs meanwhile: `make test` runs its two legs at once). pytest's own folders
     (`tmp_path`) stay where pytest keeps them: a failing test's, for the failure to be
     looked into (`tmp_path_retention_policy` in pyproject.toml).
     """

@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 import uuid
@@ -124,18 +123,6 @@ def start_entry_point(
             stdout=out,
             stderr=subprocess.STDOUT,
         )
-
-
-def program_temp_dir() -> Path:
-    """The temp folder of the programs a test starts: their environment's (TMPDIR, else
-    /tmp), which conftest's session folder does not change (it is this process's
-    `tempfile.tempdir` alone). A leftover check looks here."""
-    saved = tempfile.tempdir
-    tempfile.tempdir = None  # gettempdir() then reads the environment again
-    try:
-        return Path(tempfile.gettempdir())
-    finally:
-        tempfile.tempdir = saved
 
 
 def marked_processes(mark: str) -> list[psutil.Process]:

@@ -21,7 +21,7 @@ import pytest
 from magi_lp.launch import run_folders
 from magi_lp.runtime.nodes import DISTRIBUTED_COUNT_EVERY
 from projects.drq_v2 import tiny
-from tests.e2e_utils import MARK_VAR, TD3_TINY, checkpoint_counts, program_temp_dir, read_csv
+from tests.e2e_utils import MARK_VAR, TD3_TINY, checkpoint_counts, read_csv
 from tests.slurm_cluster import (
     actor_rows,
     assert_resumed_to_the_limit,
@@ -41,12 +41,18 @@ DRQ += ["--config.logging.time_delta=0.0"]
 TD3 = ["--config=tests/slurm_config.py:td3", "--config.env.action_repeat=4", *TD3_TINY]
 
 
-def _submit(cluster, workdir: Path, args: list[str], entry: str = "projects/drq_v2/lp_main.py"):
+def _submit(
+    cluster,
+    workdir: Path,
+    args: list[str],
+    entry: str = "projects/drq_v2/lp_main.py",
+    env: dict[str, str] | None = None,
+):
     result, job_id = submit(
         cluster,
         entry,
         [f"--workdir={workdir}", *args],
-        env={MARK_VAR: uuid.uuid4().hex},
+        env={MARK_VAR: uuid.uuid4().hex, **(env or {})},
     )
     assert job_id, result.stdout[-2000:] + result.stderr[-3000:]
     return result, job_id
@@ -215,21 +221,32 @@ def test_a_job_the_cluster_cannot_run_is_refused_in_one_line(slurm_cluster, tmp_
 @pytest.mark.timeout(300)
 def test_td3_runs_through_the_cluster_to_its_step_limit(slurm_cluster, tmp_path):  # noqa: F811
     cluster, workdir = slurm_cluster, tmp_path / "run"
-    temp = program_temp_dir()  # where the nodes write, not this process's session folder
-    before = set(temp.glob("__autograph_generated_file*"))
-    folders_before = set(temp.glob(f"{run_folders.RUN_TMP_PREFIX}*"))
+    # The job's own temp dir (its nodes inherit TMPDIR through sbatch and srun): the host's
+    # /tmp also holds the folders of whatever else runs meanwhile (`make test` runs the
+    # current stack's leg beside this one, whose runs' folders this test once counted).
+    temp = tmp_path / "host_tmp"
+    temp.mkdir()
     _, job_id = _submit(
-        cluster, workdir, [*TD3, "--config.max_actor_steps=500"], entry="projects/td3/lp_main.py"
+        cluster,
+        workdir,
+        [*TD3, "--config.max_actor_steps=500"],
+        entry="projects/td3/lp_main.py",
+        env={"TMPDIR": str(temp)},
     )
+    made = set()  # the nodes' private folders, seen there while the job runs
+    deadline = time.monotonic() + 240
+    while cluster.run("squeue", "-h", "-j", job_id, check=False).strip():
+        made |= {p.name for p in temp.glob(f"{run_folders.RUN_TMP_PREFIX}*")}
+        assert time.monotonic() < deadline, f"job {job_id} still running after 240 s"
+        time.sleep(0.2)
+    assert len(made) >= 3, f"the nodes made their folders elsewhere than TMPDIR: {made}"
     _completed_at_its_limit(cluster, workdir, job_id)
     # The nodes' TensorFlow wrote its autograph files into each node's private temp folder,
-    # which went with the node (os._exit skips TF's own removal; 12 were left before).
-    left = set(temp.glob("__autograph_generated_file*")) - before
-    assert not left, f"the job left {len(left)} autograph files in {temp}"
-    # Nor the folders themselves: each node that left with os._exit took its own (5 were
+    # which went with the node (os._exit skips TF's own removal; 12 were left before), and
+    # so did the folders themselves: each node that left with os._exit took its own (5 were
     # left, one per node that leaves from inside its run).
-    folders_left = set(temp.glob(f"{run_folders.RUN_TMP_PREFIX}*")) - folders_before
-    assert not folders_left, f"the job's nodes left their temp folders: {sorted(folders_left)}"
+    left = sorted(p.relative_to(temp) for p in temp.rglob("*"))
+    assert not left, f"the job left in its temp dir: {left}"
     # Within what the 2 actors take between two reports to the counter.
     assert 500 <= checkpoint_counts(workdir)["actor_steps"] < 500 + 2 * DISTRIBUTED_COUNT_EVERY
     assert read_csv(workdir / "logs/learner/logs.csv"), "the learner logged no update"
