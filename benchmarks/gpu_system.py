@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from magi_lp.launch.files import write_text_atomically
+from magi_lp.runtime.evaluations import number
 
 REPO = Path(__file__).resolve().parents[1]
 TITLE = "The whole system on one GPU: distributed DrQ-v2 on Ray (frames/s, learner fed, memory)"
@@ -174,13 +175,6 @@ def machine_facts(inventory: Any) -> dict[str, Any]:
         f"{device}, driver {facts['driver'] or '-'}, JAX {facts['jax']}, PyTorch {facts['torch']}"
     )
     return facts
-
-
-def _float(value: Any) -> float | None:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
 
 
 def read_rows(path: Path) -> list[dict[str, str]]:
@@ -424,7 +418,7 @@ class GpuSampler:
 
 def _learner_steps(status_csv: Path) -> float:
     rows = read_rows(status_csv)
-    return max((_float(r.get("learner_steps")) or 0.0 for r in rows), default=0.0)
+    return max((number(r.get("learner_steps")) or 0.0 for r in rows), default=0.0)
 
 
 def run_system(
@@ -521,21 +515,21 @@ def run_system(
 def _window(rows: list[dict[str, str]], warm_up_s: float) -> tuple[dict, dict] | None:
     """(first, last) status rows of the window that counts: learning began + warm-up, to the
     last sample (the launcher's final one, at the stop)."""
-    numbered = [r for r in rows if _float(r.get("frames")) is not None]
-    learning = [r for r in numbered if (_float(r.get("learner_steps")) or 0) >= 1]
+    numbered = [r for r in rows if number(r.get("frames")) is not None]
+    learning = [r for r in numbered if (number(r.get("learner_steps")) or 0) >= 1]
     if not learning:
         return None
-    start = _float(learning[0]["elapsed_s"]) + warm_up_s
-    inside = [r for r in learning if _float(r["elapsed_s"]) >= start] or learning[-1:]
+    start = number(learning[0]["elapsed_s"]) + warm_up_s
+    inside = [r for r in learning if number(r["elapsed_s"]) >= start] or learning[-1:]
     first, last = inside[0], numbered[-1]
-    if _float(last["elapsed_s"]) <= _float(first["elapsed_s"]):
+    if number(last["elapsed_s"]) <= number(first["elapsed_s"]):
         first = learning[0]
     return first, last
 
 
 def _rate(first: dict, last: dict, key: str) -> float | None:
-    dt = _float(last["elapsed_s"]) - _float(first["elapsed_s"])
-    a, b = _float(first.get(key)), _float(last.get(key))
+    dt = number(last["elapsed_s"]) - number(first["elapsed_s"])
+    a, b = number(first.get(key)), number(last.get(key))
     if dt <= 0 or a is None or b is None:
         return None
     return (b - a) / dt
@@ -550,10 +544,10 @@ def throughput(workdir: Path, config: Any, mode: str) -> dict:
     last = rows[-1]
     out: dict[str, Any] = {
         "state": "done",
-        "frames": max((_float(r.get("frames")) or 0.0 for r in rows), default=0.0),
-        "learner_steps": max((_float(r.get("learner_steps")) or 0.0 for r in rows), default=0.0),
-        "elapsed_s": _float(last.get("elapsed_s")),
-        "replay_size": _float(last.get("replay_size")),
+        "frames": max((number(r.get("frames")) or 0.0 for r in rows), default=0.0),
+        "learner_steps": max((number(r.get("learner_steps")) or 0.0 for r in rows), default=0.0),
+        "elapsed_s": number(last.get("elapsed_s")),
+        "replay_size": number(last.get("replay_size")),
     }
     window = _window(rows, WARM_UP_S[mode])
     if window is None:
@@ -566,18 +560,18 @@ def throughput(workdir: Path, config: Any, mode: str) -> dict:
     actor_steps_per_s = None if frames_per_s is None else frames_per_s / repeat
     every = int(config.agent.update_every_steps)
     out.update(
-        window_s=round(_float(end["elapsed_s"]) - _float(first["elapsed_s"]), 1),
-        window_from_s=_float(first["elapsed_s"]),
+        window_s=round(number(end["elapsed_s"]) - number(first["elapsed_s"]), 1),
+        window_from_s=number(first["elapsed_s"]),
         frames_per_s=frames_per_s,
         updates_per_s=updates_per_s,
         actor_steps_per_s=actor_steps_per_s,
         updates_allowed_per_s=None if actor_steps_per_s is None else actor_steps_per_s / every,
         update_every_steps=every,
     )
-    begin, finish = _float(first["elapsed_s"]), _float(end["elapsed_s"])
-    inside = [r for r in rows if begin <= (_float(r.get("elapsed_s")) or -1.0) <= finish]
+    begin, finish = number(first["elapsed_s"]), number(end["elapsed_s"])
+    inside = [r for r in rows if begin <= (number(r.get("elapsed_s")) or -1.0) <= finish]
     for key in ("inserts_per_s", "samples_per_s"):  # the launcher's rates, over the window
-        values = [v for r in inside if (v := _float(r.get(key))) is not None]
+        values = [v for r in inside if (v := number(r.get(key))) is not None]
         out[key] = statistics.fmean(values) if values else None
     # Each node: mean CPU in the window (% of one core), peak RSS and peak NVML GPU MiB.
     nodes: dict[str, dict] = {}
@@ -585,9 +579,9 @@ def throughput(workdir: Path, config: Any, mode: str) -> dict:
         if not key.endswith(":state"):
             continue
         name = key[: -len(":state")]
-        cpu = [v for r in inside if (v := _float(r.get(f"{name}:cpu"))) is not None]
-        rss = [v for r in rows if (v := _float(r.get(f"{name}:rss_mib"))) is not None]
-        gpu = [v for r in rows if (v := _float(r.get(f"{name}:gpu_mib"))) is not None]
+        cpu = [v for r in inside if (v := number(r.get(f"{name}:cpu"))) is not None]
+        rss = [v for r in rows if (v := number(r.get(f"{name}:rss_mib"))) is not None]
+        gpu = [v for r in rows if (v := number(r.get(f"{name}:gpu_mib"))) is not None]
         nodes[name] = {
             "cpu_percent": statistics.fmean(cpu) if cpu else None,
             "rss_peak_mib": max(rss, default=None),
@@ -605,10 +599,10 @@ def learner_time(workdir: Path, from_step: float) -> dict:
     rows = [
         r
         for r in read_rows(Workdir(workdir).log_csv("learner"))
-        if (_float(r.get("learner_steps")) or 0) >= from_step
+        if (number(r.get("learner_steps")) or 0) >= from_step
     ]
-    fractions = [v for r in rows if (v := _float(r.get("batch_wait_fraction"))) is not None]
-    waits = [v for r in rows if (v := _float(r.get("batch_wait_ms"))) is not None]
+    fractions = [v for r in rows if (v := number(r.get("batch_wait_fraction"))) is not None]
+    waits = [v for r in rows if (v := number(r.get("batch_wait_ms"))) is not None]
     if not fractions:
         return {"state": "no rows", "rows": 0}
     return {
@@ -879,7 +873,7 @@ def _window_start_step(workdir: Path, mode: str) -> float:
     from magi_lp.runtime.workdir import Workdir
 
     window = _window(read_rows(Workdir(workdir).status_csv), WARM_UP_S[mode])
-    return 0.0 if window is None else _float(window[0].get("learner_steps")) or 0.0
+    return 0.0 if window is None else number(window[0].get("learner_steps")) or 0.0
 
 
 # --- in words -----------------------------------------------------------------------------
@@ -931,13 +925,13 @@ def summary(result: dict) -> tuple[str, str, str]:
     """(number, comparison, ratio) for BENCHMARKS.md's table (a GPU result only)."""
     system, where = result.get("system", {}), result.get("where_time_goes", {})
     alone = result.get("update_alone", {}).get("device_batch_per_second")
-    number = (
+    headline = (
         f"{_fmt(system.get('frames_per_s'), 0)} frames/s, {_fmt(system.get('updates_per_s'))} "
         f"learner updates/s ({result['on']})"
     )
     comparison = f"the update alone on that GPU: {_fmt(alone)} updates/s"
     ratio = f"{_fmt(where.get('fed'), 2)} fed (goal >= {FED_GOAL}); {where.get('verdict')}"
-    return number, comparison, ratio
+    return headline, comparison, ratio
 
 
 def report(result: dict) -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from magi_lp import console
-from magi_lp.runtime.evaluations import group_evaluations
+from magi_lp.runtime.evaluations import group_evaluations, number
 from magi_lp.runtime.workdir import Workdir
 
 
@@ -48,13 +48,6 @@ def _series(rows: list[dict[str, str]], x_key: str, y_key: str) -> tuple[np.ndar
     return xs[order], ys[order]
 
 
-def _float(value: str | None) -> float | None:
-    try:
-        return float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
-
-
 def _evaluation_points(rows: list[dict[str, str]]) -> tuple[np.ndarray, np.ndarray]:
     """An evaluator's rows (whose file has the evaluation columns) as one point per
     evaluation (`group_evaluations`): the mean return of its last whole attempt, at its
@@ -63,8 +56,8 @@ def _evaluation_points(rows: list[dict[str, str]]) -> tuple[np.ndarray, np.ndarr
     `evaluation.episodes`, not in the workdir: the most episodes any attempt here has. Rows
     written before the columns existed are grouped in runs of that many; a row without a
     return (cut short by a kill) is left out."""
-    rows = [row for row in rows if _float(row.get("episode_return")) is not None]
-    whole = max((int(_float(row.get("evaluation_episode")) or 0) for row in rows), default=0)
+    rows = [row for row in rows if number(row.get("episode_return")) is not None]
+    whole = max((int(number(row.get("evaluation_episode")) or 0) for row in rows), default=0)
     points = []
     for evaluation in group_evaluations(rows, whole or 1):
         returns = [float(r["episode_return"]) for r in evaluation.rows]

@@ -34,11 +34,18 @@ class Evaluation:
         return max(self.at or 0, _int(self.rows[0].get("actor_steps")) or 0)
 
 
-def _int(value: Any) -> int | None:
+def number(value: Any) -> float | None:
+    """A log's CSV cell as a number; None when it is empty, missing or not one (a row that a
+    kill cut short, a column an older log lacks)."""
     try:
-        return int(float(value))
+        return float(value)
     except (TypeError, ValueError):
         return None
+
+
+def _int(value: Any) -> int | None:
+    found = number(value)
+    return None if found is None or found != found else int(found)
 
 
 def group_evaluations(rows: Iterable[Mapping[str, Any]], episodes: int) -> list[Evaluation]:
