@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from magi_lp import console
-from magi_lp.runtime.evaluations import group_evaluations, number
+from magi_lp.runtime.evaluations import group_evaluations, integer, number
 from magi_lp.runtime.workdir import Workdir
 
 
@@ -57,7 +57,7 @@ def _evaluation_points(rows: list[dict[str, str]]) -> tuple[np.ndarray, np.ndarr
     written before the columns existed are grouped in runs of that many; a row without a
     return (cut short by a kill) is left out."""
     rows = [row for row in rows if number(row.get("episode_return")) is not None]
-    whole = max((int(number(row.get("evaluation_episode")) or 0) for row in rows), default=0)
+    whole = max((integer(row.get("evaluation_episode")) or 0 for row in rows), default=0)
     points = []
     for evaluation in group_evaluations(rows, whole or 1):
         returns = [float(r["episode_return"]) for r in evaluation.rows]

@@ -71,3 +71,14 @@ def test_an_evaluation_is_placed_at_its_first_count_but_never_before_its_point()
     assert evaluation(200, 0, 260) == 200  # a relaunch's redo before the counts came back
     assert evaluation(200, "", 260) == 200
     assert evaluation(200, 240, 260) == 240  # after: the relaunch's parameters
+
+
+def test_a_cell_is_read_as_a_number_or_none():
+    """A log's cells as the curves read them: a row a kill cut short, a column an older log
+    lacks, or a value no count can be (NaN, an infinity) is None, not an error."""
+    from magi_lp.runtime.evaluations import integer, number
+
+    assert [number(v) for v in ("2.5", " 7 ", "1e3")] == [2.5, 7.0, 1000.0]
+    assert [number(v) for v in ("", None, "abc")] == [None, None, None]
+    assert [integer(v) for v in ("5.9", "-0.5", "40000.0")] == [5, 0, 40000]
+    assert [integer(v) for v in ("", None, "nan", "inf", "-inf")] == [None] * 5

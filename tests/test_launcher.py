@@ -551,10 +551,12 @@ class _WrittenIntoAtItsRemoval(type(Path())):
 def test_a_folder_written_into_while_it_is_removed_stays_owned_for_the_next_sweep(
     tmp_path, monkeypatch
 ):
-    """CI's busy machine: a SLURM job's nodes left 3 folders in /tmp, with no owner file, so
-    no sweep ever removed them (the owner file went before a file written meanwhile)."""
+    """A file written into a run folder just as it is removed: the owner file had gone
+    first, and the folder stayed with no owner, where no sweep ever removes it."""
     import subprocess
     import sys
+
+    monkeypatch.setattr(_WrittenIntoAtItsRemoval, "writes", 1)
 
     dead = subprocess.Popen([sys.executable, "-c", ""])
     dead.wait()

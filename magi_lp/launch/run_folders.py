@@ -125,21 +125,21 @@ def _remove_owned(folder: Path) -> None:
     it meanwhile (a SLURM job's nodes of one host start together and each sweeps the host's
     temp dir): what is already gone is no error."""
     owner = Path(folder, OWNER_FILE)
-    for _ in range(REMOVAL_PASSES):
+    for attempt in range(REMOVAL_PASSES + 1):
         try:
             entries = [entry for entry in folder.iterdir() if entry.name != OWNER_FILE]
         except FileNotFoundError:
             return
         if not entries:
             break
+        if attempt == REMOVAL_PASSES:
+            return  # still written into: the owner file stays, and a later sweep removes it
         for entry in entries:
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry, ignore_errors=True)
             else:
                 with contextlib.suppress(OSError):
                     entry.unlink()
-    else:
-        return  # still written into: the owner file stays, and a later sweep removes it
     try:
         mark = owner.read_text()
     except OSError:

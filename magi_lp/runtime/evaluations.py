@@ -31,7 +31,7 @@ class Evaluation:
         """Where it goes on a curve: the counts when its first episode ended, never before its
         point. A relaunch evaluates a point a stop cut before the counter has its counts
         back, and that row says 0 or nothing (so does `main.py`'s first, at 0)."""
-        return max(self.at or 0, _int(self.rows[0].get("actor_steps")) or 0)
+        return max(self.at or 0, integer(self.rows[0].get("actor_steps")) or 0)
 
 
 def number(value: Any) -> float | None:
@@ -43,9 +43,14 @@ def number(value: Any) -> float | None:
         return None
 
 
-def _int(value: Any) -> int | None:
+def integer(value: Any) -> int | None:
+    """A log's CSV cell as a whole number (truncated); None as `number`, and for NaN or an
+    infinity."""
     found = number(value)
-    return None if found is None or found != found else int(found)
+    try:
+        return None if found is None else int(found)
+    except (ValueError, OverflowError):
+        return None
 
 
 def group_evaluations(rows: Iterable[Mapping[str, Any]], episodes: int) -> list[Evaluation]:
@@ -54,7 +59,7 @@ def group_evaluations(rows: Iterable[Mapping[str, Any]], episodes: int) -> list[
     per = max(1, int(episodes))
     attempts: list[tuple[int | None, list[Mapping[str, Any]]]] = []
     for row in rows:
-        at, index = _int(row.get("evaluation_at")), _int(row.get("evaluation_episode"))
+        at, index = integer(row.get("evaluation_at")), integer(row.get("evaluation_episode"))
         if at is None or index is None:  # an older log: runs of `per` rows
             last = attempts[-1] if attempts else None
             if last is None or last[0] is not None or len(last[1]) >= per:
