@@ -19,7 +19,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -95,10 +95,19 @@ def job_state(cluster: SlurmCluster, job_id: str) -> tuple[str, str]:
     return info.get("JobState", "?"), info.get("ExitCode", "?")
 
 
-def wait_for_end(cluster: SlurmCluster, job_id: str, timeout: float) -> float:
-    """Waits until squeue no longer lists the job; returns when (time.monotonic)."""
+def wait_for_end(
+    cluster: SlurmCluster,
+    job_id: str,
+    timeout: float,
+    while_running: Callable[[], object] | None = None,
+) -> float:
+    """Waits until squeue no longer lists the job, calling `while_running` at each poll
+    while it is listed (a test's look at what the job makes); returns when
+    (time.monotonic)."""
     deadline = time.monotonic() + timeout
     while cluster.run("squeue", "-h", "-j", job_id, check=False).strip():
+        if while_running is not None:
+            while_running()
         if time.monotonic() > deadline:
             cluster.run("scancel", job_id, check=False)
             pytest.fail(f"job {job_id} still running after {timeout:.0f} s; cancelled it")

@@ -233,12 +233,15 @@ def test_td3_runs_through_the_cluster_to_its_step_limit(slurm_cluster, tmp_path)
         entry="projects/td3/lp_main.py",
         env={"TMPDIR": str(temp)},
     )
-    made = set()  # the nodes' private folders, seen there while the job runs
-    deadline = time.monotonic() + 240
-    while cluster.run("squeue", "-h", "-j", job_id, check=False).strip():
-        made |= {p.name for p in temp.glob(f"{run_folders.RUN_TMP_PREFIX}*")}
-        assert time.monotonic() < deadline, f"job {job_id} still running after 240 s"
-        time.sleep(0.2)
+    made: set[str] = set()  # the nodes' private folders, seen there while the job runs
+    wait_for_end(
+        cluster,
+        job_id,
+        240,
+        while_running=lambda: made.update(
+            p.name for p in temp.glob(f"{run_folders.RUN_TMP_PREFIX}*")
+        ),
+    )
     assert len(made) >= 3, f"the nodes made their folders elsewhere than TMPDIR: {made}"
     _completed_at_its_limit(cluster, workdir, job_id)
     # The nodes' TensorFlow wrote its autograph files into each node's private temp folder,
