@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
 import time
 import uuid
 
@@ -70,3 +72,64 @@ def test_a_zombie_is_not_listed():
         assert processes.processes_marked(VAR, value) == []
     finally:
         child.wait()
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Run in a process of their own: `end_children` ends every child of the process it runs in.
+_END_CHILDREN = """
+import json, signal, subprocess, sys
+import psutil
+from magi_lp.launch import processes
+polite = subprocess.Popen(["sleep", "60"])
+stubborn = subprocess.Popen(
+    [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+     "print('ready', flush=True); time.sleep(60)"],
+    stdout=subprocess.PIPE,
+)
+stubborn.stdout.readline()
+both = [psutil.Process(polite.pid), psutil.Process(stubborn.pid)]
+killed = processes.end_children(grace_s=0.5, wait_s=10)
+print(json.dumps({"killed": killed, "stubborn": stubborn.pid,
+                  "alive": len(processes.wait_dead(both, 0))}))
+"""
+
+_DIE_WITH_PARENT = """
+import subprocess, sys
+child = subprocess.Popen(
+    [sys.executable, "-c", "import signal, time; from magi_lp.launch import processes; "
+     "print(processes.die_with_parent(signal.SIGKILL), flush=True); time.sleep(60)"],
+    stdout=subprocess.PIPE, text=True,
+)
+print(child.pid, child.stdout.readline().strip(), flush=True)
+sys.stdin.read()
+"""
+
+
+def test_end_children_terms_then_kills_only_those_still_alive():
+    done = subprocess.run(
+        [sys.executable, "-c", _END_CHILDREN], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    result = json.loads(done.stdout)
+
+    assert result["alive"] == 0
+    assert len(result["killed"]) == 1 and result["killed"][0].startswith(f"{result['stubborn']} (")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl is Linux's")
+def test_die_with_parent_ends_the_child_with_its_parent():
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _DIE_WITH_PARENT],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    pid, took = parent.stdout.readline().split()
+    child = psutil.Process(int(pid))
+    assert took == "True"
+
+    parent.kill()
+    parent.wait(10)
+
+    assert processes.wait_dead([child], 10) == []

@@ -33,7 +33,6 @@ command; this module reads the node's identity from the job's manifest.json.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import signal
@@ -43,7 +42,7 @@ import traceback
 from pathlib import Path
 from typing import Any, NoReturn
 
-_PR_SET_PDEATHSIG = 1
+from magi_lp.launch import processes
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -91,11 +90,7 @@ def _die_with_parent() -> None:
     # The host script or srun step that started this node is gone: so is the node.
     if os.getppid() == 1 or not sys.platform.startswith("linux"):
         return
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
+    processes.die_with_parent(signal.SIGTERM)
 
 
 def _say(text: str) -> None:
@@ -128,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
         code = _run_node(manifest, job_dir, args.group, task, name)
     sys.stdout.flush()
     sys.stderr.flush()
-    _kill_children()
+    processes.end_children()  # best effort: nothing of ours should be left
     os._exit(code)
 
 
@@ -228,16 +223,6 @@ def _stop_in_tiers_on_sigterm(
             threading.Thread(target=stop, name="magi_lp-sigterm", daemon=True).start()
 
     signal.signal(signal.SIGTERM, on_sigterm)
-
-
-def _kill_children() -> None:
-    try:
-        import psutil
-
-        for child in psutil.Process().children(recursive=True):
-            child.kill()
-    except Exception:  # best effort: nothing of ours should be left
-        pass
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ No Ray import: it runs the `ray` CLI.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import ctypes
 import os
 import shutil
@@ -37,8 +36,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-
-import psutil
 
 from magi_lp.launch import processes
 
@@ -78,11 +75,8 @@ def _become_subreaper() -> bool:
 def _end_everything(marker: str) -> list[str]:
     """SIGKILLs every descendant of this process and every process with the marker; waits
     until they are gone; returns `pid (name)` of each."""
-    found: dict[int, psutil.Process] = {}
-    with contextlib.suppress(psutil.Error):
-        found.update({p.pid: p for p in psutil.Process().children(recursive=True)})
-    found.update({p.pid: p for p in processes.processes_marked(MARKER_VAR, marker)})
-    ended = processes.kill_processes(found.values(), wait_s=10.0)
+    marked = processes.processes_marked(MARKER_VAR, marker)
+    ended = processes.end_children(wait_s=10.0, also=marked)
     _reap()
     return ended
 

@@ -45,7 +45,7 @@ from typing import Literal
 from magi_lp import console
 from magi_lp.config_schema import fact_refusal, refusal
 from magi_lp.errors import ConfigError
-from magi_lp.launch import run_folders
+from magi_lp.launch import processes, run_folders
 
 IsolationMode = Literal["auto", "required", "off"]
 MODES: tuple[str, ...] = ("auto", "required", "off")
@@ -68,7 +68,6 @@ _SIOCGIFFLAGS = 0x8913
 _SIOCSIFFLAGS = 0x8914
 _IFF_UP = 0x1
 _IFREQ_SIZE = 40
-_PR_SET_PDEATHSIG = 1
 _SI_KERNEL = 0x80  # si_code of a signal the kernel sent, e.g. the terminal's Ctrl-C
 _FORWARDED_SIGNALS = (
     signal.SIGINT,
@@ -431,7 +430,7 @@ def _start_in_private_netns(
             signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
             method = _unshare(libc, attempts, maps)
             _bring_loopback_up()
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+            processes.die_with_parent(signal.SIGTERM, libc=libc)
             if os.getppid() != parent:  # the parent died before prctl took effect
                 os.kill(os.getpid(), signal.SIGTERM)
             os.write(report_w, f"ok {method}".encode())

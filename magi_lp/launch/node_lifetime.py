@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import os
 import signal
 import sys
@@ -56,7 +55,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from magi_lp.launch import launchpad_seam, run_folders
+from magi_lp.launch import launchpad_seam, processes, run_folders
 
 LAUNCHER_PID_VAR = "MAGI_LP_LAUNCHER_PID"
 """The pid of the launcher process; a node whose parent is another process has lost it."""
@@ -80,20 +79,6 @@ STOP_SECS_VAR = "MAGI_LP_NODE_STOP_SECS"
 # row, and an actor, evaluator or counter has nothing else to finish.
 DEFAULT_STOP_SECS = 1.0
 
-_PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent(sig: int = signal.SIGKILL) -> bool:
-    """Asks the kernel to send `sig` to this process when its parent thread exits.
-
-    Returns False where that is not possible (not Linux, no libc).
-    """
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
-
 
 def private_tmpdir(run_tmp: str) -> str | None:
     """Makes `<run_tmp>/node-<pid>` this process's temp folder; returns it (None if not made)."""
@@ -110,7 +95,7 @@ def private_tmpdir(run_tmp: str) -> str | None:
 def enter_node() -> None:
     """Parent-death signal and private temp folder for this node (Launchpad's init hook)."""
     launcher = os.environ.get(LAUNCHER_PID_VAR)
-    if die_with_parent() and launcher and os.getppid() != int(launcher):
+    if processes.die_with_parent(signal.SIGKILL) and launcher and os.getppid() != int(launcher):
         # The launcher died between starting this process and the prctl above.
         os.kill(os.getpid(), signal.SIGKILL)
     run_tmp = os.environ.get(RUN_TMP_VAR)
@@ -274,35 +259,11 @@ def _stopping(watch: _StopWatch) -> bool:
     return False
 
 
-def end_children(wait_secs: float) -> list[str]:
-    """Ends every process below this one: SIGTERM, then SIGKILL after `wait_secs`.
-
-    Returns `pid (name)` of those that needed the SIGKILL.
-    """
-    try:
-        import psutil
-
-        children = psutil.Process().children(recursive=True)
-    except Exception:  # no psutil, or /proc unreadable: nothing to end
-        return []
-    if not children:
-        return []
-    for child in children:
-        with contextlib.suppress(Exception):
-            child.terminate()
-    with contextlib.suppress(Exception):
-        _, alive = psutil.wait_procs(children, timeout=wait_secs)
-        children = alive
-    from magi_lp.launch import processes
-
-    return processes.kill_processes(children, wait_s=wait_secs)
-
-
 def leave_process(code: int = 0, *, children_secs: float = CHILDREN_STOP_SECS) -> None:
     """Ends this node's process now: its own child processes first, then its private temp
     folder (`run_folders.private_temp`, a node started by `magi_lp.cluster.host_node`), then
     its output is flushed and the interpreter left without finalising (`os._exit`)."""
-    killed = end_children(children_secs)
+    killed = processes.end_children(grace_s=children_secs, wait_s=children_secs)
     if killed:
         _say(f"killed processes this node had started that did not end on SIGTERM: {killed}")
     run_folders.remove_private_temps()

@@ -1,4 +1,5 @@
-"""Find and end local processes: those whose environment carries a marker, or a whole tree.
+"""Find and end local processes: those whose environment carries a marker, a whole tree, or
+this process's children; and tie this process's life to its parent's (`die_with_parent`).
 
 A run that must leave nothing behind puts a marker variable (`NAME=<random id>`) into the
 environment of what it starts. Every descendant inherits it, including one that was re-parented
@@ -9,12 +10,59 @@ run. A process that scrubs its own environment escapes; nothing in Launchpad or 
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import signal
 import time
 from collections.abc import Iterable
+from typing import Any
 
 import psutil
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: int = signal.SIGKILL, *, libc: Any = None) -> bool:
+    """Asks the kernel to send `sig` to this process when its parent thread exits.
+
+    Returns False where that is not possible (not Linux, no libc). `libc` is an already
+    loaded `ctypes.CDLL(None, use_errno=True)`, for a caller between fork and exec that must
+    make nothing but system calls. A parent that died before this call is not noticed: the
+    caller compares `os.getppid()` with the parent it expects.
+    """
+    try:
+        if libc is None:
+            libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def end_children(
+    *, grace_s: float | None = None, wait_s: float = 0.0, also: Iterable[psutil.Process] = ()
+) -> list[str]:
+    """Ends every process below this one, and those in `also`; returns `pid (name)` of each
+    one it SIGKILLed.
+
+    With `grace_s` (seconds) they get SIGTERM first, and only those still alive `grace_s`
+    later get SIGKILL. With `wait_s` > 0, waits up to that long until the SIGKILLed are dead. Best
+    effort: where the process table cannot be read, there is nothing to end.
+    """
+    found: dict[int, psutil.Process] = {}
+    with contextlib.suppress(Exception):
+        found.update({p.pid: p for p in psutil.Process().children(recursive=True)})
+    found.update({p.pid: p for p in also})
+    left = list(found.values())
+    if not left:
+        return []
+    if grace_s is not None:
+        for proc in left:
+            with contextlib.suppress(Exception):
+                proc.terminate()
+        with contextlib.suppress(Exception):
+            _, left = psutil.wait_procs(left, timeout=grace_s)
+    return kill_processes(left, wait_s=wait_s)
 
 
 def processes_marked(var: str, value: str) -> list[psutil.Process]:
