@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from collections.abc import Mapping
 from typing import Any
 
 import ml_collections
@@ -183,19 +182,6 @@ def stop_tiers(*, several_hosts: bool) -> dict[str, int]:
     budget ran out (measured: a fourth stage of 1.1 s on `make run`'s program).
     """
     return {**STOP_TIERS, "coordinator": max(STOP_TIERS.values()) + 1 if several_hosts else 0}
-
-
-def stop_stages(groups: Mapping[str, Any]) -> list[set[str]]:
-    """The one-host order as the local launcher's stop stages: for each tier after the
-    first, the launch groups of `groups` (group -> its launch groups) in it. Tier 0 is
-    implied: a launch group named in no stage stops first."""
-    tiers = stop_tiers(several_hosts=False)
-    stages = []
-    for tier in sorted(set(tiers.values()) - {0}):
-        stage = {g for group, t in tiers.items() if t == tier for g in groups.get(group, ())}
-        if stage:
-            stages.append(stage)
-    return stages
 
 
 @dataclasses.dataclass(frozen=True)
