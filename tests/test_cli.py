@@ -197,25 +197,29 @@ def test_a_bad_environment_variable_gets_one_line(tmp_path, script, env, args, e
     ],
 )
 def test_gpu_settings_main_py_takes_from_its_environment(env):
-    cli._check_jax_memory_env(env, detect_jax_build())
+    cli.checks._check_jax_memory_env(env, detect_jax_build())
 
 
 @pytest.mark.parametrize("value", ["inf", "1e999", "0", "-0.5", "nan"])
 def test_a_memory_fraction_that_is_no_positive_number_is_refused(value):
     with pytest.raises(ConfigError, match="JAX takes a positive fraction"):
-        cli._check_jax_memory_env({"XLA_PYTHON_CLIENT_MEM_FRACTION": value}, detect_jax_build())
+        cli.checks._check_jax_memory_env(
+            {"XLA_PYTHON_CLIENT_MEM_FRACTION": value}, detect_jax_build()
+        )
 
 
 def test_both_memory_fraction_names_are_refused_where_jaxlib_reads_both():
     both = {"XLA_CLIENT_MEM_FRACTION": "0.5", "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.4"}
     with pytest.raises(ConfigError, match="unset XLA_PYTHON_CLIENT_MEM_FRACTION"):
-        cli._check_jax_memory_env(both, JaxBuild(jaxlib_version="0.11.2"))
-    cli._check_jax_memory_env(both, JaxBuild(jaxlib_version="0.4.30"))  # reads only the second
+        cli.checks._check_jax_memory_env(both, JaxBuild(jaxlib_version="0.11.2"))
+    cli.checks._check_jax_memory_env(
+        both, JaxBuild(jaxlib_version="0.4.30")
+    )  # reads only the second
 
 
 def test_an_empty_allocator_is_refused_as_jaxlib_would():
     with pytest.raises(ConfigError, match=r"XLA_PYTHON_CLIENT_ALLOCATOR='' .* this jaxlib takes"):
-        cli._check_jax_memory_env({"XLA_PYTHON_CLIENT_ALLOCATOR": ""}, detect_jax_build())
+        cli.checks._check_jax_memory_env({"XLA_PYTHON_CLIENT_ALLOCATOR": ""}, detect_jax_build())
 
 
 @pytest.mark.skipif(detect_jax_build().serves_cuda, reason="this JAX can start CUDA")
@@ -241,11 +245,11 @@ def test_a_workdir_that_exists_and_cannot_be_written_is_one_line(tmp_path, monke
 
     workdir = tmp_path / "run"
     workdir.mkdir()
-    real = cli.os.access
-    monkeypatch.setattr(cli.os, "access", lambda p, m: Path(p) != workdir and real(p, m))
+    real = cli.checks.os.access
+    monkeypatch.setattr(cli.checks.os, "access", lambda p, m: Path(p) != workdir and real(p, m))
     with pytest.raises(ConfigError, match=r"cannot be written: .* is not writable by this user"):
-        cli._check_workdir_can_be_made(workdir)
-    cli._check_workdir_can_be_made(tmp_path / "other")  # its parent can be written
+        cli.checks._check_workdir_can_be_made(workdir)
+    cli.checks._check_workdir_can_be_made(tmp_path / "other")  # its parent can be written
 
 
 def test_a_dry_run_of_an_engine_this_stack_lacks_is_refused_as_its_launch_is(tmp_path):
@@ -300,7 +304,7 @@ def test_a_run_that_cannot_train_is_refused_or_warned_before_it_starts(tmp_path)
 
 
 class _StateBuilder:
-    """What `cli._check_replay_can_fill` reads of a builder whose replay the toolkit serves."""
+    """What `checks._check_replay_can_fill` reads of a builder whose replay the toolkit serves."""
 
     def __init__(self, capacity: int, min_replay_size: int):
         self.capacity, self.min_replay_size = capacity, min_replay_size
@@ -325,9 +329,9 @@ def test_a_served_replay_smaller_than_the_first_update_waits_for_is_refused():
     from magi_lp import cli
     from magi_lp.errors import ConfigError
 
-    cli._check_replay_can_fill(_StateBuilder(capacity=100, min_replay_size=100))
+    cli.checks._check_replay_can_fill(_StateBuilder(capacity=100, min_replay_size=100))
     with pytest.raises(ConfigError) as refused:
-        cli._check_replay_can_fill(_StateBuilder(capacity=50, min_replay_size=100))
+        cli.checks._check_replay_can_fill(_StateBuilder(capacity=50, min_replay_size=100))
     assert str(refused.value) == (
         "the agent's replay holds 50 transitions (TransitionReplaySpec.capacity): its "
         "learner's first update waits for 100 (replay_schedule().min_replay_size), which it "
@@ -725,7 +729,7 @@ def test_a_ctrl_c_inside_a_ctypes_call_counts_as_an_interrupt():
     in its message only: the entry point still says one line, not a traceback."""
     import ctypes
 
-    from magi_lp.cli import _interrupted
+    from magi_lp.cli.dispatch import _interrupted
 
     class Interrupted:
         @classmethod
@@ -911,7 +915,7 @@ def test_a_finished_distributed_run_is_one_whose_evaluators_recorded_the_final_e
         _final_evaluation(tmp_path, index, at)
     for index, rows in logs.items():
         _evaluator_log(tmp_path, index, rows)
-    assert cli._finally_evaluated(config, tmp_path, steps) is done
+    assert cli.standing._finally_evaluated(config, tmp_path, steps) is done
 
 
 def test_the_line_after_a_run_says_what_the_same_command_does_next(tmp_path):
@@ -922,33 +926,33 @@ def test_the_line_after_a_run_says_what_the_same_command_does_next(tmp_path):
 
     config = _finish_config()
     config.checkpoint = {"enabled": True}
-    stands = cli._where_it_stands(config, tmp_path, single_process=False)
+    stands = cli.standing._where_it_stands(config, tmp_path, single_process=False)
     assert stands == "no learner checkpoint was saved: the same command starts again from step 0"
     # A stop before the learner's first update: saved by a learner before the fix had no
     # learner count (CI, on a busy machine), yet the relaunch resumes its actor steps.
     early = Path(metadata_path(tmp_path / "checkpoints" / "learner", 0))
     early.parent.mkdir(parents=True)
     early.write_text(json.dumps({"counts": {"actor_steps": 120}}))
-    assert cli._where_it_stands(config, tmp_path, single_process=False) == (
+    assert cli.standing._where_it_stands(config, tmp_path, single_process=False) == (
         "the same command resumes from the newest checkpoint: learner step 0, 120 actor steps "
         "(max_actor_steps=1000)"
     )
     path = Path(metadata_path(tmp_path / "checkpoints" / "learner", 37))
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({"counts": {"learner_steps": 37, "actor_steps": 455}}))
-    assert cli._where_it_stands(config, tmp_path, single_process=False) == (
+    assert cli.standing._where_it_stands(config, tmp_path, single_process=False) == (
         "the same command resumes from the newest checkpoint: learner step 37, 455 actor steps "
         "(max_actor_steps=1000)"
     )
     config.checkpoint.enabled = False  # what was saved is not read: a relaunch starts at 0
-    assert "checkpoints are off (checkpoint.enabled=False)" in cli._where_it_stands(
+    assert "checkpoints are off (checkpoint.enabled=False)" in cli.standing._where_it_stands(
         config, tmp_path, single_process=True
     )
     config.checkpoint.enabled = True
     path.write_text(json.dumps({"counts": {"learner_steps": 90, "actor_steps": 1010}}))
     for index in (0, 1):
         _final_evaluation(tmp_path, index, 1010)
-    assert cli._where_it_stands(config, tmp_path, single_process=False).startswith(
+    assert cli.standing._where_it_stands(config, tmp_path, single_process=False).startswith(
         f"done: the run in {tmp_path} has reached max_actor_steps=1000"
     )
 
@@ -978,7 +982,7 @@ def test_a_finished_run_is_one_whose_last_evaluation_saw_its_checkpoint(
     config = _finish_config()
     for index, rows in logs.items():
         _evaluator_log(tmp_path, index, rows)
-    assert cli._evaluated_at(config, tmp_path, steps, len(logs)) is done
+    assert cli.standing._evaluated_at(config, tmp_path, steps, len(logs)) is done
 
 
 def test_a_ctrl_c_that_escapes_after_the_run_started_is_not_called_before_the_start(
@@ -993,11 +997,11 @@ def test_a_ctrl_c_that_escapes_after_the_run_started_is_not_called_before_the_st
 
     previous = signal.getsignal(signal.SIGINT)
     try:
-        monkeypatch.setattr(cli, "_STARTED_IN", [])
-        assert cli._interrupted_before_start() == 130
+        monkeypatch.setattr(cli.dispatch, "_STARTED_IN", [])
+        assert cli.dispatch._interrupted_before_start() == 130
         assert "interrupted before the run started" in capsys.readouterr().err
-        cli._run_starts(tmp_path / "run")
-        assert cli._interrupted_before_start() == 130
+        cli.dispatch._run_starts(tmp_path / "run")
+        assert cli.dispatch._interrupted_before_start() == 130
         said = capsys.readouterr().err
         assert "before the run started" not in said
         assert f"resumes from the newest checkpoint in {tmp_path / 'run'}" in said

@@ -1,5 +1,5 @@
 """A builder that breaks the protocol is told which method and what it must return
-(`magi_lp.agent.contract`, `cli._make`), not a traceback from deep in the toolkit."""
+(`magi_lp.agent.contract`, `cli.checks._make`), not a traceback from deep in the toolkit."""
 
 from __future__ import annotations
 
@@ -76,15 +76,15 @@ def test_make_experiment_must_return_an_experiment_of_the_whole_config(tmp_path:
     from projects.td3.experiment import make_experiment
 
     config = td3_cartpole.get_config()
-    assert cli._make(make_experiment, config, tmp_path).config is config
+    assert cli.checks._make(make_experiment, config, tmp_path).config is config
     # A partial (or any callable) has no __name__: it ran before the checks, and still does.
-    assert cli._make(functools.partial(make_experiment), config, tmp_path).config is config
+    assert cli.checks._make(functools.partial(make_experiment), config, tmp_path).config is config
 
     def returns_nothing(config):
         make_experiment(config)
 
     with pytest.raises(ConfigError) as nothing:
-        cli._make(returns_nothing, config, tmp_path)
+        cli.checks._make(returns_nothing, config, tmp_path)
     assert "returns_nothing returned NoneType: the toolkit runs a magi_lp.runtime." in str(
         nothing.value
     )
@@ -95,7 +95,7 @@ def test_make_experiment_must_return_an_experiment_of_the_whole_config(tmp_path:
         return experiment
 
     with pytest.raises(ConfigError) as factory:
-        cli._make(drops_evaluation, config, tmp_path)
+        cli.checks._make(drops_evaluation, config, tmp_path)
     assert str(factory.value).endswith(
         "drops_evaluation: Experiment.environment_factory cannot be called as "
         "environment_factory(seed, evaluation) (missing a required argument: 'seed'): the "
@@ -109,7 +109,7 @@ def test_make_experiment_must_return_an_experiment_of_the_whole_config(tmp_path:
         return experiment
 
     with pytest.raises(ConfigError) as section:
-        cli._make(gives_a_section, config, tmp_path)
+        cli.checks._make(gives_a_section, config, tmp_path)
     assert str(section.value).endswith(
         "gives_a_section: Experiment.config has no checkpoint, replay, evaluation, logging, "
         "debug, resources, env, agent: it is the run's whole config, the toolkit's sections "

@@ -1,0 +1,503 @@
+"""What every entry point shares: flags, config checks, the plan, and the two ways to run.
+
+A project's `lp_main.py` / `main.py` only supplies `make_experiment(config) -> Experiment`
+(or `make_experiment(config, workdir=...)` when it writes files of its own, e.g. videos)
+and its config checks (`validate_config`, run once, before anything heavy is imported), and
+calls `distributed_main` / `single_process_main`. Flags:
+  --config path/to/config.py   (ml_collections config file; --config.<key>=value overrides)
+  --workdir DIR                 (logs, checkpoints, node outputs; reused to resume)
+  --dry_run                     (lp_main only: print the placement plan and exit)
+  --launcher local|ray|hosts|slurm|kubernetes  (lp_main only: the engine, magi_lp.engines;
+                                default local where Launchpad is installed, else ray)
+  --render DIR                  (lp_main only: several hosts, magi_lp.cluster, docs/cluster.md)
+
+Heavy libraries (TensorFlow, JAX, Launchpad, Reverb) are imported only after the config has
+been read, checked and planned, so bad input fails in well under a second, and so that the
+network-isolation re-exec happens before any of them start threads.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shlex
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn
+
+from absl import app
+from absl import logging as absl_logging
+
+from magi_lp import console, engines
+from magi_lp.cli.checks import (
+    _check_agent_tables,
+    _check_isolation_elsewhere,
+    _check_jax_memory_env,
+    _check_jax_platforms,
+    _check_render,
+    _check_replay_can_fill,
+    _check_resumes_the_same_run,
+    _check_workdir_can_be_made,
+    _check_workdir_free,
+    _checked_inputs,
+    _cluster,
+    _compilation_cache_settings,
+    _ignored_by_single_process,
+    _ignored_sigint,
+    _make,
+    _make_workdir,
+    _never_updates,
+    _replay_checkpoint_notices,
+    _resource_notices,
+    _use_cpu_only_here,
+)
+from magi_lp.cli.flags import (
+    _DRY_RUN,
+    _LAUNCHER,
+    _RENDER,
+    _STATUS_EVERY,
+    MakeExperiment,
+    ValidateConfig,
+    _config_name,
+    _fail,
+    parse_flags,
+)
+from magi_lp.cli.standing import (
+    _finished_line,
+    _resume_line,
+    _where_it_stands,
+)
+from magi_lp.config_schema import fact_refusal
+from magi_lp.errors import ConfigError
+from magi_lp.launch import interrupts, run_folders
+from magi_lp.launch.node_lifetime import quiet_gym_notice
+from magi_lp.placement.jax_build import (
+    compilation_cache_warning,
+    detect_jax_build,
+)
+from magi_lp.placement.xla_flags import check_xla_flags
+from magi_lp.replay.plan import plan_replay_store
+from magi_lp.replay.stores import resolve_store
+from magi_lp.runtime.config import (
+    capacity_warnings,
+    check_isolation_allows_logging,
+    make_placement_plan,
+)
+from magi_lp.runtime.memory_reckoning import size_gpu_memory
+from magi_lp.runtime.workdir import Workdir
+
+_STARTED_IN: list[Path] = []
+"""The workdir, once the run is handed to its runner or engine (`_run_starts`): a Ctrl-C
+that reaches the top after that is not one "before the run started"."""
+
+
+def _run_starts(workdir: Path) -> None:
+    _STARTED_IN[:] = [workdir]
+
+
+def _run_distributed(
+    make_experiment: MakeExperiment, validate_config: ValidateConfig | None = None
+) -> int:
+    """Plans, (optionally) isolates, builds and launches the distributed program."""
+    name = _config_name()
+    config, workdir = _checked_inputs(
+        name if name.endswith("distributed") else f"{name}_distributed", validate_config
+    )
+    engine = engines.engine(_LAUNCHER.value)
+    _check_resumes_the_same_run(config, workdir)
+    finished = _finished_line(config, workdir, single_process=False)
+    if finished and not _DRY_RUN.value and not _RENDER.value:
+        console.say(f"nothing to do: {finished}")
+        return 0
+    _check_render(_RENDER.value)
+    if engine.several_hosts or _RENDER.value:
+        return _run_on_hosts(make_experiment, config, workdir, name)
+    # Before planning, a dry run's too: the plan of an engine that cannot run here says
+    # nothing true (its replay, its transport), and the launch would refuse it; so would it
+    # a cluster address where nothing answers.
+    engine.require_stack()
+    engine.check_cluster()
+    if not _DRY_RUN.value:
+        _check_workdir_can_be_made(workdir)
+        _check_workdir_free(workdir)
+    engine.check_colocation(bool(config.colocate_learner_and_replay))
+    joined = engine.cluster_address()
+    if joined:
+        _check_isolation_elsewhere(
+            config, f"--launcher {engine.name} joins the cluster at {joined} ({engine.cluster_var})"
+        )
+    check_isolation_allows_logging(config)
+    from magi_lp.launch import isolation
+    from magi_lp.runtime.loggers import LoggerFactory
+
+    logger_factory = LoggerFactory.from_config(str(workdir), config.logging)
+    plan, group_resources = _placement_plan(config, engine)
+    check_xla_flags(
+        {group: config.resources[group].get("xla_flags", "") for group in config.resources},
+        os.environ.get("XLA_FLAGS"),
+    )
+    # Where a pixel agent's frames live, against the learner's memory (sets replay.store):
+    # the experiment that runs is made again below, from the config as this settles it.
+    planning = _make(make_experiment, config, workdir)
+    _check_replay_can_fill(planning.builder)
+    store = plan_replay_store(
+        config, planning.builder, plan, reverb_available=_reverb_carries_replay(engine)
+    )
+    replay = resolve_store(planning.builder, config, transport=engine.transport)
+    _check_agent_tables(planning.builder, replay, single_process=False)
+    # Each GPU node's memory from its compiled programs ('auto'), checked GPU by GPU.
+    plan = size_gpu_memory(planning, plan, store)
+    notices = [
+        f"notice: {n}"
+        for n in (
+            *plan.notices,
+            *_resource_notices(config),
+            *_replay_checkpoint_notices(config, replay),
+        )
+    ]
+    cache = compilation_cache_warning(plan.jax_build, _compilation_cache_settings(config))
+    warnings = (
+        *capacity_warnings(config),
+        *plan.warnings,
+        *([cache] if cache else []),
+        *_never_updates(config, planning.builder),
+    )
+    notices += [f"warning: {w}" for w in warnings]
+    if store is not None:
+        notices.append(store.line)
+    else:  # an agent without frame_replay: which store holds its transitions
+        notices.append(f"replay: {replay.name}, in the replay node")
+    if finished:
+        notices.append(f"notice: a launch would do nothing: {finished}")
+    notices += [f"notice: {n}" for n in _ignored_sigint()]
+    interrupts.raise_if_swallowed()  # a Ctrl-C during the planning's imports stops it here
+    if _DRY_RUN.value:
+        # The plan is this command's result: it goes to stdout.
+        print(f"engine: --launcher {engine.name} ({engine.summary})")
+        for notice in notices:
+            print(notice)
+        print(plan.format_table())
+        if joined:
+            print(
+                f"network isolation: does not apply: the nodes run on the cluster at {joined}, "
+                "under its own network rules"
+            )
+        else:
+            print(f"network isolation: {isolation.describe(config.isolation)}")
+        return 0
+
+    if joined:
+        # The nodes run on that cluster's machines: this process's namespace is not theirs.
+        notices.append(
+            f"notice: {engine.name} joins the cluster at {joined} ({engine.cluster_var}); "
+            "network isolation does not apply there (the cluster's own network rules do)"
+        )
+    else:
+        code = isolation.run_isolated_if_needed(config.isolation, sys.argv)
+        if code is not None:
+            return code  # the isolated re-run of this command did the work (and the printing)
+    for notice in notices:
+        console.say(notice)
+
+    _use_cpu_only_here()
+    from magi_lp.engines.base import Launch
+    from magi_lp.runtime.program import build_program
+
+    experiment = _make(make_experiment, config, workdir)
+    engine_module = engine.load()  # Ray's or Launchpad's import: before the last check
+    interrupts.raise_if_swallowed()
+    _make_workdir(workdir)
+    graph = build_program(
+        experiment,
+        plan,
+        workdir=str(workdir),
+        logger_factory=logger_factory,
+        transport=engine.transport,
+    )
+    # On the terminal, and dated in nodes/launcher.log, where the engine's lines follow.
+    folders = Workdir(workdir)
+    folders.nodes.mkdir(parents=True, exist_ok=True)
+    report = run_folders.reporter(None, folders.launcher_log)
+    report(f"workdir: {workdir}")
+    resuming = _resume_line(config, workdir)
+    if resuming:
+        report(resuming)
+    launch = Launch(
+        graph,
+        plan,
+        experiment,
+        workdir,
+        status_every=_STATUS_EVERY.value,
+        group_resources=group_resources,
+    )
+    _run_starts(workdir)
+    code = engine_module.run(launch)
+    report(_where_it_stands(config, workdir, single_process=False))
+    return code
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM (`kill`, a scheduler's stop) ends a run in this process as Ctrl-C does: the
+    runner's final save, then the same command resumes. Its default would end the process
+    at once, and the steps since the last periodic checkpoint would be taken again. Once: a
+    second SIGTERM while the save runs is ignored. One inherited as ignored stays so."""
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        del signum, frame
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+
+
+def _placement_plan(config: Any, engine: engines.Engine) -> tuple[Any, dict]:
+    """This machine's placement plan, and no group resources; or, on the cluster of several
+    machines an engine joins (the driver inside a Ray job of `--launcher slurm|kubernetes`),
+    the host plan's, each launch group asking for its machine's resource (docs/cluster.md)."""
+    if "hosts" in config and engine.cluster_address():
+        return _cluster().main.joined_cluster_plan(config)
+    return make_placement_plan(config), {}
+
+
+def _reverb_carries_replay(engine: engines.Engine) -> bool:
+    """Whether the engine's replay can be Reverb here (so 'auto' may choose it)."""
+    from magi_lp.replay.stores import reverb_installed
+
+    return engine.transport == "reverb" and reverb_installed()
+
+
+def _run_on_hosts(make_experiment: MakeExperiment, config: Any, workdir: Path, name: str) -> int:
+    """`--launcher hosts|slurm|kubernetes` (magi_lp.cluster.main)."""
+    from magi_lp.runtime.loggers import LoggerFactory
+
+    cluster = _cluster().main
+    engine = engines.engine(_LAUNCHER.value)
+    if engine.several_hosts and _cluster().engines.cluster_engine(engine.name).runtime == "ray":
+        # The job's driver runs `--launcher ray`, which would refuse it once the job ran.
+        engines.engine("ray").check_colocation(
+            bool(config.colocate_learner_and_replay), launcher=engine.name
+        )
+    if not _DRY_RUN.value and not _RENDER.value:  # its cluster files are written here
+        _check_workdir_can_be_made(workdir)
+    if engine.several_hosts:
+        _check_isolation_elsewhere(config, f"--launcher {engine.name}")
+    if _reverb_carries_replay(engine):  # Launchpad on the hosts (on this stack: Ray's serves)
+        builder = _make(make_experiment, config, workdir).builder
+        _check_agent_tables(builder, resolve_store(builder, config), single_process=False)
+
+    def build_program(plan: Any) -> Any:
+        _use_cpu_only_here()
+        from magi_lp.engines.launchpad_engine import to_program
+        from magi_lp.runtime.program import build_program
+
+        logger_factory = LoggerFactory.from_config(str(workdir), config.logging)
+        experiment = _make(make_experiment, config, workdir)
+        interrupts.raise_if_swallowed()
+        # Pickled for the hosts, which run it (the job's own launch): nothing runs here.
+        _make_workdir(workdir, lock=False)
+        graph = build_program(experiment, plan, workdir=str(workdir), logger_factory=logger_factory)
+        return to_program(graph)
+
+    return cluster.run(
+        config,
+        launcher=engine.name,
+        workdir=workdir,
+        config_name=name,
+        dry_run=_DRY_RUN.value,
+        render_dir=_RENDER.value,
+        build_program=build_program,
+        command=shlex.join(sys.argv),
+    )
+
+
+def _run_single_process(
+    make_experiment: MakeExperiment, validate_config: ValidateConfig | None = None
+) -> int:
+    """Runs the experiment in this process (debugging, small machines)."""
+    config, workdir = _checked_inputs(_config_name(), validate_config)
+    if _DRY_RUN.value:
+        raise ConfigError(
+            fact_refusal(
+                "--dry_run is for lp_main.py",
+                "main.py runs in this one process",
+                "drop it, or run lp_main.py --dry_run for the plan",
+            )
+        )
+    if _LAUNCHER.value is not None or _RENDER.value:
+        raise ConfigError(
+            fact_refusal(
+                "--launcher and --render are for lp_main.py",
+                "main.py runs in this one process",
+                "drop them, or run lp_main.py",
+            )
+        )
+    _check_workdir_can_be_made(workdir)
+    _check_workdir_free(workdir)
+    _check_jax_platforms(os.environ)
+    build = detect_jax_build()
+    _check_jax_memory_env(os.environ, build)
+    _check_resumes_the_same_run(config, workdir)
+    finished = _finished_line(config, workdir, single_process=True)
+    if finished:
+        console.say(f"nothing to do: {finished}")
+        return 0
+    ignored = _ignored_by_single_process(config, sys.argv)
+    if ignored:
+        console.say(f"notice: {ignored}")
+    for notice in _ignored_sigint():
+        console.say(f"notice: {notice}")
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    check_xla_flags({}, os.environ.get("XLA_FLAGS"))
+    cache = compilation_cache_warning(build, _compilation_cache_settings(None))
+    if cache:
+        console.say(f"warning: {cache}")
+    # Where a pixel agent's frames live (sets replay.store): the experiment that runs is made
+    # again below, from the config as this settles it.
+    builder = _make(make_experiment, config, workdir).builder
+    _check_replay_can_fill(builder)
+    for warning in _never_updates(config, builder):
+        console.say(f"warning: {warning}")
+    store = plan_replay_store(config, builder, single_process=True)
+    if store is not None:
+        console.say(store.line)
+    replay = resolve_store(builder, config, single_process=True)
+    _check_agent_tables(builder, replay, single_process=True)
+    if store is None:
+        console.say(f"replay: {replay.name}, in this process")
+    for notice in _replay_checkpoint_notices(config, replay):
+        console.say(f"notice: {notice}")
+    from magi_lp.runtime import single_process
+    from magi_lp.runtime.loggers import LoggerFactory
+
+    logger_factory = LoggerFactory.from_config(str(workdir), config.logging)
+    experiment = _make(make_experiment, config, workdir)
+    interrupts.raise_if_swallowed()
+    _make_workdir(workdir)
+    console.say(f"workdir: {workdir}")
+    _stop_on_sigterm()
+    _run_starts(workdir)
+    with run_folders.private_temp():
+        result = single_process.run_single_process(
+            experiment, workdir=str(workdir), logger_factory=logger_factory
+        )
+        # Saved and closed: a stop now has nothing left to stop, and ends the process as
+        # the signal's default does (raised, it would read as a Ctrl-C before the run).
+        for signum in interrupts.STOP_SIGNALS:
+            signal.signal(signum, signal.SIG_DFL)
+    if result.resumed_from_step is not None:
+        console.say(f"resumed from learner step {result.resumed_from_step}")
+    counts = (
+        f"{result.actor_steps} actor steps, {result.learner_steps} learner steps, "
+        f"{result.episodes} episodes"
+    )
+    if result.stopped_by_user:
+        console.say(f"stopped at {counts}")
+        console.say(_where_it_stands(config, workdir, single_process=True))
+    else:
+        console.say(f"done: {counts}")
+    return 0
+
+
+def _interrupted(error: BaseException) -> bool:
+    """Whether `error` comes from a Ctrl-C: a SIGINT that lands inside a C extension's import
+    (dm_control's, MuJoCo's) surfaces as `ImportError: initialization failed` caused by it,
+    and one that lands in a ctypes call's argument conversion (PyOpenGL's EGL lookups, which
+    dm_control's import makes) as `ctypes.ArgumentError: argument 1: KeyboardInterrupt`, with
+    the KeyboardInterrupt in its message only (seen in a busy suite run)."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, KeyboardInterrupt):
+            return True
+        if isinstance(error, ctypes.ArgumentError) and ": KeyboardInterrupt" in str(error):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def _interrupted_before_start() -> int:
+    # Ctrl-C before the launcher took over its signals (while importing or building). The same
+    # Ctrl-C can come twice: to the process group, and forwarded by the isolation parent
+    # (`interrupts.one_interrupt` and the launcher's own handler drop such echoes); a Ctrl-C
+    # after that block, in this line, would print a traceback (seen once in a busy suite run),
+    # so further SIGINTs are ignored first.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if _STARTED_IN:  # one that escaped the run's own handling, in its last lines
+        console.say(
+            f"interrupted; the same command resumes from the newest checkpoint in "
+            f"{_STARTED_IN[0]}, if it has one"
+        )
+    else:
+        console.say("interrupted before the run started; nothing was launched or written")
+    return 130
+
+
+def _main(
+    runner: Callable[..., int], make: MakeExperiment, validate_config: ValidateConfig | None
+) -> None:
+    def main(argv: list[str]) -> None:
+        if not any(arg.startswith(("--verbosity", "-v")) for arg in sys.argv[1:]):
+            # Library INFO chatter (orbax, XLA) buries the run's own lines; -v 0 brings it back.
+            absl_logging.set_verbosity(absl_logging.WARNING)
+        if len(argv) > 1:
+            _fail(f"unexpected arguments {argv[1:]}; use --config, --workdir, --config.<key>=...")
+        quiet_gym_notice()
+        # Before a project's checks import dm_control, which would otherwise pick GLFW.
+        os.environ.setdefault("MUJOCO_GL", "egl")
+        try:
+            with interrupts.one_interrupt():
+                code = runner(make, validate_config)
+        except ConfigError as error:
+            _fail(str(error))
+        except Exception as error:
+            if not _interrupted(error):
+                raise
+            code = _interrupted_before_start()
+        except KeyboardInterrupt:
+            code = _interrupted_before_start()
+        if runner is _run_distributed:
+            # Every node has ended and every file is written; the launcher's own teardown
+            # (TensorFlow's and Reverb's threads, loaded to build the program) took 2-4 s
+            # more before the shell got its prompt back.
+            _leave_now(code)
+        sys.exit(code)
+
+    app.run(main, flags_parser=parse_flags)
+
+
+def _leave_now(code: int) -> NoReturn:
+    """Exits at once, output flushed (no interpreter teardown)."""
+    import logging
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(code)
+
+
+def distributed_main(
+    make_experiment: MakeExperiment, validate_config: ValidateConfig | None = None
+) -> None:
+    """Entry point body for `lp_main.py`.
+
+    Args:
+      make_experiment: `config -> Experiment` (or `(config, workdir=...) -> Experiment`).
+      validate_config: the project's checks of its own keys (`config.agent`, `config.env`),
+        e.g. `magi_lp.config_schema.check_project_sections` on its dataclasses: the one
+        place a project wires them. Run once, right after the toolkit's checks, before
+        anything heavy is imported or any process starts; it raises `ConfigError` naming the
+        key and the fix. None: the project has no keys of its own to check (with keys in
+        `config.agent` or `config.env`, a warning says they go unchecked).
+    """
+    _main(_run_distributed, make_experiment, validate_config)
+
+
+def single_process_main(
+    make_experiment: MakeExperiment, validate_config: ValidateConfig | None = None
+) -> None:
+    """Entry point body for `main.py` (arguments as for `distributed_main`)."""
+    _main(_run_single_process, make_experiment, validate_config)
