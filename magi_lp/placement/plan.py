@@ -23,15 +23,16 @@ This module imports neither Launchpad nor JAX, so `--dry_run` and the tests stay
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import tabulate
 
 from magi_lp.config_schema import fact_refusal, fail_unless, is_int, refusal
 from magi_lp.errors import ConfigError
 from magi_lp.formatting import format_ranges
+from magi_lp.placement import device_choice, gpu_budget
 from magi_lp.placement import memory as memory_lib
-from magi_lp.placement.gpu_inventory import GpuInventory, pick_identical, rank_by_load
+from magi_lp.placement.gpu_inventory import GpuInventory
 from magi_lp.placement.jax_build import (
     JaxBuild,
     cuda_data_dir_flag,
@@ -44,9 +45,6 @@ from magi_lp.placement.resources import (
     ResourceSpec,
     spec_to_env,
 )
-
-# Slack for float sums such as 0.1 + 0.2 + 0.7, which must count as 1.0.
-_EPS = 1e-9
 
 
 @dataclasses.dataclass(frozen=True)
@@ -270,167 +268,6 @@ def _describe_memory(p: GroupPlacement) -> str:
     return f"{cap:g} prealloc (JAX default)" if p.preallocate else f"on demand, up to {cap:g}"
 
 
-def _budget_fraction(spec: ResourceSpec) -> float:
-    """The share of a GPU one node of `spec` may end up holding (sum check, "auto" picks).
-
-    A fraction is a cap whether preallocated or not; "grow" and None-without-preallocation
-    are capped only by JAX's default and are not counted (they are the user's way of
-    saying "share dynamically"); None with preallocation takes JAX's 75%.
-    """
-    if spec.memory_fraction is not None:
-        return spec.memory_fraction
-    return JAX_DEFAULT_PREALLOCATED_FRACTION if spec.effective_preallocate else 0.0
-
-
-def _resolve_device(
-    group: str,
-    request: GroupRequest,
-    inventory: GpuInventory,
-    jax_build: JaxBuild,
-    notices: list[str],
-) -> str:
-    spec = request.spec
-    if spec.device == "cpu":
-        return "cpu"
-    if len(inventory) and jax_build.serves_cuda:
-        return "gpu"
-    if len(inventory):
-        # The GPU is there but JAX could not start CUDA on it: a node would die ~50 s in
-        # with "Unable to initialize backend 'cuda'" and no reason.
-        found = f"GPU {inventory.describe()} found, but this Python's JAX cannot use it"
-        fix = "`make setup JAX=cuda12` installs the CUDA build (requirements-cuda12.txt)"
-        if spec.device == "gpu":
-            raise ConfigError(
-                fact_refusal(
-                    f"resources.{group}.device='gpu'",
-                    f"{found} ({jax_build.describe()})",
-                    f"{fix}, or set resources.{group}.device='cpu' or 'gpu_if_available'",
-                )
-            )
-        notices.append(
-            f"{group}: {found} ({jax_build.describe()}); device='gpu_if_available' runs its "
-            f"{request.num_nodes} node(s) on the CPU; {fix}"
-        )
-        return "cpu"
-    why = inventory.reason or "NVML listed no device"
-    if spec.device == "gpu":
-        raise ConfigError(
-            fact_refusal(
-                f"resources.{group}.device='gpu'",
-                f"no GPU was found ({why})",
-                f"set resources.{group}.device='cpu', or 'gpu_if_available' to use a GPU only "
-                "when one is present",
-            )
-        )
-    notices.append(
-        f"{group}: no GPU found ({why}); device='gpu_if_available' runs its "
-        f"{request.num_nodes} node(s) on the CPU"
-    )
-    return "cpu"
-
-
-def _resolve_gpus(
-    group: str,
-    spec: ResourceSpec,
-    num_nodes: int,
-    inventory: GpuInventory,
-    planned_load: Mapping[int, float],
-) -> tuple[int, ...]:
-    """The GPU ids the group uses, ascending (each node sees all, or one, of them)."""
-    where = f"resources.{group}.gpus"
-    round_robin = spec.gpu_distribution == "round_robin"
-    if isinstance(spec.gpus, tuple):
-        missing = [i for i in spec.gpus if inventory.get(i) is None]
-        if missing:
-            gpus = f"GPU {missing[0]} is" if len(missing) == 1 else f"GPUs {missing} are"
-            raise ConfigError(
-                fact_refusal(
-                    f"{gpus} not on this machine ({where}={list(spec.gpus)})",
-                    f"the GPUs present are {inventory.describe()}",
-                    "use ids from that list, or 'auto'",
-                )
-            )
-        return spec.gpus
-    if isinstance(spec.gpus, int) and spec.gpus > len(inventory):
-        raise ConfigError(
-            refusal(
-                where,
-                f"at most {len(inventory)}, the GPUs on this machine ({inventory.describe()})",
-                spec.gpus,
-                f"ask for at most {len(inventory)}, or 'auto'",
-            )
-        )
-    if round_robin:
-        # One GPU per node, so the models need not match: take the least loaded.
-        count = spec.gpus if isinstance(spec.gpus, int) else min(num_nodes, len(inventory))
-        return tuple(sorted(g.index for g in rank_by_load(inventory, planned_load)[:count]))
-    count = spec.gpus if isinstance(spec.gpus, int) else 1
-    models = inventory.models()
-    if all(len(ids) < count for ids in models.values()):
-        most = max(len(ids) for ids in models.values())
-        present = ", ".join(
-            f"{len(ids)} x {name} (ids {list(ids)})" for name, ids in models.items()
-        )
-        raise ConfigError(
-            refusal(
-                where,
-                f"at most {most} (pmap needs GPUs of one model; here: {present})",
-                spec.gpus,
-                "ask for fewer GPUs, or list ids of one model",
-            )
-        )
-    return pick_identical(inventory, count, planned_load)
-
-
-def _check_one_model(group: str, ids: Sequence[int], inventory: GpuInventory) -> None:
-    models = {inventory[i].name for i in ids}
-    if len(models) <= 1:
-        return
-    by_model = "; ".join(
-        f"{name}: {[i for i in ids_ if i in ids]}" for name, ids_ in inventory.models().items()
-    )
-    raise ConfigError(
-        refusal(
-            f"resources.{group}.gpus",
-            f"ids of one GPU model (pmap needs identical GPUs; here: {by_model})",
-            list(ids),
-            f"list ids of one model, or set resources.{group}.gpu_distribution='round_robin' "
-            "so each node sees one GPU",
-        )
-    )
-
-
-def _check_render_gpu(
-    group: str, spec: ResourceSpec, device: str, inventory: GpuInventory, notices: list[str]
-) -> ResourceSpec:
-    """Validates render_gpu for a CPU node; returns the spec to build env from."""
-    if spec.render_gpu is None or device != "cpu":
-        return spec  # a GPU node's render_gpu is checked against what it sees, in spec_to_env
-    where = f"resources.{group}.render_gpu"
-    if not len(inventory):
-        if spec.device == "gpu_if_available":
-            # Part of the fallback: the same config must run on a machine without a GPU.
-            notices.append(f"{group}: no GPU to render on; EGL uses Mesa's software renderer")
-            return dataclasses.replace(spec, render_gpu=None)
-        raise ConfigError(
-            fact_refusal(
-                f"{where}={spec.render_gpu}",
-                f"no GPU was found ({inventory.reason})",
-                f"set {where}=None to render with Mesa's software EGL, or render='osmesa'",
-            )
-        )
-    if inventory.get(spec.render_gpu) is None:
-        raise ConfigError(
-            refusal(
-                where,
-                f"the id of a GPU on this machine ({inventory.describe()})",
-                spec.render_gpu,
-                "use an id from that list, or None",
-            )
-        )
-    return spec
-
-
 def make_plan(
     requests: Mapping[str, GroupRequest],
     inventory: GpuInventory,
@@ -466,16 +303,8 @@ def make_plan(
     """
     if jax_build is None:
         jax_build = detect_jax_build()
-    notices: list[str] = []
-    warnings: list[str] = []
     memory = dict(memory or {})
-    placements: dict[str, GroupPlacement] = {}
-    planned_load: dict[int, float] = {}
-    # GPU id -> [(group, node index, spec)] of the nodes computing on it.
-    on_gpu: dict[int, list[tuple[str, int, ResourceSpec]]] = {}
-    # GPU id -> the environments rendering on it through EGL (each a GL context there).
-    renders_on: dict[int, int] = {}
-
+    placed = _Placed()
     for group, request in requests.items():
         if not isinstance(group, str) or not group:
             raise ConfigError(
@@ -483,199 +312,155 @@ def make_plan(
             )
         if request.num_nodes == 0:
             continue  # e.g. num_evaluators=0: nothing to place, nothing to validate against
-        spec = request.spec
-        device = _resolve_device(group, request, inventory, jax_build, notices)
-        spec = _check_render_gpu(group, spec, device, inventory, notices)
-
-        if device == "gpu":
-            ids = _resolve_gpus(group, spec, request.num_nodes, inventory, planned_load)
-            if spec.gpu_distribution == "shared":
-                _check_one_model(group, ids, inventory)
-                per_node = [ids] * request.num_nodes
-            else:
-                per_node = [(ids[i % len(ids)],) for i in range(request.num_nodes)]
-            # Each node's spec, its 'auto' sized for the GPUs it sees.
-            node_specs = [
-                _sized(group, spec, node_ids, inventory, memory.get(group)) for node_ids in per_node
-            ]
-            for index, (node_ids, node_spec) in enumerate(zip(per_node, node_specs, strict=True)):
-                for gpu_id in node_ids:
-                    load = planned_load.get(gpu_id, 0.0) + _budget_fraction(node_spec)
-                    planned_load[gpu_id] = load
-                    on_gpu.setdefault(gpu_id, []).append((group, index, node_spec))
-            _note_memory(group, spec, per_node[0], inventory, memory.get(group), notices, warnings)
-        else:
-            # Without render_gpu a CPU node sees no GPU, so EGL falls back to Mesa's
-            # software renderer. No notice: most CPU groups (replay, counter) never render.
-            per_node = [()] * request.num_nodes
-            node_specs = [spec] * request.num_nodes
-
-        overridden = sorted(set(spec.env) & set(MANAGED_VARIABLES))
-        if overridden:
-            notices.append(
-                f"{group}: resources.{group}.env overrides managed variable(s) "
-                f"{', '.join(overridden)}"
-            )
-
-        # Nodes that see the same GPUs get the same env, so they can share a launch group.
-        by_ids: dict[tuple[int, ...], list[int]] = {}
-        for index, node_ids in enumerate(per_node):
-            by_ids.setdefault(tuple(node_ids), []).append(index)
-        for node_ids, indices in by_ids.items():
-            name = group if len(by_ids) == 1 else f"{group}_gpu{'-'.join(map(str, node_ids))}"
-            if name in placements or (name != group and name in requests):
-                raise ConfigError(
-                    fact_refusal(
-                        f"launch group {name!r} (from node group {group!r}) collides",
-                        "another group has that name",
-                        f"rename the node group {group!r} or the other one",
-                    )
-                )
-            node_spec = node_specs[indices[0]]  # nodes that see the same GPUs: the same size
-            env = spec_to_env(node_spec, node_ids, group=group)
-            if device == "gpu":
-                env = _with_pinned_ptxas(env, spec, jax_build)
-            placements[name] = GroupPlacement(
-                group=group,
-                launch_group=name,
-                node_indices=tuple(indices),
-                device=device,
-                gpu_ids=node_ids,
-                # A reckoned 'auto' shows its fraction; an unsized one stays 'auto'.
-                gpu_memory=(node_spec.memory_fraction or spec.gpu_memory)
-                if device == "gpu"
-                else None,
-                preallocate=node_spec.effective_preallocate if device == "gpu" else None,
-                render_gpu=_render_gpu(spec, node_ids),
-                env=env,
-                jax_backend=jax_backend(env, jax_build),
-                cpu_devices=spec.cpu_devices if device == "cpu" else 1,
-                memory_auto=device == "gpu" and spec.gpu_memory == "auto",
-            )
-            _check_batch_divides(group, request, placements[name])
-            render_gpu = placements[name].render_gpu
-            if render_gpu is not None and request.renders:
-                renders = len(indices) * request.renders
-                renders_on[render_gpu] = renders_on.get(render_gpu, 0) + renders
+        _place_group(group, request, requests, inventory, jax_build, memory.get(group), placed)
 
     memory_lines: list[str] = []
     if memory:
         auto = {g: r.spec.gpu_memory == "auto" for g, r in requests.items()}
-        memory_lines = _check_reckoned(on_gpu, inventory, memory, auto, renders_on)
-    _check_memory(on_gpu, inventory, notices)
+        memory_lines = gpu_budget.check_reckoned(
+            placed.on_gpu, inventory, memory, auto, placed.renders_on
+        )
+    gpu_budget.check_shared_gpus(placed.on_gpu, inventory, placed.notices)
+    placements = placed.placements
     return PlacementPlan(
         groups=placements,
-        notices=tuple(notices),
+        notices=tuple(placed.notices),
         inventory=inventory,
         jax_build=jax_build,
         memory={g: n for g, n in memory.items() if any(p.group == g for p in placements.values())},
         memory_lines=tuple(memory_lines),
-        warnings=tuple(warnings),
+        warnings=tuple(placed.warnings),
     )
 
 
-def _sized(
-    group: str,
-    spec: ResourceSpec,
-    gpu_ids: Sequence[int],
-    inventory: GpuInventory,
-    need: memory_lib.MemoryNeed | None,
-) -> ResourceSpec:
-    """`spec` for a node on `gpu_ids`, its 'auto' replaced by the reckoned fraction (or, with
-    no reckoning, by allocation on demand); other specs as they are."""
-    if spec.gpu_memory != "auto":
-        return spec
-    if need is None:
-        return dataclasses.replace(spec, gpu_memory="grow", preallocate=False)
-    smallest = min(inventory[i].memory_total_bytes for i in gpu_ids)
-    fraction = need.fraction_of(smallest)
-    if fraction > 1.0:
-        label = inventory[min(gpu_ids, key=lambda i: inventory[i].memory_total_bytes)].label
-        raise ConfigError(
-            fact_refusal(
-                f"resources.{group}.gpu_memory='auto'",
-                f"a {group} node needs {memory_lib.gb(need.total)} of GPU memory "
-                f"({need.breakdown()}) but GPU {label} has {memory_lib.gb(smallest)}",
-                f"lower the need with {memory_lib.fix_for(group, need, alone=True)}",
-            )
-        )
-    return dataclasses.replace(spec, gpu_memory=fraction)
+@dataclasses.dataclass
+class _Placed:
+    """What `make_plan` has placed so far; each group's "auto" picks see the earlier ones."""
+
+    placements: dict[str, GroupPlacement] = dataclasses.field(default_factory=dict)
+    notices: list[str] = dataclasses.field(default_factory=list)
+    warnings: list[str] = dataclasses.field(default_factory=list)
+    # GPU id -> the share of it planned so far (`gpu_budget.budget_fraction`).
+    planned_load: dict[int, float] = dataclasses.field(default_factory=dict)
+    # GPU id -> [(group, node index, spec)] of the nodes computing on it.
+    on_gpu: dict[int, list[tuple[str, int, ResourceSpec]]] = dataclasses.field(default_factory=dict)
+    # GPU id -> the environments rendering on it through EGL (each a GL context there).
+    renders_on: dict[int, int] = dataclasses.field(default_factory=dict)
 
 
-def _note_memory(
+def _place_group(
     group: str,
-    spec: ResourceSpec,
-    gpu_ids: Sequence[int],
+    request: GroupRequest,
+    requests: Mapping[str, GroupRequest],
     inventory: GpuInventory,
+    jax_build: JaxBuild,
     need: memory_lib.MemoryNeed | None,
-    notices: list[str],
-    warnings: list[str],
+    placed: _Placed,
 ) -> None:
-    """A notice for an unsized 'auto', a warning for a user's fraction below the reckoning."""
-    if spec.gpu_memory == "auto" and need is None:
+    """Places the nodes of one group: its device, each node's GPUs and size, its launch groups."""
+    notices = placed.notices
+    spec = request.spec
+    device = device_choice.resolve_device(group, request, inventory, jax_build, notices)
+    spec = device_choice.check_render_gpu(group, spec, device, inventory, notices)
+    if device == "gpu":
+        per_node, node_specs = _on_gpus(group, request, spec, inventory, need, placed)
+    else:
+        # Without render_gpu a CPU node sees no GPU, so EGL falls back to Mesa's
+        # software renderer. No notice: most CPU groups (replay, counter) never render.
+        per_node = [()] * request.num_nodes
+        node_specs = [spec] * request.num_nodes
+
+    overridden = sorted(set(spec.env) & set(MANAGED_VARIABLES))
+    if overridden:
         notices.append(
-            f"{group}: resources.{group}.gpu_memory='auto' was not reckoned for this plan; "
-            "its nodes allocate GPU memory on demand"
+            f"{group}: resources.{group}.env overrides managed variable(s) {', '.join(overridden)}"
         )
-    elif need is not None and spec.memory_fraction is not None and gpu_ids:
-        smallest = min(inventory[i].memory_total_bytes for i in gpu_ids)
-        warning = memory_lib.below_reckoning(group, spec.memory_fraction, smallest, need)
-        if warning:
-            warnings.append(warning)
+
+    # Nodes that see the same GPUs get the same env, so they can share a launch group.
+    by_ids: dict[tuple[int, ...], list[int]] = {}
+    for index, node_ids in enumerate(per_node):
+        by_ids.setdefault(tuple(node_ids), []).append(index)
+    for node_ids, indices in by_ids.items():
+        name = group if len(by_ids) == 1 else f"{group}_gpu{'-'.join(map(str, node_ids))}"
+        if name in placed.placements or (name != group and name in requests):
+            raise ConfigError(
+                fact_refusal(
+                    f"launch group {name!r} (from node group {group!r}) collides",
+                    "another group has that name",
+                    f"rename the node group {group!r} or the other one",
+                )
+            )
+        node_spec = node_specs[indices[0]]  # nodes that see the same GPUs: the same size
+        placement = _launch_group(
+            group, name, tuple(indices), device, node_ids, spec, node_spec, jax_build
+        )
+        placed.placements[name] = placement
+        _check_batch_divides(group, request, placement)
+        render_gpu = placement.render_gpu
+        if render_gpu is not None and request.renders:
+            renders = len(indices) * request.renders
+            placed.renders_on[render_gpu] = placed.renders_on.get(render_gpu, 0) + renders
 
 
-def _render_gpu(spec: ResourceSpec, node_ids: Sequence[int]) -> int | None:
-    """The GPU a node's EGL renders on: its `render_gpu`, else a GPU node's first GPU; None
-    where it renders on no GPU (another backend, or a CPU node on Mesa's software EGL)."""
-    if spec.render != "egl":
-        return None
-    if spec.render_gpu is not None:
-        return spec.render_gpu
-    return node_ids[0] if node_ids else None
-
-
-def _check_reckoned(
-    on_gpu: Mapping[int, list[tuple[str, int, ResourceSpec]]],
+def _on_gpus(
+    group: str,
+    request: GroupRequest,
+    spec: ResourceSpec,
     inventory: GpuInventory,
-    memory: Mapping[str, memory_lib.MemoryNeed],
-    requested_auto: Mapping[str, bool],
-    renders_on: Mapping[int, int],
-) -> list[str]:
-    """Every GPU's nodes (and the environments rendering on it) against its memory; returns
-    one "what is left" line per GPU.
+    need: memory_lib.MemoryNeed | None,
+    placed: _Placed,
+) -> tuple[list[tuple[int, ...]], list[ResourceSpec]]:
+    """The GPUs each node of a GPU group sees, and each node's spec with its 'auto' sized for
+    them; books the nodes on their GPUs."""
+    ids = device_choice.resolve_gpus(group, spec, request.num_nodes, inventory, placed.planned_load)
+    if spec.gpu_distribution == "shared":
+        device_choice.check_one_model(group, ids, inventory)
+        per_node = [ids] * request.num_nodes
+    else:
+        per_node = [(ids[i % len(ids)],) for i in range(request.num_nodes)]
+    node_specs = [
+        gpu_budget.sized_spec(group, spec, node_ids, inventory, need) for node_ids in per_node
+    ]
+    for index, (node_ids, node_spec) in enumerate(zip(per_node, node_specs, strict=True)):
+        for gpu_id in node_ids:
+            load = placed.planned_load.get(gpu_id, 0.0) + gpu_budget.budget_fraction(node_spec)
+            placed.planned_load[gpu_id] = load
+            placed.on_gpu.setdefault(gpu_id, []).append((group, index, node_spec))
+    gpu_budget.note_memory(
+        group, spec, per_node[0], inventory, need, placed.notices, placed.warnings
+    )
+    return per_node, node_specs
 
-    Raises:
-      ConfigError: one line naming the node that needs the most, its need and the fix.
-    """
-    lines = []
-    for gpu_id in sorted(set(on_gpu) | set(renders_on)):
-        gpu = inventory[gpu_id]
-        shares = []
-        for group, index, spec in on_gpu.get(gpu_id, []):
-            need = memory.get(group)
-            if spec.memory_fraction is not None:
-                pool = int(spec.memory_fraction * gpu.memory_total_bytes)
-            elif spec.effective_preallocate:
-                pool = int(JAX_DEFAULT_PREALLOCATED_FRACTION * gpu.memory_total_bytes)
-            else:  # on demand: it takes what it needs, as far as the reckoning knows
-                pool = need.total if need is not None else 0
-            sized = need is not None and requested_auto.get(group, False)
-            shares.append(memory_lib.GpuShare(group, index, pool, need, sized))
-        renders = renders_on.get(gpu_id, 0)
-        left = memory_lib.check_gpu(
-            gpu.label, gpu.memory_total_bytes, gpu.memory_used_bytes, shares, renders
-        )
-        used = (
-            f", {memory_lib.gb(gpu.memory_used_bytes)} in use already"
-            if gpu.memory_used_bytes
-            else ""
-        )
-        nodes = f"{memory_lib.summarise(shares)}, " if shares else ""
-        lines.append(
-            f"GPU {gpu.label}: {memory_lib.gb(gpu.memory_total_bytes)}{used}; "
-            f"{nodes}{memory_lib.overheads(shares, renders)[1]}; left: {memory_lib.gb(left)}"
-        )
-    return lines
+
+def _launch_group(
+    group: str,
+    name: str,
+    indices: tuple[int, ...],
+    device: str,
+    node_ids: tuple[int, ...],
+    spec: ResourceSpec,
+    node_spec: ResourceSpec,
+    jax_build: JaxBuild,
+) -> GroupPlacement:
+    """The placement of the nodes `indices` of `group`, which see the GPUs `node_ids`."""
+    env = spec_to_env(node_spec, node_ids, group=group)
+    if device == "gpu":
+        env = _with_pinned_ptxas(env, spec, jax_build)
+    return GroupPlacement(
+        group=group,
+        launch_group=name,
+        node_indices=indices,
+        device=device,
+        gpu_ids=node_ids,
+        # A reckoned 'auto' shows its fraction; an unsized one stays 'auto'.
+        gpu_memory=(node_spec.memory_fraction or spec.gpu_memory) if device == "gpu" else None,
+        preallocate=node_spec.effective_preallocate if device == "gpu" else None,
+        render_gpu=device_choice.render_gpu_of(spec, node_ids),
+        env=env,
+        jax_backend=jax_backend(env, jax_build),
+        cpu_devices=spec.cpu_devices if device == "cpu" else 1,
+        memory_auto=device == "gpu" and spec.gpu_memory == "auto",
+    )
 
 
 def _check_batch_divides(group: str, request: GroupRequest, placement: GroupPlacement) -> None:
@@ -714,64 +499,3 @@ def _with_pinned_ptxas(
         return env
     # First, so thread flags and the user's xla_flags come after it.
     return {**env, "XLA_FLAGS": " ".join(f for f in (flag, env["XLA_FLAGS"]) if f)}
-
-
-def _summarise(nodes: Sequence[tuple[str, int, ResourceSpec]]) -> list[str]:
-    """[(group, index, spec)] -> ["learner node 0: 0.5", "actor nodes 0-3: 4 x 0.25"]."""
-    by_group: dict[str, list[int]] = {}
-    specs: dict[str, ResourceSpec] = {}
-    for group, index, spec in nodes:
-        by_group.setdefault(group, []).append(index)
-        specs[group] = spec
-    out = []
-    for group, indices in by_group.items():
-        spec = specs[group]
-        each = spec.gpu_memory if spec.gpu_memory is not None else "None (JAX default)"
-        which = f"node {indices[0]}" if len(indices) == 1 else f"nodes {format_ranges(indices)}"
-        amount = f"{each}" if len(indices) == 1 else f"{len(indices)} x {each}"
-        out.append(f"{group} {which}: {amount}")
-    return out
-
-
-def _check_memory(
-    on_gpu: Mapping[int, list[tuple[str, int, ResourceSpec]]],
-    inventory: GpuInventory,
-    notices: list[str],
-) -> None:
-    for gpu_id in sorted(on_gpu):
-        nodes = on_gpu[gpu_id]
-        label = inventory[gpu_id].label
-        summary = "; ".join(_summarise(nodes))
-        if len(nodes) >= 2:
-            defaulted = sorted(
-                {g for g, _, s in nodes if s.gpu_memory is None and s.effective_preallocate}
-            )
-            if defaulted:
-                keys = " and ".join(f"resources.{g}.gpu_memory" for g in defaulted)
-                raise ConfigError(
-                    fact_refusal(
-                        f"GPU {label} is shared by {len(nodes)} nodes ({summary})",
-                        f"{keys} is None with preallocation on, so JAX would preallocate "
-                        f"{JAX_DEFAULT_PREALLOCATED_FRACTION:.0%} of the GPU in each",
-                        f"set a fraction (e.g. {1 / len(nodes):.2g} each to share it equally) "
-                        "or 'grow'",
-                    )
-                )
-        total = sum(_budget_fraction(spec) for _, _, spec in nodes)
-        if total > 1.0 + _EPS:
-            groups = sorted({g for g, _, _ in nodes})
-            keys = ", ".join(f"resources.{g}.gpu_memory" for g in groups)
-            raise ConfigError(
-                fact_refusal(
-                    f"GPU {label}",
-                    f"the memory fractions of the nodes sharing it sum to {total:.3g} > 1.0 "
-                    f"({summary})",
-                    f"lower {keys} so they sum to at most 1.0, or use 'grow'",
-                )
-            )
-        used = inventory[gpu_id].memory_used_fraction
-        if total > 0 and total + used > 1.0 + _EPS:
-            notices.append(
-                f"GPU {label} already has {used:.0%} of its memory in use by other "
-                f"processes; the {total:.3g} planned for {summary} may not fit"
-            )
