@@ -326,7 +326,7 @@ def test_wandb_on_but_missing_is_a_config_error(tmp_path, monkeypatch):
     # wandb is pinned in requirements.txt: make it look uninstalled.
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(
-        loggers.importlib.util,
+        importlib.util,
         "find_spec",
         lambda name, *a: None if name == "wandb" else real_find_spec(name, *a),
     )

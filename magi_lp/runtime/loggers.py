@@ -12,7 +12,9 @@ resumed run keeps its history. Every sink flushes on each write: a killed proces
 nothing that reached `write()` (only rows dropped on purpose by `time_delta` are missing).
 
 Nodes build their loggers inside their own process from a `LoggerFactory`, a small
-picklable dataclass the program passes to every node.
+picklable dataclass the program passes to every node. The sinks themselves (CSV,
+TensorBoard, W&B) are in `magi_lp.runtime.log_sinks`; this module adds the terminal line,
+throughput and ETA, the progress bar, and puts the chosen sinks together.
 
 Built on Acme's framework-neutral loggers (`Dispatcher`, `NoneFilter`, `TimeFilter`,
 `TerminalLogger`). Acme's `CSVLogger` and `TFSummaryLogger` are not used: the CSV one
@@ -25,326 +27,33 @@ so values are converted here.
 from __future__ import annotations
 
 import collections
-import contextlib
-import csv
 import dataclasses
-import fcntl
 import functools
-import importlib.util
-import json
 import os
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
-import numpy as np
-import psutil
-from absl import logging
-
 from magi_lp import console
 from magi_lp.acme_api import loggers as acme_loggers
-from magi_lp.config_schema import fact_refusal, fail_unless, typed_section
-from magi_lp.errors import ConfigError
+from magi_lp.config_schema import fail_unless, typed_section
 from magi_lp.formatting import format_duration
 from magi_lp.runtime.config import LoggingSettings
-from magi_lp.runtime.workdir import LOG_CSV, Workdir
+from magi_lp.runtime.log_sinks import (
+    CsvLogger,
+    TensorBoardLogger,
+    WandbLogger,
+    require_wandb,
+    tensorboard_backend,
+    to_python,
+)
+from magi_lp.runtime.workdir import Workdir
 
 Logger = acme_loggers.Logger
 LoggingData = acme_loggers.LoggingData
 
 # Short names for the terminal line, in the order they are printed first.
 _TERMINAL_ALIASES = {"fps": "fps", "episode_return": "return", "eta_s": "eta"}
-
-
-def _to_python(value: Any) -> Any:
-    """Turns arrays and tensors (numpy, jax, TF) of one element into Python scalars."""
-    if isinstance(value, (str, bool, int, float)) or value is None:
-        return value
-    if hasattr(value, "numpy") and not isinstance(value, np.ndarray):
-        value = value.numpy()  # A TF tensor.
-    if isinstance(value, np.generic) or hasattr(value, "__array__"):
-        array = np.asarray(value)
-        if array.size == 1:
-            return array.reshape(()).item()
-        return array
-    return value
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _csv_cell(value: Any) -> Any:
-    value = _to_python(value)
-    if isinstance(value, np.ndarray):
-        return json.dumps(value.tolist())  # One line, unlike numpy's own repr.
-    return value
-
-
-def _require_wandb() -> None:
-    if importlib.util.find_spec("wandb") is None:
-        raise ConfigError(
-            fact_refusal(
-                "logging.wandb is on",
-                "the `wandb` package is not installed",
-                "`pip install wandb`, or set --config.logging.wandb=False",
-            )
-        )
-
-
-# ---------------------------------------------------------------------------------------
-# Sinks.
-
-
-class CsvLogger(Logger):
-    """Appends one row per write to `<directory>/logs.csv`, keeping earlier runs' rows.
-
-    An existing file is continued: its header gives the columns, and a last row cut short
-    by a killed process is dropped. A key never seen before widens the header; the file is
-    then rewritten once through a temporary file and an atomic rename (a writer killed
-    before the rename leaves that file; the next logger of the label removes it). Every row
-    is flushed to the OS at once. An exclusive `flock` on the file stops two live loggers (two
-    processes, or two loggers in one process) from interleaving rows in the same file.
-    """
-
-    def __init__(self, directory: str | os.PathLike):
-        """Opens (creating if needed) `<directory>/logs.csv` for appending."""
-        os.makedirs(directory, exist_ok=True)
-        self._path = os.path.join(os.fspath(directory), LOG_CSV)
-        self._file: TextIO = open(self._path, "a+", newline="")  # noqa: SIM115
-        try:
-            fcntl.flock(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._file.close()
-            raise RuntimeError(
-                f"{self._path} is already being written by another live logger; give each "
-                "node its own label (LoggerFactory(..)(label, instance=i))"
-            ) from None
-        self._remove_dead_writers_rewrites()
-        self._fields: list[str] = self._read_header_and_repair()
-        self._writer = csv.DictWriter(self._file, fieldnames=self._fields, restval="")
-
-    @property
-    def file_path(self) -> str:
-        """Where the rows go."""
-        return self._path
-
-    def _remove_dead_writers_rewrites(self) -> None:
-        """Removes the temporary files (`_widen_header`'s `<file>.tmp-<pid>`) of writers
-        killed mid-rewrite: their file was never renamed into place, and no one else
-        would remove it."""
-        prefix = f"{LOG_CSV}.tmp-"
-        for name in os.listdir(os.path.dirname(self._path)):
-            pid = name[len(prefix) :] if name.startswith(prefix) else ""
-            if pid.isdigit() and not psutil.pid_exists(int(pid)):
-                with contextlib.suppress(OSError):
-                    os.remove(os.path.join(os.path.dirname(self._path), name))
-
-    def _read_header_and_repair(self) -> list[str]:
-        # Reads only the first line and the tail: a long run's CSV can be large.
-        size = os.path.getsize(self._path)
-        with open(self._path, "rb") as f:
-            end, pos = 0, size
-            while pos > 0:
-                chunk_size = min(65536, pos)
-                pos -= chunk_size
-                f.seek(pos)
-                newline = f.read(chunk_size).rfind(b"\n")
-                if newline >= 0:
-                    end = pos + newline + 1
-                    break
-            f.seek(0)
-            header = f.readline().decode() if end else ""
-        if end < size:
-            # A row cut short by a killed process has no final newline: drop it.
-            logging.warning("%s: dropping an incomplete last line", self._path)
-            os.truncate(self._path, end)
-        if not header.strip():
-            return []
-        return next(csv.reader([header.rstrip("\r\n")]))
-
-    def _widen_header(self, new_keys: list[str]) -> None:
-        """Rewrites the file with more columns; earlier rows get empty cells."""
-        self._fields = self._fields + sorted(new_keys)
-        self._file.flush()
-        self._file.seek(0)
-        rows = list(csv.DictReader(self._file))
-        tmp_path = f"{self._path}.tmp-{os.getpid()}"
-        with open(tmp_path, "w", newline="") as tmp:
-            writer = csv.DictWriter(tmp, fieldnames=self._fields, restval="")
-            writer.writeheader()
-            writer.writerows(rows)
-        # The lock lives on the old file's description: lock the new one before the swap.
-        new_file = open(tmp_path, "a+", newline="")  # noqa: SIM115
-        fcntl.flock(new_file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        os.replace(tmp_path, self._path)
-        self._file.close()
-        self._file = new_file
-        self._writer = csv.DictWriter(self._file, fieldnames=self._fields, restval="")
-
-    def write(self, data: LoggingData) -> None:
-        """Appends one row; values that are not scalars are written as their text."""
-        row = {key: _csv_cell(value) for key, value in data.items()}
-        new_keys = [key for key in row if key not in self._fields]
-        if new_keys:
-            self._widen_header(new_keys)
-        self._writer.writerow(row)
-        self._file.flush()
-
-    def close(self) -> None:
-        """Flushes and closes the file (which releases the lock)."""
-        if not self._file.closed:
-            self._file.flush()
-            self._file.close()
-
-
-def tensorboard_backend() -> str | None:
-    """What writes TensorBoard event files here: 'tensorflow' (the Launchpad stack),
-    'tensorboardX' (the current stack's lock), or None (logging.tensorboard is then off)."""
-    for name in ("tensorflow", "tensorboardX"):
-        if importlib.util.find_spec(name) is not None:
-            return name
-    return None
-
-
-class TensorBoardLogger(Logger):
-    """Writes every numeric value as a TensorBoard scalar under `<logdir>`.
-
-    Through `tf.summary` where TensorFlow is installed, else through tensorboardX (the same
-    event files, without TensorFlow). The x axis is `values[steps_key]` when the key is
-    present, else the number of writes so far. Tags are the keys as given. Non-numeric values
-    are skipped. The event file is flushed after every write (about 0.2 ms per scalar on one
-    core).
-    """
-
-    def __init__(self, logdir: str | os.PathLike, steps_key: str | None = None):
-        """Creates the event file writer (TensorFlow's import takes about 2 s)."""
-        os.makedirs(logdir, exist_ok=True)
-        self._backend = tensorboard_backend()
-        if self._backend == "tensorflow":
-            import tensorflow as tf  # Imported here: only nodes that log to TensorBoard pay.
-
-            self._tf = tf
-            self._writer = tf.summary.create_file_writer(os.fspath(logdir))
-        elif self._backend == "tensorboardX":
-            import tensorboardX
-
-            self._writer = tensorboardX.SummaryWriter(os.fspath(logdir))
-        else:
-            raise ImportError("TensorBoard logging needs tensorflow or tensorboardX")
-        self._steps_key = steps_key
-        self._writes = 0
-        self._warned_missing_step = False
-
-    def write(self, data: LoggingData) -> None:
-        """Logs the numeric values of one row as scalars at the row's step."""
-        values = {key: _to_python(value) for key, value in data.items()}
-        step = self._writes
-        if self._steps_key is not None:
-            if _is_number(values.get(self._steps_key)):
-                step = int(values[self._steps_key])
-            elif not self._warned_missing_step:
-                logging.warning(
-                    "TensorBoard: key %r missing from a row; using the write count as step",
-                    self._steps_key,
-                )
-                self._warned_missing_step = True
-        scalars = {k: v for k, v in values.items() if k != self._steps_key and _is_number(v)}
-        if self._backend == "tensorflow":
-            with self._writer.as_default():
-                for key, value in scalars.items():
-                    self._tf.summary.scalar(key, value, step=step)
-        else:
-            for key, value in scalars.items():
-                self._writer.add_scalar(key, value, global_step=step)
-        self._writer.flush()
-        self._writes += 1
-
-    def close(self) -> None:
-        """Flushes and closes the event file."""
-        self._writer.close()
-
-
-_TENSORBOARD_NOTICE_SHOWN = False
-
-
-def _tensorboard_available() -> bool:
-    """Whether TensorBoard files can be written; says once per process when not."""
-    global _TENSORBOARD_NOTICE_SHOWN
-    if tensorboard_backend() is not None:
-        return True
-    if not _TENSORBOARD_NOTICE_SHOWN:
-        _TENSORBOARD_NOTICE_SHOWN = True
-        console.say(
-            "logging.tensorboard is on but neither tensorflow nor tensorboardX is installed: "
-            "TensorBoard files are off (CSV logs go on); install tensorboardX, or set "
-            "--config.logging.tensorboard=False to silence this"
-        )
-    return False
-
-
-class WandbLogger(Logger):
-    """Logs to Weights & Biases, keys prefixed with `<label>/`.
-
-    One W&B run per process, shared by every label in it (the single-process runner has
-    several): runs are grouped by the workdir's name and named after the first label. The
-    run id is kept in `<workdir>/wandb/<name>.run_id`, so a relaunch resumes the same run,
-    and W&B's own logs go to `<workdir>/wandb/cache` (unless WANDB_CACHE_DIR is set).
-    Each label plots against its own step key (`define_metric`), so labels with different
-    step counters can share a run.
-    """
-
-    def __init__(
-        self,
-        label: str,
-        workdir: str | os.PathLike,
-        project: str | None = None,
-        steps_key: str | None = None,
-    ):
-        """Starts (or joins) this process's W&B run; needs `wandb` installed."""
-        _require_wandb()
-        import wandb
-
-        self._wandb = wandb
-        self._label = label
-        if wandb.run is None:
-            wandb_dir = os.fspath(Workdir(workdir).wandb)
-            os.makedirs(wandb_dir, exist_ok=True)
-            # wandb-core writes its debug logs to ~/.cache/wandb/logs unless WANDB_CACHE_DIR
-            # names another place: the workdir's, so nothing of a run goes to the home folder.
-            os.environ.setdefault("WANDB_CACHE_DIR", os.path.join(wandb_dir, "cache"))
-            id_path = os.path.join(wandb_dir, f"{label}.run_id")
-            if os.path.exists(id_path):
-                with open(id_path) as f:
-                    run_id = f.read().strip()
-            else:
-                run_id = uuid.uuid4().hex[:16]
-                with open(id_path, "w") as f:
-                    f.write(run_id)
-            wandb.init(
-                project=project,
-                group=os.path.basename(os.path.abspath(workdir)),
-                name=label,
-                id=run_id,
-                resume="allow",
-                dir=os.fspath(workdir),
-            )
-        self._run = wandb.run
-        if steps_key is not None:
-            self._run.define_metric(f"{label}/*", step_metric=f"{label}/{steps_key}")
-
-    def write(self, data: LoggingData) -> None:
-        """Logs one row (scalars and strings) under `<label>/<key>`."""
-        row = {}
-        for key, value in data.items():
-            value = _to_python(value)
-            if _is_number(value) or isinstance(value, str):
-                row[f"{self._label}/{key}"] = value
-        self._run.log(row)
-
-    def close(self) -> None:
-        """Nothing to do: the run is shared by the process and ends when it exits."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -367,7 +76,7 @@ def format_terminal_line(label: str, values: LoggingData, steps_key: str | None 
     The step key is shown as `steps`, `episode_return` as `return`, `eta_s` as a duration;
     the remaining keys follow in alphabetical order.
     """
-    values = {key: _to_python(value) for key, value in values.items()}
+    values = {key: to_python(value) for key, value in values.items()}
     parts = []
     if steps_key is not None and steps_key in values:
         parts.append(f"steps={_format_value(values.pop(steps_key))}")
@@ -418,7 +127,7 @@ class ThroughputTracker:
     def update(self, steps: float) -> dict[str, float]:
         """Records the step count now; returns `{'fps': ..., 'eta_s': ...}` when known."""
         now = self._clock()
-        steps = float(_to_python(steps))
+        steps = float(to_python(steps))
         if self._samples and steps < self._samples[-1][1]:
             self._samples.clear()  # The counter went back (a fresh run): start over.
         self._samples.append((now, steps))
@@ -488,7 +197,7 @@ class ProgressBar:
     def update(self, steps: int, episode_return: float | None = None) -> None:
         """Moves the bar to `steps`; shows `episode_return` when given (kept until next)."""
         if episode_return is not None:
-            self._last_return = float(_to_python(episode_return))
+            self._last_return = float(to_python(episode_return))
         postfix = {}
         if self._last_return is not None:
             postfix["return"] = f"{self._last_return:.4g}"
@@ -511,6 +220,24 @@ class ProgressBar:
 
 # ---------------------------------------------------------------------------------------
 # Construction.
+
+
+_TENSORBOARD_NOTICE_SHOWN = False
+
+
+def _tensorboard_available() -> bool:
+    """Whether TensorBoard files can be written; says once per process when not."""
+    global _TENSORBOARD_NOTICE_SHOWN
+    if tensorboard_backend() is not None:
+        return True
+    if not _TENSORBOARD_NOTICE_SHOWN:
+        _TENSORBOARD_NOTICE_SHOWN = True
+        console.say(
+            "logging.tensorboard is on but neither tensorflow nor tensorboardX is installed: "
+            "TensorBoard files are off (CSV logs go on); install tensorboardX, or set "
+            "--config.logging.tensorboard=False to silence this"
+        )
+    return False
 
 
 def make_logger(
@@ -544,7 +271,7 @@ def make_logger(
         time_delta >= 0, "logging.time_delta", ">= 0 seconds", time_delta, "0 keeps every row"
     )
     if wandb:
-        _require_wandb()
+        require_wandb()
     folders = Workdir(workdir)
     sinks: list[Logger] = []
     if csv:
@@ -583,7 +310,7 @@ class LoggerFactory(LoggingSettings):
         super().__post_init__()
         # Fail when the config is read, before any process starts.
         if self.wandb:
-            _require_wandb()
+            require_wandb()
 
     def __call__(
         self,
