@@ -2,7 +2,7 @@
 
     python -m benchmarks.run [--quick] [--only name,...] [--out-dir .]
     make bench / make bench-quick
-    python -m benchmarks.run --readme    # README's headline table from results.json (make docs)
+    python -m benchmarks.run --readme    # the headline table from results.json (make docs)
 
 Each figure runs in its own fresh Python process (`python -m benchmarks.<module>`) with the
 environment variables it asks for (e.g. JAX_PLATFORMS=cpu, one-thread XLA for the actor
@@ -17,9 +17,10 @@ existing results.json; the page is rebuilt from all stored results (each figure 
 where and in which mode it was measured). Quick mode uses small sizes to check that
 everything works: its numbers are not the figures.
 
-README.md's headline table is rendered here too (`readme_table`: the `HEADLINE` figures'
-rows of BENCHMARKS.md's summary, from the same results.json), by a full run and by
-`--readme`, which runs nothing; tests/test_readme.py fails while README holds another table.
+The headline table of docs/results.md (`HEADLINE_PAGE`, which README.md links to) is rendered
+here too (`readme_table`: the `HEADLINE` figures' rows of BENCHMARKS.md's summary, from the same
+results.json), by a full run and by `--readme`, which runs nothing; tests/test_readme.py fails
+while the page holds another table.
 
 The GPU check (figure 7) is not run here: `make gpu-check` measures it on a GPU machine and
 writes benchmarks/gpu_check.json, which this script only reads ("not measured: no GPU machine
@@ -33,6 +34,7 @@ import dataclasses
 import datetime
 import importlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -43,7 +45,7 @@ from benchmarks import common
 
 RESULTS = Path("benchmarks") / "results.json"
 PAGE = Path("BENCHMARKS.md")
-README = Path("README.md")
+HEADLINE_PAGE = Path("docs") / "results.md"
 README_BEGIN = "<!-- headline table: make docs (python -m benchmarks.run --readme) -->"
 README_END = "<!-- end of headline table -->"
 QUICK_OUT_DIR = "benchmarks/quick"  # ignored by git
@@ -105,8 +107,8 @@ HEADLINE = (
     "batched_actor",
     "data_parallel_learner",
 )
-"""README's headline figures, in its order. The replay's cost is the device store's (figure
-11, which compares it with the Reverb frame replay's figure 10)."""
+"""The headline table's figures (docs/results.md), in its order. The replay's cost is the
+device store's (figure 11, which compares it with the Reverb frame replay's figure 10)."""
 
 
 def _now() -> str:
@@ -272,19 +274,22 @@ def write_page(out_dir: Path, results: dict) -> Path:
 
 
 def readme_table(results: dict) -> str:
-    """README's headline table: each `HEADLINE` figure's row of BENCHMARKS.md's summary."""
+    """The headline table: each `HEADLINE` figure's row of BENCHMARKS.md's summary, linked
+    from `HEADLINE_PAGE`."""
+    page = Path(os.path.relpath(PAGE, HEADLINE_PAGE.parent)).as_posix()
     number = {figure.name: n for n, figure in enumerate(FIGURES, start=1)}
     rows = ["| figure | measured | against | ratio |", "| --- | --- | --- | --- |"]
     for name in HEADLINE:
         module = importlib.import_module(BY_NAME[name].module)
         title = f"{number[name]}. {module.TITLE}"
-        link = f"BENCHMARKS.md#{_anchor(number[name], module.TITLE)}"
+        link = f"{page}#{_anchor(number[name], module.TITLE)}"
         rows.append(f"| [{title}]({link}) | {_summary(module, results['figures'].get(name))}")
     return "\n".join(rows)
 
 
-def write_readme(results: dict, readme: Path = common.REPO / README) -> None:
-    """Replaces README's headline table (between its markers) with `readme_table(results)`."""
+def write_readme(results: dict, readme: Path = common.REPO / HEADLINE_PAGE) -> None:
+    """Replaces the headline table of `HEADLINE_PAGE` (between its markers) with
+    `readme_table(results)`."""
     text = readme.read_text()
     start = text.index(README_BEGIN) + len(README_BEGIN)
     end = text.index(README_END)
@@ -334,12 +339,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--readme",
         action="store_true",
-        help="only render README.md's headline table from benchmarks/results.json (runs nothing)",
+        help=f"only render {HEADLINE_PAGE}'s headline table from benchmarks/results.json "
+        "(runs nothing)",
     )
     args = parser.parse_args(argv)
     if args.readme:
         write_readme(json.loads((common.REPO / RESULTS).read_text()))
-        print(f"wrote {README}'s headline table from {RESULTS}")
+        print(f"wrote {HEADLINE_PAGE}'s headline table from {RESULTS}")
         return 0
     names = [n.strip() for n in args.only.split(",") if n.strip()] or list(BY_NAME)
     unknown = [n for n in names if n not in BY_NAME]

@@ -1,15 +1,17 @@
-"""Prints README.md's Layout section: the repository's folders and packages, from the tree.
+"""Prints the Layout section of docs/development.md: the repository's folders and packages,
+from the tree.
 
 Each Python package is described by the first paragraph of its `__init__.py` docstring, each
 top-level magi_lp module by its docstring's first line, and the folders that are not packages
 (configs/, docs/, scripts/, tests/) by `FOLDERS` below. So moving a module or adding a package
-(e.g. magi_lp/replay/) needs no hand edit of the README, only:
+(e.g. magi_lp/replay/) needs no hand edit of the docs, only:
 
     make docs                                 # or:
-    python scripts/readme_layout.py --write   # replace the Layout in README.md
+    python scripts/readme_layout.py --write   # replace the Layout in docs/development.md
     python scripts/readme_layout.py           # print it
 
-tests/test_readme.py fails, naming `make docs`, while README.md holds another Layout.
+tests/test_readme.py fails, naming `make docs`, while `PAGE` holds another Layout (or another
+page holds one too).
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
+PAGE = ROOT / "docs" / "development.md"
+"""The page the Layout lives in (the front page, README.md, links to it)."""
 BEGIN = "<!-- layout: make docs (scripts/readme_layout.py --write) -->"
 END = "<!-- end of layout -->"
 
@@ -30,8 +33,12 @@ END = "<!-- end of layout -->"
 # folder must be added here (`layout()` says so), and every file named here must exist.
 FOLDERS = {
     "configs": "Experiment configs (ml_collections files: `--config configs/<name>.py`)",
-    "docs": "The architecture (architecture.md: the layers, every module, a run's flow), several "
-    "hosts (cluster.md), launchpad-notes.md (what magi_lp relies on in Launchpad)",
+    "docs": "The manual behind the front page: set-up and the two stacks (setup.md), running an "
+    "experiment and its plan (usage.md), GPUs (gpus.md), the replay store (replay.md), a run's "
+    "stop, resume and logs (runs.md), the engines (engines.md), several hosts (cluster.md), "
+    "writing an agent (agents.md), results (results.md), tests and this layout "
+    "(development.md), the architecture (architecture.md: the layers, every module, a run's "
+    "flow), launchpad-notes.md (what magi_lp relies on in Launchpad)",
     "scripts": "Set-up (setup_venv.sh, setup_venv312.sh, setup_official_venv.sh, find_python.sh, "
     "write_home_pth.sh, choose_jax_build.py; the GPU machine's wheels: gpu_check_wheels.sh, "
     "gpu_learn_wheels.sh, gpu_system_wheels.sh, repack_wheel.py), both stacks' suite "
@@ -88,7 +95,7 @@ def _package_text(init: Path) -> str:
     if not text or text.strip(".") == dotted:
         raise SystemExit(
             f"{init.relative_to(ROOT)}: give the package a docstring whose first paragraph says "
-            "what it holds (README's Layout shows it), then run `make docs`"
+            "what it holds (docs/development.md's Layout shows it), then run `make docs`"
         )
     return text
 
@@ -136,14 +143,14 @@ def layout() -> str:
 
 
 def main() -> int:
-    """Prints the Layout block; with --write, puts it between README's markers."""
+    """Prints the Layout block; with --write, puts it between `PAGE`'s markers."""
     block = layout()
     if "--write" not in sys.argv:
         print(block)
         return 0
-    before, rest = README.read_text().split(BEGIN, 1)
+    before, rest = PAGE.read_text().split(BEGIN, 1)
     after = rest[rest.index(END) :]
-    README.write_text(f"{before}{BEGIN}\n{block}\n{after}")
+    PAGE.write_text(f"{before}{BEGIN}\n{block}\n{after}")
     return 0
 
 

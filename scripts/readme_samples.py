@@ -1,6 +1,7 @@
-"""Writes README.md's command samples from running each command now.
+"""Writes the command samples of README.md and docs/*.md from running each command now.
 
-Every `$ command` and `error: ...` sample of README.md stands between two markers,
+Every `$ command` and `error: ...` sample of README.md and of the docs pages (`pages()`: all of
+docs/*.md but `HAND_WRITTEN`) stands between two markers, in whichever page it lives in,
 
     <!-- sample NAME: make docs (scripts/readme_samples.py --write) -->
     ```
@@ -11,16 +12,18 @@ Every `$ command` and `error: ...` sample of README.md stands between two marker
 
 and `SAMPLES` below says what NAME runs: its commands (from the repository root, with this
 Python as `python`), the machine they see, the exit status each must end with, and which lines
-of the output README shows (all of them unless `show` picks some; a run of lines left out is
-one `...` line). So no sample is typed by hand, and a changed message reaches README through
+of the output the page shows (all of them unless `show` picks some; a run of lines left out is
+one `...` line). Each sample is marked once, in one page (`located`: moving a section to another
+page moves its samples with it). So no sample is typed by hand, and a changed message reaches
+the pages through
 
     make docs                                   # or:
-    python scripts/readme_samples.py --write    # run every sample, write them into README.md
-    python scripts/readme_samples.py --check    # exit 1, with a diff, where README differs
+    python scripts/readme_samples.py --write    # run every sample, write each into its page
+    python scripts/readme_samples.py --check    # exit 1, with a diff, where a page differs
     python scripts/readme_samples.py [NAME ...] # print samples
 
 tests/test_readme.py fails, naming `make docs`, while a sample differs from what its command
-prints now (and while a `$ command` or `error: ...` block of README is outside the markers).
+prints now (and while a `$ command` or `error: ...` block of a page is outside the markers).
 
 What the commands see of the machine is pinned, so that a sample reads the same wherever it
 is regenerated:
@@ -61,10 +64,26 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 README = ROOT / "README.md"
+HAND_WRITTEN = {
+    "docs/cluster.md": "quotes a session on a SLURM cluster and what sbatch said, by hand",
+}
+"""Docs pages whose quoted commands are not generated samples (and why)."""
 BEGIN = re.compile(r"^<!-- sample (\S+): make docs \(scripts/readme_samples\.py --write\) -->$")
 END = "<!-- end of sample -->"
 CAPTURED = re.compile(r"^<!-- captured \d{4}-\d{2}-\d{2}, commit [0-9a-f]{7,40}: .+ -->$")
 """A block that cannot be regenerated cheaply (a live training run) says so and whence."""
+
+
+def pages() -> list[Path]:
+    """The pages that hold samples or may quote a command: README.md and docs/*.md, but
+    `HAND_WRITTEN`."""
+    docs = sorted((ROOT / "docs").glob("*.md"))
+    return [README] + [p for p in docs if p.relative_to(ROOT).as_posix() not in HAND_WRITTEN]
+
+
+def _name(page: Path) -> str:
+    return page.relative_to(ROOT).as_posix() if page.is_relative_to(ROOT) else str(page)
+
 
 CPUS = 2
 MEMORY_TOTAL = 25_276_518_400  # bytes: this project's machine, as psutil reports it
@@ -89,7 +108,7 @@ FOUR_H100_CUDA_JAX = Machine(gpus=((H100, 80),) * 4, cuda_plugin=True)
 
 @dataclasses.dataclass(frozen=True)
 class Sample:
-    """One README block: `commands` run in turn on `machine`, each ending with `status`."""
+    """One page's block: `commands` run in turn on `machine`, each ending with `status`."""
 
     commands: tuple[str, ...]
     machine: Machine = NO_GPU
@@ -208,7 +227,7 @@ def _run(command: str, env: dict[str, str], stderr_only: bool) -> tuple[int, str
 
 
 def unpinned(name: str) -> str:
-    """Why this machine cannot give sample `name` as README shows it, or ''."""
+    """Why this machine cannot give sample `name` as its page shows it, or ''."""
     import importlib.util
 
     from magi_lp.launch import isolation
@@ -238,7 +257,7 @@ def _excerpt(lines: list[str], show: str) -> list[str]:
 
 
 def render(name: str) -> str:
-    """Sample `name`'s block as README shows it: run now, on its pinned machine."""
+    """Sample `name`'s block as its page shows it: run now, on its pinned machine."""
     sample = SAMPLES[name]
     lines = []
     with tempfile.TemporaryDirectory(prefix="magi_lp-readme-") as folder:
@@ -257,9 +276,9 @@ def render(name: str) -> str:
     return "\n".join(lines)
 
 
-def _blocks(text: str, every: bool = True) -> dict[str, tuple[int, int, str]]:
-    """Sample name -> (first line, end line, indent) of the code block between its markers;
-    with `every`, each sample of `SAMPLES` must have its markers."""
+def _blocks(text: str, page: str = "README.md") -> dict[str, tuple[int, int, str]]:
+    """Sample name -> (first line, end line, indent) of the code block between its markers in
+    page `text` (named `page` in errors)."""
     lines = text.split("\n")
     found: dict[str, tuple[int, int, str]] = {}
     for at, line in enumerate(lines):
@@ -268,26 +287,42 @@ def _blocks(text: str, every: bool = True) -> dict[str, tuple[int, int, str]]:
             continue
         name = match.group(1)
         if name in found:
-            raise SystemExit(f"README.md: sample {name!r} is marked twice")
+            raise SystemExit(f"{page}: sample {name!r} is marked twice")
         if name not in SAMPLES:
-            raise SystemExit(f"README.md: sample {name!r} is not in scripts/readme_samples.py")
+            raise SystemExit(f"{page}: sample {name!r} is not in scripts/readme_samples.py")
         fence = at + 1
         end = next(i for i in range(fence + 1, len(lines)) if lines[i].strip() == "```")
         if lines[fence].strip() != "```" or lines[end + 1].strip() != END:
             raise SystemExit(
-                f"README.md line {at + 1}: sample {name!r} must be one ``` block "
-                f"followed by {END!r}"
+                f"{page} line {at + 1}: sample {name!r} must be one ``` block followed by {END!r}"
             )
         indent = lines[fence][: len(lines[fence]) - len(lines[fence].lstrip())]
         found[name] = (fence + 1, end, indent)
-    missing = set(SAMPLES) - set(found)
-    if every and missing:
-        raise SystemExit(f"README.md has no markers for sample(s) {', '.join(sorted(missing))}")
     return found
 
 
+def located(among: list[Path] | None = None) -> dict[str, Path]:
+    """Sample name -> the page that holds it: each sample of `SAMPLES` is marked once, in one
+    of `pages()`."""
+    where: dict[str, Path] = {}
+    for page in pages() if among is None else among:
+        for name in _blocks(page.read_text(), _name(page)):
+            if name in where:
+                raise SystemExit(
+                    f"sample {name!r} is marked in {_name(where[name])} and in {_name(page)}"
+                )
+            where[name] = page
+    missing = set(SAMPLES) - set(where)
+    if missing:
+        raise SystemExit(
+            f"no page ({', '.join(_name(p) for p in pages())}) has markers for sample(s) "
+            f"{', '.join(sorted(missing))}"
+        )
+    return where
+
+
 def unmarked(text: str) -> list[str]:
-    """The lines of README `text` that quote a command or an error outside a sample: a `$ `
+    """The lines of page `text` that quote a command or an error outside a sample: a `$ `
     or `error: ` line of a code block, or `error: ` in backquotes in a sentence. A block after
     a `CAPTURED` line says where it came from instead."""
     inside, fenced, found = "", False, []
@@ -311,15 +346,15 @@ def unmarked(text: str) -> list[str]:
 
 
 def shown(text: str, name: str) -> str:
-    """Sample `name` as README `text` holds it (without the block's indent)."""
+    """Sample `name` as page `text` holds it (without the block's indent)."""
     first, end, indent = _blocks(text)[name]
     return "\n".join(line.removeprefix(indent) for line in text.split("\n")[first:end])
 
 
 def write(text: str, rendered: dict[str, str]) -> str:
-    """README `text` with each rendered sample in its block."""
+    """Page `text` with each rendered sample in its block (each must be in that page)."""
     lines = text.split("\n")
-    blocks = _blocks(text, every=False)
+    blocks = _blocks(text)
     for name in sorted(rendered, key=lambda n: blocks[n][0], reverse=True):
         first, end, indent = blocks[name]
         new = [f"{indent}{line}" if line else line for line in rendered[name].split("\n")]
@@ -335,11 +370,14 @@ def main(argv: list[str]) -> int:
     ]
     if unknown:
         raise SystemExit(f"usage: readme_samples.py [--write | --check] [{' | '.join(SAMPLES)}]")
-    text = README.read_text()
+    where = located()  # every sample marked once, before minutes of running them
     if flags:
-        _blocks(text)  # every sample marked once, before minutes of running them
-        for line in unmarked(text):
-            print(f"README.md {line}: not a generated sample (add it to SAMPLES)", file=sys.stderr)
+        for page in pages():
+            for line in unmarked(page.read_text()):
+                print(
+                    f"{_name(page)} {line}: not a generated sample (add it to SAMPLES)",
+                    file=sys.stderr,
+                )
     rendered = {}
     for name in names:
         why = unpinned(name)
@@ -350,27 +388,31 @@ def main(argv: list[str]) -> int:
             continue
         rendered[name] = render(name)
     if "--write" in flags:
-        README.write_text(write(text, rendered))
+        for page in sorted(set(where.values())):
+            mine = {name: block for name, block in rendered.items() if where[name] == page}
+            if mine:
+                page.write_text(write(page.read_text(), mine))
         return 0
     if "--check" in flags:
         differ = 0
         for name, block in rendered.items():
+            text = where[name].read_text()
             if block != shown(text, name):
                 differ += 1
                 sys.stdout.writelines(
                     difflib.unified_diff(
                         shown(text, name).splitlines(True),
                         block.splitlines(True),
-                        f"README.md (sample {name})",
+                        f"{_name(where[name])} (sample {name})",
                         "what it prints now",
                     )
                 )
                 print()
         if differ:
-            print(f"{differ} sample(s) differ: run `make docs` and commit README.md")
+            print(f"{differ} sample(s) differ: run `make docs` and commit the pages")
         return 1 if differ else 0
     for name, block in rendered.items():
-        print(f"--- {name}\n{block}")
+        print(f"--- {name} ({_name(where[name])})\n{block}")
     return 0
 
 
