@@ -256,7 +256,7 @@ def test_a_dry_run_of_an_engine_this_stack_lacks_is_refused_as_its_launch_is(tmp
     """The dry run planned it (Launchpad's Reverb replay on a stack without either)."""
     from magi_lp import engines
 
-    other = next((e for e in engines.ENGINES.values() if e.missing()), None)
+    other = next((e for e in engines.REGISTRY.values() if e.missing()), None)
     if other is None:
         pytest.skip("every engine can run here")
     args = ["--config", CONFIG, "--dry_run", "--launcher", other.name]
@@ -756,10 +756,10 @@ def test_a_ctrl_c_inside_a_ctypes_call_counts_as_an_interrupt():
 def test_a_cluster_address_where_nothing_answers_is_refused_in_one_line(monkeypatch):
     import socket
 
-    from magi_lp.engines import ENGINES
+    from magi_lp.engines import engine
     from magi_lp.errors import ConfigError
 
-    ray = ENGINES["ray"]
+    ray = engine("ray")
     # `local` is Ray's "start one here": the run's own embedded Ray, as with no address.
     monkeypatch.setenv("RAY_ADDRESS", "local")
     assert ray.cluster_address() is None
@@ -799,7 +799,7 @@ def test_a_dry_run_does_not_check_the_workdir_it_never_writes(tmp_path):
 def test_an_ipv6_cluster_address_is_tried_as_ray_reads_it(monkeypatch):
     import socket
 
-    from magi_lp.engines import ENGINES
+    from magi_lp.engines import engine
 
     try:
         server = socket.socket(socket.AF_INET6)
@@ -809,7 +809,7 @@ def test_an_ipv6_cluster_address_is_tried_as_ray_reads_it(monkeypatch):
     with server:
         server.listen()
         monkeypatch.setenv("RAY_ADDRESS", f"[::1]:{server.getsockname()[1]}")
-        ENGINES["ray"].check_cluster()
+        engine("ray").check_cluster()
 
 
 HOSTS_CONFIG = """

@@ -36,10 +36,10 @@ _DRY_RUN = flags.DEFINE_bool(
 _LAUNCHER = flags.DEFINE_enum(
     "launcher",
     None,
-    list(engines.ENGINES),
+    engines.launchers(),
     "The engine that runs the nodes (lp_main only; default: local where Launchpad is "
     "installed, else ray): "
-    + "; ".join(f"{e.name}: {e.summary}" for e in engines.ENGINES.values())
+    + "; ".join(f"{name}: {engines.engine(name).summary}" for name in engines.launchers())
     + " (docs/cluster.md).",
 )
 _RENDER = flags.DEFINE_string(

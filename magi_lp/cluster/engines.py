@@ -11,7 +11,6 @@ them and never tests an engine's name.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shlex
 import shutil
@@ -27,7 +26,9 @@ from magi_lp.cluster.host_plan import HostPlan
 from magi_lp.cluster.job import SECURITY_WARNING, ClusterHost, ClusterJob
 from magi_lp.cluster.ray_cluster import RAY_SECURITY, RayPorts, machine_nodes, ray_cli, ray_ports
 from magi_lp.config_schema import fact_refusal
+from magi_lp.engines import REGISTRY
 from magi_lp.errors import ConfigError
+from magi_lp.stack import stack_here
 
 
 class ClusterEngine:
@@ -425,14 +426,14 @@ def _check_ray_ports(job: ClusterJob) -> None:
         taken.setdefault(key, []).append((ports.base, ports.last, host.name))
 
 
+_CLASSES = (HostsEngine, SlurmEngine, KubernetesEngine, RaySlurmEngine, KubeRayEngine)
+
 _ENGINES: dict[tuple[str, str], ClusterEngine] = {
-    (e.launcher, e.runtime): e
-    for e in (HostsEngine(), SlurmEngine(), KubernetesEngine(), RaySlurmEngine(), KubeRayEngine())
+    (e.name, e.stack): {c.__name__: c for c in _CLASSES}[e.cluster_engine]()
+    for e in REGISTRY.values()
+    if e.cluster_engine is not None
 }
-
-
-def launchpad_installed() -> bool:
-    return importlib.util.find_spec("launchpad") is not None
+"""The several-hosts engines of `magi_lp.engines.REGISTRY`, by launcher and stack (runtime)."""
 
 
 def engine_of(job: ClusterJob) -> ClusterEngine:
@@ -443,7 +444,7 @@ def engine_of(job: ClusterJob) -> ClusterEngine:
 def cluster_engine(launcher: str, runtime: str | None = None) -> ClusterEngine:
     """The engine of `--launcher launcher`: Launchpad's where it is installed (or `runtime`
     says so), else Ray's."""
-    runtime = runtime or ("launchpad" if launchpad_installed() else "ray")
+    runtime = runtime or stack_here()
     engine = _ENGINES.get((launcher, runtime))
     if engine is not None:
         return engine

@@ -25,11 +25,12 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-ENGINES = ("hosts", "slurm", "kubernetes")
-"""Launchers that start a program on several hosts (besides the local one)."""
+from magi_lp.engines import several_hosts_launchers
+from magi_lp.stack import STACKS
 
-RUNTIMES = ("launchpad", "ray")
-"""What runs the program graph on the hosts: a pickled Launchpad program, or a Ray cluster."""
+RUNTIMES = STACKS
+"""What runs the program graph on the hosts: a pickled Launchpad program, or a Ray cluster
+(the stack the job's machines run, `magi_lp.stack`)."""
 
 SECURITY_WARNING = (
     "SECURITY: the nodes talk through Courier and Reverb, which have no authentication, and "
@@ -217,8 +218,9 @@ class ClusterJob:
     driver: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.engine not in ENGINES:
-            raise ValueError(f"engine {self.engine!r} is not one of {ENGINES}")
+        several = several_hosts_launchers()
+        if self.engine not in several:
+            raise ValueError(f"engine {self.engine!r} is not one of {tuple(several)}")
         if self.runtime not in RUNTIMES:
             raise ValueError(f"runtime {self.runtime!r} is not one of {RUNTIMES}")
         if not _DNS_LABEL.match(self.name) or len(self.name) > 40:

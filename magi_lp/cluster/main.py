@@ -37,7 +37,6 @@ from magi_lp.cluster.config import node_ports, validate_hosts_config
 from magi_lp.cluster.engines import ClusterEngine, cluster_engine, engine_of, submit_sbatch
 from magi_lp.cluster.host_plan import HostPlan, HostSpec, make_host_plan
 from magi_lp.cluster.job import (
-    ENGINES,
     ClusterGroup,
     ClusterHost,
     ClusterJob,
@@ -47,6 +46,7 @@ from magi_lp.cluster.job import (
 )
 from magi_lp.cluster.ray_cluster import driver_argv
 from magi_lp.config_schema import fact_refusal, refusal
+from magi_lp.engines import REGISTRY, several_hosts_launchers
 from magi_lp.engines.base import HOST_SHARE, host_resource
 from magi_lp.errors import ConfigError
 from magi_lp.placement.jax_build import JaxBuild
@@ -55,9 +55,6 @@ from magi_lp.runtime.config import placement_requests, stop_tiers
 from magi_lp.runtime.workdir import Workdir
 
 __all__ = ["submit_sbatch"]  # re-exported: the SLURM engines submit with it
-
-LAUNCHERS = ("local", *ENGINES)
-"""The `--launcher` choices."""
 
 
 def job_name(config: ml_collections.ConfigDict, config_name: str) -> str:
@@ -95,12 +92,12 @@ def host_specs(config: ml_collections.ConfigDict) -> list[HostSpec]:
 def _engine(launcher: str | ClusterEngine) -> ClusterEngine:
     if isinstance(launcher, ClusterEngine):
         return launcher
-    if launcher not in ENGINES:
+    if launcher not in several_hosts_launchers():
         raise ConfigError(
             fact_refusal(
                 f"--launcher {launcher} runs on one machine",
                 "the files of several hosts come from hosts, slurm or kubernetes",
-                f"choose one of {', '.join(ENGINES)}",
+                f"choose one of {', '.join(several_hosts_launchers())}",
             )
         )
     return cluster_engine(launcher)
@@ -329,7 +326,7 @@ def run(
       build_program: placement plan -> the Launchpad program (called only to prepare, by an
         engine that pickles it; a Ray engine's driver builds the program in the job).
     """
-    if launcher not in ENGINES:
+    if launcher not in several_hosts_launchers():
         raise ConfigError(
             fact_refusal(
                 "--render writes cluster files", "", "add --launcher hosts|slurm|kubernetes"
@@ -440,11 +437,9 @@ def load_config_file(path: str, argument: str = "") -> ml_collections.ConfigDict
 def golden_engines() -> dict[str, ClusterEngine]:
     """Golden folder -> engine: Launchpad's under the launcher's name, Ray's as ray-<launcher>."""
     return {
-        **{launcher: cluster_engine(launcher, "launchpad") for launcher in ENGINES},
-        **{
-            f"ray-{launcher}": cluster_engine(launcher, "ray")
-            for launcher in ("slurm", "kubernetes")
-        },
+        (name if stack == "launchpad" else f"{stack}-{name}"): cluster_engine(name, stack)
+        for (name, stack), engine in REGISTRY.items()
+        if engine.cluster_engine is not None
     }
 
 

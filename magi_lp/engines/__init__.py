@@ -1,7 +1,7 @@
 """The engines that launch a program graph, keyed by `--launcher`: one module each.
 
 As Launchpad's own `launch/` has one module per launch type, each engine is one module here
-with a `run(launch: magi_lp.engines.base.Launch) -> int`, named in `ENGINES` and imported
+with a `run(launch: magi_lp.engines.base.Launch) -> int`, named in `REGISTRY` and imported
 only when chosen (an engine's library, Launchpad or Ray, is imported by its module alone).
 The program graph (`magi_lp.runtime.graph`), the placement plan and its per-group env are the
 same for every engine; each carries them out its own way.
@@ -19,6 +19,10 @@ from types import ModuleType
 
 from magi_lp.config_schema import fact_refusal, refusal
 from magi_lp.errors import ConfigError
+from magi_lp.stack import STACKS, Stack, stack_here
+
+SINGLE_PROCESS = "single_process"
+"""The engine of main.py: every part of the agent in one process (no `--launcher` value)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +40,10 @@ class Engine:
         starting one on this machine (Ray's `RAY_ADDRESS`), if the engine can.
       colocates: it can run the replay inside the learner's process
         (`colocate_learner_and_replay`).
+      stack: the stack it runs on (`magi_lp.stack`).
+      cluster_engine: several hosts: its class in `magi_lp.cluster.engines` (what it renders
+        and how its job starts).
+      selectable: a `--launcher` value (the single-process engine is main.py's alone).
     """
 
     name: str
@@ -43,9 +51,12 @@ class Engine:
     summary: str
     transport: str
     needs: tuple[str, ...]
+    stack: Stack = "launchpad"
     several_hosts: bool = False
     cluster_var: str | None = None
     colocates: bool = True
+    cluster_engine: str | None = None
+    selectable: bool = True
 
     def check_colocation(self, colocate_learner_and_replay: bool, launcher: str = "") -> None:
         """Refuses `colocate_learner_and_replay` on an engine that cannot colocate; `launcher`:
@@ -110,7 +121,8 @@ class Engine:
         if not missing:
             return
         python = ".".join(str(v) for v in sys.version_info[:2])
-        here = [e.name for e in ENGINES.values() if not e.missing() and not e.several_hosts]
+        here = [e.name for e in REGISTRY.values() if e.stack == stack_here() and e.selectable]
+        here = [name for name in dict.fromkeys(here) if not engine(name).several_hosts]
         raise ConfigError(
             fact_refusal(
                 f"--launcher {self.name} ({self.summary})",
@@ -133,9 +145,10 @@ class Engine:
 
 
 _LAUNCHPAD_STACK = ("launchpad", "reverb")
+_CLUSTER = "magi_lp.cluster.main"
 
-ENGINES: dict[str, Engine] = {
-    engine.name: engine
+REGISTRY: dict[tuple[str, Stack], Engine] = {
+    (engine.name, engine.stack): engine
     for engine in (
         Engine(
             "local",
@@ -150,43 +163,98 @@ ENGINES: dict[str, Engine] = {
             "Ray Core on this machine, or on the Ray cluster RAY_ADDRESS names",
             "served",
             ("ray",),
+            stack="ray",
             cluster_var="RAY_ADDRESS",
             colocates=False,
         ),
         Engine(
             "hosts",
-            "magi_lp.cluster.main",
+            _CLUSTER,
             "config.hosts through per-host scripts (Launchpad, Python 3.10)",
             "reverb",
             _LAUNCHPAD_STACK,
             several_hosts=True,
+            cluster_engine="HostsEngine",
         ),
         Engine(
             "slurm",
-            "magi_lp.cluster.main",
+            _CLUSTER,
             "config.hosts in one SLURM job: Launchpad (Python 3.10), or a Ray cluster in the job",
             "reverb",
             _LAUNCHPAD_STACK,
             several_hosts=True,
+            cluster_engine="SlurmEngine",
+        ),
+        Engine(
+            "slurm",
+            _CLUSTER,
+            "config.hosts in one SLURM job: Launchpad (Python 3.10), or a Ray cluster in the job",
+            "served",
+            ("ray",),
+            stack="ray",
+            several_hosts=True,
+            cluster_engine="RaySlurmEngine",
         ),
         Engine(
             "kubernetes",
-            "magi_lp.cluster.main",
+            _CLUSTER,
             "config.hosts on Kubernetes: Launchpad manifests (Python 3.10), or a KubeRay RayJob",
             "reverb",
             _LAUNCHPAD_STACK,
             several_hosts=True,
+            cluster_engine="KubernetesEngine",
+        ),
+        Engine(
+            "kubernetes",
+            _CLUSTER,
+            "config.hosts on Kubernetes: Launchpad manifests (Python 3.10), or a KubeRay RayJob",
+            "served",
+            ("ray",),
+            stack="ray",
+            several_hosts=True,
+            cluster_engine="KubeRayEngine",
+        ),
+        *(
+            Engine(
+                SINGLE_PROCESS,
+                "magi_lp.engines.single_process_engine",
+                "every part in this one process (main.py)",
+                "in_process",
+                (),
+                stack=stack,
+                selectable=False,
+            )
+            for stack in STACKS
         ),
     )
 }
-"""Every engine, by its `--launcher` value."""
+"""Every engine, by its `--launcher` value and the stack it runs on (`magi_lp.stack`): the one
+registry. The flag's choices and help, the README's table and the cluster engines (their
+`cluster_engine` class in `magi_lp.cluster.engines`) are read from it."""
+
+
+def several_hosts_launchers() -> list[str]:
+    """The `--launcher` values that run a program on several hosts (`magi_lp.cluster`)."""
+    return list(dict.fromkeys(e.name for e in REGISTRY.values() if e.several_hosts))
+
+
+def launchers() -> list[str]:
+    """The `--launcher` values, in the registry's order."""
+    return list(dict.fromkeys(e.name for e in REGISTRY.values() if e.selectable))
 
 
 def default_engine() -> str:
-    """Launchpad where its stack is installed (Python 3.10), else Ray (the current stack)."""
-    return "local" if not ENGINES["local"].missing() else "ray"
+    """Launchpad on the Launchpad stack (Python 3.10), else Ray (the current stack)."""
+    return "local" if stack_here() == "launchpad" else "ray"
 
 
-def engine(name: str | None) -> Engine:
-    """The engine `--launcher name` chooses (None: `default_engine()`)."""
-    return ENGINES[name or default_engine()]
+def engine(name: str | None, stack: Stack | None = None) -> Engine:
+    """The engine `--launcher name` chooses on `stack` (None: this one's; a name of None:
+    `default_engine()`). An engine of another stack only (local on the current one) is
+    returned as it is: its `require_stack` says what runs here instead."""
+    name = name or default_engine()
+    stack = stack or stack_here()
+    found = REGISTRY.get((name, stack))
+    if found is not None:
+        return found
+    return next(e for (n, _), e in REGISTRY.items() if n == name)
