@@ -1,10 +1,10 @@
-"""The pieces every runner assembles, and the node classes of the distributed program.
+"""The node classes of the distributed program.
 
-`make_learner_runner` and `make_acting_loop` build a learner and an actor (or evaluator) from
-the experiment, the same way in both runners: the single-process runner calls them directly,
-and the nodes below call them inside their own process. The node classes are plain Python
-classes (the Launchpad-examples style) that an engine (`magi_lp.engines`) constructs in the
-node's process; constructors take handles and, last, the engine's `lifetime`
+They build their learner and acting loops with `magi_lp.runtime.assembly` (re-exported here:
+`make_learner_runner`, `make_acting_loop`, `resume_point`, the evaluation schedule), as the
+single-process runner does. The node classes are plain Python classes (the
+Launchpad-examples style) that an engine (`magi_lp.engines`) constructs in the node's
+process; constructors take handles and, last, the engine's `lifetime`
 (`magi_lp.runtime.graph.NodeLifetime`), call `prepare_node_process()` first so per-node
 settings apply before any framework allocates, and `run()` until the program stops. No
 engine is named here.
@@ -21,245 +21,39 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import jax
-
-from magi_lp.acme_api import counting, specs
-from magi_lp.agent import contract
-from magi_lp.agent.actor import BatchedActor, GenericActor
-from magi_lp.agent.builder import POLICY_VARIABLES
-from magi_lp.agent.device_check import DeviceCheck
-from magi_lp.agent.learner import JaxLearner
-from magi_lp.agent.variable_client import VariableClient, call_in_background
+from magi_lp.acme_api import specs
+from magi_lp.agent.variable_client import call_in_background
 from magi_lp.console import say
 from magi_lp.launch.files import write_text_atomically
 from magi_lp.launch.node_lifetime import hold_exit
 from magi_lp.replay.spec import WriteAbandonedError
 from magi_lp.replay.store import LearnerReplay, ReplayStore
 from magi_lp.runtime import seeding
-from magi_lp.runtime.acting_loop import ActingLoop
-from magi_lp.runtime.checkpoint_metadata import run_identity, saved_metadata
-from magi_lp.runtime.checkpointing import Checkpointer, CheckpointWriteError
+from magi_lp.runtime.assembly import (
+    StopFn,
+    evaluate,
+    first_evaluation_at,
+    make_acting_loop,
+    make_learner_runner,
+    next_evaluation_after,
+    resume_point,
+    warm_up,
+)
+from magi_lp.runtime.checkpointing import CheckpointWriteError
 from magi_lp.runtime.config import DISTRIBUTED_COUNT_EVERY
 from magi_lp.runtime.experiment import Experiment
 from magi_lp.runtime.graph import NodeLifetime
-from magi_lp.runtime.learner_runner import LEARNER_STEPS, LearnerRunner, ReplayCheckpoint
+from magi_lp.runtime.learner_runner import LearnerRunner
 from magi_lp.runtime.node_devices import prepare_node_process
 from magi_lp.runtime.workdir import Workdir
-
-StopFn = Callable[[], bool]
 
 FINAL_SAVE_FAILED = 3
 """Exit code of a learner process whose final checkpoint could not be written."""
 
 
-def resume_point(experiment: Experiment, workdir: str) -> int:
-    """Where a launch of `workdir` resumes, for seeding (`magi_lp.runtime.seeding`): the actor
-    steps saved with its newest learner checkpoint; 0 for a new run or one that saves no
-    checkpoints. Each node reads it from the workdir when it is built (before the learner
-    restores), so all of a launch's nodes agree, and a resubmitted job reads it anew."""
-    if not experiment.config.checkpoint.enabled:
-        return 0
-    counts = saved_metadata(Workdir(workdir).learner_checkpoints).get("counts", {})
-    return max(0, int(counts.get("actor_steps", 0)))
-
-
-def make_learner_runner(
-    experiment: Experiment,
-    environment_spec: specs.EnvironmentSpec,
-    replay: LearnerReplay,
-    counter: Any,
-    workdir: str,
-    logger_factory: Callable[..., Any],
-) -> LearnerRunner:
-    """The agent's learner, restored from the workdir's latest checkpoint if there is one.
-
-    `replay` is the learner's side of the replay (`ReplayStore.make_learner_replay`).
-    `counter` is the program's counter (a Courier handle, or the in-process counter): the
-    learner counts under the prefix "learner", and checkpoints save and restore its counts.
-    With `checkpoint.replay` a device store is saved beside each learner checkpoint and
-    restored with it.
-    """
-    config = experiment.config
-    builder = experiment.builder
-    logger = logger_factory("learner", steps_key=LEARNER_STEPS)
-    learner = builder.make_learner(
-        random_key=seeding.node_key(config.seed, "learner"),
-        networks=experiment.network_factory(environment_spec),
-        dataset=replay.iterator,
-        environment_spec=environment_spec,
-        logger=logger,
-        counter=counting.Counter(counter, prefix="learner", time_delta=0.0),
-    )
-    contract.check_learner(builder, learner)
-    if config.debug.check_devices and isinstance(learner, JaxLearner):
-        learner.check_devices("learner")
-    enabled = config.checkpoint.enabled
-    folders = Workdir(workdir)
-    checkpointer = Checkpointer(folders.learner_checkpoints) if enabled else None
-    replay_checkpoint = None
-    if enabled and config.checkpoint.get("replay", False) and replay.saves:
-        replay_checkpoint = ReplayCheckpoint(
-            Checkpointer(folders.replay_store_checkpoints, max_to_keep=1),
-            replay.save,
-            replay.restore,
-            replay.holding_writes,
-            replay.take_the_rest,
-        )
-    return LearnerRunner(
-        learner,
-        checkpointer,
-        checkpoint_minutes=config.checkpoint.every_minutes,
-        get_counts=counter.get_counts,
-        restore_counts=lambda counts: counter.increment(**counts),
-        closeables=[logger, replay],
-        replay=replay_checkpoint,
-        identity=run_identity(config),
-    )
-
-
-def make_acting_loop(
-    experiment: Experiment,
-    environment_spec: specs.EnvironmentSpec,
-    index: int,
-    store: ReplayStore | None,
-    replay: Any,
-    variable_source: Any,
-    counter: Any,
-    logger_factory: Callable[..., Any],
-    *,
-    evaluation: bool = False,
-    observers: Sequence[Any] = (),
-    should_stop: StopFn = lambda: False,
-    count_every: int = 1,
-    resumed_at: int = 0,
-    actors: int = 1,
-) -> ActingLoop:
-    """Actor (or evaluator) `index`: its seeded environment(s), policy, adder(s) and loop.
-
-    The actor pulls `POLICY_VARIABLES` from `variable_source` every
-    `config.variable_update_period` environment steps without blocking. With
-    `config.envs_per_actor` = k > 1 an actor steps k environments (each its own seed, actor
-    state and adder) and chooses their actions in one call (a `BatchedActor`).
-    Evaluators step one environment, write nothing to replay, make the experiment's
-    evaluation observers, and count as "evaluator". With `config.debug.check_devices` every
-    policy call checks its arrays' devices. `should_stop` lets the adders give up a write
-    the replay holds back once the program stops (`spec.WriteAbandonedError`).
-    `store` makes the adders (None for an evaluator); `replay` is what they write to: the
-    Reverb client, or in one process the store's `LearnerReplay`.
-    `count_every`: loop steps between two counter increments (`ActingLoop`).
-    `resumed_at`: the run's `resume_point`; the environments and the policy's key are seeded
-    from it too, so a resumed run does not replay the first launch's episodes and noise, and
-    an actor's state goes on from its share of those steps (`ActorCore.resume`: `resumed_at`
-    over the run's `actors` and their k environments each, as they step alike), so a step
-    schedule (TD3's random first steps) is not started again.
-    """
-    config = experiment.config
-    builder = experiment.builder
-    role = "evaluator" if evaluation else "actor"
-    k = 1 if evaluation else int(config.envs_per_actor)
-    environments = [
-        experiment.environment_factory(
-            seeding.node_seed(config.seed, role, index, j, resumed_at), evaluation
-        )
-        for j in range(k)
-    ]
-    networks = experiment.network_factory(environment_spec)
-    policy = builder.make_policy(networks, environment_spec, evaluation)
-    contract.check_policy(builder, policy)
-    key = seeding.node_key(config.seed, role, index, resumed_at)
-    # The pull period counts environment steps; a batched actor steps k per call.
-    variables = VariableClient(
-        variable_source,
-        POLICY_VARIABLES,
-        update_period=max(1, round(config.variable_update_period / k)),
-    )
-    check = (
-        DeviceCheck.for_node(f"{role} {index}", all_devices=False)
-        if config.debug.check_devices
-        else None
-    )
-    steps_before = 0 if evaluation else resumed_at // (max(1, actors) * k)
-    counter = counting.Counter(counter, prefix=role, time_delta=0.0)
-    # An evaluator's rows are its evaluations (one per episode): `logging.time_delta` never
-    # drops one, or an evaluation point would average fewer episodes, or vanish.
-    logger = logger_factory(
-        role, steps_key=f"{role}_steps", instance=index, time_delta=0.0 if evaluation else None
-    )
-    if k > 1:
-        actor = BatchedActor(
-            policy,
-            list(jax.random.split(key, k)),
-            variables,
-            [
-                store.make_adder(environment_spec, replay, index * k + j, should_stop)
-                for j in range(k)
-            ],
-            device_check=check,
-            steps_before=steps_before,
-        )
-    else:
-        actor = GenericActor(
-            policy,
-            key,
-            variables,
-            None if evaluation else store.make_adder(environment_spec, replay, index, should_stop),
-            device_check=check,
-            steps_before=steps_before,
-        )
-    if evaluation:
-        observers = [*observers, *(make() for make in experiment.evaluation_observers)]
-    return ActingLoop(
-        environments,
-        actor,
-        counter,
-        logger,
-        should_update=not evaluation,
-        frames_per_step=experiment.frames_per_step,
-        observers=observers,
-        count_every=count_every,
-    )
-
-
-def warm_up(loop: ActingLoop, environment_spec: specs.EnvironmentSpec, source: str) -> None:
-    """Compiles the actor's policy while its first parameters are fetched (in the background).
-
-    An actor can act only once the learner serves parameters; compiling meanwhile takes the
-    compile off the path to the first replay item. Policies whose core gives no
-    `params_shape` compile on their first step, as before.
-    """
-    start = time.monotonic()
-    if loop.actor.warm_up(environment_spec.observations.generate_value()):
-        say(
-            f"policy compiled in {time.monotonic() - start:.1f} s, before its first parameters",
-            source=source,
-        )
-
-
 EVALUATOR_LOOK_S = 0.25
 """How often a distributed evaluator reads the counts (a small call to the counter): at the
 limit the coordinator, and the actors, wait for its final evaluation to begin."""
-
-
-def first_evaluation_at(actor_steps: int, every: int) -> int:
-    """The first evaluation point (a multiple of `every`) at or after `actor_steps`: 0 for a
-    new run; for a resumed one, the point it stopped before (or at: evaluated again, with the
-    same parameters, when a run stopped exactly there)."""
-    return -(-actor_steps // every) * every
-
-
-def next_evaluation_after(actor_steps: int, every: int) -> int:
-    """The first evaluation point (a multiple of `every`) after one at `actor_steps`."""
-    return (actor_steps // every + 1) * every
-
-
-def evaluate(
-    loop: ActingLoop, episodes: int, should_stop: StopFn = lambda: False, *, at: int
-) -> list[dict]:
-    """Pulls fresh parameters (blocking) and runs `episodes` evaluation episodes, the
-    evaluation at `at` actor steps (`ActingLoop.start_evaluation`: its rows say so)."""
-    loop.actor.update(wait=True)
-    loop.start_evaluation(at)
-    return loop.run(should_stop, num_episodes=episodes)
 
 
 def _make_learner_node_runner(
