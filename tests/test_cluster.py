@@ -22,7 +22,8 @@ from ml_collections import ConfigDict
 from magi_lp.cluster import job as cluster_module
 from magi_lp.cluster import main as cluster
 from magi_lp.cluster.config import hosts_defaults, machine, validate_hosts_config
-from magi_lp.cluster.host_plan import HostSpec, make_host_plan, parse_place
+from magi_lp.cluster.host_place import parse_place
+from magi_lp.cluster.host_plan import HostSpec, make_host_plan
 from magi_lp.cluster.job import AddressRef, StopSettings
 from magi_lp.cluster.ray_cluster import machine_nodes, ray_ports
 from magi_lp.cluster.stop_board import StopBoard

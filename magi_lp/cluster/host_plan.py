@@ -2,8 +2,9 @@
 
 A program that outgrows one machine keeps the same node groups and resource specs; the
 config names the hosts (`config.hosts.machines`) and which groups run where
-(`config.hosts.place`), and `make_host_plan` turns that into one node list with a fixed
-host and fixed ports per node, checked as a whole before anything starts:
+(`config.hosts.place`, read by `magi_lp.cluster.host_place`), and `make_host_plan` turns
+that into one node list with a fixed host and fixed ports per node, checked as a whole
+before anything starts:
 - every node group with nodes is placed, on hosts that exist; a group's nodes may be spread
   over several hosts (evenly, or with explicit counts "a1:6,a2:10");
 - each host's share of each group is planned against that host's GPUs with the same
@@ -35,6 +36,7 @@ from collections.abc import Mapping, Sequence
 import tabulate
 
 from magi_lp.cluster.config import address_ok
+from magi_lp.cluster.host_place import place_nodes
 from magi_lp.config_schema import did_you_mean, fact_refusal, is_int, refusal, refusal_at
 from magi_lp.errors import ConfigError
 from magi_lp.formatting import format_ranges
@@ -240,91 +242,6 @@ def _assumed_inventory(count: int, model: str) -> GpuInventory:
     )
 
 
-def parse_place(
-    group: str, text: str, hosts: Sequence[str], num_nodes: int
-) -> list[tuple[str, int]]:
-    """`hosts.place.<group>` -> [(host, node count)] in order; the counts sum to num_nodes.
-
-    Forms: "" (the only host, when there is just one), "main", "a1,a2" (spread evenly, the
-    first hosts taking one more when they do not divide), "a1:6,a2:10" (explicit counts, all
-    or none).
-    """
-    where = f"hosts.place.{group}"
-    if not isinstance(text, str):
-        raise ConfigError(
-            refusal(
-                where, "a string such as 'main' or 'a1,a2'", text, "name the hosts of the group"
-            )
-        )
-    parts = [p.strip() for p in text.split(",") if p.strip()]
-    if not parts:
-        if len(hosts) > 1:
-            raise ConfigError(
-                fact_refusal(
-                    f"{where} is empty",
-                    f"there are {len(hosts)} hosts ({', '.join(hosts)})",
-                    f"say which run group {group}, e.g. {where}='{hosts[0]}'",
-                )
-            )
-        parts = [hosts[0]]
-    names, counts = [], []
-    for part in parts:
-        name, _, count = part.partition(":")
-        name = name.strip()
-        if name not in hosts:
-            raise ConfigError(
-                fact_refusal(
-                    f"{where}={text!r} names host {name!r}, which is not in hosts.machines",
-                    f"the hosts are {', '.join(hosts)}",
-                    did_you_mean(name, hosts, otherwise="use one of those"),
-                )
-            )
-        if name in names:
-            raise ConfigError(
-                fact_refusal(f"{where}={text!r} names host {name!r} twice", "", "name it once")
-            )
-        names.append(name)
-        if count:
-            if not count.strip().isdigit() or int(count) < 1:
-                raise ConfigError(
-                    refusal(
-                        f"the node count of host {name} in {where}",
-                        "an integer >= 1",
-                        count.strip(),
-                        f"e.g. {where}='{name}:2'",
-                    )
-                )
-            counts.append(int(count))
-    if counts and len(counts) != len(names):
-        raise ConfigError(
-            fact_refusal(
-                f"{where}={text!r} gives node counts for some hosts",
-                "they go with every host or with none",
-                f"e.g. '{names[0]}:2,{names[-1]}:2'",
-            )
-        )
-    if counts:
-        if sum(counts) != num_nodes:
-            raise ConfigError(
-                fact_refusal(
-                    f"{where}={text!r} places {sum(counts)} nodes",
-                    f"group {group} has {num_nodes}",
-                    f"make the counts sum to {num_nodes}",
-                )
-            )
-        return list(zip(names, counts, strict=True))
-    if len(names) > num_nodes:
-        raise ConfigError(
-            fact_refusal(
-                f"{where}={text!r} spreads {num_nodes} node(s) over {len(names)} hosts",
-                "a host named there runs at least one",
-                f"name at most {num_nodes} host(s)",
-            )
-        )
-    share, extra = divmod(num_nodes, len(names))
-    return [(name, share + (1 if i < extra else 0)) for i, name in enumerate(names)]
-
-
 def _gpu_need(request: GroupRequest) -> int:
     """How many GPUs a host must have for `request` on its own (assumed inventories)."""
     gpus = request.spec.gpus
@@ -394,6 +311,51 @@ def make_host_plan(
     """
     if jax_build is None:
         jax_build = detect_jax_build()
+    _check_hosts(requests, hosts, place, ports_per_node=ports_per_node, base_port=base_port)
+    names = [h.name for h in hosts]
+    shares, spread = place_nodes(requests, place, names)
+    notices: list[str] = []
+    groups, launch_group_hosts = _plan_each_host(
+        requests, hosts, shares, spread, jax_build, notices
+    )
+    nodes = _assign_ports(
+        requests,
+        hosts,
+        groups,
+        launch_group_hosts,
+        ports_per_node=ports_per_node,
+        base_port=base_port,
+        port_per_pod=port_per_pod,
+    )
+    _check_port_range(nodes)  # a pod's ports too: its manifest names them
+    if not port_per_pod:
+        _check_ports(nodes, hosts)
+
+    merged = PlacementPlan(
+        groups=groups,
+        notices=tuple(notices),
+        inventory=GpuInventory(reason="several hosts: see the host plan"),
+        jax_build=jax_build,
+    )
+    return HostPlan(
+        hosts=tuple(hosts),
+        nodes=tuple(nodes),
+        placement=merged,
+        launch_group_hosts=launch_group_hosts,
+        notices=tuple(notices),
+    )
+
+
+def _check_hosts(
+    requests: Mapping[str, GroupRequest],
+    hosts: Sequence[HostSpec],
+    place: Mapping[str, str],
+    *,
+    ports_per_node: Mapping[str, int],
+    base_port: int,
+) -> None:
+    """Refuses no hosts, a host named twice, a base port out of range and a `hosts.place`
+    key that names no node group."""
     if not hosts:
         raise ConfigError(
             fact_refusal(
@@ -434,24 +396,20 @@ def make_host_plan(
                 )
             )
 
-    # host -> group -> the logical indices of that group's nodes there.
-    shares: dict[str, dict[str, list[int]]] = {h.name: {} for h in hosts}
-    spread: dict[str, int] = {}
-    for group, request in requests.items():
-        if request.num_nodes == 0:
-            continue
-        start = 0
-        parts = parse_place(group, place.get(group, ""), names, request.num_nodes)
-        spread[group] = len(parts)
-        for host, count in parts:
-            shares[host][group] = list(range(start, start + count))
-            start += count
 
-    notices: list[str] = []
+def _plan_each_host(
+    requests: Mapping[str, GroupRequest],
+    hosts: Sequence[HostSpec],
+    shares: Mapping[str, Mapping[str, list[int]]],
+    spread: Mapping[str, int],
+    jax_build: JaxBuild,
+    notices: list[str],
+) -> tuple[dict[str, GroupPlacement], dict[str, str]]:
+    """Plans each host's share of the groups against its GPUs (`make_plan`, as on one
+    machine); returns launch group -> placement (with the program's node indices) and
+    launch group -> host. A group spread over several hosts gets a launch group per host."""
     groups: dict[str, GroupPlacement] = {}
     launch_group_hosts: dict[str, str] = {}
-    # (group, logical index) -> (launch group, host)
-    where: dict[tuple[str, int], tuple[str, str]] = {}
     for host in hosts:
         share = shares[host.name]
         if not share:
@@ -485,15 +443,33 @@ def make_host_plan(
                 placement, launch_group=name, node_indices=global_indices
             )
             launch_group_hosts[name] = host.name
-            for index in global_indices:
-                where[(placement.group, index)] = (name, host.name)
+    return groups, launch_group_hosts
 
+
+def _assign_ports(
+    requests: Mapping[str, GroupRequest],
+    hosts: Sequence[HostSpec],
+    groups: Mapping[str, GroupPlacement],
+    launch_group_hosts: Mapping[str, str],
+    *,
+    ports_per_node: Mapping[str, int],
+    base_port: int,
+    port_per_pod: bool,
+) -> list[PlacedNode]:
+    """Every node, in program order, with its launch group, task, host and fixed ports: the
+    next free ones of its host (or of its pod) from the base port."""
+    # (group, logical index) -> (launch group, host)
+    where: dict[tuple[str, int], tuple[str, str]] = {}
+    for name, placement in groups.items():
+        for index in placement.node_indices:
+            where[(placement.group, index)] = (name, launch_group_hosts[name])
+    by_name = {h.name: h for h in hosts}
     nodes: list[PlacedNode] = []
     next_port: dict[str, int] = {}
     for group, request in requests.items():
         for index in range(request.num_nodes):
             launch_group, host_name = where[(group, index)]
-            host = hosts[names.index(host_name)]
+            host = by_name[host_name]
             key = f"{launch_group}/{index}" if port_per_pod else host_name
             first = next_port.get(key, host.base_port if host.base_port is not None else base_port)
             count = ports_per_node.get(group, 1)
@@ -501,23 +477,7 @@ def make_host_plan(
             next_port[key] = first + count
             task = groups[launch_group].node_indices.index(index)
             nodes.append(PlacedNode(group, index, launch_group, task, host_name, ports))
-    _check_port_range(nodes)  # a pod's ports too: its manifest names them
-    if not port_per_pod:
-        _check_ports(nodes, hosts)
-
-    merged = PlacementPlan(
-        groups=groups,
-        notices=tuple(notices),
-        inventory=GpuInventory(reason="several hosts: see the host plan"),
-        jax_build=jax_build,
-    )
-    return HostPlan(
-        hosts=tuple(hosts),
-        nodes=tuple(nodes),
-        placement=merged,
-        launch_group_hosts=launch_group_hosts,
-        notices=tuple(notices),
-    )
+    return nodes
 
 
 def _address_key(host: HostSpec) -> str:
