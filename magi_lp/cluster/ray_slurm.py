@@ -68,11 +68,22 @@ kills it as long again later)."""
 
 def render_ray_sbatch(job: ClusterJob) -> str:
     """The batch script (text)."""
-    settings = job.settings
     hosts = head_first(job)
+    lines = _allocation_lines(job, hosts)
+    lines += _ray_setup_lines(job, hosts[0])
+    for position, host in enumerate(hosts):
+        lines += _ray_step_lines(job, host, position, het=len(hosts) > 1)
+    lines += _all_joined_lines(job, hosts)
+    lines += _driver_lines(job)
+    lines += _stop_lines(het=len(hosts) > 1)
+    return "\n".join(lines) + "\n"
+
+
+def _allocation_lines(job: ClusterJob, hosts: list[ClusterHost]) -> list[str]:
+    """The header, one heterogeneous component per machine, the job's environment and each
+    machine's address as MAGI_LP_HOST_<HOST>."""
+    settings = job.settings
     het = len(hosts) > 1
-    head = hosts[0]
-    head_ports = ray_ports(head.base_port, machine_nodes(job, head.name))
     lines = ["#!/bin/bash"]
     lines += [f"# {line}".rstrip() for line in ray_header_lines(job, "SLURM batch script")]
     lines += sbatch_directives(job)
@@ -106,8 +117,15 @@ def render_ray_sbatch(job: ClusterJob) -> str:
             f'[ -n "${host.host_var}" ] || {{ echo "magi_lp: no address for machine '
             f'{host.name}" >&2; exit 1; }}'
         )
+    return lines
+
+
+def _ray_setup_lines(job: ClusterJob, head: ClusterHost) -> list[str]:
+    """The job's token, Ray's settings and folders, and `ray_step`, which starts a machine's
+    Ray in the background."""
+    head_ports = ray_ports(head.base_port, machine_nodes(job, head.name))
     gcs = f"${head.host_var}:{head_ports.port('gcs')}"
-    lines += [
+    return [
         "",
         "# The job's Ray cluster: a token made here, for this job only, in the environment of",
         "# its processes (never in a file); Ray's files in a private folder on each machine.",
@@ -137,66 +155,75 @@ def render_ray_sbatch(job: ClusterJob) -> str:
         "}",
         "",
     ]
-    for position, host in enumerate(hosts):
-        is_head = position == 0
-        ports = ray_ports(host.base_port, machine_nodes(job, host.name))
-        options = [f"--het-group={position}"] if het else []
-        options += [
-            f"--job-name=ray@{host.name}",
-            "--nodes=1",
-            "--ntasks=1",
-            "--whole",
-            "--kill-on-bad-exit=0",
+
+
+def _ray_step_lines(job: ClusterJob, host: ClusterHost, position: int, *, het: bool) -> list[str]:
+    """The `ray_step` of one machine (kept up by `magi_lp.cluster.ray_node`); after the
+    head's, a wait until its GCS answers."""
+    is_head = position == 0
+    ports = ray_ports(host.base_port, machine_nodes(job, host.name))
+    options = [f"--het-group={position}"] if het else []
+    options += [
+        f"--job-name=ray@{host.name}",
+        "--nodes=1",
+        "--ntasks=1",
+        "--whole",
+        "--kill-on-bad-exit=0",
+    ]
+    if host.gpus:
+        options.append(f"--gres=gpu:{host.gpus}")
+    keeper = [
+        "--host",
+        host.name,
+        "--log",
+        f"$RAY_LOGS/{host.name}.log",
+        "--temp-dir",
+        f"$RAY_TMP.{position}",
+    ]
+    keeper += ["--stop-file", "$RAY_STOP"] if is_head else ["--head", "$RAY_HEAD"]
+    start = ["start", "--head"] if is_head else ["start", "--address=$RAY_HEAD"]
+    start += [
+        "--block",
+        f"--node-ip-address=${host.host_var}",
+        *ports.start_options(head=is_head),
+        f"--temp-dir=$RAY_TMP.{position}",
+        f"--resources={resources_json(host.name)}",
+        f"--num-gpus={host.gpus or 0}",
+    ]
+    if host.cpus:
+        start.append(f"--num-cpus={host.cpus}")
+    if is_head:
+        start.append("--include-dashboard=false")
+    start.append("--disable-usage-stats")
+    role = "head" if is_head else "node"
+    lines = [
+        f"ray_step {shlex.quote(host.name)} {' '.join(options)} \\\n"
+        f'  "$PYTHON" -m magi_lp.cluster.ray_node {_quoted(keeper)} \\\n'
+        f'  -- "$RAY" {_quoted(start)}'
+    ]
+    if is_head:
+        lines += [
+            f"# Ray's {role} first: the others join its GCS.",
+            "for _ in $(seq 600); do",
+            '  (exec 3<>"/dev/tcp/${RAY_HEAD%:*}/${RAY_HEAD##*:}") 2>/dev/null && break',
+            '  kill -0 "${pids[0]}" 2>/dev/null || break',
+            "  sleep 0.5",
+            "done",
+            'if ! kill -0 "${pids[0]}" 2>/dev/null; then',
+            f"  echo \"magi_lp: Ray's head on machine {host.name} did not start; its log: "
+            f'$RAY_LOGS/{host.name}.log" >&2',
+            "  exit 1",
+            "fi",
         ]
-        if host.gpus:
-            options.append(f"--gres=gpu:{host.gpus}")
-        keeper = [
-            "--host",
-            host.name,
-            "--log",
-            f"$RAY_LOGS/{host.name}.log",
-            "--temp-dir",
-            f"$RAY_TMP.{position}",
-        ]
-        keeper += ["--stop-file", "$RAY_STOP"] if is_head else ["--head", "$RAY_HEAD"]
-        start = ["start", "--head"] if is_head else ["start", "--address=$RAY_HEAD"]
-        start += [
-            "--block",
-            f"--node-ip-address=${host.host_var}",
-            *ports.start_options(head=is_head),
-            f"--temp-dir=$RAY_TMP.{position}",
-            f"--resources={resources_json(host.name)}",
-            f"--num-gpus={host.gpus or 0}",
-        ]
-        if host.cpus:
-            start.append(f"--num-cpus={host.cpus}")
-        if is_head:
-            start.append("--include-dashboard=false")
-        start.append("--disable-usage-stats")
-        role = "head" if is_head else "node"
-        lines.append(
-            f"ray_step {shlex.quote(host.name)} {' '.join(options)} \\\n"
-            f'  "$PYTHON" -m magi_lp.cluster.ray_node {_quoted(keeper)} \\\n'
-            f'  -- "$RAY" {_quoted(start)}'
-        )
-        if is_head:
-            lines += [
-                f"# Ray's {role} first: the others join its GCS.",
-                "for _ in $(seq 600); do",
-                '  (exec 3<>"/dev/tcp/${RAY_HEAD%:*}/${RAY_HEAD##*:}") 2>/dev/null && break',
-                '  kill -0 "${pids[0]}" 2>/dev/null || break',
-                "  sleep 0.5",
-                "done",
-                'if ! kill -0 "${pids[0]}" 2>/dev/null; then',
-                f"  echo \"magi_lp: Ray's head on machine {host.name} did not start; its log: "
-                f'$RAY_LOGS/{host.name}.log" >&2',
-                "  exit 1",
-                "fi",
-            ]
-    driver = shell_command([job.paths.python, *job.driver])
+    return lines
+
+
+def _all_joined_lines(job: ClusterJob, hosts: list[ClusterHost]) -> list[str]:
+    """A wait until every machine's resource is in the cluster, failing the job in one line
+    when a machine's Ray ends or the start timeout passes."""
     wanted = " ".join(host_resource(h.name) for h in hosts)
     timeout = int(job.stop.start_timeout_seconds)
-    lines += [
+    return [
         "# Every machine in the cluster (its resource in `ray status`) before the driver starts:",
         "# a machine that never joins fails the job here, in one line, instead of leaving the",
         "# driver waiting for it.",
@@ -225,6 +252,13 @@ def render_ray_sbatch(job: ClusterJob) -> str:
         'echo "magi_lp: job ${SLURM_JOB_ID:-}: Ray cluster of ${#pids[@]} machines, head at'
         f" $RAY_HEAD ({', '.join(f'{h.name} at ${h.host_var}' for h in hosts)}); Ray's logs:"
         ' $RAY_LOGS" >&2',
+    ]
+
+
+def _driver_lines(job: ClusterJob) -> list[str]:
+    """The driver in the background, and the trap that passes the job's SIGTERM on to it."""
+    driver = shell_command([job.paths.python, *job.driver])
+    return [
         "",
         "# The driver: the program graph on this Ray cluster, each launch group on its machine.",
         'export RAY_ADDRESS="$RAY_HEAD"',
@@ -238,6 +272,13 @@ def render_ray_sbatch(job: ClusterJob) -> str:
         "trap 'echo \"magi_lp: SIGTERM: the job is being stopped; the driver stops the program in"
         ' tiers, then Ray stops on every machine" >&9; kill -TERM "$driver" 2>/dev/null\' TERM',
         "",
+    ]
+
+
+def _stop_lines(*, het: bool) -> list[str]:
+    """The watch while the driver runs (a machine whose Ray ends is named, and the driver
+    told to stop if it does not notice), then Ray's stop on every machine and the exit code."""
+    return [
         "lost=()",
         "lost_at=",
         'while kill -0 "$driver" 2>/dev/null; do',
@@ -285,7 +326,6 @@ def render_ray_sbatch(job: ClusterJob) -> str:
         'echo "magi_lp: Ray stopped on all ${#pids[@]} machines; exit code $status" >&2',
         'exit "$status"',
     ]
-    return "\n".join(lines) + "\n"
 
 
 def head_first(job: ClusterJob) -> list[ClusterHost]:
