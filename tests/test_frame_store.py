@@ -1,5 +1,6 @@
-"""The device frame store: the same transitions as the Reverb frame replay, bit for bit;
-FIFO eviction that never overwrites a live frame; uniform sampling; checkpoints; shards."""
+"""The frame stores (the device store and the compressed host store): the same transitions as
+the Reverb frame replay, bit for bit; FIFO eviction that never overwrites a live frame;
+uniform sampling; checkpoints; shards (device); a full arena evicts early (host)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from magi_lp.errors import ConfigError
+from magi_lp.replay.compressed_frames import CompressedFrameStore
 from magi_lp.replay.frame_store import DeviceFrameStore, StoreAdder
 from magi_lp.replay.spec import FrameReplaySpec
 from magi_lp.runtime.checkpointing import Checkpointer
@@ -18,6 +20,15 @@ from tests.e2e_utils import run_on_host_devices
 
 H, W, C = 6, 5, 3
 STACK, N_STEP, GAMMA = 3, 3, 0.99
+
+
+STORES = {"device": DeviceFrameStore, "host": CompressedFrameStore}
+"""The frame stores, by their `replay.store` value: each test taking `Store` runs on both."""
+
+
+@pytest.fixture(params=sorted(STORES))
+def Store(request):  # noqa: N802 (a class)
+    return STORES[request.param]
 
 
 def make_spec(capacity: int = 1000, batch_size: int = 8, **overrides) -> FrameReplaySpec:
@@ -125,9 +136,9 @@ def as_keys(frames, action, reward, discount) -> list[bytes]:
     ]
 
 
-def test_holds_exactly_the_reference_transitions_in_fifo_order():
+def test_holds_exactly_the_reference_transitions_in_fifo_order(Store):
     data = [episodes(1, [7, 2, 12, 3]), episodes(2, [9, 4, 11])]
-    store = DeviceFrameStore(make_spec(), writers=2)
+    store = Store(make_spec(), writers=2)
     feed([StoreAdder(store, 0), StoreAdder(store, 1)], data)
     got = store.transitions_at(0)
     want = reference(data)
@@ -164,11 +175,11 @@ def test_a_flush_cut_before_its_insert_keeps_the_staged_writes_for_the_next(monk
     )
 
 
-def test_evicts_oldest_first_and_never_overwrites_a_live_frame():
+def test_evicts_oldest_first_and_never_overwrites_a_live_frame(Store):
     # A capacity far below the data: rows and frame slots are reused many times over.
     data = [episodes(3, [40, 5, 3, 17, 30, 8]), episodes(4, [25, 25, 6, 2, 33])]
     spec = make_spec(capacity=16)
-    store = DeviceFrameStore(spec, writers=2)
+    store = Store(spec, writers=2)
     adders = [StoreAdder(store, 0), StoreAdder(store, 1)]
     feed(adders, data)
     got = store.transitions_at(0)
@@ -180,9 +191,9 @@ def test_evicts_oldest_first_and_never_overwrites_a_live_frame():
     )
 
 
-def test_sampling_is_uniform_over_live_transitions_and_matches_them():
+def test_sampling_is_uniform_over_live_transitions_and_matches_them(Store):
     data = [episodes(5, [20, 20]), episodes(6, [20])]
-    store = DeviceFrameStore(make_spec(capacity=30, batch_size=64), writers=2)
+    store = Store(make_spec(capacity=30, batch_size=64), writers=2)
     feed([StoreAdder(store, 0), StoreAdder(store, 1)], data)
     live = store.transitions_at(0)
     live_keys = as_keys(live.frames, live.action, live.reward, live.discount)
@@ -200,15 +211,15 @@ def test_sampling_is_uniform_over_live_transitions_and_matches_them():
     assert chi2 < 70, chi2  # 29 dof: p ~ 5e-5
 
 
-def test_checkpoint_round_trip_restores_transitions_and_keeps_writing():
+def test_checkpoint_round_trip_restores_transitions_and_keeps_writing(Store):
     data = [episodes(7, [15, 9]), episodes(8, [12])]
     spec = make_spec(capacity=20)
-    store = DeviceFrameStore(spec, writers=2)
+    store = Store(spec, writers=2)
     feed([StoreAdder(store, 0), StoreAdder(store, 1)], data)
     saved = jax.device_get(store.save())
     before = store.transitions_at(0)
 
-    restored = DeviceFrameStore(spec, writers=2)
+    restored = Store(spec, writers=2)
     restored.restore(saved)
     after = restored.transitions_at(0)
     assert as_keys(after.frames, after.action, after.reward, after.discount) == as_keys(
@@ -229,12 +240,12 @@ def test_checkpoint_round_trip_restores_transitions_and_keeps_writing():
     )
 
 
-def test_a_checkpoint_written_while_writes_are_held_is_the_store_at_its_save(tmp_path):
+def test_a_checkpoint_written_while_writes_are_held_is_the_store_at_its_save(Store, tmp_path):
     """The learner node's drain thread flushes while the learner's checkpoint is written: an
     insert donates the store's arrays, and what `save()` had returned was deleted before
     orbax wrote it (the replay's checkpoint and that learner checkpoint lost)."""
     spec = make_spec(capacity=20)
-    store = DeviceFrameStore(spec, writers=2)
+    store = Store(spec, writers=2)
     flushed = threading.Event()
 
     def write_more(seed: int = 9) -> None:
@@ -256,13 +267,15 @@ def test_a_checkpoint_written_while_writes_are_held_is_the_store_at_its_save(tmp
     writer.join(timeout=60)
     assert flushed.is_set()
 
-    restored = DeviceFrameStore(spec, writers=2)
+    restored = Store(spec, writers=2)
     state, _ = Checkpointer(tmp_path).restore(restored.save())
     restored.restore(state)
     after = restored.transitions_at(0)
     assert as_keys(after.frames, after.action, after.reward, after.discount) == as_keys(
         before.frames, before.action, before.reward, before.discount
     )
+    if Store is not DeviceFrameStore:
+        return
     # Unheld, the same flush deletes what save() returned, where inserts donate (jax >= 0.5).
     saved = store.save()
     write_more()
@@ -270,10 +283,10 @@ def test_a_checkpoint_written_while_writes_are_held_is_the_store_at_its_save(tmp
     assert all(leaf.is_deleted() for leaf in leaves) or jax.__version_info__ < (0, 5)
 
 
-def test_bad_inputs_say_what_to_change():
+def test_bad_inputs_say_what_to_change(Store):
     with pytest.raises(ConfigError, match="frame_stack must be an integer >= 1"):
         make_spec(frame_stack=0)
-    store = DeviceFrameStore(make_spec(), writers=1)
+    store = Store(make_spec(), writers=1)
     with pytest.raises(ValueError, match="uint8"):
         store.add_first(0, np.zeros((H, W, C), np.float32))
     with pytest.raises(ValueError, match="add\\(\\) before add_first"):
@@ -287,8 +300,50 @@ def test_sizes_count_frames_and_index():
     assert 21.8e9 < spec.nbytes(writers=2) < 22.0e9
 
 
+def test_a_full_arena_evicts_the_oldest_transitions_early_and_keeps_the_rest_exact():
+    """The compressed store's frames fill a fixed arena: frames past it take back the oldest
+    space, evicting the oldest transitions early; what stays is the newest reference ones."""
+    data = [episodes(3, [40, 5, 3, 17, 30, 8]), episodes(4, [25, 25, 6, 2, 33])]
+    store = CompressedFrameStore(make_spec(capacity=1000), writers=2, arena_bytes=3000)
+    feed([StoreAdder(store, 0), StoreAdder(store, 1)], data)
+    got, want = store.transitions_at(), reference(data)
+    size = len(got.reward)
+    assert 5 <= size < len(want) and store.evicted_early == len(want) - size
+    assert as_keys(got.frames, got.action, got.reward, got.discount) == as_keys(
+        *zip(*want[-size:], strict=True)
+    )
+    assert store.info()["replay_frame_bytes"] <= 3000 == store.save()["arena"].nbytes
+
+
+def test_a_writer_stalled_for_a_whole_arena_has_its_episode_ended_not_the_store():
+    """A writer whose open window holds the oldest frame when the arena wraps loses the rest
+    of that episode (its steps are skipped until its next first step); the others go on."""
+    store = CompressedFrameStore(make_spec(capacity=1000), writers=2, arena_bytes=3000)
+    stalled, running = StoreAdder(store, 0), StoreAdder(store, 1)
+    (stalled_episode,) = episodes(5, [30])
+    stalled.add_first(stalled_episode[0][1])
+    stalled.add(*stalled_episode[1])
+    feed([running], [episodes(6, [60, 60])])
+    assert not store.in_episode(0)
+    for action, timestep in stalled_episode[2:]:  # skipped, no error
+        stalled.add(action, timestep)
+    assert not store.in_episode(0)
+    feed([stalled], [episodes(7, [10])])  # a new episode is taken in
+    assert store.size > 0 and store.transitions_at().frames.shape[1:] == (6, H, W, C)
+
+
+def test_the_host_store_sizes_its_arena_under_8_kb_a_transition():
+    from magi_lp.replay.compressed_frames import arena_nbytes, estimated_nbytes
+
+    spec = make_spec(capacity=1_000_000, frame_shape=(84, 84, 3), action_shape=(6,))
+    assert arena_nbytes(spec, 4) == spec.frame_capacity(4) * int(84 * 84 * 3 * 0.25)
+    assert 5.0e9 < estimated_nbytes(spec, 4) < 6.0e9  # 1M transitions: < 8 KB each
+    store = CompressedFrameStore(make_spec(capacity=100), writers=2)
+    assert store.nbytes() == estimated_nbytes(store.spec, 2)
+
+
 @pytest.mark.integration
-def test_same_transitions_as_the_reverb_frame_replay_bit_for_bit():
+def test_same_transitions_as_the_reverb_frame_replay_bit_for_bit(Store):
     """Both stores fed the same episodes (two writers, interleaved, with terminations,
     episodes shorter than n) hold the same set of (window, action, reward, discount)."""
     reverb = pytest.importorskip("reverb")
@@ -335,7 +390,7 @@ def test_same_transitions_as_the_reverb_frame_replay_bit_for_bit():
     finally:
         server.stop()
 
-    store = DeviceFrameStore(spec, writers=2)
+    store = Store(spec, writers=2)
     feed([StoreAdder(store, 0), StoreAdder(store, 1)], data)
     on_device = store.transitions_at(0)
 

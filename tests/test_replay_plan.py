@@ -1,6 +1,7 @@
 """`replay.store`: the device store is counted against the learner's memory before anything
-starts; 'auto' picks it where it fits and Reverb's frame replay elsewhere; a device store that
-does not fit is one line naming the key, the bytes and the fix."""
+starts, the compressed host store against the host's; 'auto' picks the device store where it
+fits, the host store where that fits, and Reverb's frame replay elsewhere; a store that does
+not fit is one line naming the key, the bytes and the fix."""
 
 from __future__ import annotations
 
@@ -46,12 +47,43 @@ def store_for(config, inventory=NO_GPU, jax_build=None, **options):
     return plan_replay_store(config, builder, plan_for(config, inventory, jax_build), **options)
 
 
-def test_auto_keeps_reverb_for_make_runs_million_transitions_on_this_host():
+def test_auto_picks_the_host_store_for_make_runs_million_transitions_on_this_host():
     config = distributed()  # what make run launches: 1M transitions of 84x84 frames
-    store = store_for(config, reverb_available=True)
-    assert store.store == "reverb" and config.replay.store == "reverb"
-    assert 21.8e9 < store.nbytes < 22.0e9
-    assert "auto: the device store needs 21.9 GB" in store.line
+    for reverb_available in (True, False):
+        config.replay.store = "auto"
+        store = store_for(config, reverb_available=reverb_available)
+        assert store.store == "host" and config.replay.store == "host"
+        assert 21.8e9 < store.nbytes < 22.0e9  # the device store's, which did not fit
+        assert 5.0e9 < store.host_nbytes < 6.0e9  # < 8 KB a transition
+        assert store.line.startswith(
+            "replay: host store, zstd-compressed frames in the learner's host memory, about "
+            "5.5 GB (1,000,000 transitions of 84x84x3 frames); room: "
+        )
+        assert "auto: the device store needs 21.9 GB" in store.line
+
+
+def test_auto_falls_back_to_reverb_where_neither_fits(monkeypatch):
+    import psutil
+
+    small = psutil.virtual_memory()._replace(total=12 * GIB)
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: small)
+    store = store_for(distributed(), reverb_available=True)
+    assert store.store == "reverb"
+    assert "the host store needs 5.5 GB" in store.line
+    with pytest.raises(ConfigError, match="nothing fits"):
+        store_for(distributed(), reverb_available=False)
+
+
+def test_a_host_store_asked_for_that_does_not_fit_is_one_line(monkeypatch):
+    import psutil
+
+    small = psutil.virtual_memory()._replace(total=12 * GIB)
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: small)
+    with pytest.raises(ConfigError) as refused:
+        store_for(distributed(**{"replay.store": "host"}), reverb_available=False)
+    message = str(refused.value)
+    assert message.startswith("replay.store=host: the compressed host store needs about 5.5 GB")
+    assert "agent.replay_buffer_size=" in message
 
 
 def test_auto_picks_the_device_store_where_it_fits():
@@ -91,11 +123,12 @@ def test_a_data_parallel_learner_keeps_one_shard_per_device():
     assert double.budget > 1.99 * single.budget  # and each brings its own memory
 
 
-def test_without_reverb_auto_means_the_device_store_or_one_line():
+def test_without_reverb_auto_means_the_device_store_or_the_host_store():
     config = distributed(**{"agent.replay_buffer_size": 2000})
     assert store_for(config, reverb_available=False).store == "device"
-    with pytest.raises(ConfigError, match="Reverb, the other store, is not installed here"):
-        store_for(distributed(), reverb_available=False)
+    assert store_for(distributed(), reverb_available=False).store == "host"
+    with pytest.raises(ConfigError, match=r"or use replay.store=host \(about 5.5 GB"):
+        store_for(distributed(**{"replay.store": "device"}), reverb_available=False)
 
 
 def test_an_agent_with_its_own_tables_has_no_store_to_choose():
@@ -128,15 +161,10 @@ def test_the_entry_point_refuses_a_store_that_does_not_fit_before_starting(tmp_p
     assert len(lines) == 1, result.stderr
     assert "replay.store=device: the device replay store needs 21.9 GB" in lines[0]
     assert "agent.replay_buffer_size=" in lines[0]
-    if importlib.util.find_spec("reverb") is not None:
-        assert "replay.store=reverb" in lines[0]
-    else:  # the current stack: no other store to offer
-        assert "Reverb, the other store, is not installed here" in lines[0]
+    assert "or use replay.store=host (about 5.5 GB in host memory)" in lines[0]
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "run").exists()
     assert not marked_processes(mark)
-    if importlib.util.find_spec("reverb") is None:
-        return  # auto's fallback to Reverb (below) needs Reverb
 
     dry = run_entry_point(
         "projects/drq_v2/lp_main.py",
@@ -144,7 +172,10 @@ def test_the_entry_point_refuses_a_store_that_does_not_fit_before_starting(tmp_p
         timeout=120,
     )
     assert dry.returncode == 0, dry.stderr
-    assert "replay: reverb frame replay in the replay node (1,000,000 transitions" in dry.stdout
+    assert (
+        "replay: host store, zstd-compressed frames in the learner's host memory, about 5.5 GB "
+        "(1,000,000 transitions" in dry.stdout
+    )
 
 
 def test_main_py_on_a_gpu_counts_the_store_against_jax_s_memory_fraction(monkeypatch):

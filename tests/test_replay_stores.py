@@ -10,11 +10,13 @@ import importlib.util
 import ml_collections
 import pytest
 
+from magi_lp.errors import ConfigError
 from magi_lp.replay import reverb_seam, stores
 from magi_lp.replay.spec import TransitionReplaySpec
 from magi_lp.replay.stores.agent_tables import AgentTables
 from magi_lp.replay.stores.device import DeviceStore
 from magi_lp.replay.stores.host import HostTransitions
+from magi_lp.replay.stores.host_frames import HostFrameStore
 from magi_lp.replay.stores.reverb_frames import ReverbFrameStore
 
 FRAMES = object()
@@ -45,12 +47,14 @@ def config(store: str) -> ml_collections.ConfigDict:
 def reverb_installed(request, monkeypatch) -> bool:
     """Both stacks' answers on either stack: whether `import reverb` would find it."""
     real = importlib.util.find_spec
-    reverb = importlib.machinery.ModuleSpec("reverb", None) if request.param else None
-    monkeypatch.setattr(
-        stores.importlib.util,
-        "find_spec",
-        lambda name, *args: reverb if name == "reverb" else real(name, *args),
-    )
+    faked = ("launchpad", "reverb")  # the Launchpad stack (`magi_lp.stack.stack_here`)
+
+    def find_spec(name, *args):
+        if name not in faked:
+            return real(name, *args)
+        return importlib.machinery.ModuleSpec(name, None) if request.param else None
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
     return request.param
 
 
@@ -59,15 +63,36 @@ def test_a_pixel_agent_gets_the_store_replay_store_names(reverb_installed, singl
     builder = Builder(frames=FRAMES)
     chosen = {
         store: stores.resolve_store(builder, config(store), single_process=single_process)
-        for store in ("device", "reverb", "auto")
+        for store in ("device", "host", "reverb", "auto")
     }
     assert type(chosen["device"]) is DeviceStore
+    assert type(chosen["host"]) is HostFrameStore
     assert type(chosen["reverb"]) is ReverbFrameStore
     # An unresolved 'auto' (a runner called without the entry points' plan): Reverb where
     # it is installed, the device store where it is not.
     assert type(chosen["auto"]) is (ReverbFrameStore if reverb_installed else DeviceStore)
     made = chosen["device"]
     assert made.builder is builder and made.single_process is single_process
+
+
+def test_auto_is_one_rule_the_device_store_then_the_host_store_then_reverb():
+    rule = stores.auto_frame_store
+    for reverb in (True, False):
+        assert rule(device_fits=True, host_fits=True, reverb=reverb) == "device"
+        assert rule(device_fits=False, host_fits=True, reverb=reverb) == "host"
+    assert rule(device_fits=False, host_fits=False, reverb=True) == "reverb"
+    assert rule(device_fits=False, host_fits=False, reverb=False) is None
+
+
+def test_on_the_served_transport_a_pixel_agent_gets_a_store_without_reverb():
+    builder = Builder(frames=FRAMES)
+    served = {
+        store: type(stores.resolve_store(builder, config(store), transport="served"))
+        for store in ("device", "host", "auto")
+    }
+    assert served == {"device": DeviceStore, "host": HostFrameStore, "auto": DeviceStore}
+    with pytest.raises(ConfigError, match="'device', 'host' or 'auto' where the engine"):
+        stores.resolve_store(builder, config("reverb"), transport="served")
 
 
 def test_a_state_agent_keeps_its_tables_unless_one_process_runs_without_reverb(

@@ -1,12 +1,9 @@
 """A pixel replay held on the learner's own device(s): unique frames + an n-step index.
 
-Why: the Reverb frame replay (`magi_lp.replay.frame_replay`) stores each frame once, but
-dm-reverb 0.7.0 Snappy-compresses every chunk and decompresses the chunks of every sampled
-item again, so at DrQ-v2's replay ratio (256 samples per 2 inserted steps) each frame is
-decompressed about a thousand times: ~46 CPU ms per 256-batch at 84x84, one core per ~22
-updates/s. Here the learner holds the frames where its update runs, and a batch is a gather
-on the device. Each step reaches the store once (from the Reverb queue in a distributed run,
-`magi_lp.replay.frame_queue`; straight from the actor in one process, `StoreAdder`).
+Why: dm-reverb 0.7.0 decompresses the Snappy chunks of every sampled item again (~46 CPU
+ms per 256-batch at 84x84, one core per ~22 updates/s). Here a batch is a gather on the
+device. Each step reaches the store once (from the step queue in a distributed run,
+`magi_lp.replay.step_queue`; straight from the actor in one process, `StoreAdder`).
 
 Layout (one shard per learner device; a one-device learner has one shard):
 
@@ -22,12 +19,10 @@ N is the transition capacity, S the frame stack, n the n-step. Transitions live 
 the live ones are the positions [head - size, head) mod N, oldest evicted first (FIFO, as the
 Reverb table's remover). Sampling is uniform over them: `randint(size)` on the device.
 
-Which frame row a new frame takes is decided on the host (`_Shard`), which counts for each
-row how many live transitions and writers' open windows point at it; a row is reused only
-when that count is 0, so a frame is never overwritten while a live transition points at it.
-F = N + N/32 + writers x (S + n): transitions of one episode share frames, so N transitions
-of episodes longer than ~32 steps need fewer than N + N/32 rows; with shorter episodes the
-store evicts its oldest transitions early rather than overwrite (`size` then stays below N).
+Which frame row a new frame takes is decided on the host (`magi_lp.replay.frame_ring`): a
+row is reused only when no live transition or open window points at it. F = N + N/32 +
+writers x (S + n): N transitions of episodes longer than ~32 steps need fewer rows; with
+shorter episodes the store evicts its oldest transitions early rather than overwrite.
 
 Writes are staged on the host and applied in one jitted scatter per `flush()` with the store
 donated (no copy of the store per insert). Staged rows of one flush are deduplicated (the
@@ -58,6 +53,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceShardin
 from magi_lp.config_schema import fact_refusal
 from magi_lp.errors import ConfigError
 from magi_lp.launch.interrupts import stop_deferred
+from magi_lp.replay.frame_ring import FrameRing
 from magi_lp.replay.frame_window import FrameTransition, NewestFrames
 from magi_lp.replay.spec import FrameReplaySpec
 
@@ -92,167 +88,6 @@ def transition_shape(spec: FrameReplaySpec, batch_size: int | None = None) -> Fr
     )
 
 
-def n_step_return(
-    rewards: np.ndarray, discounts: np.ndarray, gamma: float
-) -> tuple[np.float32, np.float32]:
-    """(sum_k w_k r_k, prod_k gamma d_k) with w = exclusive cumprod of gamma d, in float32.
-
-    The same operations in the same order as `frame_replay.window_to_frame_transition`
-    (TF, float32), so both stores give bit-identical returns.
-    """
-    step_discounts = np.float32(gamma) * np.asarray(discounts, np.float32)
-    weight = np.float32(1.0)
-    total = np.float32(0.0)
-    for reward, step_discount in zip(np.asarray(rewards, np.float32), step_discounts, strict=True):
-        total = np.float32(total + weight * reward)
-        weight = np.float32(weight * step_discount)
-    return total, weight
-
-
-class _Writer:
-    """One writer's open episode: its window of frame rows and its last steps."""
-
-    __slots__ = ("env_steps", "steps", "window")
-
-    def __init__(self, window: list[int]):
-        self.window = window  # frame rows, oldest first
-        self.steps: list[tuple] = []  # (action, reward, discount, extras), oldest first
-        self.env_steps = 0
-
-
-class _Shard:
-    """The host's bookkeeping of one shard: which frame rows are free, the transition ring
-    (a host copy of every live transition's frame rows), writers' open windows, and the
-    writes staged for the next flush. Pure numpy; the caller holds the store's lock."""
-
-    def __init__(self, spec: FrameReplaySpec, frame_capacity: int):
-        self.spec = spec
-        self.frame_capacity = frame_capacity
-        self.refs = np.zeros(frame_capacity, np.int32)
-        self.free = np.arange(frame_capacity - 1, -1, -1, dtype=np.int32)  # a stack
-        self.num_free = frame_capacity
-        self.rows = np.zeros((spec.capacity, spec.window), np.int32)
-        self.head = 0  # transitions ever placed; the next goes to head % capacity
-        self.size = 0
-        self.writers: dict[int, _Writer] = {}
-        self.staged_frames: dict[int, np.ndarray] = {}
-        self.staged_rows: dict[int, tuple] = {}
-
-    # -- frame rows ----------------------------------------------------------------------
-    def _release(self, slots: Any) -> None:
-        # A handful of rows per call: plain indexing beats numpy's ufunc.at + unique here.
-        refs, free = self.refs, self.free
-        for slot in slots:
-            refs[slot] -= 1
-            if refs[slot] == 0:
-                free[self.num_free] = slot
-                self.num_free += 1
-
-    def _evict_oldest(self) -> None:
-        position = (self.head - self.size) % self.spec.capacity
-        self._release(self.rows[position])
-        self.size -= 1
-
-    def _allocate(self, frame: np.ndarray) -> int:
-        while self.num_free == 0:
-            if self.size == 0:
-                raise RuntimeError(
-                    f"frame store: all {self.frame_capacity} frame rows are held by open "
-                    f"episodes of {len(self.writers)} writers; the store was sized for fewer "
-                    "writers per shard"
-                )
-            self._evict_oldest()  # frees rows only its window held; never a live one
-        self.num_free -= 1
-        slot = int(self.free[self.num_free])
-        self.staged_frames[slot] = frame
-        return slot
-
-    # -- steps ---------------------------------------------------------------------------
-    def _close(self, writer: int) -> None:
-        state = self.writers.pop(writer, None)
-        if state is not None:
-            self._release(state.window)
-
-    def add_first(self, writer: int, frame: np.ndarray) -> None:
-        self._close(writer)  # an episode cut short without its last step
-        slot = self._allocate(frame)
-        self.refs[slot] += self.spec.frame_stack
-        self.writers[writer] = _Writer([slot] * self.spec.frame_stack)
-
-    def add(
-        self,
-        writer: int,
-        frame: np.ndarray,
-        action: Any,
-        reward: Any,
-        discount: Any,
-        extras: Any,
-        last: bool,
-    ) -> int:
-        """Records one step; returns the transitions it completed (0 or 1)."""
-        state = self.writers.get(writer)
-        if state is None:
-            raise ValueError(f"writer {writer}: add() before add_first()")
-        slot = self._allocate(frame)
-        self.refs[slot] += 1
-        state.window.append(slot)
-        state.steps.append((action, np.float32(reward), np.float32(discount), extras))
-        state.env_steps += 1
-        made = 0
-        n = self.spec.n_step
-        if state.env_steps >= n:
-            self._place(state.window[-self.spec.window :], state.steps[-n:])
-            made = 1
-            # The next transition's window starts one frame later.
-            drop = len(state.window) - (self.spec.window - 1)
-            if drop > 0:
-                self._release(state.window[:drop])
-                del state.window[:drop]
-            del state.steps[: len(state.steps) - (n - 1)]
-        if last:
-            self._close(writer)
-        return made
-
-    def _place(self, window: list[int], steps: list[tuple]) -> None:
-        capacity = self.spec.capacity
-        position = self.head % capacity
-        if self.size == capacity:
-            self._evict_oldest()  # the oldest sits at this very position
-        row = np.asarray(window, np.int32)
-        self.rows[position] = row
-        for slot in window:
-            self.refs[slot] += 1
-        reward, discount = n_step_return(
-            np.array([s[1] for s in steps]), np.array([s[2] for s in steps]), self.spec.discount
-        )
-        action, extras = steps[0][0], steps[0][3]
-        self.staged_rows[position] = (row, action, reward, discount, extras)
-        self.head += 1
-        self.size += 1
-
-    @property
-    def staged_steps(self) -> int:
-        return len(self.staged_frames)
-
-    def clear_staged(self) -> None:
-        """Drops the staged writes (once they are inserted on the device)."""
-        self.staged_frames, self.staged_rows = {}, {}
-
-    # -- checkpoints ---------------------------------------------------------------------
-    def restore(self, rows: np.ndarray, head: int, size: int) -> None:
-        """Takes the saved ring; open episodes are gone (their writers restart theirs)."""
-        self.rows = np.asarray(rows, np.int32).copy()
-        self.head, self.size = int(head), int(size)
-        self.writers = {}
-        self.staged_frames, self.staged_rows = {}, {}
-        self.refs[:] = 0
-        positions = (self.head - self.size + np.arange(self.size)) % self.spec.capacity
-        np.add.at(self.refs, self.rows[positions].reshape(-1), 1)
-        free = np.flatnonzero(self.refs == 0).astype(np.int32)[::-1]
-        self.num_free = len(free)
-        self.free[: self.num_free] = free
-
-
 def _bucket(count: int) -> int:
     """Rows per jitted insert: powers of two from 8, so few shapes compile."""
     return max(8, 1 << max(0, count - 1).bit_length())
@@ -265,7 +100,7 @@ def staged_insert_bytes(spec: FrameReplaySpec) -> int:
 
 
 class DeviceFrameStore:
-    """The device store: host bookkeeping (`_Shard` per device) + the arrays on the devices.
+    """The device store: host bookkeeping (a `FrameRing` per device) + the arrays on the devices.
 
     Thread-safe: writers (`add_first`/`add`, from a drain thread or the acting loop) and the
     learner (`sample`) share one lock, held only while bookkeeping and dispatching (JAX runs
@@ -321,7 +156,7 @@ class DeviceFrameStore:
         self._lock = threading.RLock()  # re-entered by save() inside holding_writes()
         per_shard = -(-writers // shards)
         frame_capacity = spec.frame_capacity(per_shard)
-        self._shards = [_Shard(spec, frame_capacity) for _ in range(shards)]
+        self._shards = [FrameRing(spec, frame_capacity) for _ in range(shards)]
         self._visible = np.zeros((2, shards), np.int32)  # tail, size as the device sees them
         self.sampled_batches = 0
         self.inserted = 0
@@ -491,7 +326,7 @@ class DeviceFrameStore:
             )
         return frame.reshape(-1)
 
-    def _after_add(self, shard: _Shard) -> None:
+    def _after_add(self, shard: FrameRing) -> None:
         self.steps_added += 1
         if shard.staged_steps >= MAX_STAGED_STEPS and not self._compiling.is_alive():
             self._flush_locked()

@@ -11,11 +11,15 @@ shard per learner device) against the learner's budget:
 - a CPU learner: the host's RAM less the other nodes' resident memory
   (`config.NODE_RSS_GIB`), all shards together;
 
-less `HEADROOM` of it for the learner's own networks, optimizer and activations. 'device'
-that does not fit is one line naming the key, the bytes, the budget and the fix; 'auto'
-picks the device store where it fits and Reverb's frame replay otherwise (or, where Reverb is
-not installed, refuses in one line). The resolved store is written back into
-`config.replay.store`, so every node reads 'device' or 'reverb'.
+less `HEADROOM` of it for the learner's own networks, optimizer and activations. The
+compressed host store (`magi_lp.replay.compressed_frames`: zstd frames in the learner's host
+memory, about a quarter of the raw bytes) is counted the same way against the host's RAM less
+the other nodes' resident memory, from an estimate (`estimated_nbytes`: no frame exists yet).
+'auto' takes the first that fits of the device store, the host store and Reverb's frame replay
+(`magi_lp.replay.stores.auto_frame_store`, the one rule); a store asked for that does not fit,
+or nothing fitting for 'auto', is one line naming the key, the bytes, the budget and the fix.
+The resolved store is written back into `config.replay.store`, so every node reads 'device',
+'host' or 'reverb'.
 """
 
 from __future__ import annotations
@@ -27,8 +31,9 @@ from magi_lp.config_schema import fact_refusal
 from magi_lp.errors import ConfigError
 from magi_lp.placement.host_memory import NODE_RSS_GIB, node_counts
 from magi_lp.placement.memory import gb
-from magi_lp.replay.stores import reverb_installed
+from magi_lp.replay.stores import auto_frame_store, reverb_installed
 from magi_lp.replay.stores.device import DeviceStore
+from magi_lp.replay.stores.host_frames import HostFrameStore
 
 GIB = 1 << 30
 
@@ -48,11 +53,13 @@ class ReplayStorePlan:
     """The store a run uses, and why.
 
     Attributes:
-      store: 'device' or 'reverb'.
+      store: 'device', 'host' or 'reverb'.
       nbytes: what the device store takes (whether or not it is chosen).
       budget: what the learner's device can give it (after the headroom).
       where: the learner's device in words.
       line: one line for the dry run and the launch.
+      host_nbytes: what the compressed host store is expected to take in the learner's host
+        memory when full (whether or not it is chosen; `compressed_frames.estimated_nbytes`).
     """
 
     store: str
@@ -60,6 +67,7 @@ class ReplayStorePlan:
     budget: int
     where: str
     line: str
+    host_nbytes: int = 0
 
 
 def _learner_budget(config: Any, plan: Any, single_process: bool) -> tuple[int, str, int]:
@@ -85,19 +93,25 @@ def _learner_budget(config: Any, plan: Any, single_process: bool) -> tuple[int, 
         where = f"GPU {ids} at {setting} of {gb(smallest)}"
         shards = len(learner.gpu_ids)
         return budget * shards, where, shards
+    budget, where = _host_budget(config, plan, single_process)
+    shards = 1 if single_process else max(1, learner.num_devices)
+    return budget, f"{where} (the learner's cpu)", shards
+
+
+def _host_budget(config: Any, plan: Any, single_process: bool) -> tuple[int, str]:
+    """(bytes of host memory the learner's process may take for a store, where): the host's
+    RAM less the other nodes' resident memory (`config.NODE_RSS_GIB`)."""
     import psutil
 
     total = psutil.virtual_memory().total
-    if single_process:
+    if single_process or plan is None:
         others, count = NODE_RSS_GIB["learner"] * GIB, 0
     else:
         counts = node_counts(config)
         others = sum(NODE_RSS_GIB[g] * n for g, n in counts.items()) * GIB
         count = sum(counts.values()) - 1
     beside = f" beside {count} other nodes" if count else ""
-    where = f"this host's {gb(total)} RAM{beside} (the learner's cpu)"
-    shards = 1 if single_process else max(1, learner.num_devices)
-    return int(total - others), where, shards
+    return int(total - others), f"this host's {gb(total)} RAM{beside}"
 
 
 def _left_beside(plan: Any, learner: Any, gpu: Any) -> int:
@@ -138,7 +152,7 @@ def plan_replay_store(
             fact_refusal(
                 "replay.store=reverb",
                 "Reverb is not installed here (it installs only on Python 3.10: `make setup`)",
-                "use replay.store=auto or device",
+                "use replay.store=auto, device or host",
             )
         )
     spec = builder.frame_replay(None)
@@ -158,43 +172,88 @@ def plan_replay_store(
         budget, where, shards = _single_process_budget()
     else:
         budget, where, shards = _learner_budget(config, plan, single_process)
-    budget = int(budget - max(HEADROOM * budget, MIN_HEADROOM_BYTES))
-    nbytes = device_store.nbytes(shards)
-    fits = nbytes <= budget
+    device = _Room(device_store.nbytes(shards), _less_headroom(budget), where)
+    host_budget, host_where = _host_budget(config, plan, single_process)
+    host_store = HostFrameStore(builder, config, single_process=single_process)
+    host = _Room(host_store.host_nbytes(), _less_headroom(host_budget), host_where)
     frames = "x".join(str(d) for d in spec.frame_shape)
     size = f"{spec.capacity:,} transitions of {frames} frames"
-    if asked == "reverb" and reverb_available:
-        line = f"replay: reverb frame replay in the replay node ({size})"
-        return ReplayStorePlan("reverb", nbytes, budget, where, line)
-    if fits:
-        store = "device"
-        line = (
-            f"replay: device store on the learner's device, {gb(nbytes)} ({size}); "
-            f"room: {gb(budget)} on {where}"
+    if asked == "auto":
+        store = auto_frame_store(
+            device_fits=device.fits, host_fits=host.fits, reverb=reverb_available
         )
-    elif asked == "auto" and reverb_available:
-        store = "reverb"
-        line = (
-            f"replay: reverb frame replay in the replay node ({size}; auto: the device store "
-            f"needs {gb(nbytes)}, {where} has room for {gb(budget)})"
-        )
+    elif asked == "reverb":
+        store = "reverb"  # available: checked above
     else:
-        fitting = max(1, int(spec.capacity * budget / max(nbytes, 1) * 0.95))
-        other = (
-            "replay.store=reverb"
-            if reverb_available
-            else "more memory for the learner (Reverb, the other store, is not installed here)"
-        )
-        raise ConfigError(
-            fact_refusal(
-                f"replay.store={asked}",
-                f"the device replay store needs {gb(nbytes)} ({size}) but {where} has room "
-                f"for {gb(budget)}",
-                f"set agent.replay_buffer_size={fitting} or less, or use {other}",
-            )
-        )
+        store = asked if {"device": device, "host": host}[asked].fits else None
+    if store is None:
+        raise ConfigError(_refusal(asked, spec.capacity, size, device, host, reverb_available))
     config.replay.store = store
-    return ReplayStorePlan(store, nbytes, budget, where, line)
+    line = _line(store, size, device, host, auto=asked == "auto")
+    return ReplayStorePlan(store, device.nbytes, device.budget, where, line, host.nbytes)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Room:
+    """A store's bytes against the budget of where it would live."""
+
+    nbytes: int
+    budget: int
+    where: str
+
+    @property
+    def fits(self) -> bool:
+        return self.nbytes <= self.budget
+
+    def needs(self, what: str) -> str:
+        return f"{what} needs {gb(self.nbytes)}, {self.where} has room for {gb(self.budget)}"
+
+
+def _less_headroom(budget: int) -> int:
+    return int(budget - max(HEADROOM * budget, MIN_HEADROOM_BYTES))
+
+
+def _line(store: str, size: str, device: _Room, host: _Room, *, auto: bool) -> str:
+    """The plan's line for the chosen store: what it holds, where, its bytes and its room."""
+    if store == "device":
+        return (
+            f"replay: device store on the learner's device, {gb(device.nbytes)} ({size}); "
+            f"room: {gb(device.budget)} on {device.where}"
+        )
+    why = f"; auto: the {device.needs('device store')}" if auto else ""
+    if store == "host":
+        return (
+            f"replay: host store, zstd-compressed frames in the learner's host memory, about "
+            f"{gb(host.nbytes)} ({size}); room: {gb(host.budget)} on {host.where}{why}"
+        )
+    if auto:
+        why += f"; the {host.needs('host store')}"
+    return f"replay: reverb frame replay in the replay node ({size}{why})"
+
+
+def _refusal(
+    asked: str, capacity: int, size: str, device: _Room, host: _Room, reverb_available: bool
+) -> str:
+    """One line: the store asked for (or none of 'auto''s) does not fit, and what would."""
+    room = host if asked == "host" else device
+    fitting = max(1, int(capacity * room.budget / max(room.nbytes, 1) * 0.95))
+    if asked == "host":
+        fact = f"the compressed host store needs about {gb(host.nbytes)} ({size}) but "
+    else:
+        fact = f"the device replay store needs {gb(device.nbytes)} ({size}) but "
+        if asked == "auto":
+            fact = f"the {device.needs('device store')} and the host store about "
+            fact += f"{gb(host.nbytes)} of {gb(host.budget)}; nothing fits ({size}) and "
+    fact += f"{room.where} has room for {gb(room.budget)}"
+    others = []
+    if asked == "device" and host.fits:
+        others.append(f"replay.store=host (about {gb(host.nbytes)} in host memory)")
+    if reverb_available:
+        others.append("replay.store=reverb")
+    elif not others:
+        others.append("more memory (Reverb, the other store, is not installed here)")
+    fix = f"set agent.replay_buffer_size={fitting} or less"
+    return fact_refusal(f"replay.store={asked}", fact, ", or use ".join([fix, *others]))
 
 
 def _single_process_budget() -> tuple[int, str, int]:

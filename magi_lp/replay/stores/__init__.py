@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 FRAME_STORES: dict[str, str] = {
     "device": "magi_lp.replay.stores.device:DeviceStore",
+    "host": "magi_lp.replay.stores.host_frames:HostFrameStore",
     "reverb": "magi_lp.replay.stores.reverb_frames:ReverbFrameStore",
 }
 """The stores that can serve a pixel agent's `frame_replay`: `replay.store` value ->
@@ -37,22 +38,40 @@ def _load(path: str) -> type[ReplayStore]:
 
 
 def reverb_installed() -> bool:
-    """Whether Reverb can be imported here (the Launchpad stack): the one place asked."""
-    return importlib.util.find_spec("reverb") is not None
+    """Whether Reverb can be imported here: the Launchpad stack (`magi_lp.stack`)."""
+    from magi_lp.stack import stack_here
+
+    return stack_here() == "launchpad"
+
+
+def auto_frame_store(*, device_fits: bool, host_fits: bool, reverb: bool) -> str | None:
+    """What `replay.store='auto'` means for a pixel agent: the one rule, used by the plan
+    (`magi_lp.replay.plan`, which knows the sizes) and by `store_kind` (which does not).
+
+    The device store where it fits the learner's device (batches gathered there, no host
+    CPU); else the compressed host store where it fits the learner's host memory; else
+    Reverb's frame replay where Reverb carries the replay (`reverb`: installed, on the
+    'reverb' transport). None: nothing fits (the plan refuses in one line).
+    """
+    if device_fits:
+        return "device"
+    if host_fits:
+        return "host"
+    return "reverb" if reverb else None
 
 
 def store_kind(config: Any, transport: str = "reverb") -> str:
     """`replay.store` as the entry points resolved it (`magi_lp.replay.plan`).
 
     An unresolved 'auto' (a runner called without the entry points' planning, as tests do)
-    means the device store on the 'served' transport (no Reverb there); otherwise Reverb
-    where it is installed, the device store where it is not.
+    knows no sizes: `auto_frame_store` with every store taken to fit where Reverb cannot
+    carry the replay (the 'served' transport, or not installed), so the device store, and
+    taken not to fit where it can, so Reverb's frame replay (which needs no sizing).
     """
     store = config.get("replay", {}).get("store", "auto")
     if store == "auto":
-        if transport == "served":
-            return "device"
-        return "reverb" if reverb_installed() else "device"
+        reverb = transport != "served" and reverb_installed()
+        store = auto_frame_store(device_fits=not reverb, host_fits=not reverb, reverb=reverb)
     return store
 
 
@@ -67,7 +86,7 @@ def resolve_store(
     `make_server`); one process uses none and ignores it.
 
     A pixel agent (`frame_replay`) gets the store `replay.store` names (on 'served', the
-    device store). Any other agent keeps its own Reverb tables, except where its builder
+    device or the host store). Any other agent keeps its own Reverb tables, except where its builder
     gives `transition_replay` and Reverb is not the replay: in one process on the device
     store (Reverb is not installed, or not asked for), or on 'served'. Then its transitions
     live in host memory (the replay node's, on 'served').
@@ -83,15 +102,15 @@ def resolve_store(
     made = {"single_process": single_process, "transport": transport}
     if builder.frame_replay(None) is not None:
         fail_unless(
-            not served or kind == "device",
+            not served or kind != "reverb",
             "replay.store",
-            "'device' or 'auto' where the engine carries the replay without Reverb",
+            "'device', 'host' or 'auto' where the engine carries the replay without Reverb",
             kind,
             "the Reverb frame replay needs the Launchpad engine",
         )
         return _load(FRAME_STORES[kind])(builder, config, **made)
     transitions = builder.transition_replay(None) is not None
-    if transitions and (served or (single_process and kind == "device")):
+    if transitions and (served or (single_process and kind != "reverb")):
         return _load(_HOST_TRANSITIONS)(builder, config, **made)
     fail_unless(
         not served,

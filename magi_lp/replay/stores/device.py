@@ -130,20 +130,27 @@ class DeviceStore(ReplayStore):
         store = DeviceFrameStore(self.builder.frame_replay(environment_spec), writers=self.writers)
         if self.single_process or replay_client is None:
             return DeviceLearnerReplay(DeviceReplayIterator(store, key), store)
+        gate, drainer, client = self._drain(store, replay_client)
+        from magi_lp.replay.step_queue import failure_of
+
+        iterator = DeviceReplayIterator(store, key, gate=gate, failure=failure_of(drainer))
+        return DeviceLearnerReplay(iterator, store, client=client, gate=gate, drainer=drainer)
+
+    def _drain(self, store: Any, replay_client: Any) -> tuple[Any, Any, Any]:
+        """(the replay ratio, the thread draining the step queue into `store`, the Reverb
+        client the learner keeps or None) of a distributed learner: shared by the stores
+        whose steps come through the step queue."""
         from magi_lp.replay.schedule import RatioGate
-        from magi_lp.replay.step_queue import ServedStepSource, StepDrainer, failure_of
 
         gate = RatioGate(self.builder.replay_schedule())
         if self.served:
-            drainer = StepDrainer(ServedStepSource(replay_client), store, gate)
-            client = None  # no Reverb: the handle is the drain's alone
-        else:
-            from magi_lp.replay.frame_queue import QueueDrainer
+            from magi_lp.replay.step_queue import ServedStepSource, StepDrainer
 
-            drainer = QueueDrainer(replay_client, STEP_QUEUE, store, gate)
-            client = replay_client
-        iterator = DeviceReplayIterator(store, key, gate=gate, failure=failure_of(drainer))
-        return DeviceLearnerReplay(iterator, store, client=client, gate=gate, drainer=drainer)
+            drainer = StepDrainer(ServedStepSource(replay_client), store, gate)
+            return gate, drainer, None  # no Reverb: the handle is the drain's alone
+        from magi_lp.replay.frame_queue import QueueDrainer
+
+        return gate, QueueDrainer(replay_client, STEP_QUEUE, store, gate), replay_client
 
     def nbytes(self, shards: int = 1) -> int:
         return self.builder.frame_replay(None).nbytes(self.writers, shards)
