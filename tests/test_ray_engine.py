@@ -128,7 +128,9 @@ class Run:
 
 def _stop_seconds(output: str) -> float:
     match = re.search(
-        r"all \d+ nodes ended ([\d.]+) s after the stop began; exit code 0$", output, re.M
+        r"all \d+ nodes ended ([\d.]+) s after the stop began(?: \(stages: [^)]*\))?; exit code 0$",
+        output,
+        re.M,
     )
     assert match, output[-3000:]
     return float(match.group(1))

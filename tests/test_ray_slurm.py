@@ -403,7 +403,9 @@ def test_scancel_stops_in_tiers_and_a_resubmission_resumes_to_completion(
     assert f"JOB {job_id} ON n" in output and "CANCELLED AT" in output
     assert "magi_lp: SIGTERM: the job is being stopped" in output
     assert "received SIGTERM: stopping 7 nodes in 3 stages" in output, output[-4000:]
-    assert re.search(r"all 7 nodes ended [\d.]+ s after the stop began; exit code 0", output)
+    assert re.search(
+        r"all 7 nodes ended [\d.]+ s after the stop began( \(stages: .*\))?; exit code 0", output
+    )
     assert "magi_lp: Ray stopped on all 3 machines; exit code 0" in output
     assert "killing them" not in output and "Terminated" not in output
     for machine in MACHINES:
@@ -451,7 +453,9 @@ def _killed_machine_ends_the_run(cluster_, workdir: Path, home: Path, kill) -> f
         f"cause: the machine it ran on ({address}) died" in output
     ), output[-4000:]
     assert "another process killed it" not in output
-    assert re.search(r"all 7 nodes ended [\d.]+ s after the stop began; exit code 1", output)
+    assert re.search(
+        r"all 7 nodes ended [\d.]+ s after the stop began( \(stages: .*\))?; exit code 1", output
+    )
     assert "magi_lp: Ray stopped on all 3 machines; exit code 1" in output
     _assert_clean(cluster_, workdir, home, job_id)
     return seconds

@@ -14,7 +14,7 @@ a `NodeClient`: synchronous calls of the node's public methods, as a Courier cli
 The replay node serves the store's own server (`ReplayStore.make_server`: the device store's
 step queue, a state agent's transition table); no Reverb.
 
-The driver (this process) supervises, as the Launchpad launcher does:
+The driver (this process) supervises by the Launchpad launcher's rules (`launch.stop_machine`):
 - a node whose process dies is named with its log's last lines, and the program stops;
 - SIGINT / SIGTERM / SIGHUP stop the program in tiers (`magi_lp.runtime.config.STOP_TIERS`:
   actors, evaluators and the coordinator, then the learner, which saves, then replay and
@@ -59,7 +59,23 @@ from magi_lp.engines.base import HOST_RESOURCE_PREFIX, Launch, saves_at_stop, st
 from magi_lp.errors import ConfigError
 from magi_lp.launch import node_lifetime, run_folders
 from magi_lp.launch.exit_report import NodeExit, format_exit_report
-from magi_lp.launch.supervisor import StopSignals, stop_outcome
+from magi_lp.launch.stop_machine import (
+    Event,
+    Fault,
+    KillNodes,
+    Node,
+    NodeEnded,
+    ReportExit,
+    Say,
+    StopAsked,
+    StopBegun,
+    StopMachine,
+    StopNodes,
+    StopSignal,
+    StopWords,
+    Tick,
+)
+from magi_lp.launch.supervisor import StopSignals, describe_node_end
 from magi_lp.runtime.config import stop_tiers
 from magi_lp.runtime.graph import NodeSpec, ProgramGraph
 from magi_lp.runtime.workdir import Workdir
@@ -376,14 +392,14 @@ class _Driver:
         self._signals = signals
         self._nodes: list[_NodeProcess] = []
         self._failure: NodeExit | None = None
-        self._faults: list[str] = []
         self._control: Any = None
         self._workdir = Workdir(launch.workdir)
         self._ray_daemons: dict[int, tuple[Any, str]] = {}  # `watch_ray`
         self._lost_ray: str | None = None
         self.start_failure: str | None = None  # why the start stopped short (`_start_failed`)
-        self._handled = 0  # the stop signals `_hurry` has seen
-        self._hurried = False
+        self._stopper: StopMachine | None = None  # the stop's rules, from `supervise` on
+        self._by_name: dict[str, _NodeProcess] = {}
+        self._before_stop: Callable[[], None] = lambda: None
         # On the terminal, and dated in <workdir>/nodes/launcher.log, as a Launchpad launch's.
         self._workdir.nodes.mkdir(parents=True, exist_ok=True)
         self.say: Callable[[str], None] = run_folders.reporter(None, self._workdir.launcher_log)
@@ -533,135 +549,89 @@ class _Driver:
         return f"{self._lost_ray}, and every node with it" if name == "raylet" else self._lost_ray
 
     def supervise(self, before_stop: Callable[[], None]) -> int:
+        """Watches the nodes until the program ends and stops them in tiers: the rules are
+        `StopMachine`'s, as on Launchpad; the verbs here are an actor's `stop()`, `ray.kill`
+        and `_ended`."""
+        self._by_name = {node.spec.name: node for node in self._nodes}
+        self._before_stop = before_stop
+        self._stopper = machine = StopMachine(
+            [
+                Node(n.spec.name, stop_tier(n.spec.role), saves_at_stop(n.spec.role))
+                for n in self._nodes
+            ],
+            self._launch.termination_notice_secs,
+            time.monotonic(),
+            StopWords(stop="stop", kill="kill"),
+        )
+        if self.start_failure is not None:
+            died = None if self._failure is None else self._failure.name
+            self._feed(StopAsked(self.start_failure, died=died))
         handled = 0
-        reason = self.start_failure
         asked: Any = None  # the pending question to the control actor: never waited on
-        while reason is None:
-            for sig in self._signals.received[handled:]:
-                reason = f"received {signal.Signals(sig).name}"
-            handled = len(self._signals.received)
-            reason = reason or self._ray_gone()
-            if asked is None:
-                asked = self._control.stop_requested.remote()
-            if reason is None and ray.wait([asked], timeout=0)[0]:
-                if ray.get(asked):
-                    reason = node_lifetime.LIMIT_REACHED
-                asked = None
+        while not machine.over:
+            self._feed(Tick(time.monotonic()))
+            gone = self._ray_gone()
+            if gone is not None:
+                self._feed(Fault(self._lost_ray or gone, reason=gone))
+            if not machine.stopping:
+                asked = asked or self._control.stop_requested.remote()
+                if ray.wait([asked], timeout=0)[0]:
+                    if ray.get(asked):
+                        self._feed(StopAsked(node_lifetime.LIMIT_REACHED))
+                    asked = None
             for node in self._nodes:
-                if reason is not None or node.returncode is not None:
-                    continue
-                code = self._ended(node)
-                if code is None:
-                    continue
-                node.returncode = code
-                if code == 0:
-                    self.say(f"node {node.spec.name} finished")
-                    continue
-                self._failure = node.exit_of(code)
-                self.say(format_exit_report(self._failure))
-                reason = f"node {node.spec.name} died"
-            if reason is None:
+                code = None if node.returncode is not None else self._ended(node)
+                if code is not None:
+                    node.returncode = code
+                    self._feed(NodeEnded(node.spec.name, code))
+            for sig in self._signals.received[handled:]:
+                self._feed(StopSignal(sig))
+            handled = len(self._signals.received)
+            if not machine.over:
                 time.sleep(_POLL_S)
-        with contextlib.suppress(Exception):
-            before_stop()
-        return self._stop(reason)
-
-    def _stop(self, reason: str) -> int:
-        start = time.monotonic()
-        notice = self._launch.termination_notice_secs
-        running = [n for n in self._nodes if n.returncode is None]
-        tiers = sorted({stop_tier(n.spec.role) for n in running})
-        self.say(
-            f"{reason}: stopping {len(running)} nodes in {len(tiers)} stages "
-            f"(each: stop, then kill after {notice:g} s)"
-        )
-        failed: list[str] = []
-        self._handled = len(self._signals.received)
-        self._hurried = False
-        for tier in tiers:
-            stage = [n for n in running if stop_tier(n.spec.role) == tier]
-            for node in stage:
-                with contextlib.suppress(Exception):
-                    node.actor.stop.remote()
-            deadline = time.monotonic() + notice
-            while True:
-                self._hurry(running, failed)
-                left = [n for n in stage if n.returncode is None]
-                for node in left:
-                    code = self._ended(node)
-                    if code is not None:
-                        node.returncode = code
-                        if code != 0 and code != -signal.SIGKILL:
-                            failed.append(node.spec.name)
-                            self.say(format_exit_report(node.exit_of(code), stopping=True))
-                        elif code == -signal.SIGKILL and saves_at_stop(node.spec.role):
-                            failed.append(node.spec.name)
-                left = [n for n in stage if n.returncode is None]
-                if not left:
-                    break
-                if time.monotonic() >= deadline:
-                    names = ", ".join(n.spec.name for n in left)
-                    self.say(
-                        f"nodes still running after {notice:g} s: {names}; killing them (a "
-                        "fault: a node should end by itself; see the end of its log)"
-                    )
-                    self._faults += [n.spec.name for n in left]
-                    self._kill_now(left)
-                    break
-                time.sleep(_POLL_S)
-            for node in stage:
-                with contextlib.suppress(Exception):
-                    ray.kill(node.actor)
-        code, cause = stop_outcome(
-            None if self._failure is None else self._failure.name, failed, self._faults, notice
-        )
-        self._ray_gone()  # a raylet that died with the first node seen dead is named too
-        if self._lost_ray is not None:
-            code, cause = 1, f" ({self._lost_ray})"
-        self.say(
-            f"all {len(self._nodes)} nodes ended {time.monotonic() - start:.1f} s after the "
-            f"stop began; exit code {code}{cause}"
-        )
-        return code
-
-    def _hurry(self, running: list[_NodeProcess], failed: list[str]) -> None:
-        """A Ctrl-C during the stop, as on Launchpad (`supervisor._hurry`): the first kills
-        the nodes that do not save and lets the learner finish its final save; one more (or
-        SIGQUIT) kills every node left, and says that the final save is lost. Ray recorded
-        them and each stage waited out its notice."""
-        new = self._signals.received[self._handled :]
-        self._handled = len(self._signals.received)
-        for sig in new:
-            if sig not in (signal.SIGINT, signal.SIGQUIT):
-                continue
-            left = [n for n in running if n.returncode is None]
-            savers = [n for n in left if saves_at_stop(n.spec.role)]
-            if sig == signal.SIGQUIT or self._hurried or not savers:
-                lost = ", ".join(n.spec.name for n in savers)
-                self.say(
-                    "asked again to stop: killing the remaining nodes now"
-                    + (f" ({lost}: its final save is lost)" if lost else "")
-                )
-                self._kill_now(left)
-                failed += [n.spec.name for n in savers]
-                continue
-            self._hurried = True
-            first = min(stop_tier(n.spec.role) for n in savers)
-            early = [n for n in left if stop_tier(n.spec.role) < first]
-            self.say(
-                "asked again to stop: killing the nodes that do not save; waiting up to "
-                f"{self._launch.termination_notice_secs:g} s for "
-                f"{', '.join(n.spec.name for n in savers)} to write its final checkpoint "
-                "(Ctrl-C once more kills it without saving)"
-            )
-            self._kill_now(early)
-
-    @staticmethod
-    def _kill_now(nodes: list[_NodeProcess]) -> None:
-        for node in nodes:
-            node.returncode = -signal.SIGKILL
+        if self._ray_gone() is not None:  # a raylet that died with the last node is named too
+            self._feed(Fault(self._lost_ray or ""))
+        done = machine.finish(time.monotonic())
+        for node in self._nodes:
             with contextlib.suppress(Exception):
                 ray.kill(node.actor)
+        for line in done.lines:
+            self.say(line)
+        return done.code
+
+    def _feed(self, event: Event) -> None:
+        """Carries out what the stop machine answers to `event`."""
+        assert self._stopper is not None
+        actions = self._stopper.handle(event)
+        while actions:
+            action = actions.pop(0)
+            if isinstance(action, Say):
+                self.say(action.line)
+            elif isinstance(action, ReportExit):
+                ended = self._by_name[action.name].exit_of(action.code)
+                self.say(describe_node_end(ended, stopping=action.stopping))
+            elif isinstance(action, StopBegun):
+                with contextlib.suppress(Exception):  # the status view must never block
+                    self._before_stop()
+            elif isinstance(action, StopNodes):
+                self._stop_nodes(action.names)
+            elif isinstance(action, KillNodes):
+                for name in action.names:
+                    node = self._by_name[name]
+                    node.returncode = -signal.SIGKILL
+                    with contextlib.suppress(Exception):
+                        ray.kill(node.actor)
+                    actions += self._stopper.handle(NodeEnded(name, -signal.SIGKILL))
+
+    def _stop_nodes(self, names: tuple[str, ...]) -> None:
+        """Tells a stage's nodes to stop; the actors of the stages before it, ended, go."""
+        stage = stop_tier(self._by_name[names[0]].spec.role)
+        for node in self._nodes:
+            with contextlib.suppress(Exception):
+                if node.spec.name in names:
+                    node.actor.stop.remote()
+                elif node.returncode is not None and stop_tier(node.spec.role) < stage:
+                    ray.kill(node.actor)
 
 
 def _probe(driver: _Driver, workdir: Path) -> Any:

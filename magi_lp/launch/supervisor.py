@@ -3,7 +3,9 @@
 `Supervisor.run()` watches the nodes until the program ends: a node that dies is reported
 (`magi_lp.launch.exit_report`) and stops the rest; SIGINT / SIGTERM / SIGHUP to the launcher
 (`StopSignals`) start a stop in stages (each: SIGTERM, SIGKILL only after the notice, which
-is reported as a fault); a second Ctrl-C hurries it, except for a node's final save.
+is reported as a fault); a second Ctrl-C hurries it, except for a node's final save. The
+rules are `magi_lp.launch.stop_machine`'s, shared with the Ray engine; this module polls the
+processes and carries out what it decides.
 """
 
 from __future__ import annotations
@@ -20,6 +22,21 @@ from typing import Any
 from magi_lp.launch import interrupts, node_lifetime, processes
 from magi_lp.launch.exit_report import NodeExit, format_exit_report
 from magi_lp.launch.launchpad_seam import active_workers
+from magi_lp.launch.stop_machine import (
+    KILL_SIGNALS,
+    STOP_SIGNALS,
+    Action,
+    KillNodes,
+    Node,
+    NodeEnded,
+    ReportExit,
+    Say,
+    StopBegun,
+    StopMachine,
+    StopNodes,
+    StopSignal,
+    Tick,
+)
 
 LAUNCH_ID_VAR = "MAGI_LP_LAUNCH_ID"
 """Environment variable that marks every process started for one launch."""
@@ -28,8 +45,6 @@ _POLL_SECS = 0.1
 # After SIGKILL a process should be gone at once; one stuck in uninterruptible sleep is
 # reported instead of hanging the launcher forever.
 KILL_WAIT_SECS = 10.0
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-_KILL_SIGNALS = (signal.SIGQUIT,)
 
 
 def node_stop_secs(notice_secs: float) -> float:
@@ -61,7 +76,7 @@ class StopSignals:
 
     def install(self) -> None:
         """Installs (or re-installs, after Launchpad replaced them) the handlers."""
-        for sig in _STOP_SIGNALS + _KILL_SIGNALS:
+        for sig in STOP_SIGNALS + KILL_SIGNALS:
             if sig not in self._previous:
                 self._previous[sig] = signal.getsignal(sig)
             ignored = self._previous[sig] == signal.SIG_IGN
@@ -119,13 +134,9 @@ def count_by_group(nodes: list[NodeProcess]) -> str:
 
 
 class Supervisor:
-    """Watches the node processes; stops the program, stage by stage, on a crash or a signal.
-
-    A stop SIGTERMs the running nodes of the first stage that has any, waits until they
-    ended (SIGKILL after the notice), then goes on with the next stage. A second stop
-    signal kills every stage before the first one that `saves_at_stop` (and waits for that
-    one as usual); one more, or SIGQUIT, kills everything left.
-    """
+    """Watches the node processes and carries out the stop in stages (`StopMachine`: its
+    rules) with Launchpad's verbs: SIGTERM to a node, SIGKILL to its process tree, and a
+    sweep of what the launch's processes left running (`LAUNCH_ID_VAR`)."""
 
     def __init__(
         self,
@@ -140,161 +151,70 @@ class Supervisor:
         before_stop: Callable[[], None] | None = None,
         requested_stop: Callable[[], str | None] = lambda: None,
     ):
+        self._nodes = {node.name: node for node in nodes}
         self._running = list(nodes)
         self._requested_stop = requested_stop
         self._before_stop = before_stop
-        self._total = len(nodes)
         self._signals = signals
-        self._notice_secs = notice_secs
         self._launch_id = launch_id
         self._report = report
-        self._stage_of = stages
-        self._saves_at_stop = saves_at_stop
-        self._failure: NodeExit | None = None
-        self._failed_while_stopping: list[NodeExit] = []
-        self._unsaved: list[NodeExit] = []
-        self._sigkilled: set[str] = set()  # the nodes this supervisor sent SIGKILL
-        self._killed_at_notice: list[str] = []
-        self._stage_killed: int | None = None
-        self._stage_starts: list[float] = []
-        self._stop_started: float | None = None
         self._signals_handled = 0
-        self._stage: int | None = None
-        self._stage_started = 0.0
-        self._kill_sent: float | None = None
-        self._kill_all = False
+        self._kill_sent: float | None = None  # when every node was killed
+        self._machine = StopMachine(
+            [Node(n.name, stages(n.group), n.group in saves_at_stop) for n in nodes],
+            notice_secs,
+            time.monotonic(),
+        )
 
     def run(self) -> int:
-        while self._running:
-            self._reap()
-            if not self._running:
+        machine = self._machine
+        while not machine.over:
+            self._carry_out(machine.handle(Tick(time.monotonic())))
+            for node in list(self._running):
+                returncode = node.process.poll()
+                if returncode is not None:
+                    self._running.remove(node)
+                    self._carry_out(machine.handle(NodeEnded(node.name, returncode)))
+            if machine.over:
                 break
             new_signals = self._signals.received[self._signals_handled :]
             self._signals_handled = len(self._signals.received)
             for sig in new_signals:
-                self._on_signal(sig)
-            if self._stop_started is not None:
-                self._advance_stop()
-                if (
-                    self._kill_sent is not None
-                    and time.monotonic() - self._kill_sent > KILL_WAIT_SECS
-                ):
-                    self._report(
-                        "giving up on processes that survived SIGKILL for "
-                        f"{KILL_WAIT_SECS:.0f} s: {', '.join(n.name for n in self._running)}"
-                    )
-                    break
+                asked = None
+                if sig == signal.SIGTERM and not machine.stopping:
+                    asked = self._requested_stop()  # lp.stop() from a node: it said why
+                self._carry_out(machine.handle(StopSignal(sig, asked)))
+            if self._kill_sent is not None and time.monotonic() - self._kill_sent > KILL_WAIT_SECS:
+                self._report(
+                    "giving up on processes that survived SIGKILL for "
+                    f"{KILL_WAIT_SECS:.0f} s: {', '.join(n.name for n in self._running)}"
+                )
+                break
             time.sleep(_POLL_SECS)
         return self._finish()
 
-    def _on_signal(self, sig: int) -> None:
-        name = signal.Signals(sig).name
-        if sig in _KILL_SIGNALS:
-            self._report(f"received {name}: killing the remaining nodes now")
-            self._kill(self._running, everything=True)
-        elif self._stop_started is None:
-            # lp.stop() from a node is a SIGTERM too: the node may have said why.
-            asked = self._requested_stop() if sig == signal.SIGTERM else None
-            self._begin_stop(asked or f"received {name}")
-        elif sig == signal.SIGINT:
-            self._hurry()
+    def _carry_out(self, actions: list[Action]) -> None:
+        for action in actions:
+            if isinstance(action, Say):
+                self._report(action.line)
+            elif isinstance(action, ReportExit):
+                ended = self._nodes[action.name].ended(action.code)
+                self._report(describe_node_end(ended, stopping=action.stopping))
+            elif isinstance(action, StopBegun):
+                if self._before_stop is not None:
+                    with contextlib.suppress(Exception):  # the status view must never block
+                        self._before_stop()
+            elif isinstance(action, StopNodes):
+                for name in action.names:
+                    with contextlib.suppress(ProcessLookupError):
+                        self._nodes[name].process.send_signal(signal.SIGTERM)
+            elif isinstance(action, KillNodes):
+                self._kill([self._nodes[name] for name in action.names], sweep=action.sweep)
 
-    def _hurry(self) -> None:
-        """A second (or later) Ctrl-C: skip the waiting, except for a node's final save."""
-        savers = [n for n in self._running if n.group in self._saves_at_stop]
-        if self._kill_all or not savers:
-            self._report("asked again to stop: killing the remaining nodes now")
-            self._kill(self._running, everything=True)
-            return
-        save_stage = min(self._stage_of(n.group) for n in savers)
-        early = [n for n in self._running if self._stage_of(n.group) < save_stage]
-        self._kill_all = True
-        names = ", ".join(n.name for n in savers)
-        self._report(
-            f"asked again to stop: killing the nodes that do not save; waiting up to "
-            f"{self._notice_secs:g} s for {names} to write its final checkpoint "
-            "(Ctrl-C once more kills it without saving)"
-        )
-        self._kill(early, everything=False)
-
-    def _reap(self) -> None:
-        for node in list(self._running):
-            returncode = node.process.poll()
-            if returncode is None:
-                continue
-            self._running.remove(node)
-            ended = node.ended(returncode)
-            if self._stop_started is not None:
-                if returncode > 0:
-                    self._failed_while_stopping.append(ended)
-                    report = format_exit_report(ended, stopping=True)
-                    self._report(report.replace(" died:", " failed at stop:", 1))
-                elif returncode < 0 and node.group in self._saves_at_stop:
-                    self._unsaved.append(ended)
-                continue
-            if returncode != 0:
-                self._failure = ended
-                self._report(format_exit_report(ended))
-                self._begin_stop(f"node {ended.name} died")
-            else:
-                self._report(f"node {ended.name} finished ({ended.status})")
-
-    def _begin_stop(self, reason: str) -> None:
-        if self._before_stop is not None:
-            with contextlib.suppress(Exception):  # the status view must never block a stop
-                self._before_stop()
-        self._stop_started = time.monotonic()
-        if not self._running:
-            return
-        order = sorted({self._stage_of(n.group) for n in self._running})
-        staged = len(order) > 1
-        self._report(
-            f"{reason}: stopping {len(self._running)} nodes "
-            + (
-                f"in {len(order)} stages (each: SIGTERM, SIGKILL after {self._notice_secs:g} s)"
-                if staged
-                else f"(SIGTERM now, SIGKILL after {self._notice_secs:g} s)"
-            )
-        )
-        self._next_stage()
-
-    def _next_stage(self) -> None:
-        stages = [self._stage_of(n.group) for n in self._running]
-        if not stages:
-            return
-        self._stage = min(stages)
-        self._stage_started = time.monotonic()
-        self._stage_starts.append(self._stage_started)
-        for node in self._running:
-            if self._stage_of(node.group) == self._stage:
-                with contextlib.suppress(ProcessLookupError):
-                    node.process.send_signal(signal.SIGTERM)
-
-    def _advance_stop(self) -> None:
-        in_stage = [n for n in self._running if self._stage_of(n.group) == self._stage]
-        if not in_stage:
-            self._next_stage()
-            return
-        if (
-            self._kill_sent is None
-            and self._stage_killed != self._stage
-            and time.monotonic() - self._stage_started >= self._notice_secs
-        ):
-            # Once per stage: a killed node can take a moment to be reaped.
-            self._stage_killed = self._stage
-            self._report(
-                f"nodes still running after {self._notice_secs:g} s: "
-                f"{', '.join(n.name for n in in_stage)}; killing them (a fault: a node "
-                "should end by itself within its stop budget; see the end of its log)"
-            )
-            self._killed_at_notice += [n.name for n in in_stage]
-            self._kill(in_stage, everything=False)
-
-    def _kill(self, nodes: list[NodeProcess], *, everything: bool) -> None:
+    def _kill(self, nodes: list[NodeProcess], *, sweep: bool) -> None:
         for node in nodes:
-            self._sigkilled.add(node.name)
             _kill_tree(node.process)
-        if not everything:
+        if not sweep:
             return
         self._kill_sent = time.monotonic()
         # Grandchildren whose node already exited are no longer in any node's tree. The
@@ -310,61 +230,23 @@ class Supervisor:
             self._report(f"also killed processes that nodes had left running: {', '.join(killed)}")
 
     def _finish(self) -> int:
-        now = time.monotonic()
-        elapsed = (
-            ""
-            if self._stop_started is None
-            else (f" {now - self._stop_started:.1f} s after the stop began")
-        )
-        if len(self._stage_starts) > 1:
-            # Where a stop's time goes: each stage from its SIGTERM to its last node's end.
-            ends = [*self._stage_starts[1:], now]
-            spans = " + ".join(
-                f"{e - s:.1f}" for s, e in zip(self._stage_starts, ends, strict=True)
-            )
-            elapsed += f" (stages: {spans} s)"
+        done = self._machine.finish(time.monotonic())
         strays = processes.kill_marked(LAUNCH_ID_VAR, self._launch_id, wait_s=KILL_WAIT_SECS)
         if strays:
             self._report(
                 f"killed {len(strays)} processes that nodes had started and left running: "
                 f"{', '.join(strays)}"
             )
-        for node in self._unsaved:
-            self._report(
-                f"node {node.name} was {node.status} before it finished its final save: "
-                "what it had not saved is lost; a relaunch resumes from its last checkpoint"
-            )
-        # A saving node SIGKILLed by someone else (not at the notice, nor by a Ctrl-C that
-        # asked for it) lost what it had not saved: a fault of the stop, as a failure is.
-        lost_save = [
-            n.name
-            for n in self._unsaved
-            if n.returncode == -signal.SIGKILL and n.name not in self._sigkilled
-        ]
-        code, cause = stop_outcome(
-            None if self._failure is None else self._failure.name,
-            [n.name for n in self._failed_while_stopping] + lost_save,
-            self._killed_at_notice,
-            self._notice_secs,
-        )
-        self._report(f"all {self._total} nodes ended{elapsed}; exit code {code}{cause}")
-        return code
+        for line in done.lines:
+            self._report(line)
+        return done.code
 
 
-def stop_outcome(
-    died: str | None, failed: Sequence[str], killed: Sequence[str], notice_secs: float
-) -> tuple[int, str]:
-    """A stopped program's exit code and, for its last line, why it is not 0: a node died
-    first (`died`), nodes failed while stopping, or nodes were killed at the notice. The one
-    rule of every engine's supervisor."""
-    code = 0 if died is None and not failed and not killed else 1
-    if died is not None:
-        return code, f" (node {died} died)"
-    if failed:
-        return code, f" ({', '.join(failed)} failed while stopping; see above)"
-    if killed:
-        return code, f" ({', '.join(killed)} SIGKILLed after the {notice_secs:g} s notice)"
-    return code, ""
+def describe_node_end(ended: NodeExit, *, stopping: bool) -> str:
+    """The report on a node that died, or (`stopping`) that failed at its stop: which node,
+    how, why, and its log's last lines (`format_exit_report`)."""
+    report = format_exit_report(ended, stopping=stopping)
+    return report.replace(" died:", " failed at stop:", 1) if stopping else report
 
 
 def _kill_tree(process: subprocess.Popen) -> None:
