@@ -37,21 +37,22 @@ from magi_lp.cli.checks import (
     _check_jax_memory_env,
     _check_jax_platforms,
     _check_render,
-    _check_replay_can_fill,
     _check_resumes_the_same_run,
     _check_workdir_can_be_made,
     _check_workdir_free,
     _checked_inputs,
     _cluster,
-    _compilation_cache_settings,
     _ignored_by_single_process,
     _ignored_sigint,
     _make,
     _make_workdir,
-    _never_updates,
-    _replay_checkpoint_notices,
-    _resource_notices,
     _use_cpu_only_here,
+)
+from magi_lp.cli.decision import (
+    LaunchDecision,
+    decide_distributed,
+    decide_single_process,
+    reverb_carries_replay,
 )
 from magi_lp.cli.flags import (
     _DRY_RUN,
@@ -74,18 +75,12 @@ from magi_lp.errors import ConfigError
 from magi_lp.launch import interrupts, run_folders
 from magi_lp.launch.node_lifetime import quiet_gym_notice
 from magi_lp.placement.jax_build import (
-    compilation_cache_warning,
     detect_jax_build,
 )
-from magi_lp.placement.xla_flags import check_xla_flags
-from magi_lp.replay.plan import plan_replay_store
 from magi_lp.replay.stores import resolve_store
 from magi_lp.runtime.config import (
-    capacity_warnings,
     check_isolation_allows_logging,
-    make_placement_plan,
 )
-from magi_lp.runtime.memory_reckoning import size_gpu_memory
 from magi_lp.runtime.workdir import Workdir
 
 _STARTED_IN: list[Path] = []
@@ -100,7 +95,7 @@ def _run_starts(workdir: Path) -> None:
 def _run_distributed(
     make_experiment: MakeExperiment, validate_config: ValidateConfig | None = None
 ) -> int:
-    """Plans, (optionally) isolates, builds and launches the distributed program."""
+    """Checks, decides once, (optionally) isolates, and hands the program to its engine."""
     name = _config_name()
     config, workdir = _checked_inputs(
         name if name.endswith("distributed") else f"{name}_distributed", validate_config
@@ -133,52 +128,15 @@ def _run_distributed(
     from magi_lp.runtime.loggers import LoggerFactory
 
     logger_factory = LoggerFactory.from_config(str(workdir), config.logging)
-    plan, group_resources = _placement_plan(config, engine)
-    check_xla_flags(
-        {group: config.resources[group].get("xla_flags", "") for group in config.resources},
-        os.environ.get("XLA_FLAGS"),
-    )
-    # Where a pixel agent's frames live, against the learner's memory (sets replay.store):
-    # the experiment that runs is made again below, from the config as this settles it.
-    planning = _make(make_experiment, config, workdir)
-    _check_replay_can_fill(planning.builder)
-    store = plan_replay_store(
-        config, planning.builder, plan, reverb_available=_reverb_carries_replay(engine)
-    )
-    replay = resolve_store(planning.builder, config, transport=engine.transport)
-    _check_agent_tables(planning.builder, replay, single_process=False)
-    # Each GPU node's memory from its compiled programs ('auto'), checked GPU by GPU.
-    plan = size_gpu_memory(planning, plan, store)
-    notices = [
-        f"notice: {n}"
-        for n in (
-            *plan.notices,
-            *_resource_notices(config),
-            *_replay_checkpoint_notices(config, replay),
-        )
-    ]
-    cache = compilation_cache_warning(plan.jax_build, _compilation_cache_settings(config))
-    warnings = (
-        *capacity_warnings(config),
-        *plan.warnings,
-        *([cache] if cache else []),
-        *_never_updates(config, planning.builder),
-    )
-    notices += [f"warning: {w}" for w in warnings]
-    if store is not None:
-        notices.append(store.line)
-    else:  # an agent without frame_replay: which store holds its transitions
-        notices.append(f"replay: {replay.name}, in the replay node")
-    if finished:
-        notices.append(f"notice: a launch would do nothing: {finished}")
-    notices += [f"notice: {n}" for n in _ignored_sigint()]
+    decision = decide_distributed(make_experiment, config, workdir, engine, finished)
     interrupts.raise_if_swallowed()  # a Ctrl-C during the planning's imports stops it here
+    lines = list(decision.lines)
     if _DRY_RUN.value:
         # The plan is this command's result: it goes to stdout.
         print(f"engine: --launcher {engine.name} ({engine.summary})")
-        for notice in notices:
-            print(notice)
-        print(plan.format_table())
+        for line in lines:
+            print(line)
+        print(decision.plan.format_table())
         if joined:
             print(
                 f"network isolation: does not apply: the nodes run on the cluster at {joined}, "
@@ -190,7 +148,7 @@ def _run_distributed(
 
     if joined:
         # The nodes run on that cluster's machines: this process's namespace is not theirs.
-        notices.append(
+        lines.append(
             f"notice: {engine.name} joins the cluster at {joined} ({engine.cluster_var}); "
             "network isolation does not apply there (the cluster's own network rules do)"
         )
@@ -198,20 +156,26 @@ def _run_distributed(
         code = isolation.run_isolated_if_needed(config.isolation, sys.argv)
         if code is not None:
             return code  # the isolated re-run of this command did the work (and the printing)
-    for notice in notices:
-        console.say(notice)
+    for line in lines:
+        console.say(line)
+    return _launch_here(engine, decision, workdir, logger_factory)
 
+
+def _launch_here(
+    engine: engines.Engine, decision: LaunchDecision, workdir: Path, logger_factory: Any
+) -> int:
+    """Builds the graph the decision says and runs it on `engine` (this machine, or the
+    cluster it joins)."""
     _use_cpu_only_here()
     from magi_lp.engines.base import Launch
     from magi_lp.runtime.program import build_program
 
-    experiment = _make(make_experiment, config, workdir)
     engine_module = engine.load()  # Ray's or Launchpad's import: before the last check
     interrupts.raise_if_swallowed()
     _make_workdir(workdir)
     graph = build_program(
-        experiment,
-        plan,
+        decision.experiment,
+        decision.plan,
         workdir=str(workdir),
         logger_factory=logger_factory,
         transport=engine.transport,
@@ -221,62 +185,30 @@ def _run_distributed(
     folders.nodes.mkdir(parents=True, exist_ok=True)
     report = run_folders.reporter(None, folders.launcher_log)
     report(f"workdir: {workdir}")
-    resuming = _resume_line(config, workdir)
+    resuming = _resume_line(decision.config, workdir)
     if resuming:
         report(resuming)
     launch = Launch(
         graph,
-        plan,
-        experiment,
+        decision.plan,
+        decision.experiment,
         workdir,
         status_every=_STATUS_EVERY.value,
-        group_resources=group_resources,
+        group_resources=decision.group_resources,
     )
     _run_starts(workdir)
     code = engine_module.run(launch)
-    report(_where_it_stands(config, workdir, single_process=False))
+    report(_where_it_stands(decision.config, workdir, single_process=False))
     return code
 
 
-def _stop_on_sigterm() -> None:
-    """SIGTERM (`kill`, a scheduler's stop) ends a run in this process as Ctrl-C does: the
-    runner's final save, then the same command resumes. Its default would end the process
-    at once, and the steps since the last periodic checkpoint would be taken again. Once: a
-    second SIGTERM while the save runs is ignored. One inherited as ignored stays so."""
-    if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
-        return
-
-    def stop(signum: int, frame: Any) -> None:
-        del signum, frame
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, stop)
-
-
-def _placement_plan(config: Any, engine: engines.Engine) -> tuple[Any, dict]:
-    """This machine's placement plan, and no group resources; or, on the cluster of several
-    machines an engine joins (the driver inside a Ray job of `--launcher slurm|kubernetes`),
-    the host plan's, each launch group asking for its machine's resource (docs/cluster.md)."""
-    if "hosts" in config and engine.cluster_address():
-        return _cluster().main.joined_cluster_plan(config)
-    return make_placement_plan(config), {}
-
-
-def _reverb_carries_replay(engine: engines.Engine) -> bool:
-    """Whether the engine's replay can be Reverb here (so 'auto' may choose it)."""
-    from magi_lp.replay.stores import reverb_installed
-
-    return engine.transport == "reverb" and reverb_installed()
-
-
 def _run_on_hosts(make_experiment: MakeExperiment, config: Any, workdir: Path, name: str) -> int:
-    """`--launcher hosts|slurm|kubernetes` (magi_lp.cluster.main)."""
+    """`--launcher hosts|slurm|kubernetes` (magi_lp.cluster.main), or `--render`."""
+    from magi_lp.engines.base import HostsLaunch, Launch
     from magi_lp.runtime.loggers import LoggerFactory
 
-    cluster = _cluster().main
     engine = engines.engine(_LAUNCHER.value)
-    if engine.several_hosts and _cluster().engines.cluster_engine(engine.name).runtime == "ray":
+    if engine.several_hosts and engine.stack == "ray":
         # The job's driver runs `--launcher ray`, which would refuse it once the job ran.
         engines.engine("ray").check_colocation(
             bool(config.colocate_learner_and_replay), launcher=engine.name
@@ -285,8 +217,10 @@ def _run_on_hosts(make_experiment: MakeExperiment, config: Any, workdir: Path, n
         _check_workdir_can_be_made(workdir)
     if engine.several_hosts:
         _check_isolation_elsewhere(config, f"--launcher {engine.name}")
-    if _reverb_carries_replay(engine):  # Launchpad on the hosts (on this stack: Ray's serves)
-        builder = _make(make_experiment, config, workdir).builder
+    experiment = None
+    if reverb_carries_replay(engine):  # Launchpad on the hosts (on this stack: Ray's serves)
+        experiment = _make(make_experiment, config, workdir)
+        builder = experiment.builder
         _check_agent_tables(builder, resolve_store(builder, config), single_process=False)
 
     def build_program(plan: Any) -> Any:
@@ -295,29 +229,32 @@ def _run_on_hosts(make_experiment: MakeExperiment, config: Any, workdir: Path, n
         from magi_lp.runtime.program import build_program
 
         logger_factory = LoggerFactory.from_config(str(workdir), config.logging)
-        experiment = _make(make_experiment, config, workdir)
+        made = experiment or _make(make_experiment, config, workdir)
         interrupts.raise_if_swallowed()
         # Pickled for the hosts, which run it (the job's own launch): nothing runs here.
         _make_workdir(workdir, lock=False)
-        graph = build_program(experiment, plan, workdir=str(workdir), logger_factory=logger_factory)
+        graph = build_program(made, plan, workdir=str(workdir), logger_factory=logger_factory)
         return to_program(graph)
 
-    return cluster.run(
+    hosts = HostsLaunch(
         config,
         launcher=engine.name,
-        workdir=workdir,
         config_name=name,
         dry_run=_DRY_RUN.value,
         render_dir=_RENDER.value,
         build_program=build_program,
         command=shlex.join(sys.argv),
     )
+    # `--render` with --launcher local (or none) reaches the hosts' engine too, which refuses
+    # it in one line: its module is the cluster's, whichever engine was named.
+    return _cluster().main.run(Launch(None, None, experiment, workdir, hosts=hosts))
 
 
 def _run_single_process(
     make_experiment: MakeExperiment, validate_config: ValidateConfig | None = None
 ) -> int:
-    """Runs the experiment in this process (debugging, small machines)."""
+    """Checks, decides once and runs the experiment in this process (debugging, small
+    machines), on the single-process engine."""
     config, workdir = _checked_inputs(_config_name(), validate_config)
     if _DRY_RUN.value:
         raise ConfigError(
@@ -351,55 +288,27 @@ def _run_single_process(
     for notice in _ignored_sigint():
         console.say(f"notice: {notice}")
     os.environ.setdefault("MUJOCO_GL", "egl")
-    check_xla_flags({}, os.environ.get("XLA_FLAGS"))
-    cache = compilation_cache_warning(build, _compilation_cache_settings(None))
-    if cache:
-        console.say(f"warning: {cache}")
-    # Where a pixel agent's frames live (sets replay.store): the experiment that runs is made
-    # again below, from the config as this settles it.
-    builder = _make(make_experiment, config, workdir).builder
-    _check_replay_can_fill(builder)
-    for warning in _never_updates(config, builder):
-        console.say(f"warning: {warning}")
-    store = plan_replay_store(config, builder, single_process=True)
-    if store is not None:
-        console.say(store.line)
-    replay = resolve_store(builder, config, single_process=True)
-    _check_agent_tables(builder, replay, single_process=True)
-    if store is None:
-        console.say(f"replay: {replay.name}, in this process")
-    for notice in _replay_checkpoint_notices(config, replay):
-        console.say(f"notice: {notice}")
-    from magi_lp.runtime import single_process
+    decision = decide_single_process(make_experiment, config, workdir, build)
+    for line in decision.lines:
+        console.say(line)
+    from magi_lp.engines.base import Launch
     from magi_lp.runtime.loggers import LoggerFactory
 
     logger_factory = LoggerFactory.from_config(str(workdir), config.logging)
-    experiment = _make(make_experiment, config, workdir)
     interrupts.raise_if_swallowed()
     _make_workdir(workdir)
     console.say(f"workdir: {workdir}")
-    _stop_on_sigterm()
-    _run_starts(workdir)
-    with run_folders.private_temp():
-        result = single_process.run_single_process(
-            experiment, workdir=str(workdir), logger_factory=logger_factory
-        )
-        # Saved and closed: a stop now has nothing left to stop, and ends the process as
-        # the signal's default does (raised, it would read as a Ctrl-C before the run).
-        for signum in interrupts.STOP_SIGNALS:
-            signal.signal(signum, signal.SIG_DFL)
-    if result.resumed_from_step is not None:
-        console.say(f"resumed from learner step {result.resumed_from_step}")
-    counts = (
-        f"{result.actor_steps} actor steps, {result.learner_steps} learner steps, "
-        f"{result.episodes} episodes"
+    engine = engines.engine(engines.SINGLE_PROCESS)
+    launch = Launch(
+        None,
+        None,
+        decision.experiment,
+        workdir,
+        logger_factory=logger_factory,
+        standing=lambda: _where_it_stands(decision.config, workdir, single_process=True),
     )
-    if result.stopped_by_user:
-        console.say(f"stopped at {counts}")
-        console.say(_where_it_stands(config, workdir, single_process=True))
-    else:
-        console.say(f"done: {counts}")
-    return 0
+    _run_starts(workdir)
+    return engine.load().run(launch)
 
 
 def _interrupted(error: BaseException) -> bool:

@@ -47,7 +47,7 @@ from magi_lp.cluster.job import (
 from magi_lp.cluster.ray_cluster import driver_argv
 from magi_lp.config_schema import fact_refusal, refusal
 from magi_lp.engines import REGISTRY, several_hosts_launchers
-from magi_lp.engines.base import HOST_SHARE, host_resource
+from magi_lp.engines.base import HOST_SHARE, Launch, host_resource
 from magi_lp.errors import ConfigError
 from magi_lp.placement.jax_build import JaxBuild
 from magi_lp.placement.plan import PlacementPlan
@@ -309,7 +309,24 @@ def write_files(files: Mapping[str, str], folder: Path) -> list[Path]:
     return written
 
 
-def run(
+def run(launch: Launch) -> int:
+    """`--launcher hosts|slurm|kubernetes`: the engine of several hosts (`launch.hosts`)."""
+    hosts = launch.hosts
+    if hosts is None:
+        raise ValueError("an engine of several hosts is handed a Launch with its hosts")
+    return run_job(
+        hosts.config,
+        launcher=hosts.launcher,
+        workdir=launch.workdir,
+        config_name=hosts.config_name,
+        dry_run=hosts.dry_run,
+        render_dir=hosts.render_dir,
+        build_program=hosts.build_program,
+        command=hosts.command,
+    )
+
+
+def run_job(
     config: ml_collections.ConfigDict,
     *,
     launcher: str,
