@@ -57,6 +57,7 @@ class Stopper:
                 return
         answers = [handle.ping() for handle in self._handles]
         (self._folder / "answers.json").write_text(json.dumps(answers))
+        (self._folder / "listening.json").write_text(json.dumps(ray_listening()))
         self._lifetime.stop_program()
         self._lifetime.wait_for_stop(None)
 
@@ -80,3 +81,48 @@ class Stubborn:
         self._path.write_text(json.dumps({"pid": os.getpid()}))
         while True:
             time.sleep(1)
+
+
+def ray_listening() -> list[dict]:
+    """The TCP and UDP sockets every process of this Ray listens on: the driver (the raylet's
+    parent, for an embedded Ray), and every process below it: Ray's GCS, raylet, agents and
+    workers (the nodes)."""
+    import socket
+
+    import psutil
+
+    driver = psutil.Process(os.getppid()).parent()  # this worker's raylet's parent
+    found = []
+    for proc in [driver, *driver.children(recursive=True)]:
+        try:
+            name = proc.name()
+            sockets = proc.net_connections(kind="inet")
+        except psutil.Error:
+            continue
+        for sock in sockets:
+            if sock.status == psutil.CONN_LISTEN or (sock.type == socket.SOCK_DGRAM and sock.laddr):
+                found.append({"pid": proc.pid, "name": name, "ip": sock.laddr.ip})
+    return found
+
+
+class Leaver:
+    """A node that starts a process and leaves it running when it ends (a daemon, say):
+    `sleep` in a session of its own, started by a shell that exits at once. Ray ends what stays
+    in a worker's process group with it (a plain `sleep &` died with the node); this one it
+    does not reach."""
+
+    def __init__(self, folder: str, name: str, *, lifetime):
+        import subprocess
+
+        self._lifetime = lifetime
+        started = subprocess.run(
+            ["sh", "-c", "setsid sleep 1000 >/dev/null 2>&1 </dev/null & echo $!"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        report = {"pid": os.getpid(), "left": int(started.stdout.strip())}
+        (Path(folder) / f"{name}.json").write_text(json.dumps(report))
+
+    def run(self) -> None:
+        self._lifetime.wait_for_stop(None)

@@ -498,6 +498,16 @@ def _toy_launch(tmp_path: Path):
     return Launch(ProgramGraph("toys", nodes, store=None), plan, experiment, tmp_path / "work")
 
 
+def _is_loopback(ip: str) -> bool:
+    """127.0.0.0/8, ::1, or IPv4's loopback as IPv6 writes it (::ffff:127.0.0.1: Ray's gRPC
+    servers)."""
+    import ipaddress
+
+    address = ipaddress.ip_address(ip)
+    mapped = getattr(address, "ipv4_mapped", None)
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
 @pytest.mark.timeout(300)
 def test_each_node_gets_its_groups_env_and_the_plans_gpus_on_logical_ray_gpus(tmp_path):
     """The Ray engine with a fake 2-GPU inventory (Ray's GPUs are logical here), started from a
@@ -537,6 +547,15 @@ def test_each_node_gets_its_groups_env_and_the_plans_gpus_on_logical_ray_gpus(tm
     # The embedded Ray stays on loopback: Ray swapped 127.0.0.1 for the machine's outward
     # address (192.0.2.2 here), which an isolated run's namespace lacks (ray_seam.loopback_ray).
     assert {r["node_ip"] for r in reports.values()} == {"127.0.0.1"}
+    # ... and so does every socket any of its processes listens on (the driver, the GCS, the
+    # raylet, Ray's agents and the nodes' workers), read from the processes themselves while
+    # the nodes ran, not from an address Ray recorded.
+    listening = json.loads((folder / "listening.json").read_text())
+    names = {s["name"] for s in listening}
+    assert {"gcs_server", "raylet"} <= names, listening
+    assert {r["pid"] for r in reports.values()} <= {s["pid"] for s in listening}, listening
+    outward = [s for s in listening if not _is_loopback(s["ip"])]
+    assert not outward, outward
     for name in ("learner/0", "actor/1", "coordinator/0"):
         assert (tmp_path / "work" / "nodes" / name).is_file(), name
     assert not any(home.iterdir())

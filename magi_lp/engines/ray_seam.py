@@ -20,6 +20,12 @@ not offer comes from here, each with what breaks if an upgrade changes it:
   when the connection to the actor closed and its raylet said nothing (a killed raylet or
   machine, seen first by the driver). If these change: a node on a lost machine is reported
   as killed by SIGKILL with no machine named (the run still ends at once).
+- Ray's kills, in its words too (`death_of`): its memory monitor's ("... were killed due to
+  the node running low on memory. Memory on the node (IP: ...) was ... used / ... limit
+  ...\nOOM kill reason: ..."), raised as `OutOfMemoryError` by name; and the fatal line
+  ("Fatal Python error: Segmentation fault") that the faulthandler Ray enables in its workers
+  writes to a node's log, the one place a SIGSEGV differs from a SIGKILL. If these change: such
+  a node is reported as SIGKILLed, with the kernel's log or its own as the only cause.
 - The raylet's GPU check: `ray.init(num_gpus=N)` refuses to start ("Attempting to start
   raylet with N GPU, but CUDA_VISIBLE_DEVICES contains []") when the starting process's
   `CUDA_VISIBLE_DEVICES` lists fewer than N. The driver hides every GPU from itself (it must
@@ -66,8 +72,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
-from collections.abc import Iterator
+import signal
+from collections.abc import Iterator, Sequence
 
 import psutil
 
@@ -181,15 +189,79 @@ def lost_machine(error: BaseException, address: str) -> str | None:
     machine's raylet (what a dead machine or a killed raylet looks like from the driver).
     None when Ray reports the process's own death (its raylet saw it die)."""
     text = str(error)
+    where = f" ({address})" if address else ""
     if "node has died" in text or "node was terminated" in text:
-        return f"the machine it ran on ({address}) died: Ray marked that machine's node dead"
+        return f"the machine it ran on{where} died: Ray marked that machine's node dead"
     if "temporarily unavailable" in text:
         return (
-            f"Ray lost the connection to it and no word came from its machine ({address}): "
+            f"Ray lost the connection to it and no word came from its machine{where}: "
             "that machine or Ray on it is gone, or the process itself "
             "(Ray: actor unavailable, socket closed)"
         )
     return None
+
+
+# Ray's memory monitor (the raylet's, `RAY_memory_usage_threshold`) kills a worker with exit
+# type NODE_OUT_OF_MEMORY; the GCS keeps the raylet's text as the actor's `oom_context`, and a
+# call to the actor then raises `ray.exceptions.OutOfMemoryError` (not a RayActorError) with
+# it: "1 worker(s) were killed due to the node running low on memory. Memory on the node (IP:
+# ..., ID: ...) was 1.55GB used / 23.54GB limit (0.065844)\nOOM kill reason: Memory usage ...B
+# exceeded threshold of ...B (1.0% of ...B limit)\n..." (Ray 2.60, seen here with the
+# threshold at 1%). The exit detail of every other death of a worker ("Worker exit type:
+# SYSTEM_ERROR ... (1) the process was killed by the OOM killer ..., (3) the worker crashed
+# unexpectedly due to SIGSEGV ...") lists possible causes, so it names none.
+_MEMORY_MONITOR = "running low on memory"
+_MEMORY_USE = re.compile(r"Memory on the node \(IP: ([^,]*),[^)]*\) was ([^\n(]*)")
+_KILL_REASON = re.compile(r"OOM kill reason: ([^\n]*)")
+
+# A Ray worker runs Python's faulthandler (`ray.init` in the worker enables it), which writes
+# this line to the process's stderr (the node's log) as a fatal signal kills it; Ray's own text
+# does not tell a SIGSEGV from a SIGKILL.
+_FATAL_SIGNALS = {
+    "Segmentation fault": signal.SIGSEGV,
+    "Bus error": signal.SIGBUS,
+    "Aborted": signal.SIGABRT,
+    "Floating point exception": signal.SIGFPE,
+    "Illegal instruction": signal.SIGILL,
+}
+
+
+def death_of(
+    error: BaseException, address: str, log_tail: Sequence[str] = ()
+) -> tuple[int, str | None]:
+    """How a node's process ended when Ray's error is what the driver has: (its return code,
+    Ray's reason in words or None where the node's own log says more).
+
+    The return code is minus the signal: Ray's kills are SIGKILLs (its memory monitor's too);
+    a fatal signal of the process's own (SIGSEGV, ...) is read from `log_tail`, the last lines
+    of its log, where faulthandler wrote it."""
+    machine = lost_machine(error, address)
+    if machine is not None:
+        return -signal.SIGKILL, machine
+    text = str(error)
+    if type(error).__name__ == "OutOfMemoryError" or _MEMORY_MONITOR in text:
+        use = _MEMORY_USE.search(text)
+        reason = _KILL_REASON.search(text)
+        facts = "; ".join(
+            fact
+            for fact in (
+                use and f"its machine ({use.group(1)}) had {use.group(2).strip()}",
+                reason and reason.group(1).strip(),
+            )
+            if fact
+        )
+        return -signal.SIGKILL, (
+            "killed by Ray's memory monitor: the machine ran low on memory"
+            + (f" ({facts})" if facts else "")
+            + "; give the run more memory, or raise RAY_memory_usage_threshold (0.95 of the "
+            "machine's memory by default)"
+        )
+    for line in reversed(list(log_tail)):
+        if line.startswith("Fatal Python error: "):
+            sig = _FATAL_SIGNALS.get(line.removeprefix("Fatal Python error: ").strip())
+            if sig is not None:
+                return -sig, None  # the report names it from that line of the log
+    return -signal.SIGKILL, None
 
 
 def bootstrap_address(address: str) -> str | None:
