@@ -245,6 +245,13 @@ def test_the_rayjob_has_a_worker_group_per_machine_with_its_resources():
             assert annotations[key].split() == [f"{k}={v}" for k, v in launch_group.env.items()]
     learner = groups["main"]["template"]["metadata"]["annotations"]["magi-lp/env.learner"]
     assert "CUDA_VISIBLE_DEVICES=0" in learner.split()  # the machine's numbering
+    # A stop of the job waits for the driver's stop in tiers (3 stages, each up to the
+    # notice) before Ray Jobs SIGKILLs it: 3 s by default, which cut the learner's final save.
+    # Ray 2.60's JobSupervisor reads the variable from its environment, the job's runtime env.
+    stop_wait = int(yaml.safe_load(spec["runtimeEnvYAML"])["env_vars"]["RAY_JOB_STOP_WAIT_TIME_S"])
+    assert stop_wait >= 3 * job.stop.notice_seconds + 10, stop_wait
+    head_pod = cluster_spec["headGroupSpec"]["template"]["spec"]
+    assert head_pod["terminationGracePeriodSeconds"] >= stop_wait  # the pods outlast it
 
 
 # --- on the SLURM cluster ----------------------------------------------------------------------

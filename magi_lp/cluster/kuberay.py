@@ -14,12 +14,16 @@ One object, applied with `kubectl apply -f` to a cluster that runs the KubeRay o
 - token authentication (`authOptions.mode: token`): KubeRay makes a Secret with the token and
   puts it in every Ray container's environment;
 - the shared volume (the workdir, the code and the virtualenv at the same paths).
-`shutdownAfterJobFinishes` deletes the RayCluster when the driver ends.
+`shutdownAfterJobFinishes` deletes the RayCluster when the driver ends. A stop of the job
+(`kubectl delete`, a suspend, a deadline) gets the driver's whole stop in tiers: Ray Jobs waits
+`RAY_JOB_STOP_WAIT_TIME_S` between its SIGTERM to the driver and its SIGKILL (3 s by default,
+too short for the learner's final save), set in the job's runtime env (`stop_wait_seconds`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import shlex
 from typing import Any
 
@@ -29,6 +33,7 @@ from magi_lp.cluster.job import ClusterJob, common_env
 from magi_lp.cluster.kubernetes import APP_LABEL, INSTANCE_LABEL
 from magi_lp.cluster.ray_cluster import ray_header_lines
 from magi_lp.engines.base import host_resource
+from magi_lp.runtime.config import stop_tiers
 
 RAY_VERSION = "2.60.0"
 """The Ray the image must have (requirements-py312.txt), for KubeRay's `rayVersion`."""
@@ -36,6 +41,11 @@ RAY_VERSION = "2.60.0"
 HEAD_REQUESTS = {"cpu": "1", "memory": "4Gi"}
 """The head pod: the Ray head and the driver, which builds the program (no node runs there)."""
 
+STOP_WAIT_VAR = "RAY_JOB_STOP_WAIT_TIME_S"
+"""Ray Jobs' wait, in whole seconds, between its stop signal to the driver and its SIGKILL (read
+by its JobSupervisor actor from its environment: the job's runtime env)."""
+
+_STOP_STAGES = len(set(stop_tiers(several_hosts=False).values()))
 _VOLUME = "shared"
 _ENV_ANNOTATION = "magi-lp/env."
 
@@ -68,14 +78,19 @@ def _pod(job: ClusterJob, container: dict[str, Any], selector: str = "") -> dict
         pod["serviceAccountName"] = settings["service_account"]
     if _selector(selector):
         pod["nodeSelector"] = _selector(selector)
-    # Longer than a node's notice, so the driver's stop in tiers (the learner's final save)
-    # ends before the pods are killed.
-    pod["terminationGracePeriodSeconds"] = int(job.stop.notice_seconds) * 3 + 20
+    # The driver's stop in tiers (the learner's final save) ends before the pods are killed.
+    pod["terminationGracePeriodSeconds"] = stop_wait_seconds(job)
     pod["containers"] = [container]
     pod["volumes"] = [
         {"name": _VOLUME, "persistentVolumeClaim": {"claimName": settings["volume_claim"]}}
     ]
     return pod
+
+
+def stop_wait_seconds(job: ClusterJob) -> int:
+    """How long the driver's stop may take: each of its stages (actors, the learner, replay and
+    counter) up to the termination notice, and 20 s for Ray's shutdown after."""
+    return math.ceil(job.stop.notice_seconds) * _STOP_STAGES + 20
 
 
 def _machine_env(job: ClusterJob, host: str) -> dict[str, str]:
@@ -146,6 +161,9 @@ def rayjob(job: ClusterJob) -> dict[str, Any]:
         },
         "spec": {
             "entrypoint": entrypoint,
+            "runtimeEnvYAML": yaml.safe_dump(
+                {"env_vars": {STOP_WAIT_VAR: str(stop_wait_seconds(job))}}
+            ),
             "submissionMode": "K8sJobMode",
             "backoffLimit": 0,
             "shutdownAfterJobFinishes": True,
