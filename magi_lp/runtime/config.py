@@ -106,10 +106,13 @@ class ReplaySettings:
     """
 
     # 'device': frames on the learner's device(s), sampled there; actors send each step once
-    # through a Reverb queue. 'reverb': the Reverb frame replay, sampled on the learner's
-    # CPU. 'auto': device where the learner's device has room for it, else reverb.
+    # through a step queue (Reverb's, or the served one on Ray). 'host': the same, but the
+    # frames zstd-compressed in the learner's host memory (~5.5 KB a transition at 84x84),
+    # sampled on its prefetch thread. 'reverb': the Reverb frame replay, sampled on the
+    # learner's CPU (Launchpad only). 'auto': device where the learner's device has room for
+    # it, else host where the host's memory has, else reverb (magi_lp.replay.plan).
     store: str = "auto"
-    queue_steps: int = 500  # device store: steps in flight from actors to the learner
+    queue_steps: int = 500  # device/host store: steps in flight from actors to the learner
 
     def __post_init__(self) -> None:
         check(self, "store", self.store in REPLAY_STORES, " or ".join(map(repr, REPLAY_STORES)))
