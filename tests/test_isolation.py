@@ -128,6 +128,26 @@ def test_off_goes_on_and_says_what_is_exposed(capsys):
     assert isolation.describe("off").startswith("isolated: no")
 
 
+@pytest.mark.parametrize("stack", ["launchpad", "ray"])
+def test_off_says_what_each_engine_exposes(capsys, stack):
+    """Ray's run printed Launchpad's warning about Courier and Reverb: its embedded Ray serves
+    on loopback only, behind the run's token (test_ray_engine reads its sockets)."""
+    from magi_lp.engines import REGISTRY
+
+    transports = {e.transport for e in REGISTRY.values() if e.stack == stack and e.selectable}
+    for transport in sorted(transports):
+        assert isolation.run_isolated_if_needed("off", ["prog"], transport) is None
+        (said,) = capsys.readouterr().err.strip().splitlines()
+        planned = isolation.describe("off", transport)
+        if stack == "launchpad":
+            assert "Courier, Reverb" in said and "all interfaces" in said
+            assert "Courier, Reverb" in planned
+        else:
+            assert "Courier" not in said and "Reverb" not in said
+            assert "Ray's ports listen on this machine's loopback only" in said
+            assert "behind a token made for the run" in planned
+
+
 @pytest.fixture
 def namespaces_refused(monkeypatch):
     """Makes the namespace set-up fail as on a kernel without unprivileged user namespaces."""

@@ -143,7 +143,7 @@ def _run_distributed(
                 "under its own network rules"
             )
         else:
-            print(f"network isolation: {isolation.describe(config.isolation)}")
+            print(f"network isolation: {isolation.describe(config.isolation, engine.transport)}")
         return 0
 
     if joined:
@@ -153,7 +153,7 @@ def _run_distributed(
             "network isolation does not apply there (the cluster's own network rules do)"
         )
     else:
-        code = isolation.run_isolated_if_needed(config.isolation, sys.argv)
+        code = isolation.run_isolated_if_needed(config.isolation, sys.argv, engine.transport)
         if code is not None:
             return code  # the isolated re-run of this command did the work (and the printing)
     for line in lines:

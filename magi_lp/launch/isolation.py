@@ -56,6 +56,26 @@ MODES: tuple[str, ...] = ("auto", "required", "off")
 MARKER_ENV = "MAGI_LP_NETNS"
 
 EXPOSURE = "node RPC ports (Courier, Reverb) listen on all interfaces without authentication"
+EXPOSURES = {
+    "reverb": EXPOSURE,
+    # The embedded Ray binds to loopback and asks for a token made for the run
+    # (`magi_lp.engines.ray_seam`; tests/test_ray_engine.py reads every Ray process's sockets).
+    "served": (
+        "Ray's ports listen on this machine's loopback only, behind a token made for the run; "
+        "the nodes share this machine's network"
+    ),
+    "in_process": "the run serves no ports (one process); it shares this machine's network",
+}
+"""What a run outside a private network namespace exposes, by how its engine's nodes talk
+(`magi_lp.engines.Engine.transport`): Launchpad's Courier and Reverb serve on every interface;
+Ray's embedded cluster on loopback only."""
+
+
+def exposure(transport: str = "reverb") -> str:
+    """`EXPOSURES[transport]`: what an unisolated run of that engine exposes."""
+    return EXPOSURES.get(transport, EXPOSURE)
+
+
 FIX = (
     "enable unprivileged user namespaces (sysctl -w kernel.unprivileged_userns_clone=1, "
     "user.max_user_namespaces > 0, or on Ubuntu kernel.apparmor_restrict_unprivileged_userns=0), "
@@ -133,11 +153,12 @@ def probe() -> IsolationSupport:
     return IsolationSupport(True, child.method, "")
 
 
-def describe(mode: str) -> str:
-    """One line for the dry-run plan: whether a launch in `mode` would be isolated, and how."""
+def describe(mode: str, transport: str = "reverb") -> str:
+    """One line for the dry-run plan: whether a launch in `mode` would be isolated, and how
+    (`transport`: the engine's, for what an unisolated run exposes)."""
     mode = check_mode(mode)
     if mode == "off":
-        return f"isolated: no (isolation=off: {EXPOSURE})"
+        return f"isolated: no (isolation=off: {exposure(transport)})"
     if is_isolated():
         return "isolated: yes (already inside a private network namespace)"
     support = probe()
@@ -145,10 +166,13 @@ def describe(mode: str) -> str:
         return f"isolated: yes ({support.method}, loopback only)"
     if mode == "required":
         return f"isolated: no: {support.reason} (isolation=required: the launch will refuse)"
-    return f"isolated: no: {support.reason} (isolation=auto: the launch goes on, {EXPOSURE})"
+    return (
+        f"isolated: no: {support.reason} (isolation=auto: the launch goes on, "
+        f"{exposure(transport)})"
+    )
 
 
-def run_isolated_if_needed(mode: str, argv: list[str]) -> int | None:
+def run_isolated_if_needed(mode: str, argv: list[str], transport: str = "reverb") -> int | None:
     """Re-runs this program in a private network namespace unless that is done or not wanted.
 
     Call it at the very top of an entry point, before importing TensorFlow, JAX or Launchpad:
@@ -164,6 +188,8 @@ def run_isolated_if_needed(mode: str, argv: list[str]) -> int | None:
         "required" (refuse to run unisolated) or "off" (never isolate; say what is exposed).
       argv: the program's arguments as in `sys.argv`; the interpreter and its options
         (`-m module`, `-c code`, `-u`, ...) are taken from `sys.orig_argv`.
+      transport: the engine's (`Engine.transport`): what an unisolated run exposes, in its
+        line.
 
     Returns:
       None when this process should go on with the run itself (already isolated, mode off,
@@ -178,13 +204,13 @@ def run_isolated_if_needed(mode: str, argv: list[str]) -> int | None:
     """
     mode = check_mode(mode)
     if mode == "off":
-        console.say(f"isolation=off: {EXPOSURE}.", source="isolation")
+        console.say(f"isolation=off: {exposure(transport)}.", source="isolation")
         return None
     if is_isolated():
         return None
     own_netns = _netns_id("self")
     if not sys.platform.startswith("linux") or own_netns is None:
-        return _unavailable(mode, "network namespaces need Linux with /proc mounted")
+        return _unavailable(mode, "network namespaces need Linux with /proc mounted", transport)
     env = dict(os.environ)
     env[MARKER_ENV] = own_netns
     try:
@@ -198,7 +224,7 @@ def run_isolated_if_needed(mode: str, argv: list[str]) -> int | None:
             source="isolation",
         )
         return child.wait()
-    return _unavailable(mode, reason)
+    return _unavailable(mode, reason, transport)
 
 
 def _clean_up_after(child: _IsolatedChild) -> None:
@@ -530,14 +556,14 @@ def _blocking_settings() -> str:
     return f" ({', '.join(notes)})" if notes else ""
 
 
-def _unavailable(mode: IsolationMode, reason: str) -> None:
+def _unavailable(mode: IsolationMode, reason: str, transport: str = "reverb") -> None:
     if mode == "required":
         raise ConfigError(
             fact_refusal(
                 "isolation=required, but a private network namespace cannot be made", reason, FIX
             )
         )
-    console.say(f"isolation unavailable ({reason}); {EXPOSURE}.", source="isolation")
+    console.say(f"isolation unavailable ({reason}); {exposure(transport)}.", source="isolation")
     return None
 
 
