@@ -6,6 +6,9 @@ environment of what it starts. Every descendant inherits it, including one that 
 to init after its parent died, so the marker finds what a process tree no longer shows. The
 launcher marks its nodes with MAGI_LP_LAUNCH_ID; tests and benchmarks mark the commands they
 run. A process that scrubs its own environment escapes; nothing in Launchpad or Acme does.
+
+psutil is imported where it is used: `die_with_parent` also runs in the isolation parent
+(`magi_lp.launch.isolation`), which may be a Python without it.
 """
 
 from __future__ import annotations
@@ -16,9 +19,10 @@ import os
 import signal
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import psutil
+if TYPE_CHECKING:
+    import psutil
 
 _PR_SET_PDEATHSIG = 1
 
@@ -46,9 +50,14 @@ def end_children(
     one it SIGKILLed.
 
     With `grace_s` (seconds) they get SIGTERM first, and only those still alive `grace_s`
-    later get SIGKILL. With `wait_s` > 0, waits up to that long until the SIGKILLed are dead. Best
-    effort: where the process table cannot be read, there is nothing to end.
+    later get SIGKILL. With `wait_s` > 0, waits up to that long until the SIGKILLed are dead.
+    Best effort: where the process table cannot be read (or psutil is missing), there is
+    nothing to end.
     """
+    try:
+        import psutil
+    except ImportError:
+        return []
     found: dict[int, psutil.Process] = {}
     with contextlib.suppress(Exception):
         found.update({p.pid: p for p in psutil.Process().children(recursive=True)})
@@ -67,6 +76,8 @@ def end_children(
 
 def processes_marked(var: str, value: str) -> list[psutil.Process]:
     """Live processes (not zombies, not this one) whose environment holds `var=value`."""
+    import psutil
+
     found = []
     me = os.getpid()
     for proc in psutil.process_iter():
@@ -86,6 +97,8 @@ def kill_processes(processes: Iterable[psutil.Process], *, wait_s: float = 0.0) 
     psutil refuses a pid that another process has taken since `processes` were found. With
     `wait_s` > 0, waits up to that long until they are dead (see `wait_dead`).
     """
+    import psutil
+
     killed, described = [], []
     for proc in processes:
         try:
@@ -107,6 +120,8 @@ def kill_marked(var: str, value: str, *, wait_s: float = 0.0) -> list[str]:
 
 def kill_tree(pid: int, *, wait_s: float = 0.0) -> list[str]:
     """SIGKILLs process `pid` first (so it cannot start more), then every process below it."""
+    import psutil
+
     try:
         root = psutil.Process(pid)
         descendants = root.children(recursive=True)
@@ -122,6 +137,8 @@ def wait_dead(processes: Iterable[psutil.Process], timeout_s: float) -> list[psu
     zombie until init reaps it, which can take a second or more (e.g. in containers); it runs
     no code, so it counts as dead here.
     """
+    import psutil
+
     me = os.getpid()
     deadline = time.monotonic() + timeout_s
     pending = list(processes)
