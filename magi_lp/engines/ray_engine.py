@@ -30,7 +30,12 @@ the plan's env (Ray's `num_cpus` stays 0: the plan, not Ray, decides where threa
 
 Left behind: nothing. Ray's session folder lives in a private temporary folder removed at the
 end; the cluster's token is made for the run and lives only in its processes' environment
-(no `~/.ray/auth_token`); the embedded Ray binds to loopback.
+(no `~/.ray/auth_token`); the embedded Ray binds to loopback; what a node started and left
+running is swept at the end (the launch's marker in its env, `MAGI_LP_LAUNCH_ID`), as on
+Launchpad.
+
+The start honours a stop signal within a poll, and ends after `START_TIMEOUT_S` when Ray places
+a node nowhere, naming what the cluster lacks.
 """
 
 from __future__ import annotations
