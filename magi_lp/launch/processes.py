@@ -7,8 +7,8 @@ to init after its parent died, so the marker finds what a process tree no longer
 launcher marks its nodes with MAGI_LP_LAUNCH_ID; tests and benchmarks mark the commands they
 run. A process that scrubs its own environment escapes; nothing in Launchpad or Acme does.
 
-psutil is imported where it is used: `die_with_parent` also runs in the isolation parent
-(`magi_lp.launch.isolation`), which may be a Python without it.
+psutil is imported where it is used: `magi_lp.launch.isolation` imports this module for
+`die_with_parent`, and may run on a Python without psutil.
 """
 
 from __future__ import annotations
