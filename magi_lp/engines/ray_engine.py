@@ -30,7 +30,12 @@ the plan's env (Ray's `num_cpus` stays 0: the plan, not Ray, decides where threa
 
 Left behind: nothing. Ray's session folder lives in a private temporary folder removed at the
 end; the cluster's token is made for the run and lives only in its processes' environment
-(no `~/.ray/auth_token`); the embedded Ray binds to loopback.
+(no `~/.ray/auth_token`); the embedded Ray binds to loopback; what a node started and left
+running is swept at the end (the launch's marker in its env, `MAGI_LP_LAUNCH_ID`), as on
+Launchpad.
+
+The start honours a stop signal within a poll, and ends after `START_TIMEOUT_S` when Ray places
+a node nowhere, naming what the cluster lacks.
 """
 
 from __future__ import annotations
@@ -57,8 +62,8 @@ from magi_lp.config_schema import fact_refusal
 from magi_lp.engines import ray_paths, ray_seam
 from magi_lp.engines.base import HOST_RESOURCE_PREFIX, Launch, saves_at_stop, stop_tier
 from magi_lp.errors import ConfigError
-from magi_lp.launch import node_lifetime, run_folders
-from magi_lp.launch.exit_report import NodeExit, format_exit_report
+from magi_lp.launch import node_lifetime, processes, run_folders
+from magi_lp.launch.exit_report import NodeExit, format_exit_report, read_tail
 from magi_lp.launch.stop_machine import (
     Event,
     Fault,
@@ -75,7 +80,12 @@ from magi_lp.launch.stop_machine import (
     StopWords,
     Tick,
 )
-from magi_lp.launch.supervisor import StopSignals, describe_node_end
+from magi_lp.launch.supervisor import (
+    KILL_WAIT_SECS,
+    LAUNCH_ID_VAR,
+    StopSignals,
+    describe_node_end,
+)
 from magi_lp.runtime.config import stop_tiers
 from magi_lp.runtime.graph import NodeSpec, ProgramGraph
 from magi_lp.runtime.workdir import Workdir
@@ -87,7 +97,22 @@ dead node. Longer than Courier's 120 s because an actor's first parameter pull w
 learner's build: measured on this 2-core machine at load 30, make run's learner took more
 than 120 s and the pull's timeout ended the run."""
 
+START_TIMEOUT_S = 300.0
+"""How long a node may wait for Ray to start its process (a machine with the resources it asks
+for: GPUs, its host's resource) before the run ends, naming what the cluster lacks. Longer than
+an autoscaler takes to add a machine; a fixed cluster that lacks them never places it, and the
+start waited for ever. `START_TIMEOUT_VAR` in the environment overrides it (seconds)."""
+
+START_TIMEOUT_VAR = "MAGI_LP_RAY_START_TIMEOUT_S"
+
+UNAVAILABLE_GRACE_S = 30.0
+"""How long a node's actor may be unreachable (Ray's ActorUnavailableError: the connection to
+it closed and its machine said nothing yet) before it counts as dead. A network blip between
+machines heals within it; a dead machine is marked dead by Ray's health checks within it too
+(then the node is named with its machine)."""
+
 _POLL_S = 0.1
+_REASK_S = 1.0  # how often an unreachable node is asked again for its run's outcome
 _KEEP_CUDA_VAR = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
 
 
@@ -148,13 +173,33 @@ class NodeClient:
         actor, timeout = self._actor, self._timeout
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            return ray.get(actor.call.remote(method, *args, **kwargs), timeout=timeout)
+            return answer_through_blips(
+                lambda: ray.get(actor.call.remote(method, *args, **kwargs), timeout=timeout)
+            )
 
         call.__name__ = method
         return call
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (NodeClient, (self._actor, sorted(self._methods), self._timeout))
+
+
+def answer_through_blips(ask: Callable[[], Any], grace_s: float = UNAVAILABLE_GRACE_S) -> Any:
+    """`ask()` (a node's call and `ray.get` of its answer), asked again while the node is
+    unreachable (Ray's ActorUnavailableError) for up to `grace_s`; raised after that.
+
+    Ray says such a call "may or may not have been executed": a repeated counter increment or
+    replay insert counts once more, which is what a network blip costs instead of the run."""
+    since = None
+    while True:
+        try:
+            return ask()
+        except ray.exceptions.ActorUnavailableError:
+            now = time.monotonic()
+            since = now if since is None else since
+            if now - since >= grace_s:
+                raise
+            time.sleep(min(_REASK_S, max(0.0, since + grace_s - now)))
 
 
 class ServedReplayNode:
@@ -191,6 +236,7 @@ class _ProgramControl:
 
     def __init__(self) -> None:
         self._stop = False
+        self._placed: set[str] = set()
 
     def request_stop(self) -> None:
         self._stop = True
@@ -198,11 +244,19 @@ class _ProgramControl:
     def stop_requested(self) -> bool:
         return self._stop
 
+    def placed(self, name: str) -> None:
+        """Node `name`'s process started (Ray found it a machine): its making has begun."""
+        self._placed.add(name)
+
+    def placed_nodes(self) -> list[str]:
+        return sorted(self._placed)
+
 
 class _NodeActor:
     """One node in its own process: makes it, serves its methods, runs it."""
 
     def __init__(self, spec: NodeSpec, args: tuple, kwargs: dict, control: Any, log: str):
+        control.placed.remote(spec.name)  # the start's timeout is for nodes never placed
         _send_output_to(log)
         self._lifetime = RayLifetime(control)
         # The node is made and run on one thread of its own: Ray runs a threaded actor's
@@ -246,7 +300,15 @@ class _NodeActor:
         return getattr(self._node, method)(*args, **kwargs)
 
     def run(self) -> int:
-        return self._thread.submit(self._run).result()
+        self._running = self._thread.submit(self._run)
+        return self._running.result()
+
+    def outcome(self) -> int:
+        """`run()`'s result, asked again by a driver whose `run` call was lost (the node
+        was unreachable for a moment); waits for it."""
+        while getattr(self, "_running", None) is None:
+            time.sleep(_POLL_S)
+        return self._running.result()
 
     def _run(self) -> int:
         run = getattr(self._node, "run", None)
@@ -294,6 +356,9 @@ class _NodeProcess:
         self.returncode: int | None = None
         self.run_ref: Any = None
         self.known_cause: str | None = None  # Ray's word on its death (its machine died)
+        self.unreachable_since: float | None = None  # `_Driver._ended`'s grace
+        self.asked_at = -math.inf  # when its outcome was last asked again
+        self.probe: Any = None  # a call that tells whether it answers again
 
     def exit_of(self, returncode: int) -> NodeExit:
         return NodeExit(
@@ -352,10 +417,15 @@ temp folder. Not set for a cluster of several machines (RAY_ADDRESS): the folder
 one only."""
 
 
-def _node_env(launch: Launch, spec: NodeSpec, node_tmp: str | None = None) -> dict[str, str]:
+def _node_env(
+    launch: Launch, spec: NodeSpec, node_tmp: str | None = None, launch_id: str | None = None
+) -> dict[str, str]:
     env = {"PYTHONUNBUFFERED": "1", _KEEP_CUDA_VAR: "1", **launch.plan.envs().get(spec.group, {})}
     if node_tmp is not None:
         env["TMPDIR"] = node_tmp
+    if launch_id is not None:
+        # Inherited by whatever the node starts: the end of the run sweeps what is left.
+        env[LAUNCH_ID_VAR] = launch_id
     # The node imports the project (its classes are pickled by reference).
     paths = [str(Path(__file__).resolve().parents[2]), *sys.path]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if p and Path(p).is_dir()))
@@ -385,9 +455,16 @@ def _gpu_requests(envs: list[dict[str, str]]) -> list[float]:
 class _Driver:
     """Starts the graph's nodes as actors, supervises them and stops them in tiers."""
 
-    def __init__(self, launch: Launch, signals: StopSignals, node_tmp: str | None = None):
+    def __init__(
+        self,
+        launch: Launch,
+        signals: StopSignals,
+        node_tmp: str | None = None,
+        launch_id: str | None = None,
+    ):
         self._launch = launch
         self._node_tmp = node_tmp
+        self._launch_id = launch_id  # every node's marker (`_node_env`)
         self._graph: ProgramGraph = launch.graph
         self._signals = signals
         self._nodes: list[_NodeProcess] = []
@@ -421,14 +498,16 @@ class _Driver:
         kept = run_folders.keep_earlier_logs(workdir.nodes)  # the nodes append to new files
         if kept:
             self.say(f"logs of the earlier launch kept as {workdir.nodes}/<group>/<index>.{kept}")
-        envs = [_node_env(self._launch, spec, self._node_tmp) for spec in graph.nodes]
+        envs = [
+            _node_env(self._launch, spec, self._node_tmp, self._launch_id) for spec in graph.nodes
+        ]
         gpus = _gpu_requests(envs)
         for short in _check_the_cluster_has(
             gpus, [self._launch.group_resources.get(spec.group, {}) for spec in graph.nodes]
         ):
             self.say(f"warning: {short}")
         pending = list(zip(graph.nodes, envs, gpus, strict=True))
-        while pending and self._failure is None:
+        while pending and self._failure is None and self.start_failure is None:
             if self._signals.received:
                 break  # a stop while starting: the nodes made so far are stopped as usual
             # The nodes whose handles are all made are made together (the actors and the
@@ -450,11 +529,18 @@ class _Driver:
                     resources=dict(self._launch.group_resources.get(spec.group, {})),
                     max_restarts=0,
                 ).remote(spec, args, kwargs, self._control, str(log))
-                making.append((spec, log, actor, [actor.where.remote(), actor.methods.remote()]))
-            for spec, log, actor, asked in making:
+                wants = {"GPU": num_gpus, **self._launch.group_resources.get(spec.group, {})}
+                asked = [actor.where.remote(), actor.methods.remote()]
+                making.append((spec, log, actor, asked, wants))
+            answered = self._wait_for_wave(making)
+            for (spec, log, actor, asked, _), came in zip(making, answered, strict=True):
+                if not came:  # a stop, or the start's timeout, came first: never made
+                    with contextlib.suppress(Exception):
+                        ray.kill(actor)
+                    continue
                 try:
                     (pid, address, made), methods = ray.get(asked)
-                except ray.exceptions.RayActorError as error:  # its process died while made
+                except ray.exceptions.RayError as error:  # its process died while made
                     if self._failure is None:
                         self._start_failed(spec, log, None, error)
                     continue
@@ -488,6 +574,52 @@ class _Driver:
             f"{workdir.nodes}/<group>/<index>"
         )
 
+    def _wait_for_wave(self, making: list[tuple]) -> list[bool]:
+        """Waits until every node of a wave is made (or could not be), polling: a stop signal
+        ends the wait within a poll, and a node Ray has not placed (started no process for)
+        within the start's timeout ends the start (`_start_timed_out`). For each node of
+        `making` ((spec, log, actor, asked, wants)): whether its answers came."""
+        refs = [ref for *_, asked, _ in making for ref in asked]
+        timeout = start_timeout_s()
+        began = time.monotonic()
+        placed: set[str] = set()
+        asking: Any = None  # the pending question to the control actor
+        while True:
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=_POLL_S)
+            if len(ready) == len(refs):
+                return [True] * len(making)
+            done = set(ready)
+            answered = [all(ref in done for ref in asked) for *_, asked, _ in making]
+            if self._signals.received:
+                return answered
+            if asking is None:
+                asking = self._control.placed_nodes.remote()
+            if ray.wait([asking], timeout=0)[0]:
+                placed.update(ray.get(asking))
+                asking = None
+            unplaced = [
+                m
+                for m, came in zip(making, answered, strict=True)
+                if not came and m[0].name not in placed
+            ]
+            if unplaced and time.monotonic() - began >= timeout:
+                self._start_timed_out(unplaced, timeout)
+                return answered
+
+    def _start_timed_out(self, unplaced: list[tuple], timeout: float) -> None:
+        """Nodes Ray placed nowhere within the start's timeout: one line naming the first and
+        what the cluster lacks for it; the start stops (those made are stopped as usual) and
+        the run ends with exit code 1."""
+        spec, *_, wants = unplaced[0]
+        more = f" (and {len(unplaced) - 1} more nodes)" if len(unplaced) > 1 else ""
+        self.say(
+            f"node {spec.name}{more} could not be scheduled for {timeout:g} s: "
+            f"{_shortfall(wants)}; give the cluster what it lacks (an autoscaler adds it, a "
+            f"fixed cluster never does), or set {START_TIMEOUT_VAR} to wait longer"
+        )
+        self.start_failure = f"node {spec.name} could not be scheduled for {timeout:g} s"
+        self._lost_ray = self.start_failure  # the run cannot go on (`_ray_gone`): exit 1
+
     def _start_failed(
         self, spec: NodeSpec, log: Path, pid: int | None, error: BaseException | None = None
     ) -> None:
@@ -498,7 +630,10 @@ class _Driver:
         cause = None
         if error is not None:
             first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-            cause = self._ray_gone() or f"its process died while it was made (Ray: {first})"
+            named = ray_seam.death_of(error, "", read_tail(log))[1]
+            cause = (
+                self._ray_gone() or named or f"its process died while it was made (Ray: {first})"
+            )
         self._failure = NodeExit(spec.group, spec.index, pid or 0, 1, log, cause)
         self.say(format_exit_report(self._failure))
         self.start_failure = f"node {spec.name} died"
@@ -507,12 +642,14 @@ class _Driver:
         return [(n.spec.group, n.spec.index, n) for n in self._nodes]
 
     def _ended(self, node: _NodeProcess) -> int | None:
-        """The node's run result once it ended: 0, or its failure's return code."""
-        ready, _ = ray.wait([node.run_ref], timeout=0)
-        if not ready:
+        """The node's run result once it ended: 0, or its failure's return code (minus the
+        signal when Ray's error or the node's log says which; Ray's reason in
+        `node.known_cause`). A node Ray cannot reach is given `UNAVAILABLE_GRACE_S`."""
+        if not _ready(node.run_ref):
+            self._back_in_reach(node)
             return None
         try:
-            return int(ray.get(node.run_ref))
+            return int(_result(node.run_ref))
         except NodeExitError as error:
             return error.code
         except ray.exceptions.RayTaskError as error:
@@ -520,9 +657,49 @@ class _Driver:
             if isinstance(cause, NodeExitError):
                 return cause.code
             return 1
-        except ray.exceptions.RayActorError as error:
+        except ray.exceptions.ActorUnavailableError as error:
+            if self._still_in_grace(node):
+                return None
             node.known_cause = ray_seam.lost_machine(error, node.address)
             return -signal.SIGKILL
+        except ray.exceptions.RayError as error:  # its process died (Ray's memory monitor...)
+            code, node.known_cause = ray_seam.death_of(error, node.address, read_tail(node.log))
+            return code
+
+    def _still_in_grace(self, node: _NodeProcess) -> bool:
+        """Whether a node Ray cannot reach (its `run` call failed with ActorUnavailableError)
+        is still within its grace; if so, its run's outcome is asked for again (at most every
+        `_REASK_S`), with a probe that tells when it answers again."""
+        now = time.monotonic()
+        if node.unreachable_since is None:
+            node.unreachable_since = now
+            self.say(
+                f"node {node.spec.name}: Ray cannot reach it ({node.address}); waiting up to "
+                f"{UNAVAILABLE_GRACE_S:g} s for it to answer again"
+            )
+        if now - node.unreachable_since >= UNAVAILABLE_GRACE_S:
+            return False
+        if now - node.asked_at >= _REASK_S:
+            node.asked_at = now
+            node.run_ref = node.actor.outcome.remote()
+            node.probe = node.actor.where.remote()
+        return True
+
+    def _back_in_reach(self, node: _NodeProcess) -> None:
+        """Ends a node's grace once its probe answered."""
+        if node.probe is None or not _ready(node.probe):
+            return
+        probe, node.probe = node.probe, None
+        try:
+            _result(probe)
+        except ray.exceptions.RayError:
+            return  # not yet: its outcome call fails too, and the grace goes on
+        if node.unreachable_since is not None:
+            self.say(
+                f"node {node.spec.name} answers again after "
+                f"{time.monotonic() - node.unreachable_since:.1f} s"
+            )
+        node.unreachable_since = None
 
     def watch_ray(self) -> None:
         """Watches the embedded Ray's GCS and raylet; either one dying ends the run at once,
@@ -536,14 +713,17 @@ class _Driver:
         gave up with a C++ error and exited, without the learner's final save (seen
         2026-11-29); stopped now, in tiers, the nodes still reach each other and the learner
         saves. Without its raylet every node dies with it, and each was reported as
-        SIGKILLed with no word of why; the raylet is named first when both are gone."""
+        SIGKILLed with no word of why; the raylet is named first when both are gone.
+
+        A start that timed out (`_start_timed_out`) is such a cause too: the nodes made are
+        stopped, and the run exits 1 naming the node Ray could not place."""
         dead = [
             (pid, name)
             for pid, (process, name) in self._ray_daemons.items()
             if not ray_seam.daemon_running(process)
         ]
         if not dead:
-            return None
+            return self._lost_ray
         pid, name = max(dead, key=lambda found: found[1] == "raylet")
         self._lost_ray = f"Ray's {name} (pid {pid}) died"
         return f"{self._lost_ray}, and every node with it" if name == "raylet" else self._lost_ray
@@ -635,6 +815,16 @@ class _Driver:
                     ray.kill(node.actor)
 
 
+def _ready(ref: Any) -> bool:
+    """Whether a call's answer (or Ray's error instead) is there."""
+    return bool(ray.wait([ref], timeout=0)[0])
+
+
+def _result(ref: Any) -> Any:
+    """A ready call's answer; raises its error."""
+    return ray.get(ref)
+
+
 def _probe(driver: _Driver, workdir: Path) -> Any:
     from magi_lp.runtime.probe import CALL_TIMEOUT_S as PROBE_TIMEOUT_S
     from magi_lp.runtime.probe import ProgramProbe
@@ -690,6 +880,44 @@ def _check_the_cluster_has(
     return warnings
 
 
+def start_timeout_s() -> float:
+    """`START_TIMEOUT_S`, or the seconds `START_TIMEOUT_VAR` gives."""
+    given = os.environ.get(START_TIMEOUT_VAR, "").strip()
+    if not given:
+        return START_TIMEOUT_S
+    try:
+        seconds = float(given)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise ConfigError(
+            fact_refusal(
+                f"{START_TIMEOUT_VAR}={given}",
+                "it is not a number of seconds above 0",
+                f"unset it for the default ({START_TIMEOUT_S:g} s), or give e.g. 600",
+            )
+        )
+    return seconds
+
+
+def _shortfall(wants: Mapping[str, float]) -> str:
+    """What the Ray cluster lacks for a node that asks for `wants` (resource -> amount), in
+    words: a resource it has too little of, else one that others hold now."""
+    has, free = ray.cluster_resources(), ray.available_resources()
+    asked = {key: amount for key, amount in sorted(wants.items()) if amount > 0}
+    for key, amount in asked.items():
+        if has.get(key, 0.0) + 1e-6 < amount:
+            return f"the Ray cluster has {has.get(key, 0.0):g} {key} and it asks for {amount:g}"
+    for key, amount in asked.items():
+        if free.get(key, 0.0) + 1e-6 < amount:
+            return (
+                f"the Ray cluster's {has[key]:g} {key} are held by others "
+                f"({free.get(key, 0.0):g} free) and it asks for {amount:g}"
+            )
+    what = ", ".join(f"{k} {v:g}" for k, v in asked.items()) or "nothing"
+    return f"the Ray cluster has what it asks for ({what}), yet Ray started no process for it"
+
+
 def _refuse_no_cluster(address: str, error: BaseException) -> NoReturn:
     raise ConfigError(
         fact_refusal(
@@ -704,9 +932,26 @@ def _refuse_no_cluster(address: str, error: BaseException) -> NoReturn:
 def check(graph: ProgramGraph) -> None:
     """Refuses what this engine cannot run, before Ray starts (the entry point has checked
     the config already; this is for a graph built otherwise)."""
-    from magi_lp.engines import ENGINES
+    from magi_lp.engines import engine
 
-    ENGINES["ray"].check_colocation(any(spec.colocate_with is not None for spec in graph.nodes))
+    engine("ray").check_colocation(any(spec.colocate_with is not None for spec in graph.nodes))
+
+
+def _sweep(launch_id: str, driver: _Driver | None) -> None:
+    """Kills what the nodes started and left running on this machine (the processes with the
+    launch's marker, `_node_env`), as a Launchpad launch does; names those that are not a
+    node's own process (those end with Ray, which was just shut down)."""
+    nodes = set() if driver is None else {node.pid for *_, node in driver.status_nodes()}
+    left = processes.processes_marked(LAUNCH_ID_VAR, launch_id)
+    strays = processes.kill_processes(
+        [p for p in left if p.pid not in nodes], wait_s=KILL_WAIT_SECS
+    )
+    processes.kill_processes([p for p in left if p.pid in nodes], wait_s=KILL_WAIT_SECS)
+    if strays and driver is not None:
+        driver.say(
+            f"killed {len(strays)} processes that nodes had started and left running: "
+            f"{', '.join(strays)}"
+        )
 
 
 def run(launch: Launch) -> int:
@@ -716,9 +961,9 @@ def run(launch: Launch) -> int:
     check(launch.graph)
     signals = StopSignals()
     signals.install()
-    from magi_lp.engines import ENGINES
+    from magi_lp.engines import engine
 
-    address = ENGINES["ray"].cluster_address()  # RAY_ADDRESS, as the entry point read it
+    address = engine("ray").cluster_address()  # RAY_ADDRESS, as the entry point read it
     run_tmp = ray_paths.run_temp_folder()
     node_tmp = None
     if not address:  # Ray started here: every node on this machine
@@ -726,11 +971,13 @@ def run(launch: Launch) -> int:
         os.mkdir(node_tmp)
     saved_env = {k: os.environ.get(k) for k in ray_seam.AUTH_VARS}
     status = None
+    driver = None
+    launch_id = secrets.token_hex(8)
     try:
         started = time.monotonic()
         _start_ray(run_tmp, launch.plan.inventory.ids(), address, launch.termination_notice_secs)
         signals.install()  # Ray's start may have put its own handlers in place
-        driver = _Driver(launch, signals, node_tmp)
+        driver = _Driver(launch, signals, node_tmp, launch_id)
         if not address:
             driver.watch_ray()
         driver.start()
@@ -762,6 +1009,8 @@ def run(launch: Launch) -> int:
                 status.stop()
         with contextlib.suppress(Exception):
             ray.shutdown()
+        if not address:  # a joined cluster's machines are not this one
+            _sweep(launch_id, driver)
         for key, value in saved_env.items():
             if value is None:
                 os.environ.pop(key, None)
