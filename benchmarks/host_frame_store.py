@@ -222,8 +222,14 @@ def summary(result: dict) -> tuple[str, str, str]:
 
 def report(result: dict) -> str:
     f, b, s, learner = result["frames"], result["bytes"], result["sample"], result["learner"]
+    machine = result.get("run", {}).get("machine", "this machine")
     return "\n".join(
         [
+            f"Machine: {machine}. `replay.store='host'`: each frame once, zstd in a fixed arena "
+            "in the learner's host memory, sampled and decompressed on the learner's prefetch "
+            "thread. The learner figure alternates blocks fed by the store with blocks of the "
+            "update alone on one batch already on the device, so both see the same load.",
+            "",
             f"Reacher/hard frames at 84x84x3 ({f['frames']} rendered, zstd level {f['level']}):"
             f" {fmt(f['mean_bytes'], 0)} bytes on average of {f['raw_bytes']}, at most "
             f"{f['max_bytes']}.",

@@ -90,6 +90,7 @@ FIGURES = (
         0,
         stored="benchmarks/gpu_learn_check.json",
     ),
+    Figure("host_frame_store", "benchmarks.host_frame_store", 300, 1500),
 )
 BY_NAME = {figure.name: figure for figure in FIGURES}
 HEADLINE = (

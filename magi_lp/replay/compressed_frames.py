@@ -254,12 +254,12 @@ class CompressedFrameStore:
         spec = self.spec
         flat = rows.reshape(-1).tolist()
         frames = np.empty((len(flat), spec.frame_nbytes), np.uint8)
-        decompress = zstandard.ZstdDecompressor().decompress
+        context = zstandard.ZstdDecompressor()
         first: dict[int, int] = {}
         for i, row in enumerate(flat):
             seen = first.setdefault(row, i)
-            if seen == i:
-                frames[i] = np.frombuffer(decompress(blobs[row]), np.uint8)
+            if seen == i:  # straight into the batch: no frame-sized copy in between
+                context.stream_reader(blobs[row]).readinto(memoryview(frames[i]))
             else:  # the same frame in another window of this batch
                 frames[i] = frames[seen]
         return FrameTransition(
