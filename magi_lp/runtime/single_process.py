@@ -22,15 +22,14 @@ from typing import Any
 
 import dm_env
 
+from magi_lp.acme_api import specs
 from magi_lp.launch.interrupts import stop_deferred
 from magi_lp.replay.schedule import ReplaySchedule
+from magi_lp.replay.store import LearnerReplay, ReplayStore
 from magi_lp.replay.stores import resolve_store
 from magi_lp.runtime import checkpointing, seeding
-from magi_lp.runtime.control_nodes import new_counter
-from magi_lp.runtime.experiment import Experiment
-from magi_lp.runtime.learner_runner import LearnerRunner
-from magi_lp.runtime.loggers import ProgressBar
-from magi_lp.runtime.nodes import (
+from magi_lp.runtime.acting_loop import ActingLoop
+from magi_lp.runtime.assembly import (
     evaluate,
     first_evaluation_at,
     make_acting_loop,
@@ -38,6 +37,10 @@ from magi_lp.runtime.nodes import (
     next_evaluation_after,
     resume_point,
 )
+from magi_lp.runtime.control_nodes import new_counter
+from magi_lp.runtime.experiment import Experiment
+from magi_lp.runtime.learner_runner import LearnerRunner
+from magi_lp.runtime.loggers import ProgressBar
 
 
 @dataclasses.dataclass
@@ -123,24 +126,9 @@ def run_single_process(
     after a final checkpoint; the same command resumes it.
     """
     config = experiment.config
-    builder = experiment.builder
     environment_spec = experiment.get_environment_spec()
-    schedule = builder.replay_schedule()
-
-    server = client = None
-    store = resolve_store(builder, config, single_process=True)
-    if store.uses_reverb:
-        import reverb
-
-        from magi_lp.replay.reverb_seam import without_rate_limit
-        from magi_lp.runtime.program import replay_checkpointer
-
-        tables = store.make_tables(environment_spec)
-        server = reverb.Server(
-            [without_rate_limit(t) for t in tables], checkpointer=replay_checkpointer(workdir)
-        )
-        client = reverb.Client(f"localhost:{server.port}")
-    # Otherwise a toolkit store the actor writes directly (device frames, host transitions).
+    store = resolve_store(experiment.builder, config, single_process=True)
+    server, client = _start_reverb(store, environment_spec, workdir)
     # A resumed run's replay sampling, actor and evaluator draw fresh streams (`seeding`).
     resumed_at = resume_point(experiment, workdir)
     replay = store.make_learner_replay(
@@ -150,17 +138,93 @@ def run_single_process(
     learner = make_learner_runner(
         experiment, environment_spec, replay, counter, workdir, logger_factory
     )
-    start_steps = int(counter.get_counts().get("actor_steps", 0))
+
+    def actor_steps() -> int:
+        return int(counter.get_counts().get("actor_steps", 0))
+
+    start_steps = actor_steps()
     bar = ProgressBar(
         config.max_actor_steps,
         initial_steps=start_steps,
         frames_per_step=experiment.frames_per_step,
         disable=None if progress else True,
     )
-    # A replay restored from the checkpoint holds what the run wrote up to it: the schedule
-    # goes on from the run's counts. An empty one (no replay checkpoint) starts it again.
+    learning = _interleaved_learning(
+        learner, replay, experiment.builder.replay_schedule(), bar, start_steps
+    )
+    actor, evaluator = _make_loops(
+        experiment,
+        environment_spec,
+        store,
+        replay,
+        learner,
+        counter,
+        logger_factory,
+        learning=learning,
+        resumed_at=resumed_at,
+    )
+    tally = _Tally()
+    try:
+        _act_and_evaluate(config, actor, evaluator, actor_steps, bar, start_steps, tally)
+    except KeyboardInterrupt:
+        tally.stopped_by_user = True
+    finally:
+        failing = sys.exc_info()[1]  # the loop's own error: a failed final save must not hide it
+        bar.close()
+        closes = [loop.close for loop in (actor, evaluator) if loop is not None]
+        closes += [learner.close] + ([server.stop] if server is not None else [])
+        stopped = _save_and_close(
+            learner, replay, config.checkpoint.reverb and server is not None, closes, failing
+        )
+        # A stop once the run had reached its limit leaves it finished.
+        tally.stopped_by_user = tally.stopped_by_user or (
+            stopped and actor_steps() < int(config.max_actor_steps)
+        )
+
+    return SingleProcessResult(
+        actor_steps=actor_steps(),
+        learner_steps=learner.steps,
+        episodes=tally.episodes,
+        evaluation_returns=tally.evaluation_returns,
+        resumed_from_step=learner.restored_step,
+        stopped_by_user=tally.stopped_by_user,
+    )
+
+
+def _start_reverb(
+    store: ReplayStore, environment_spec: specs.EnvironmentSpec, workdir: str
+) -> tuple[Any, Any]:
+    """A Reverb server in this process and its client, for a store that uses Reverb; else
+    (None, None): a toolkit store the actor writes directly (device frames, host
+    transitions). The tables lose their rate limiters: the one thread that acts and learns
+    must never block on a table (as Acme's `run_experiment` has it)."""
+    if not store.uses_reverb:
+        return None, None
+    import reverb
+
+    from magi_lp.replay.reverb_seam import without_rate_limit
+    from magi_lp.runtime.program import replay_checkpointer
+
+    tables = store.make_tables(environment_spec)
+    server = reverb.Server(
+        [without_rate_limit(t) for t in tables], checkpointer=replay_checkpointer(workdir)
+    )
+    return server, reverb.Client(f"localhost:{server.port}")
+
+
+def _interleaved_learning(
+    learner: LearnerRunner,
+    replay: LearnerReplay,
+    schedule: ReplaySchedule,
+    bar: ProgressBar,
+    start_steps: int,
+) -> InterleavedLearning:
+    """The observer that steps the learner as the schedule owes, from where it goes on.
+
+    A replay restored from the checkpoint holds what the run wrote up to it: the schedule
+    goes on from the run's counts. An empty one (no replay checkpoint) starts it again."""
     restored = start_steps > 0 and replay.has_items()
-    learning = InterleavedLearning(
+    return InterleavedLearning(
         learner,
         schedule,
         replay.has_items,
@@ -168,6 +232,22 @@ def run_single_process(
         steps=start_steps if restored else 0,
         updates=learner.steps if restored else 0,
     )
+
+
+def _make_loops(
+    experiment: Experiment,
+    environment_spec: specs.EnvironmentSpec,
+    store: ReplayStore,
+    replay: LearnerReplay,
+    learner: LearnerRunner,
+    counter: Any,
+    logger_factory: Any,
+    *,
+    learning: InterleavedLearning,
+    resumed_at: int,
+) -> tuple[ActingLoop, ActingLoop | None]:
+    """The one actor (writing to the learner's replay, learning as it acts) and the
+    evaluator (None when the config has no evaluators), both pulling from `learner`."""
     actor = make_acting_loop(
         experiment,
         environment_spec,
@@ -180,91 +260,103 @@ def run_single_process(
         observers=[learning],
         resumed_at=resumed_at,
     )
-    evaluator = None
-    if config.num_evaluators > 0:
-        evaluator = make_acting_loop(
-            experiment,
-            environment_spec,
-            0,
-            None,
-            None,
-            learner,
-            counter,
-            logger_factory,
-            evaluation=True,
-            resumed_at=resumed_at,
-        )
+    if experiment.config.num_evaluators <= 0:
+        return actor, None
+    evaluator = make_acting_loop(
+        experiment,
+        environment_spec,
+        0,
+        None,
+        None,
+        learner,
+        counter,
+        logger_factory,
+        evaluation=True,
+        resumed_at=resumed_at,
+    )
+    return actor, evaluator
 
-    def actor_steps() -> int:
-        return int(counter.get_counts().get("actor_steps", 0))
 
-    evaluation_returns: list[float] = []
-    episodes = 0
-    stopped_by_user = False
+@dataclasses.dataclass
+class _Tally:
+    """What the run has done so far: kept outside the loop, so a Ctrl-C keeps it."""
+
+    episodes: int = 0
+    evaluation_returns: list[float] = dataclasses.field(default_factory=list)
+    stopped_by_user: bool = False
+
+
+def _act_and_evaluate(
+    config: Any,
+    actor: ActingLoop,
+    evaluator: ActingLoop | None,
+    actor_steps: Callable[[], int],
+    bar: ProgressBar,
+    start_steps: int,
+    tally: _Tally,
+) -> None:
+    """Acts up to `max_actor_steps`, evaluating at 0, at every multiple of
+    `evaluation.every_actor_steps` and at the limit. The actor counts every step, so each
+    evaluation happens at exactly that many actor steps (mid-episode, as the official
+    DrQ-v2's does; the training episode goes on after it)."""
     every = int(config.evaluation.every_actor_steps)
     limit = int(config.max_actor_steps)
-    # Evaluations at 0 and every multiple of `every`, and at the limit; the actor counts
-    # every step, so each happens at exactly that many actor steps (mid-episode, as the
-    # official DrQ-v2's does; the training episode goes on after it).
     next_evaluation = first_evaluation_at(start_steps, every)
     last_evaluated = None
 
     def run_evaluation(at: int) -> None:
         nonlocal last_evaluated
         rows = evaluate(evaluator, config.evaluation.episodes, at=at)  # its point, or the limit
-        evaluation_returns.extend(row["episode_return"] for row in rows)
+        tally.evaluation_returns.extend(row["episode_return"] for row in rows)
         last_evaluated = actor_steps()
 
-    try:
-        while actor_steps() < limit:
-            if evaluator is not None and actor_steps() >= next_evaluation:
-                run_evaluation(next_evaluation)
-                next_evaluation = next_evaluation_after(actor_steps(), every)
-            stop_at = min(limit, next_evaluation) if evaluator is not None else limit
-            rows = actor.run(lambda stop_at=stop_at: actor_steps() >= stop_at)
-            episodes += len(rows)
-            if rows:
-                bar.update(actor_steps(), rows[-1]["episode_return"])
-        if evaluator is not None and last_evaluated != actor_steps():
-            run_evaluation(limit)
-    except KeyboardInterrupt:
-        stopped_by_user = True
-    finally:
-        failing = sys.exc_info()[1]  # the loop's own error: a failed final save must not hide it
-        bar.close()
-        # A stop from here on waits for the final save: raised at once, it skipped it, and one
-        # held by the save came out after it, skipped the replay's checkpoint and the closes,
-        # and the CLI took it for a Ctrl-C before the run started. During the closes it only
-        # moves on to the next (one that hangs is left with another Ctrl-C). A run that had
-        # reached its limit stays finished.
-        try:
-            with stop_deferred("the final checkpoint is written"):
-                learner.save()  # its own hold says so, once
-                if config.checkpoint.reverb and server is not None:
-                    with stop_deferred("the replay's checkpoint is written", say=checkpointing.say):
-                        replay.client.checkpoint()
-        except KeyboardInterrupt:
-            stopped_by_user = stopped_by_user or actor_steps() < limit
-        except Exception as error:
-            if failing is None:
-                raise
-            checkpointing.say(
-                f"the final checkpoint was not written ({type(error).__name__}: {error}); "
-                "the run's own error follows"
-            )
-        closes = [loop.close for loop in (actor, evaluator) if loop is not None]
-        closes += [learner.close] + ([server.stop] if server is not None else [])
-        for close in closes:
-            try:
-                close()
-            except KeyboardInterrupt:
-                stopped_by_user = stopped_by_user or actor_steps() < limit
+    while actor_steps() < limit:
+        if evaluator is not None and actor_steps() >= next_evaluation:
+            run_evaluation(next_evaluation)
+            next_evaluation = next_evaluation_after(actor_steps(), every)
+        stop_at = min(limit, next_evaluation) if evaluator is not None else limit
+        rows = actor.run(lambda stop_at=stop_at: actor_steps() >= stop_at)
+        tally.episodes += len(rows)
+        if rows:
+            bar.update(actor_steps(), rows[-1]["episode_return"])
+    if evaluator is not None and last_evaluated != actor_steps():
+        run_evaluation(limit)
 
-    return SingleProcessResult(
-        actor_steps=actor_steps(),
-        learner_steps=learner.steps,
-        episodes=episodes,
-        evaluation_returns=evaluation_returns,
-        resumed_from_step=learner.restored_step,
-        stopped_by_user=stopped_by_user,
-    )
+
+def _save_and_close(
+    learner: LearnerRunner,
+    replay: LearnerReplay,
+    save_replay: bool,
+    closes: list[Callable[[], None]],
+    failing: BaseException | None,
+) -> bool:
+    """Writes the final checkpoint (the replay's too when `save_replay`), then closes each
+    of `closes`; whether a stop (Ctrl-C) came meanwhile.
+
+    A stop from here on waits for the final save: raised at once, it skipped it, and one
+    held by the save came out after it, skipped the replay's checkpoint and the closes, and
+    the CLI took it for a Ctrl-C before the run started. During the closes it only moves on
+    to the next (one that hangs is left with another Ctrl-C). A failed save is raised,
+    unless the loop is `failing` itself: then it is said, and the loop's error follows."""
+    stopped = False
+    try:
+        with stop_deferred("the final checkpoint is written"):
+            learner.save()  # its own hold says so, once
+            if save_replay:
+                with stop_deferred("the replay's checkpoint is written", say=checkpointing.say):
+                    replay.client.checkpoint()
+    except KeyboardInterrupt:
+        stopped = True
+    except Exception as error:
+        if failing is None:
+            raise
+        checkpointing.say(
+            f"the final checkpoint was not written ({type(error).__name__}: {error}); "
+            "the run's own error follows"
+        )
+    for close in closes:
+        try:
+            close()
+        except KeyboardInterrupt:
+            stopped = True
+    return stopped
