@@ -154,6 +154,28 @@ class ResourceSpec:
     def __post_init__(self) -> None:
         """Checks every field (config_schema's one-line refusals: `from_config` names them
         `resources.<group>.<key>`) and writes each in its one canonical form."""
+        self._check_choices()
+        gpus = self._checked_gpus()
+        memory = self._checked_memory()
+        self._check_render_and_cpus()
+        flags = self._checked_xla_flags()
+        env = self._checked_env()
+        check(
+            self,
+            "tf_gpu",
+            not (self.device == "cpu" and self.tf_gpu),
+            "False on a CPU node (device='cpu')",
+            fix="set device='gpu' or tf_gpu=False",
+        )
+        canonical = {"gpus": gpus, "gpu_memory": memory, "xla_flags": flags, "env": env}
+        for name, value in canonical.items():
+            # Frozen: normalised values (tuple ids, float fraction, a private env copy)
+            # are written once here, so every spec in the program has one canonical form.
+            object.__setattr__(self, name, value)
+
+    def _check_choices(self) -> None:
+        """The fields that name one of a few words; a word in the wrong case is told so
+        (a user who wrote 'GPU' meant 'gpu')."""
         for key, options in (
             ("device", DEVICES),
             ("gpu_distribution", GPU_DISTRIBUTIONS),
@@ -164,17 +186,24 @@ class ResourceSpec:
             cased = isinstance(value, str) and value.lower() in options and value not in options
             fix = f"did you mean {value.lower()!r}? (lower case)" if cased else ""
             check(self, key, is_one_of(value, options), fix=fix)
+
+    def _checked_gpus(self) -> int | str | tuple[int, ...]:
+        """`gpus` checked, a list of ids as a tuple (hashable, one form for equal specs)."""
         gpus = self.gpus
         if isinstance(gpus, list | tuple):
             check(self, "gpus", bool(gpus) and all(is_int(i) and i >= 0 for i in gpus))
             repeated = sorted({i for i in gpus if gpus.count(i) > 1})
             fix = f"GPU {repeated[0]} is repeated; list each id once" if repeated else ""
             check(self, "gpus", not repeated, fix=fix)
-            gpus = tuple(gpus)
-        else:
-            zero = is_int(gpus) and gpus == 0
-            ok = gpus == "auto" or (is_int(gpus) and gpus >= 1)
-            check(self, "gpus", ok, fix="use device='cpu' for no GPU" if zero else "")
+            return tuple(gpus)
+        zero = is_int(gpus) and gpus == 0
+        ok = gpus == "auto" or (is_int(gpus) and gpus >= 1)
+        check(self, "gpus", ok, fix="use device='cpu' for no GPU" if zero else "")
+        return gpus
+
+    def _checked_memory(self) -> float | str | None:
+        """`gpu_memory` with the allocator fields that must agree with it; a fraction as a
+        float (an int 1 is the fraction 1.0)."""
         memory = self.gpu_memory
         fraction = isinstance(memory, int | float) and not isinstance(memory, bool)
         word = isinstance(memory, str) and memory in GPU_MEMORY_WORDS
@@ -188,6 +217,11 @@ class ResourceSpec:
             "False or None with gpu_memory='grow' (which contradicts preallocating)",
             fix="give gpu_memory a fraction to preallocate, or drop preallocate",
         )
+        return float(memory) if fraction else memory
+
+    def _check_render_and_cpus(self) -> None:
+        """The render GPU (only EGL renders on a GPU) and the CPU budget (a GPU node's
+        devices are its GPUs, so it has one CPU device)."""
         render_gpu = self.render_gpu
         check(self, "render_gpu", render_gpu is None or (is_int(render_gpu) and render_gpu >= 0))
         check(
@@ -207,19 +241,26 @@ class ResourceSpec:
             "1 on a GPU node (device='gpu': its devices are its gpus)",
             fix=f"set gpus={cpu_devices} for a node on that many GPUs, or cpu_devices=1",
         )
+
+    def _checked_xla_flags(self) -> str:
+        """`xla_flags` checked token by token, stripped ("" for None)."""
         flags = "" if self.xla_flags is None else self.xla_flags
         check(self, "xla_flags", isinstance(flags, str))
         for token in flags.split():
             # XLA silently ignores a token without "--", so a typo would do nothing.
             fix = f"{token!r} does not start with '--' (XLA would ignore it)"
             check(self, "xla_flags", token.startswith("--"), fix=fix)
+        return flags.strip()
+
+    def _checked_env(self) -> dict[str, str]:
+        """`env` checked, as a private dict copy: names and string values here, where the
+        user wrote them (Launchpad would raise TypeError inside the launcher, too late)."""
         env = {} if self.env is None else self.env
         env = env.to_dict() if hasattr(env, "to_dict") else env
         check(self, "env", isinstance(env, Mapping))
         for name, value in env.items():
             good_name = isinstance(name, str) and bool(name) and "=" not in name
             check(self, "env", good_name, value=dict(env), fix=f"{name!r} is no variable name")
-            # Launchpad raises TypeError on a non-str value inside the launcher, too late.
             check(
                 self,
                 f"env.{name}",
@@ -238,23 +279,7 @@ class ResourceSpec:
                 value=value,
                 fix=f"drop it and set gpu_memory={value}",
             )
-        check(
-            self,
-            "tf_gpu",
-            not (self.device == "cpu" and self.tf_gpu),
-            "False on a CPU node (device='cpu')",
-            fix="set device='gpu' or tf_gpu=False",
-        )
-        canonical = {
-            "gpus": gpus,
-            "gpu_memory": float(memory) if fraction else memory,
-            "xla_flags": flags.strip(),
-            "env": dict(env),
-        }
-        for name, value in canonical.items():
-            # Frozen: normalised values (tuple ids, float fraction, a private env copy)
-            # are written once here, so every spec in the program has one canonical form.
-            object.__setattr__(self, name, value)
+        return dict(env)
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -350,87 +375,105 @@ def spec_to_env(
             )
         )
     on_gpu = bool(gpu_ids)
-
     env: dict[str, str] = {
         # Ids everywhere in magi_lp are NVML's, which are PCI bus order; CUDA's default
         # order is "fastest first", which differs on mixed-model machines.
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
     }
-
-    # --- which GPUs the process sees, and for what ---
-    # MUJOCO_EGL_DEVICE_ID, from the installed dm_control (_render/pyopengl/
-    # egl_renderer.py): it is an index into eglQueryDevicesEXT(), not a CUDA id, and no
-    # CUDA mapping is applied. NVIDIA's EGL lists only the GPUs in CUDA_VISIBLE_DEVICES
-    # (reports: mujoco#3245, starVLA#390: with CUDA_VISIBLE_DEVICES=1 the valid range is
-    # "0 and 0"), and Mesa's software device (the only one on a machine without a GPU)
-    # follows. So the index is the render GPU's position in the node's own visible list;
-    # with one visible GPU that is 0 and unambiguous. With several, EGL's order can differ
-    # from CUDA's (mujoco#3245), so give a multi-GPU node render_gpu only when it matters.
-    # A CPU node sees no NVIDIA device at all, so to render on a GPU it must see that GPU:
-    # CUDA_VISIBLE_DEVICES then holds only the render GPU, while JAX_PLATFORMS=cpu keeps
-    # JAX (and its CUDA context) off it and MAGI_LP_TF_GPU=0 keeps TF off it.
-    render_index = 0
-    if on_gpu:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_ids)
-        # "cuda", not "gpu": in jax 0.4.30 "gpu" expands to cuda AND rocm, and an explicit
-        # list fails loudly on the missing rocm. Naming cuda first makes it the default
-        # backend and makes a node that cannot start CUDA fail instead of running slowly
-        # on the CPU; "cpu" stays available for host-side arrays.
-        env["JAX_PLATFORMS"] = "cuda,cpu"
-        if spec.render == "egl" and spec.render_gpu is not None:
-            if spec.render_gpu not in gpu_ids:
-                raise ConfigError(
-                    refusal(
-                        f"{where}.render_gpu",
-                        f"one of the GPUs this node sees, {list(gpu_ids)} (EGL lists only those)",
-                        spec.render_gpu,
-                        f"set it to one of {list(gpu_ids)}, or None",
-                    )
-                )
-            render_index = gpu_ids.index(spec.render_gpu)
-    else:
-        if spec.render == "egl" and spec.render_gpu is not None:
-            env["CUDA_VISIBLE_DEVICES"] = str(spec.render_gpu)
-        else:
-            # Empty, not unset: CUDA then finds no device, so nothing pays for a context.
-            env["CUDA_VISIBLE_DEVICES"] = ""
-        env["JAX_PLATFORMS"] = "cpu"
-
-    # --- JAX's GPU allocator. jaxlib treats "" as unset for the fraction. ---
-    env["XLA_PYTHON_CLIENT_PREALLOCATE"] = (
-        "true" if on_gpu and spec.effective_preallocate else "false"
-    )
-    fraction = spec.memory_fraction
-    env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = (
-        _format_fraction(fraction) if on_gpu and fraction is not None else ""
-    )
-    # jaxlib 0.11's name for it, read first, and refused beside the old one: a shell's (or a
-    # job's) would override the plan, or stop a GPU node at its start. "" is unset for both
-    # jaxlibs (0.4.30 knows only the old name).
-    env["XLA_CLIENT_MEM_FRACTION"] = ""
-    env["XLA_PYTHON_CLIENT_ALLOCATOR"] = spec.allocator if on_gpu and spec.allocator else "default"
-
-    # --- TensorFlow: growth on, so a TF that does see a GPU takes only what it uses;
-    # MAGI_LP_TF_GPU=0 tells prepare_node_process() to hide GPUs from TF altogether. ---
+    visible, render_index = _visible_gpus_env(spec, gpu_ids, where)
+    env.update(visible)
+    env.update(_allocator_env(spec, on_gpu))
+    # TensorFlow: growth on, so a TF that does see a GPU takes only what it uses;
+    # MAGI_LP_TF_GPU=0 tells prepare_node_process() to hide GPUs from TF altogether.
     env["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
     env["MAGI_LP_TF_GPU"] = "1" if on_gpu and spec.tf_gpu else "0"
-
-    # --- MuJoCo rendering ---
     env["MUJOCO_GL"] = _MUJOCO_GL[spec.render]
     env["PYOPENGL_PLATFORM"] = _PYOPENGL_PLATFORM[spec.render]
     # Always an integer: dm_control int()s any value present, and a stale export from
     # the launching shell could point past the node's device list.
     env["MUJOCO_EGL_DEVICE_ID"] = str(render_index)
+    env.update(_thread_env(spec, on_gpu))
+    env.update(spec.env)
+    return env
 
-    # --- threads. "" is read as unset by OpenBLAS, MKL, TF and XLA. libgomp would print
-    # a one-line warning for "" and then use its default, but nothing in this stack loads
-    # libgomp (checked: numpy, scipy, TF, jax, reverb, mujoco, dm_control). ---
+
+def _visible_gpus_env(
+    spec: ResourceSpec, gpu_ids: tuple[int, ...], where: str
+) -> tuple[dict[str, str], int]:
+    """Which GPUs the process sees, and for what (`CUDA_VISIBLE_DEVICES`, `JAX_PLATFORMS`),
+    and the EGL index of the render GPU among them.
+
+    MUJOCO_EGL_DEVICE_ID, from the installed dm_control (_render/pyopengl/
+    egl_renderer.py): it is an index into eglQueryDevicesEXT(), not a CUDA id, and no
+    CUDA mapping is applied. NVIDIA's EGL lists only the GPUs in CUDA_VISIBLE_DEVICES
+    (reports: mujoco#3245, starVLA#390: with CUDA_VISIBLE_DEVICES=1 the valid range is
+    "0 and 0"), and Mesa's software device (the only one on a machine without a GPU)
+    follows. So the index is the render GPU's position in the node's own visible list;
+    with one visible GPU that is 0 and unambiguous. With several, EGL's order can differ
+    from CUDA's (mujoco#3245), so give a multi-GPU node render_gpu only when it matters.
+    A CPU node sees no NVIDIA device at all, so to render on a GPU it must see that GPU:
+    CUDA_VISIBLE_DEVICES then holds only the render GPU, while JAX_PLATFORMS=cpu keeps
+    JAX (and its CUDA context) off it and MAGI_LP_TF_GPU=0 keeps TF off it.
+    """
+    renders_on_gpu = spec.render == "egl" and spec.render_gpu is not None
+    if not gpu_ids:
+        # Empty, not unset: CUDA then finds no device, so nothing pays for a context.
+        visible = str(spec.render_gpu) if renders_on_gpu else ""
+        return {"CUDA_VISIBLE_DEVICES": visible, "JAX_PLATFORMS": "cpu"}, 0
+    env = {
+        "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in gpu_ids),
+        # "cuda", not "gpu": in jax 0.4.30 "gpu" expands to cuda AND rocm, and an explicit
+        # list fails loudly on the missing rocm. Naming cuda first makes it the default
+        # backend and makes a node that cannot start CUDA fail instead of running slowly
+        # on the CPU; "cpu" stays available for host-side arrays.
+        "JAX_PLATFORMS": "cuda,cpu",
+    }
+    if not renders_on_gpu:
+        return env, 0
+    if spec.render_gpu not in gpu_ids:
+        raise ConfigError(
+            refusal(
+                f"{where}.render_gpu",
+                f"one of the GPUs this node sees, {list(gpu_ids)} (EGL lists only those)",
+                spec.render_gpu,
+                f"set it to one of {list(gpu_ids)}, or None",
+            )
+        )
+    return env, gpu_ids.index(spec.render_gpu)
+
+
+def _allocator_env(spec: ResourceSpec, on_gpu: bool) -> dict[str, str]:
+    """JAX's GPU allocator: preallocation, the memory fraction and the allocator kind.
+    jaxlib treats "" as unset for the fraction."""
+    fraction = spec.memory_fraction
+    return {
+        "XLA_PYTHON_CLIENT_PREALLOCATE": (
+            "true" if on_gpu and spec.effective_preallocate else "false"
+        ),
+        "XLA_PYTHON_CLIENT_MEM_FRACTION": (
+            _format_fraction(fraction) if on_gpu and fraction is not None else ""
+        ),
+        # jaxlib 0.11's name for it, read first, and refused beside the old one: a shell's
+        # (or a job's) would override the plan, or stop a GPU node at its start. "" is unset
+        # for both jaxlibs (0.4.30 knows only the old name).
+        "XLA_CLIENT_MEM_FRACTION": "",
+        "XLA_PYTHON_CLIENT_ALLOCATOR": spec.allocator if on_gpu and spec.allocator else "default",
+    }
+
+
+def _thread_env(spec: ResourceSpec, on_gpu: bool) -> dict[str, str]:
+    """XLA's flags (the thread flags, a CPU node's device count, then the user's) and the
+    thread pools' sizes.
+
+    "" is read as unset by OpenBLAS, MKL, TF and XLA. libgomp would print a one-line
+    warning for "" and then use its default, but nothing in this stack loads libgomp
+    (checked: numpy, scipy, TF, jax, reverb, mujoco, dm_control)."""
     flags = _thread_flags(spec.cpu_threads)
     if not on_gpu and spec.cpu_devices > 1:
         flags.append(f"{HOST_DEVICE_COUNT_FLAG}={spec.cpu_devices}")
     if spec.xla_flags:
         flags.append(spec.xla_flags)  # after the thread flags, so the user's win
-    env["XLA_FLAGS"] = " ".join(flags)
+    env = {"XLA_FLAGS": " ".join(flags)}
     threads = "" if spec.cpu_threads is None else str(spec.cpu_threads)
     for name in (
         "OMP_NUM_THREADS",
@@ -440,8 +483,6 @@ def spec_to_env(
         "TF_NUM_INTEROP_THREADS",
     ):
         env[name] = threads
-
-    env.update(spec.env)
     return env
 
 
