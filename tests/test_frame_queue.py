@@ -16,7 +16,7 @@ import pytest
 from magi_lp.replay.frame_store import DeviceFrameStore, DeviceReplayIterator, StoreAdder
 from magi_lp.replay.schedule import RatioGate, ReplaySchedule
 from tests.test_frame_store import as_keys, episodes, feed, make_spec, reference
-from tests.test_served_replay import Writer, settle
+from tests.test_served_replay import Writer, assert_the_learner_stalls_at_the_schedule, settle
 
 reverb = pytest.importorskip("reverb")
 from magi_lp.replay.frame_queue import (  # noqa: E402  (after the Reverb check)
@@ -175,24 +175,7 @@ def test_a_slow_writer_stalls_the_learner_at_the_schedule(queue, drainers, start
     spec = make_spec(capacity=500)
     _store, gate, drainer, iterator = learner_side(queue, spec, drainers)
     writer = start_writer(queue, spec, steps=400, pause_at=30)  # 1 + 30 steps: 28 transitions
-    batches = []
-    learner = threading.Thread(target=lambda: [batches.append(1) for _ in iterator], daemon=True)
-    learner.start()
-    assert settle(lambda: writer.written, 30) == 30  # paused
-    assert settle(lambda: gate.inserted, 28) == 28
-    # Exactly the updates 28 inserted transitions allow: (28 - 10) // 2 + 1 = 10.
-    assert settle(lambda: len(batches), 10) == SCHEDULE.updates_due(28) == 10
-    assert learner.is_alive()  # waiting for steps, not sampling ahead
-
-    writer.pause_at = 50
-    writer.go.set()
-    assert settle(lambda: writer.written, 50) == 50
-    assert settle(lambda: gate.inserted, 48) == 48
-    assert settle(lambda: len(batches), 20) == SCHEDULE.updates_due(48) == 20
-
-    drainer.close()
-    learner.join(timeout=30.0)  # at once when it works; a busy machine may be slow
-    assert not learner.is_alive()  # the stop ended the learner's wait
+    assert_the_learner_stalls_at_the_schedule(writer, gate, drainer, iterator)
 
 
 def test_direct_writes_need_no_queue_and_sample_without_a_gate():

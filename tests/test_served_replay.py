@@ -66,6 +66,7 @@ from tests.test_transition_replay import (
     _feed,
     _key,
     _rows,
+    acme_n_step_transitions,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -488,11 +489,20 @@ def test_a_slow_served_writer_stalls_the_learner_at_the_schedule(started):
     writer.pause_at = 30  # 1 + 30 steps: 28 transitions
     started.append(writer)
     writer.start()
+    assert_the_learner_stalls_at_the_schedule(writer, gate, drainer, iterator)
+
+
+def assert_the_learner_stalls_at_the_schedule(writer, gate, drainer, iterator) -> None:
+    """A writer paused at 30 steps (28 transitions), then let on to 50: the learner takes
+    exactly the updates `SCHEDULE` allows each time and waits, until the drain closes. The
+    same on every transport of the steps (the served queue here, Reverb's in
+    test_frame_queue)."""
     batches = []
     learner = threading.Thread(target=lambda: [batches.append(1) for _ in iterator], daemon=True)
     learner.start()
-    assert settle(lambda: writer.written, 30) == 30
+    assert settle(lambda: writer.written, 30) == 30  # paused
     assert settle(lambda: gate.inserted, 28) == 28
+    # Exactly the updates 28 inserted transitions allow: (28 - 10) // 2 + 1 = 10.
     assert settle(lambda: len(batches), 10) == SCHEDULE.updates_due(28) == 10
     assert learner.is_alive()  # waiting for steps, not sampling ahead
 
@@ -640,37 +650,8 @@ def test_served_transitions_are_the_host_replays_with_acmes_n_step_arithmetic(st
 def test_served_transitions_are_acmes_n_step_adders_on_reverb(started):
     """Acme's `NStepTransitionAdder` on Reverb (the official sampler) writes the served
     table's transitions, plus its shorter ones from s_0: test_transition_replay's check."""
-    import reverb
-    from acme.adders import reverb as adders_reverb
-
-    from magi_lp.acme_api import types
-
     held, _ = _through_the_served_table(started)
-    acme_table = reverb.Table(
-        "t",
-        reverb.selectors.Fifo(),
-        reverb.selectors.Fifo(),
-        1000,
-        reverb.rate_limiters.MinSize(1),
-        max_times_sampled=1,
-        signature=adders_reverb.NStepTransitionAdder.signature(ENV_SPEC),
-    )
-    server = reverb.Server([acme_table])
-    try:
-        client = reverb.Client(f"localhost:{server.port}")
-        adder = adders_reverb.NStepTransitionAdder(client, TD3_N, GAMMA, priority_fns={"t": None})
-        _feed(adder, TD3_EPISODES)
-        adder.reset()  # flushes what it still holds
-        size = client.server_info()["t"].current_size
-        dataset = reverb.TrajectoryDataset.from_table_signature(
-            f"localhost:{server.port}", "t", max_in_flight_samples_per_worker=1
-        )
-        theirs = {
-            _key(types.Transition(*(np.asarray(x) for x in sample.data[:5]), ()))
-            for sample in dataset.take(size).as_numpy_iterator()
-        }
-    finally:
-        server.stop()
+    theirs = {_key(t) for t in acme_n_step_transitions(TD3_EPISODES, TD3_N)}
     assert held <= theirs
     extra = theirs - held
     assert len(extra) == sum(min(TD3_N - 1, len(steps) - 1) for _, steps in TD3_EPISODES)

@@ -151,12 +151,29 @@ def test_adder_refuses_steps_outside_an_episode():
 @pytest.mark.skipif(importlib.util.find_spec("reverb") is None, reason="Reverb not installed")
 def test_same_transitions_as_acme_n_step_adder_on_reverb():
     """Acme's adder writes the same transitions, plus its extra (s_0 -> s_k), k < n."""
-    import reverb
-    from acme.adders import reverb as adders_reverb
-
     n = 3
     rng = np.random.default_rng(7)
     episodes = _episodes(rng, [2, 6, 4], [True, False, True])
+    acme_rows = acme_n_step_transitions(episodes, n)
+    replay = TransitionReplay(TransitionReplaySpec(100, 4, n, GAMMA), ENV_SPEC)
+    _feed(TransitionAdder(replay, n, GAMMA), episodes)
+    ours = {_key(t) for t in _rows(replay)}
+    theirs = {_key(t) for t in acme_rows}
+    assert ours <= theirs
+    # What Acme adds besides: one shorter transition from s_0 per k < n where k < length.
+    extra = theirs - ours
+    assert len(extra) == sum(min(n - 1, len(steps) - 1) for _, steps in episodes)
+    starts = {np.round(first.observation.astype(np.float64), 5).tobytes() for first, _ in episodes}
+    assert all(key[0] in starts for key in extra)
+
+
+def acme_n_step_transitions(episodes, n: int) -> list[types.Transition]:
+    """The transitions Acme's own `NStepTransitionAdder` writes from `episodes` into a real
+    Reverb table (each item read once, oldest first): the reference the toolkit's n-step
+    replays are checked against (here, and test_served_replay's served table)."""
+    import reverb
+    from acme.adders import reverb as adders_reverb
+
     table = reverb.Table(
         "t",
         reverb.selectors.Fifo(),
@@ -176,19 +193,9 @@ def test_same_transitions_as_acme_n_step_adder_on_reverb():
         dataset = reverb.TrajectoryDataset.from_table_signature(
             f"localhost:{server.port}", "t", max_in_flight_samples_per_worker=1
         )
-        acme_rows = [
+        return [
             types.Transition(*(np.asarray(x) for x in sample.data[:5]), ())
             for sample in dataset.take(size).as_numpy_iterator()
         ]
     finally:
         server.stop()
-    replay = TransitionReplay(TransitionReplaySpec(100, 4, n, GAMMA), ENV_SPEC)
-    _feed(TransitionAdder(replay, n, GAMMA), episodes)
-    ours = {_key(t) for t in _rows(replay)}
-    theirs = {_key(t) for t in acme_rows}
-    assert ours <= theirs
-    # What Acme adds besides: one shorter transition from s_0 per k < n where k < length.
-    extra = theirs - ours
-    assert len(extra) == sum(min(n - 1, len(steps) - 1) for _, steps in episodes)
-    starts = {np.round(first.observation.astype(np.float64), 5).tobytes() for first, _ in episodes}
-    assert all(key[0] in starts for key in extra)
