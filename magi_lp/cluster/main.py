@@ -26,7 +26,7 @@ import importlib.util
 import os
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,7 @@ from magi_lp.cluster.job import (
 from magi_lp.cluster.ray_cluster import driver_argv
 from magi_lp.config_schema import fact_refusal, refusal
 from magi_lp.engines import REGISTRY, several_hosts_launchers
-from magi_lp.engines.base import HOST_SHARE, Launch, host_resource
+from magi_lp.engines.base import HOST_SHARE, HostsLaunch, Launch, host_resource
 from magi_lp.errors import ConfigError
 from magi_lp.placement.jax_build import JaxBuild
 from magi_lp.placement.plan import PlacementPlan
@@ -314,35 +314,14 @@ def run(launch: Launch) -> int:
     hosts = launch.hosts
     if hosts is None:
         raise ValueError("an engine of several hosts is handed a Launch with its hosts")
-    return run_job(
-        hosts.config,
-        launcher=hosts.launcher,
-        workdir=launch.workdir,
-        config_name=hosts.config_name,
-        dry_run=hosts.dry_run,
-        render_dir=hosts.render_dir,
-        build_program=hosts.build_program,
-        command=hosts.command,
-    )
+    return run_job(hosts, launch.workdir)
 
 
-def run_job(
-    config: ml_collections.ConfigDict,
-    *,
-    launcher: str,
-    workdir: Path,
-    config_name: str,
-    dry_run: bool,
-    render_dir: str | None,
-    build_program: Callable[[Any], Any],
-    command: str = "",
-) -> int:
-    """The body of `lp_main.py --launcher <engine>` (see the module docstring).
-
-    Args:
-      build_program: placement plan -> the Launchpad program (called only to prepare, by an
-        engine that pickles it; a Ray engine's driver builds the program in the job).
-    """
+def run_job(hosts: HostsLaunch, workdir: Path) -> int:
+    """The body of `lp_main.py --launcher <engine>` (see the module docstring): renders the
+    job's files and prints them (`hosts.dry_run`), writes them (`hosts.render_dir`), or
+    prepares the job in `workdir` and starts it."""
+    config, launcher = hosts.config, hosts.launcher
     if launcher not in several_hosts_launchers():
         raise ConfigError(
             fact_refusal(
@@ -355,12 +334,12 @@ def run_job(
         config,
         plan,
         engine,
-        name=job_name(config, config_name),
+        name=job_name(config, hosts.config_name),
         workdir=str(workdir),
-        command=command,
+        command=hosts.command,
     )
     files = engine.render(job)
-    if dry_run:
+    if hosts.dry_run:
         # The plan and the files are this command's result: stdout.
         print(f"engine: {engine.describe()}")
         for notice in plan.notices:
@@ -377,8 +356,8 @@ def run_job(
     for notice in plan.notices:
         console.say(f"notice: {notice}")
     console.say(engine.security)
-    if render_dir:
-        for path in write_files(files, Path(render_dir).absolute()):
+    if hosts.render_dir:
+        for path in write_files(files, Path(hosts.render_dir).absolute()):
             console.say(f"wrote {path}")
         return 0
 
@@ -386,7 +365,7 @@ def run_job(
     if engine.pickles_program:
         from magi_lp.cluster.prepare import prepare_job
 
-        program = build_program(plan.placement)
+        program = hosts.build_program(plan.placement)
         job_dir = prepare_job(program, job)
     # SLURM opens the job's --output (in the log folder) before the script runs, and does
     # not make its folder: without it the job fails at once, with no output anywhere.
