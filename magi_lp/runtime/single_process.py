@@ -16,6 +16,7 @@ schedule counts the steps of all of them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -45,14 +46,15 @@ from magi_lp.runtime.loggers import ProgressBar
 
 @dataclasses.dataclass
 class SingleProcessResult:
-    """What a single-process run did."""
+    """What a single-process run did. The run fills it as it goes, so a Ctrl-C keeps what
+    was done before it."""
 
-    actor_steps: int
-    learner_steps: int
-    episodes: int
-    evaluation_returns: list[float]
-    resumed_from_step: int | None
-    stopped_by_user: bool
+    actor_steps: int = 0
+    learner_steps: int = 0
+    episodes: int = 0
+    evaluation_returns: list[float] = dataclasses.field(default_factory=list)
+    resumed_from_step: int | None = None
+    stopped_by_user: bool = False
 
 
 class InterleavedLearning:
@@ -152,22 +154,26 @@ def run_single_process(
     learning = _interleaved_learning(
         learner, replay, experiment.builder.replay_schedule(), bar, start_steps
     )
-    actor, evaluator = _make_loops(
+    # Both loops pull their parameters from the learner itself.
+    acting_loop = functools.partial(
+        make_acting_loop,
         experiment,
         environment_spec,
-        store,
-        replay,
-        learner,
-        counter,
-        logger_factory,
-        learning=learning,
+        0,
+        variable_source=learner,
+        counter=counter,
+        logger_factory=logger_factory,
         resumed_at=resumed_at,
     )
-    tally = _Tally()
+    actor = acting_loop(store=store, replay=replay, observers=[learning])
+    evaluator = None
+    if config.num_evaluators > 0:
+        evaluator = acting_loop(store=None, replay=None, evaluation=True)
+    result = SingleProcessResult()
     try:
-        _act_and_evaluate(config, actor, evaluator, actor_steps, bar, start_steps, tally)
+        _act_and_evaluate(config, actor, evaluator, actor_steps, bar, start_steps, result)
     except KeyboardInterrupt:
-        tally.stopped_by_user = True
+        result.stopped_by_user = True
     finally:
         failing = sys.exc_info()[1]  # the loop's own error: a failed final save must not hide it
         bar.close()
@@ -177,18 +183,13 @@ def run_single_process(
             learner, replay, config.checkpoint.reverb and server is not None, closes, failing
         )
         # A stop once the run had reached its limit leaves it finished.
-        tally.stopped_by_user = tally.stopped_by_user or (
+        result.stopped_by_user = result.stopped_by_user or (
             stopped and actor_steps() < int(config.max_actor_steps)
         )
-
-    return SingleProcessResult(
-        actor_steps=actor_steps(),
-        learner_steps=learner.steps,
-        episodes=tally.episodes,
-        evaluation_returns=tally.evaluation_returns,
-        resumed_from_step=learner.restored_step,
-        stopped_by_user=tally.stopped_by_user,
-    )
+    result.actor_steps = actor_steps()
+    result.learner_steps = learner.steps
+    result.resumed_from_step = learner.restored_step
+    return result
 
 
 def _start_reverb(
@@ -234,58 +235,6 @@ def _interleaved_learning(
     )
 
 
-def _make_loops(
-    experiment: Experiment,
-    environment_spec: specs.EnvironmentSpec,
-    store: ReplayStore,
-    replay: LearnerReplay,
-    learner: LearnerRunner,
-    counter: Any,
-    logger_factory: Any,
-    *,
-    learning: InterleavedLearning,
-    resumed_at: int,
-) -> tuple[ActingLoop, ActingLoop | None]:
-    """The one actor (writing to the learner's replay, learning as it acts) and the
-    evaluator (None when the config has no evaluators), both pulling from `learner`."""
-    actor = make_acting_loop(
-        experiment,
-        environment_spec,
-        0,
-        store,
-        replay,
-        learner,
-        counter,
-        logger_factory,
-        observers=[learning],
-        resumed_at=resumed_at,
-    )
-    if experiment.config.num_evaluators <= 0:
-        return actor, None
-    evaluator = make_acting_loop(
-        experiment,
-        environment_spec,
-        0,
-        None,
-        None,
-        learner,
-        counter,
-        logger_factory,
-        evaluation=True,
-        resumed_at=resumed_at,
-    )
-    return actor, evaluator
-
-
-@dataclasses.dataclass
-class _Tally:
-    """What the run has done so far: kept outside the loop, so a Ctrl-C keeps it."""
-
-    episodes: int = 0
-    evaluation_returns: list[float] = dataclasses.field(default_factory=list)
-    stopped_by_user: bool = False
-
-
 def _act_and_evaluate(
     config: Any,
     actor: ActingLoop,
@@ -293,7 +242,7 @@ def _act_and_evaluate(
     actor_steps: Callable[[], int],
     bar: ProgressBar,
     start_steps: int,
-    tally: _Tally,
+    result: SingleProcessResult,
 ) -> None:
     """Acts up to `max_actor_steps`, evaluating at 0, at every multiple of
     `evaluation.every_actor_steps` and at the limit. The actor counts every step, so each
@@ -307,7 +256,7 @@ def _act_and_evaluate(
     def run_evaluation(at: int) -> None:
         nonlocal last_evaluated
         rows = evaluate(evaluator, config.evaluation.episodes, at=at)  # its point, or the limit
-        tally.evaluation_returns.extend(row["episode_return"] for row in rows)
+        result.evaluation_returns.extend(row["episode_return"] for row in rows)
         last_evaluated = actor_steps()
 
     while actor_steps() < limit:
@@ -316,7 +265,7 @@ def _act_and_evaluate(
             next_evaluation = next_evaluation_after(actor_steps(), every)
         stop_at = min(limit, next_evaluation) if evaluator is not None else limit
         rows = actor.run(lambda stop_at=stop_at: actor_steps() >= stop_at)
-        tally.episodes += len(rows)
+        result.episodes += len(rows)
         if rows:
             bar.update(actor_steps(), rows[-1]["episode_return"])
     if evaluator is not None and last_evaluated != actor_steps():
