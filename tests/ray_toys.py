@@ -1,7 +1,7 @@
 """Toy nodes for the Ray engine's tests: each reports what its process sees, then waits.
 
 Ray's workers unpickle these classes by reference: the tests put this folder on sys.path, and
-the engine hands the driver's sys.path to every node (`ray_engine._node_env`).
+the engine hands the driver's sys.path to every node (`ray_driver._node_env`).
 """
 
 from __future__ import annotations

@@ -241,7 +241,7 @@ def test_the_one_gpu_layouts_nodes_all_get_a_place_on_ray(tmp_path):
     of it (a whole GPU each left the first actor pending for ever, before any node was up);
     an embedded Ray with one GPU places them all."""
     pytest.importorskip("ray", reason="Ray is the current stack's engine (.venv312)")
-    from magi_lp.engines import ray_engine
+    from magi_lp.engines import ray_driver
     from magi_lp.placement.gpu_inventory import GpuInventory
     from magi_lp.placement.plan import make_plan
     from magi_lp.runtime.config import placement_requests
@@ -255,7 +255,7 @@ def test_the_one_gpu_layouts_nodes_all_get_a_place_on_ray(tmp_path):
         for group, count in (("learner", 1), ("actor", config.num_actors), ("evaluator", 1))
         for index in range(count)
     ]
-    shares = ray_engine._gpu_requests(envs)
+    shares = ray_driver._gpu_requests(envs)
     # The evaluator acts on the CPU and renders on GPU 0 (EGL): a fourth sharer.
     assert shares == [0.25] * (2 + config.num_actors), shares
     home = tmp_path / "home"
@@ -272,7 +272,7 @@ def test_the_one_gpu_layouts_nodes_all_get_a_place_on_ray(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split()[-1] == f"placed={len(shares)}", done.stdout[-2000:]
     assert not any(home.iterdir()), list(home.rglob("*"))
-    assert ray_engine._gpu_requests([{"CUDA_VISIBLE_DEVICES": "1,2"}, {}]) == [2, 0]
+    assert ray_driver._gpu_requests([{"CUDA_VISIBLE_DEVICES": "1,2"}, {}]) == [2, 0]
 
 
 _PLACE_ON_RAY = """

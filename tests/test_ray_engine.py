@@ -538,7 +538,7 @@ def test_each_node_gets_its_groups_env_and_the_plans_gpus_on_logical_ray_gpus(tm
     driver that sees no GPU as lp_main's does: each node's process has its launch group's env
     from the plan before Python starts, the plan's GPU ids (Ray does not replace them) and
     Ray's count of its GPUs; handles reach other nodes; Ray's address is loopback."""
-    from magi_lp.engines import ray_engine
+    from magi_lp.engines import ray_driver, ray_engine
 
     launch = _toy_launch(tmp_path)
     folder = tmp_path / "reports"
@@ -565,7 +565,7 @@ def test_each_node_gets_its_groups_env_and_the_plans_gpus_on_logical_ray_gpus(tm
     assert len({r["pid"] for r in reports.values()}) == 3  # one process per node
     # The nodes' temp folder is the run's own, in its Ray folder, and went with it.
     node_tmp = Path(learner["tempdir"])
-    assert node_tmp.name == ray_engine.NODE_TMP and node_tmp.parent.name.startswith("magi_lp_ray_")
+    assert node_tmp.name == ray_driver.NODE_TMP and node_tmp.parent.name.startswith("magi_lp_ray_")
     assert actor["tempdir"] == str(node_tmp) and not node_tmp.parent.exists()
     assert json.loads((folder / "answers.json").read_text()) == ["pong", "pong"]
     # The embedded Ray stays on loopback: Ray swapped 127.0.0.1 for the machine's outward
@@ -700,7 +700,7 @@ def test_a_node_that_does_not_end_at_the_stop_is_killed_after_the_notice(tmp_pat
 def _toys_stopped(tmp_path: Path, capfd, name: str, replacement) -> tuple[int, str]:
     """ray_engine.run of the toy launch with `ray_engine.<name>` replaced (where the test's
     SIGINT comes from), HOME a folder of its own and left empty; (exit code, what it said)."""
-    from magi_lp.engines import ray_engine
+    from magi_lp.engines import ray_driver, ray_engine
 
     launch = _toy_launch(tmp_path)
     home = tmp_path / "home"
@@ -708,7 +708,8 @@ def _toys_stopped(tmp_path: Path, capfd, name: str, replacement) -> tuple[int, s
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("HOME", str(home))
         patch.delenv("RAY_ADDRESS", raising=False)
-        patch.setattr(ray_engine, name, replacement)
+        # The driver's own pieces live in ray_driver; the start of Ray in ray_engine.
+        patch.setattr(ray_driver if hasattr(ray_driver, name) else ray_engine, name, replacement)
         code = ray_engine.run(launch)
     output = capfd.readouterr()
     assert not any(home.iterdir())
@@ -744,9 +745,9 @@ def test_a_ctrl_c_after_the_first_node_stops_the_nodes_started_and_says_how_many
     nodes being made with it (the learner and the two actors need no handle: made together)
     are made, no more are started, the engine says "started 3 of 4", and stops them as any
     stop does."""
-    from magi_lp.engines import ray_engine
+    from magi_lp.engines import ray_driver
 
-    class FirstThenCtrlC(ray_engine._NodeProcess):
+    class FirstThenCtrlC(ray_driver._NodeProcess):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             os.kill(os.getpid(), signal.SIGINT)  # the engine's handler records it
@@ -761,16 +762,16 @@ def test_a_ctrl_c_after_the_first_node_stops_the_nodes_started_and_says_how_many
 
 _ASK_THE_CLUSTER = """
 import sys, ray
-from magi_lp.engines import ray_engine, ray_seam
+from magi_lp.engines import ray_driver, ray_engine, ray_nodes, ray_seam
 from magi_lp.errors import ConfigError
 ray_seam.use_run_token()  # as the engine does: no ~/.ray/auth_token
 ray.init(num_cpus=1, num_gpus=0, resources={"magi_lp_host_main": 1}, include_dashboard=False,
          _temp_dir=sys.argv[1], _node_ip_address="127.0.0.1", configure_logging=False,
          log_to_driver=False)
-assert ray_engine._check_the_cluster_has([0, 0], [{"magi_lp_host_main": 0.001}, {}]) == []
-print(*ray_engine._check_the_cluster_has([0.5], [{}]))
+assert ray_driver._check_the_cluster_has([0, 0], [{"magi_lp_host_main": 0.001}, {}]) == []
+print(*ray_driver._check_the_cluster_has([0.5], [{}]))
 try:
-    ray_engine._check_the_cluster_has([0], [{"magi_lp_host_cpu1": 0.001}])
+    ray_driver._check_the_cluster_has([0], [{"magi_lp_host_cpu1": 0.001}])
 except ConfigError as error:
     print(error)
 ray.shutdown()

@@ -26,7 +26,7 @@ pytest.importorskip("ray", reason="Ray is the current stack's engine (.venv312)"
 
 import ray
 
-from magi_lp.engines import ray_engine
+from magi_lp.engines import ray_driver, ray_engine, ray_nodes
 from magi_lp.runtime.graph import NodeSpec
 from tests.test_ray_engine import _toy_launch
 
@@ -81,23 +81,23 @@ def grace(tmp_path, monkeypatch):
     """A driver, one node of it whose `run` call failed with ActorUnavailableError, a clock,
     and the answers `_ended` will read (token -> value or Ray's error; missing: not ready)."""
     clock = _Clock()
-    monkeypatch.setattr(ray_engine, "time", clock)
+    monkeypatch.setattr(ray_driver, "time", clock)
     answers: dict[str, object] = {}
-    monkeypatch.setattr(ray_engine, "_ready", lambda ref: ref in answers)
+    monkeypatch.setattr(ray_driver, "_ready", lambda ref: ref in answers)
 
     def result(ref):
         if isinstance(answers[ref], BaseException):
             raise answers[ref]
         return answers[ref]
 
-    monkeypatch.setattr(ray_engine, "_result", result)
+    monkeypatch.setattr(ray_driver, "_result", result)
     launch = types.SimpleNamespace(graph=None, workdir=tmp_path / "work")
-    driver = ray_engine._Driver(launch, signals=None)
+    driver = ray_driver._Driver(launch, signals=None)
     said: list[str] = []
     driver.say = said.append
     calls = _Calls()
     spec = NodeSpec("actor", 0, "actor", object)
-    node = ray_engine._NodeProcess(spec, calls, 4242, tmp_path / "log", "10.0.0.2")
+    node = ray_driver._NodeProcess(spec, calls, 4242, tmp_path / "log", "10.0.0.2")
     node.run_ref = "run#0"
     answers["run#0"] = _unavailable()
     return types.SimpleNamespace(
@@ -110,14 +110,14 @@ def test_a_node_unreachable_for_a_moment_is_not_dead_and_its_outcome_is_asked_ag
     assert driver._ended(node) is None  # not dead: the grace begins
     assert grace.said == [
         f"node actor_0: Ray cannot reach it (10.0.0.2); waiting up to "
-        f"{ray_engine.UNAVAILABLE_GRACE_S:g} s for it to answer again"
+        f"{ray_nodes.UNAVAILABLE_GRACE_S:g} s for it to answer again"
     ]
     assert grace.calls.made == ["outcome#0", "where#1"]  # its run's outcome, and a probe
     grace.clock.now = 0.5
     answers["where#1"] = (4242, "10.0.0.2", True)  # it answers again
     assert driver._ended(node) is None
     assert grace.said[-1] == "node actor_0 answers again after 0.5 s"
-    grace.clock.now = 10 * ray_engine.UNAVAILABLE_GRACE_S
+    grace.clock.now = 10 * ray_nodes.UNAVAILABLE_GRACE_S
     assert driver._ended(node) is None  # running: no grace runs out
     answers["outcome#0"] = 0
     assert driver._ended(node) == 0  # and its run's end is still seen
@@ -129,10 +129,10 @@ def test_a_node_unreachable_past_its_grace_is_dead_and_named(grace):
     answers["outcome#0"] = answers["where#1"] = _unavailable()
     grace.clock.now = 0.5
     assert driver._ended(node) is None and len(grace.calls.made) == 2  # asked again each 1 s
-    grace.clock.now = ray_engine.UNAVAILABLE_GRACE_S - 0.1
+    grace.clock.now = ray_nodes.UNAVAILABLE_GRACE_S - 0.1
     assert driver._ended(node) is None and grace.calls.made[-2:] == ["outcome#2", "where#3"]
     answers["outcome#2"] = _unavailable()
-    grace.clock.now = ray_engine.UNAVAILABLE_GRACE_S
+    grace.clock.now = ray_nodes.UNAVAILABLE_GRACE_S
     assert driver._ended(node) == -signal.SIGKILL
     assert "Ray lost the connection to it and no word came from its machine (10.0.0.2)" in (
         node.known_cause
@@ -150,7 +150,7 @@ def test_a_node_whose_machine_ray_marks_dead_during_the_grace_is_named_with_it(g
 
 def test_a_call_to_a_node_unreachable_for_a_moment_is_asked_again(monkeypatch):
     clock = _Clock()
-    monkeypatch.setattr(ray_engine, "time", clock)
+    monkeypatch.setattr(ray_nodes, "time", clock)
     tries = []
 
     def ask():
@@ -159,14 +159,14 @@ def test_a_call_to_a_node_unreachable_for_a_moment_is_asked_again(monkeypatch):
             raise _unavailable()
         return "params"
 
-    assert ray_engine.answer_through_blips(ask) == "params"
+    assert ray_nodes.answer_through_blips(ask) == "params"
     assert tries == [0.0, 1.0, 2.0]
 
     def never():
         raise _unavailable()
 
     with pytest.raises(ray.exceptions.ActorUnavailableError):
-        ray_engine.answer_through_blips(never, grace_s=5.0)
+        ray_nodes.answer_through_blips(never, grace_s=5.0)
     assert clock.now == pytest.approx(7.0)  # 2 s before, then the 5 s grace
 
 
@@ -218,12 +218,12 @@ def test_a_node_ray_cannot_place_ends_the_start_after_its_timeout_naming_what_is
     the GPU, the actors made beside it are stopped as usual, and the run exits 1."""
     launch = _learner_without_its_gpu(tmp_path)
     began = time.monotonic()
-    code, said, ended = _run(tmp_path, capfd, launch, **{ray_engine.START_TIMEOUT_VAR: "20"})
+    code, said, ended = _run(tmp_path, capfd, launch, **{ray_driver.START_TIMEOUT_VAR: "20"})
     assert code == 1, said
     assert (
         "node learner_0 could not be scheduled for 20 s: the Ray cluster has 0 GPU and it asks "
         f"for 1; give the cluster what it lacks (an autoscaler adds it, a fixed cluster never "
-        f"does), or set {ray_engine.START_TIMEOUT_VAR} to wait longer"
+        f"does), or set {ray_driver.START_TIMEOUT_VAR} to wait longer"
     ) in said, said
     assert "started 2 of 4 nodes on Ray (actor x2)" in said, said
     assert "every node up" not in said
