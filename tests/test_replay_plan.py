@@ -47,19 +47,26 @@ def store_for(config, inventory=NO_GPU, jax_build=None, **options):
     return plan_replay_store(config, builder, plan_for(config, inventory, jax_build), **options)
 
 
-def test_auto_picks_the_host_store_for_make_runs_million_transitions_on_this_host():
+def test_auto_picks_reverb_on_launchpad_and_the_host_store_without_reverb_on_this_host():
     config = distributed()  # what make run launches: 1M transitions of 84x84 frames
-    for reverb_available in (True, False):
-        config.replay.store = "auto"
-        store = store_for(config, reverb_available=reverb_available)
-        assert store.store == "host" and config.replay.store == "host"
-        assert 21.8e9 < store.nbytes < 22.0e9  # the device store's, which did not fit
-        assert 5.0e9 < store.host_nbytes < 6.0e9  # < 8 KB a transition
-        assert store.line.startswith(
-            "replay: host store, zstd-compressed frames in the learner's host memory, about "
-            "5.5 GB (1,000,000 transitions of 84x84x3 frames); room: "
-        )
-        assert "auto: the device store needs 21.9 GB" in store.line
+    config.replay.store = "auto"
+    kept = store_for(config, reverb_available=True)
+    assert kept.store == "reverb" and config.replay.store == "reverb"
+    assert kept.line.startswith(
+        "replay: reverb frame replay in the replay node (1,000,000 transitions of 84x84x3 "
+        "frames; auto: the device store needs 21.9 GB, "
+    )
+    # The current stack: no Reverb to fall back to.
+    config.replay.store = "auto"
+    store = store_for(config, reverb_available=False)
+    assert store.store == "host" and config.replay.store == "host"
+    assert 21.8e9 < store.nbytes < 22.0e9  # the device store's, which did not fit
+    assert 5.0e9 < store.host_nbytes < 6.0e9  # < 8 KB a transition
+    assert store.line.startswith(
+        "replay: host store, zstd-compressed frames in the learner's host memory, about "
+        "5.5 GB (1,000,000 transitions of 84x84x3 frames); room: "
+    )
+    assert "auto: the device store needs 21.9 GB" in store.line
 
 
 def test_auto_falls_back_to_reverb_where_neither_fits(monkeypatch):
@@ -69,7 +76,7 @@ def test_auto_falls_back_to_reverb_where_neither_fits(monkeypatch):
     monkeypatch.setattr(psutil, "virtual_memory", lambda: small)
     store = store_for(distributed(), reverb_available=True)
     assert store.store == "reverb"
-    assert "the host store needs 5.5 GB" in store.line
+    assert "auto: the device store needs 21.9 GB" in store.line
     with pytest.raises(ConfigError, match="nothing fits"):
         store_for(distributed(), reverb_available=False)
 

@@ -75,12 +75,13 @@ def test_a_pixel_agent_gets_the_store_replay_store_names(reverb_installed, singl
     assert made.builder is builder and made.single_process is single_process
 
 
-def test_auto_is_one_rule_the_device_store_then_the_host_store_then_reverb():
+def test_auto_is_one_rule_the_device_store_then_reverb_where_it_carries_then_the_host_store():
     rule = stores.auto_frame_store
     for reverb in (True, False):
         assert rule(device_fits=True, host_fits=True, reverb=reverb) == "device"
-        assert rule(device_fits=False, host_fits=True, reverb=reverb) == "host"
-    assert rule(device_fits=False, host_fits=False, reverb=True) == "reverb"
+    for host_fits in (True, False):
+        assert rule(device_fits=False, host_fits=host_fits, reverb=True) == "reverb"
+    assert rule(device_fits=False, host_fits=True, reverb=False) == "host"
     assert rule(device_fits=False, host_fits=False, reverb=False) is None
 
 

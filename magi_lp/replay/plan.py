@@ -226,8 +226,6 @@ def _line(store: str, size: str, device: _Room, host: _Room, *, auto: bool) -> s
             f"replay: host store, zstd-compressed frames in the learner's host memory, about "
             f"{gb(host.nbytes)} ({size}); room: {gb(host.budget)} on {host.where}{why}"
         )
-    if auto:
-        why += f"; the {host.needs('host store')}"
     return f"replay: reverb frame replay in the replay node ({size}{why})"
 
 

@@ -10,23 +10,34 @@ before any process starts with the key's full name and what would be accepted.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import os
 from typing import Any
 
 import ml_collections
+from ml_collections import config_dict
 
 from magi_lp.config_schema import (
     EXPERIMENT_DEFAULTS,
+    allowed,
     check,
     fact_refusal,
     fail_unless,
     in_range,
+    is_int,
     typed_section,
     unknown_key,
 )
 from magi_lp.errors import ConfigError
+from magi_lp.placement.actor_sizing import (
+    AUTO,
+    LEARNER_THREADS,
+    ActingSite,
+    actor_gpus,
+    size_actors,
+)
 from magi_lp.placement.host_memory import NODE_RSS_GIB, node_counts
 from magi_lp.placement.plan import GroupRequest
 from magi_lp.placement.resources import ResourceSpec, resource_spec
@@ -37,6 +48,10 @@ NODE_GROUPS = ("replay", "counter", "learner", "actor", "evaluator", "coordinato
 (the program graph adds the counter first: `runtime/program.py`'s `build_program`)."""
 
 ISOLATION_MODES = ("auto", "required", "off")
+
+ACTOR_COUNT_KEYS = ("num_actors", "envs_per_actor")
+"""The keys 'auto' sizes to the machine (`resolve_actor_counts`)."""
+ACTOR_COUNT_WORDS = "'auto' (sized to the machine) or an integer >= 1"
 
 
 DISTRIBUTED_COUNT_EVERY = 20
@@ -52,8 +67,12 @@ class RunSettings:
 
     seed: int = 0  # every node's seed and key derive from it (magi_lp.runtime.seeding)
     max_actor_steps: int = 100_000  # agent steps summed over actors; the run stops there
-    num_actors: int = 1  # actor processes in the distributed program
-    envs_per_actor: int = 1  # environments one actor steps, choosing their actions in one call
+    # Actor processes in the distributed program; 'auto': as many as the cores, the GPU memory
+    # and the RAM the other nodes leave allow (magi_lp.placement.actor_sizing; one in main.py).
+    num_actors: int | str = allowed(ACTOR_COUNT_WORDS, default=1)
+    # Environments one actor steps, choosing their actions in one call; 'auto': 8 where its
+    # policy runs on a GPU, else 1.
+    envs_per_actor: int | str = allowed(ACTOR_COUNT_WORDS, default=1)
     num_evaluators: int = 1  # evaluator processes (0: no evaluation)
     variable_update_period: int = 100  # actor steps between non-blocking parameter pulls
     colocate_learner_and_replay: bool = False  # replay as a thread of the learner's process
@@ -63,12 +82,13 @@ class RunSettings:
         for key, minimum in (
             ("seed", 0),
             ("max_actor_steps", 1),
-            ("num_actors", 1),
-            ("envs_per_actor", 1),
             ("num_evaluators", 0),
             ("variable_update_period", 1),
         ):
             in_range(self, key, minimum=minimum)
+        for key in ACTOR_COUNT_KEYS:
+            value = getattr(self, key)
+            check(self, key, value == AUTO or (is_int(value) and value >= 1))
         check(
             self,
             "isolation",
@@ -110,7 +130,8 @@ class ReplaySettings:
     # frames zstd-compressed in the learner's host memory (~5.5 KB a transition at 84x84),
     # sampled on its prefetch thread. 'reverb': the Reverb frame replay, sampled on the
     # learner's CPU (Launchpad only). 'auto': device where the learner's device has room for
-    # it, else host where the host's memory has, else reverb (magi_lp.replay.plan).
+    # it, else reverb where the engine carries Reverb (Launchpad), else host where the host's
+    # memory has room (magi_lp.replay.stores.auto_frame_store).
     store: str = "auto"
     queue_steps: int = 500  # device/host store: steps in flight from actors to the learner
 
@@ -215,7 +236,12 @@ def experiment_defaults() -> ml_collections.ConfigDict:
     Every resource spec lists every `ResourceSpec` field (see `resource_spec`), so any
     resource key of any group can be overridden on the command line.
     """
-    config = ml_collections.ConfigDict(dataclasses.asdict(RunSettings()))
+    run = dataclasses.asdict(RunSettings())
+    for key in ACTOR_COUNT_KEYS:
+        # 'auto' or a number: untyped, so that `--config.num_actors=auto` and `=5` both parse
+        # (5 as the int), and a config file may set either.
+        run[key] = config_dict.FieldReference(run[key], field_type=object)
+    config = ml_collections.ConfigDict(run)
     config.checkpoint = ml_collections.ConfigDict(dataclasses.asdict(CheckpointSettings()))
     config.replay = ml_collections.ConfigDict(dataclasses.asdict(ReplaySettings()))
     config.evaluation = ml_collections.ConfigDict(dataclasses.asdict(EvaluationSettings()))
@@ -306,7 +332,18 @@ def placement_requests(config: ml_collections.ConfigDict) -> dict[str, GroupRequ
 
     A replay colocated with the learner runs in the learner's process under its spec. The
     learner's request carries the batch its devices must divide (`learner_batch_size`).
+    `num_actors` and `envs_per_actor` must be numbers here (`resolve_actor_counts`).
     """
+    for key in ACTOR_COUNT_KEYS:
+        if config[key] == AUTO:
+            raise ConfigError(
+                fact_refusal(
+                    f"{key}='auto' is not sized here",
+                    "lp_main.py sizes it to the one machine it launches on; a plan of several "
+                    "hosts (or a program built without lp_main.py) needs the number",
+                    f"give --config.{key}=<n>",
+                )
+            )
     requests = {
         group: GroupRequest(ResourceSpec.from_config(group, config.resources[group]), count)
         for group, count in node_counts(config).items()
@@ -338,6 +375,97 @@ def make_placement_plan(config: ml_collections.ConfigDict, inventory: Any = None
     return make_plan(
         placement_requests(config), inventory if inventory is not None else query_inventory()
     )
+
+
+def busy_threads(config: ml_collections.ConfigDict) -> dict[str, int]:
+    """The threads the nodes other than the actors keep busy, by group (the coordinator,
+    asleep between its polls, takes none): each node's `cpu_threads`, 1 where its spec gives
+    none, `LEARNER_THREADS` for a learner's (its update and its prefetch). A replay colocated
+    with the learner is a thread of its process: it counts the same."""
+
+    def threads(group: str, default: int = 1) -> int:
+        return int(config.resources[group].get("cpu_threads") or default)
+
+    return {
+        "learner": threads("learner", LEARNER_THREADS),
+        "replay": threads("replay"),
+        "evaluator": int(config.num_evaluators) * threads("evaluator"),
+        "counter": threads("counter"),
+    }
+
+
+def resolve_actor_counts(
+    config: ml_collections.ConfigDict,
+    inventory: Any = None,
+    *,
+    cores: int | None = None,
+    memory_gib: float | None = None,
+    jax_build: Any = None,
+) -> tuple[ml_collections.ConfigDict, str | None]:
+    """`config` with `num_actors` and `envs_per_actor` as numbers, and the line that says
+    how 'auto' became them (`magi_lp.placement.actor_sizing`); `config` itself and None where
+    both are numbers already (the plan's memory check still refuses what does not fit).
+
+    Args:
+      config: a validated experiment config (not changed: the numbers go into a copy).
+      inventory: the GPUs to size against; None reads this machine's (NVML).
+      cores: the CPUs the run may use (default: this process's affinity mask).
+      memory_gib: the machine's RAM (default: psutil's total).
+      jax_build: what JAX serves (default: `detect_jax_build()`); tests inject their own.
+
+    Raises:
+      ConfigError: a given `num_actors` whose GPU memory does not fit, or a plan refused.
+    """
+    if not any(config[key] == AUTO for key in ACTOR_COUNT_KEYS):
+        return config, None
+    import psutil  # the launch decision only
+
+    from magi_lp.placement.gpu_inventory import query_inventory
+    from magi_lp.placement.plan import make_plan
+
+    inventory = inventory if inventory is not None else query_inventory()
+    cores = cores or len(os.sched_getaffinity(0))
+    memory_gib = memory_gib or psutil.virtual_memory().total / 2**30
+    # A first plan with as many actors as it takes to see every GPU they would use.
+    first = copy.deepcopy(config)
+    spec = ResourceSpec.from_config("actor", config.resources.actor)
+    spread = max(1, len(inventory)) if spec.gpu_distribution == "round_robin" else 1
+    first.num_actors = spread if config.num_actors == AUTO else config.num_actors
+    first.envs_per_actor = 1 if config.envs_per_actor == AUTO else config.envs_per_actor
+    plan = make_plan(placement_requests(first), inventory, jax_build)
+    counts = node_counts(first)
+    others_rss = sum(NODE_RSS_GIB[g] * n for g, n in counts.items() if g != "actor")
+    learner = plan.groups[plan.launch_group("learner", 0)]
+    sizing = size_actors(
+        config.num_actors,
+        config.envs_per_actor,
+        cores=cores,
+        busy=busy_threads(config),
+        site=ActingSite(
+            threads=max(1, int(spec.cpu_threads or 1)),
+            rss_bytes=int(NODE_RSS_GIB["actor"] * 2**30),
+            gpus=actor_gpus(plan),
+        ),
+        memory_bytes=int(memory_gib * 2**30),
+        others_rss_bytes=int(others_rss * 2**30),
+        min_writers=learner.num_devices,
+    )
+    resolved = copy.deepcopy(config)
+    resolved.num_actors = sizing.num_actors
+    resolved.envs_per_actor = sizing.envs_per_actor
+    return resolved, sizing.line
+
+
+def single_process_counts(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """`config` as main.py runs it: 'auto' is one actor of one environment (a copy; `config`
+    itself where neither key is 'auto')."""
+    if not any(config[key] == AUTO for key in ACTOR_COUNT_KEYS):
+        return config
+    resolved = copy.deepcopy(config)
+    for key in ACTOR_COUNT_KEYS:
+        if resolved[key] == AUTO:
+            resolved[key] = 1
+    return resolved
 
 
 # Groups whose nodes keep a core busy all the time.

@@ -49,15 +49,16 @@ def auto_frame_store(*, device_fits: bool, host_fits: bool, reverb: bool) -> str
     (`magi_lp.replay.plan`, which knows the sizes) and by `store_kind` (which does not).
 
     The device store where it fits the learner's device (batches gathered there, no host
-    CPU); else the compressed host store where it fits the learner's host memory; else
-    Reverb's frame replay where Reverb carries the replay (`reverb`: installed, on the
-    'reverb' transport). None: nothing fits (the plan refuses in one line).
+    CPU); else Reverb's frame replay where Reverb carries the replay (`reverb`: installed, on
+    the 'reverb' transport: the Launchpad stack keeps the store it has always fallen back
+    to); else the compressed host store where it fits the learner's host memory (the current
+    stack, which has no Reverb). None: nothing fits (the plan refuses in one line).
     """
     if device_fits:
         return "device"
-    if host_fits:
-        return "host"
-    return "reverb" if reverb else None
+    if reverb:
+        return "reverb"
+    return "host" if host_fits else None
 
 
 def store_kind(config: Any, transport: str = "reverb") -> str:
