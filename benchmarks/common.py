@@ -381,6 +381,51 @@ def process_cpu_seconds(pid: int | None = None) -> float:
     return (int(fields[11]) + int(fields[12])) / ticks
 
 
+def random_frame_batch(batch_size: int, window: int, image: int, actions: int) -> Any:
+    """A seeded random batch in the replay's layout (`FrameTransition`: `window` frames of
+    `image` x `image` RGB per item), for timing the DrQ-v2 update on the same numbers in
+    every run (and every environment: `learn_check/update_cost.py`'s `params_sha256`)."""
+    import numpy as np
+
+    from magi_lp.replay.frame_window import FrameTransition
+
+    rng = np.random.default_rng(0)
+    return FrameTransition(
+        frames=rng.integers(0, 256, (batch_size, window, image, image, 3), dtype=np.uint8),
+        action=rng.uniform(-1, 1, (batch_size, actions)).astype(np.float32),
+        reward=rng.uniform(0, 1, (batch_size,)).astype(np.float32),
+        discount=np.full((batch_size,), 0.99**3, np.float32),
+    )
+
+
+class TimedUpdates(NamedTuple):
+    """`timed_updates`' result: the state and metrics after the last update, the first
+    (compiling) call's seconds, and the wall and CPU seconds of the `updates` after it."""
+
+    state: Any
+    metrics: Any
+    first_s: float
+    wall_s: float
+    cpu_s: float
+
+
+def timed_updates(update: Callable[[Any, Any], Any], state: Any, batch: Any, updates: int):
+    """Runs the jitted `update` on `batch`: once apart (it compiles), then `updates` times,
+    timed (this process's CPU seconds, user + system)."""
+    import jax
+
+    start = time.perf_counter()
+    state, metrics = update(state, batch)
+    jax.block_until_ready(state)
+    first = time.perf_counter() - start
+    cpu0, wall0 = process_cpu_seconds(), time.perf_counter()
+    for _ in range(updates):
+        state, metrics = update(state, batch)
+    jax.block_until_ready(state)
+    wall = time.perf_counter() - wall0
+    return TimedUpdates(state, metrics, first, wall, process_cpu_seconds() - cpu0)
+
+
 def median(values: Sequence[float]) -> float:
     """The median (NaN for none)."""
     return statistics.median(values) if values else float("nan")

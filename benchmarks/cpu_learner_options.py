@@ -31,9 +31,8 @@ import json
 import os
 import subprocess
 import sys
-import time
 
-from benchmarks.common import REPO, cpu_only_env, process_cpu_seconds
+from benchmarks.common import REPO, cpu_only_env, random_frame_batch, timed_updates
 
 OPTIONS = {
     "baseline": {"flags": "", "donate": False},
@@ -56,7 +55,6 @@ def worker(updates: int, batch_size: int, image: int, donate: bool) -> dict:
     import jax
     import numpy as np
 
-    from magi_lp.replay.frame_window import FrameTransition
     from projects.drq_v2.config import get_agent_config, replay_schedule
     from projects.drq_v2.learning import init_training_state, make_update_fn
     from projects.drq_v2.networks import make_networks
@@ -72,29 +70,13 @@ def worker(updates: int, batch_size: int, image: int, donate: bool) -> dict:
     update = make_update_fn(networks, config, replay_schedule(config, action_repeat=2))
     if donate:
         update = jax.jit(update.__wrapped__, donate_argnums=0)
-    rng = np.random.default_rng(0)
-    window = 3 + int(config.n_step)
-    batch = FrameTransition(
-        frames=rng.integers(0, 256, (batch_size, window, image, image, 3), dtype=np.uint8),
-        action=rng.uniform(-1, 1, (batch_size, 2)).astype(np.float32),
-        reward=rng.uniform(0, 1, (batch_size,)).astype(np.float32),
-        discount=np.full((batch_size,), 0.99**3, np.float32),
-    )
-    start = time.perf_counter()
-    state, metrics = update(state, batch)
-    jax.block_until_ready(state)
-    first = time.perf_counter() - start
-    cpu0, wall0 = process_cpu_seconds(), time.perf_counter()
-    for _ in range(updates):
-        state, metrics = update(state, batch)
-    jax.block_until_ready(state)
-    wall = time.perf_counter() - wall0
-    cpu = process_cpu_seconds() - cpu0
+    batch = random_frame_batch(batch_size, 3 + int(config.n_step), image, actions=2)
+    timed = timed_updates(update, state, batch, updates)
     return {
-        "updates_per_second": updates / wall,
-        "cpu_s_per_update": cpu / updates,
-        "first_call_s": first,
-        "critic_loss": float(metrics["critic_loss"]),
+        "updates_per_second": updates / timed.wall_s,
+        "cpu_s_per_update": timed.cpu_s / updates,
+        "first_call_s": timed.first_s,
+        "critic_loss": float(timed.metrics["critic_loss"]),
     }
 
 

@@ -47,14 +47,14 @@ class Worker:
         self._crash = crash
 
     def run(self) -> None:
-        start = time.monotonic()
-        while not lp.wait_for_stop(0.1):
-            self._server.ping()
-            if self._crash and self._index == 1 and time.monotonic() - start > CRASH_AFTER_S:
-                print("worker 1 crashes on purpose", flush=True)
-                if self._crash == "raise":
-                    raise RuntimeError("worker 1 fails on purpose")
-                os._exit(3)
+        crashes = bool(self._crash) and self._index == 1
+        _ping_until_stopped(self._server, 0.1, CRASH_AFTER_S, self._fail if crashes else None)
+
+    def _fail(self) -> None:
+        print("worker 1 crashes on purpose", flush=True)
+        if self._crash == "raise":
+            raise RuntimeError("worker 1 fails on purpose")
+        os._exit(3)
 
 
 class Coordinator:
@@ -65,12 +65,18 @@ class Coordinator:
         self._stop = stop
 
     def run(self) -> None:
-        start = time.monotonic()
-        while not lp.wait_for_stop(0.2):
-            self._server.ping()
-            if self._stop and time.monotonic() - start > STOP_AFTER_S:
-                lp.stop()
-                return
+        _ping_until_stopped(self._server, 0.2, STOP_AFTER_S, lp.stop if self._stop else None)
+
+
+def _ping_until_stopped(server, period_s: float, after_s: float, then=None) -> None:
+    """Pings `server` every `period_s` until the program stops. With `then`, calls it once
+    `after_s` have passed (it crashes the node, or stops the program) and returns."""
+    start = time.monotonic()
+    while not lp.wait_for_stop(period_s):
+        server.ping()
+        if then is not None and time.monotonic() - start > after_s:
+            then()
+            return
 
 
 def make_program(scenario: str) -> lp.Program:

@@ -80,13 +80,17 @@ def test_make_experiment_must_return_an_experiment_of_the_whole_config(tmp_path:
     # A partial (or any callable) has no __name__: it ran before the checks, and still does.
     assert cli.checks._make(functools.partial(make_experiment), config, tmp_path).config is config
 
+    def refusal(make) -> str:
+        """What the checks say of a `make_experiment` that breaks the contract."""
+        with pytest.raises(ConfigError) as refused:
+            cli.checks._make(make, config, tmp_path)
+        return str(refused.value)
+
     def returns_nothing(config):
         make_experiment(config)
 
-    with pytest.raises(ConfigError) as nothing:
-        cli.checks._make(returns_nothing, config, tmp_path)
-    assert "returns_nothing returned NoneType: the toolkit runs a magi_lp.runtime." in str(
-        nothing.value
+    assert "returns_nothing returned NoneType: the toolkit runs a magi_lp.runtime." in refusal(
+        returns_nothing
     )
 
     def drops_evaluation(config):
@@ -94,9 +98,7 @@ def test_make_experiment_must_return_an_experiment_of_the_whole_config(tmp_path:
         experiment.environment_factory = lambda domain, task, seed: None
         return experiment
 
-    with pytest.raises(ConfigError) as factory:
-        cli.checks._make(drops_evaluation, config, tmp_path)
-    assert str(factory.value).endswith(
+    assert refusal(drops_evaluation).endswith(
         "drops_evaluation: Experiment.environment_factory cannot be called as "
         "environment_factory(seed, evaluation) (missing a required argument: 'seed'): the "
         "toolkit calls it so in every node; take exactly those arguments (functools.partial "
@@ -108,9 +110,7 @@ def test_make_experiment_must_return_an_experiment_of_the_whole_config(tmp_path:
         experiment.config = config.agent
         return experiment
 
-    with pytest.raises(ConfigError) as section:
-        cli.checks._make(gives_a_section, config, tmp_path)
-    assert str(section.value).endswith(
+    assert refusal(gives_a_section).endswith(
         "gives_a_section: Experiment.config has no checkpoint, replay, evaluation, logging, "
         "debug, resources, env, agent: it is the run's whole config, the toolkit's sections "
         "and the project's; pass the config make_experiment was given (config=config), not a "

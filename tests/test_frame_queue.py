@@ -16,13 +16,17 @@ import pytest
 from magi_lp.replay.frame_store import DeviceFrameStore, DeviceReplayIterator, StoreAdder
 from magi_lp.replay.schedule import RatioGate, ReplaySchedule
 from tests.test_frame_store import as_keys, episodes, feed, make_spec, reference
-from tests.test_served_replay import Writer, assert_the_learner_stalls_at_the_schedule, settle
+from tests.test_served_replay import (
+    Writer,
+    assert_the_learner_stalls_at_the_schedule,
+    learner_side_of,
+    settle,
+)
 
 reverb = pytest.importorskip("reverb")
 from magi_lp.replay.frame_queue import (  # noqa: E402  (after the Reverb check)
     QueueDrainer,
     QueueFrameAdder,
-    failure_of,
     make_step_queue_table,
 )
 
@@ -72,16 +76,13 @@ def drainers():
 
 
 def learner_side(client, spec, drainers, writers: int = 1):
-    store = DeviceFrameStore(spec, writers=writers)
-    gate = RatioGate(SCHEDULE, error_buffer=ERROR_BUFFER)
-    drainer = QueueDrainer(client, QUEUE, store, gate)
-    drainers.append(drainer)
-    store.flush()  # past the store's compile ahead: from here on, every wait is the gate's
-    drainer.start()
-    iterator = DeviceReplayIterator(
-        store, jax.random.PRNGKey(0), gate=gate, failure=failure_of(drainer)
+    return learner_side_of(
+        lambda store, gate: QueueDrainer(client, QUEUE, store, gate),
+        spec,
+        drainers,
+        writers,
+        ERROR_BUFFER,
     )
-    return store, gate, drainer, iterator
 
 
 @pytest.mark.integration

@@ -69,11 +69,13 @@ def _sigint_inside_a_gc_callback() -> Iterator[list[bool]]:
         gc.callbacks.remove(callback)
 
 
-def test_an_interrupt_landing_in_a_gc_callback_is_raised_again_with_nothing_printed(capfd):
+def _assert_a_ctrl_c_in_a_collection_is_raised_again() -> None:
+    """Inside `one_interrupt`, a collection with SIGINT inside it: the KeyboardInterrupt comes
+    (at once, after the collection), not lost."""
     try:
         with interrupts.one_interrupt():
             # The callback armed inside the block: a collection that Python starts by itself
-            # while the block sets up is the next test's.
+            # while the block sets up is test_a_collection_starting_while_it_sets_up's.
             try:
                 with _sigint_inside_a_gc_callback() as fired:
                     gc.collect()
@@ -83,6 +85,10 @@ def test_an_interrupt_landing_in_a_gc_callback_is_raised_again_with_nothing_prin
             assert fired and again, "the Ctrl-C was lost"
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def test_an_interrupt_landing_in_a_gc_callback_is_raised_again_with_nothing_printed(capfd):
+    _assert_a_ctrl_c_in_a_collection_is_raised_again()
     assert "Exception ignored" not in capfd.readouterr().err
 
 
@@ -99,17 +105,7 @@ def test_a_resent_sigint_handled_before_the_hook_returns_is_sent_again(capfd, mo
         real_start(thread)
 
     monkeypatch.setattr(threading.Thread, "start", start_after_a_sigint)
-    try:
-        with interrupts.one_interrupt():
-            try:
-                with _sigint_inside_a_gc_callback() as fired:
-                    gc.collect()
-                again = _run_until_interrupted()
-            except KeyboardInterrupt:
-                again = True
-            assert fired and again, "the Ctrl-C was lost"
-    finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+    _assert_a_ctrl_c_in_a_collection_is_raised_again()
     assert "Exception ignored" not in capfd.readouterr().err
 
 

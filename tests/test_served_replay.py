@@ -293,9 +293,22 @@ def test_close_ends_every_wait_of_the_queue_and_the_table_within_a_second():
 
 
 def _learner_side(queue_handle, spec, started, writers: int = 1, error_buffer=ERROR_BUFFER):
+    return learner_side_of(
+        lambda store, gate: StepDrainer(ServedStepSource(queue_handle), store, gate),
+        spec,
+        started,
+        writers,
+        error_buffer,
+    )
+
+
+def learner_side_of(make_drainer, spec, started, writers: int, error_buffer: int):
+    """The learner's side of a queue: a device store, its gate, the drain that
+    `make_drainer(store, gate)` makes (started, and put in `started` to be closed) and the
+    learner's iterator. The same for every transport (test_frame_queue's Reverb queue)."""
     store = DeviceFrameStore(spec, writers=writers)
     gate = RatioGate(SCHEDULE, error_buffer=error_buffer)
-    drainer = StepDrainer(ServedStepSource(queue_handle), store, gate)
+    drainer = make_drainer(store, gate)
     started.append(drainer)
     store.flush()  # past the store's compile ahead: from here on, every wait is the gate's
     drainer.start()

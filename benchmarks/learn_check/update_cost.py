@@ -48,7 +48,7 @@ def ours(image_size: int, batch_size: int, updates: int) -> dict:
     import numpy as np
     from dm_env import specs
 
-    from magi_lp.replay.frame_window import FrameTransition
+    from benchmarks.common import random_frame_batch, timed_updates
     from projects.drq_v2 import learning
     from projects.drq_v2.config import get_agent_config, replay_schedule
     from projects.drq_v2.networks import make_networks
@@ -60,22 +60,8 @@ def ours(image_size: int, batch_size: int, updates: int) -> dict:
     obs_example = np.zeros((image_size, image_size, 9), np.uint8)
     state = learning.init_training_state(networks, config, jax.random.PRNGKey(0), obs_example)
     update = learning.make_update_fn(networks, config, replay_schedule(config, action_repeat=2))
-    rng = np.random.default_rng(0)
-    batch = FrameTransition(
-        frames=rng.integers(0, 256, (batch_size, 6, image_size, image_size, 3), np.uint8),
-        action=rng.uniform(-1, 1, (batch_size, 1)).astype(np.float32),
-        reward=rng.uniform(0, 1, (batch_size,)).astype(np.float32),
-        discount=np.full((batch_size,), 0.99**3, np.float32),
-    )
-    start = time.perf_counter()
-    state, _ = update(state, batch)
-    jax.block_until_ready(state)
-    first = time.perf_counter() - start
-    start, start_cpu = time.perf_counter(), _cpu()
-    for _ in range(updates):
-        state, metrics = update(state, batch)
-    jax.block_until_ready(state)
-    wall, cpu = time.perf_counter() - start, _cpu() - start_cpu
+    batch = random_frame_batch(batch_size, 6, image_size, actions=1)
+    state, metrics, first, wall, cpu = timed_updates(update, state, batch, updates)
     assert np.isfinite(float(metrics["critic_loss"]))
     return {
         "params_sha256": _digest(np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(state)),

@@ -18,7 +18,7 @@ directly, any `acme.core.Actor` through `OneEnvironment` (the batched interface 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Generic
 
 import dm_env
@@ -70,14 +70,9 @@ class GenericActor(core.Actor, Generic[State]):
         return self._client.params if self._client is not None else None
 
     def select_action(self, observation: Any) -> np.ndarray:
-        params = self._params
-        if self._check is not None:
-            _check_inputs(self._check, params, observation, self._state)
-        result = self._select_action(params, observation, self._state)
-        check_pair(result, "the policy's select_action", "action", "new state")
-        action, self._state = result
-        if self._check is not None:
-            _check_outputs(self._check, action, self._state)
+        action, self._state = _policy_call(
+            self._select_action, self._check, self._params, observation, self._state
+        )
         return np.asarray(action)
 
     def observe_first(self, timestep: dm_env.TimeStep) -> None:
@@ -126,6 +121,22 @@ def resumed_state(actor_core: ActorCore[State], state: State, steps_before: int)
     if not steps_before or actor_core.resume is None:
         return state
     return actor_core.resume(state, steps_before)
+
+
+def _policy_call(
+    select: Callable[..., Any], check: DeviceCheck | None, params: Any, observation: Any, state: Any
+) -> tuple[Any, Any]:
+    """One call of the (jitted) policy: (action, new state), the result checked to be that
+    pair and, with a device check, its inputs and outputs checked for their devices. The
+    same for one environment's action and a batched actor's k."""
+    if check is not None:
+        _check_inputs(check, params, observation, state)
+    result = select(params, observation, state)
+    check_pair(result, "the policy's select_action", "action", "new state")
+    action, new_state = result
+    if check is not None:
+        _check_outputs(check, action, new_state)
+    return action, new_state
 
 
 def _check_inputs(check: DeviceCheck, params: Any, observations: Any, state: Any) -> None:
@@ -198,15 +209,10 @@ class BatchedActor(Generic[State]):
 
     def select_actions(self, observations: Sequence[Any]) -> np.ndarray:
         """One action per environment, [k, ...], chosen in one call on the node's device."""
-        params = self._params
         stacked = np.stack([np.asarray(o) for o in observations])  # one host->device copy
-        if self._check is not None:
-            _check_inputs(self._check, params, stacked, self._state)
-        result = self._select_actions(params, stacked, self._state)
-        check_pair(result, "the policy's select_action", "action", "new state")
-        actions, self._state = result
-        if self._check is not None:
-            _check_outputs(self._check, actions, self._state)
+        actions, self._state = _policy_call(
+            self._select_actions, self._check, self._params, stacked, self._state
+        )
         if self._has_extras is None:
             self._has_extras = bool(
                 jax.tree_util.tree_leaves(
