@@ -5,7 +5,7 @@
 #   make setup JAX=cpu|cuda12|auto   force a JAX build (kept until JAX=auto)
 VENV      ?= .venv
 PY        := $(VENV)/bin/python
-# The current stack (Python 3.12, jax 0.11; no Launchpad/Reverb/TF): README "Two stacks".
+# The current stack (Python 3.12, jax 0.11; no Launchpad/Reverb/TF): docs/setup.md.
 VENV312   ?= .venv312
 PY312     := $(VENV312)/bin/python
 # What the current-stack leg of `make test` runs: the placement layer and the memory
@@ -86,9 +86,9 @@ format: setup
 
 # What the docs show of the tree, of the results and of the commands, regenerated (after moving
 # a module, adding a package, results.json changing, or a message changing): docs/architecture.md's
-# module table, README's Layout, its headline table and its command samples, each from running
-# its command now (about a minute: two compile DrQ-v2's update) (tests/test_architecture_doc.py,
-# tests/test_readme.py).
+# module table, docs/development.md's Layout, docs/results.md's headline table and the command
+# samples of README.md and docs/*.md, each from running its command now (about a minute: two
+# compile DrQ-v2's update) (tests/test_architecture_doc.py, tests/test_readme.py).
 docs: setup
 	$(PY) scripts/module_table.py --write
 	$(PY) scripts/readme_layout.py --write

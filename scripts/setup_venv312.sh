@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds or updates the current-stack virtualenv (Python 3.12; README "Two stacks"):
+# Builds or updates the current-stack virtualenv (Python 3.12; docs/setup.md):
 # requirements-py312.txt, then requirements-py312-nodeps.txt without dependencies (dm-acme:
 # its requirements pin dm-launchpad, which has no 3.12 wheel). No Launchpad, Reverb or
 # TensorFlow: the agents, the placement layer and the one-process runner run here. The repo

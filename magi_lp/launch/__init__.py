@@ -2,5 +2,5 @@
 isolation, process markers, Ctrl-C before a launch and during a save, files written whole,
 the status monitor (Linux and Launchpad; no ML framework).
 
-`docs/architecture.md` lists each module; README's Layout shows this paragraph.
+`docs/architecture.md` lists each module; docs/development.md's Layout shows this paragraph.
 """

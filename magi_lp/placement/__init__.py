@@ -1,5 +1,5 @@
 """Resource spec -> per-node env, GPU inventory, JAX build, placement plan (no JAX, TF,
 Reverb, Acme or Launchpad: it plans on a machine that has none of them).
 
-`docs/architecture.md` lists each module; README's Layout shows this paragraph.
+`docs/architecture.md` lists each module; docs/development.md's Layout shows this paragraph.
 """

@@ -1,5 +1,5 @@
 """The run: experiment config, nodes, program graph, single-process runner, logs,
 checkpoints.
 
-`docs/architecture.md` lists each module; README's Layout shows this paragraph.
+`docs/architecture.md` lists each module; docs/development.md's Layout shows this paragraph.
 """
