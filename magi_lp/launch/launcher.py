@@ -46,7 +46,7 @@ import signal
 import tempfile
 import threading
 import uuid
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -127,11 +127,7 @@ def launch(
     group_envs = _validated_envs(program, envs)
     notice_secs = _validated_notice(termination_notice_secs)
     log_path = run_folders.prepared_log_dir(log_dir)
-    if threading.current_thread() is not threading.main_thread():
-        raise RuntimeError(
-            "magi_lp.launch.launcher.launch() must run in the main thread: it handles SIGINT and "
-            "SIGTERM for the program (and lp.launch installs signal handlers)."
-        )
+    _require_main_thread()
     report = run_folders.reporter(report_stream, log_path / run_folders.LAUNCHER_LOG)
     run_folders.sweep_stale_run_folders(tempfile.gettempdir())
     kept = run_folders.keep_earlier_logs(log_path)
@@ -140,18 +136,7 @@ def launch(
 
     launch_id = uuid.uuid4().hex
     run_tmp = run_folders.make_run_temp()
-    node_envs = {
-        group: {
-            **_NODE_ENV_DEFAULTS,
-            node_lifetime.STOP_SECS_VAR: f"{node_stop_secs(notice_secs):g}",
-            "TMPDIR": run_tmp,
-            **env,
-            LAUNCH_ID_VAR: launch_id,
-            node_lifetime.LAUNCHER_PID_VAR: str(os.getpid()),
-            node_lifetime.RUN_TMP_VAR: run_tmp,
-        }
-        for group, env in group_envs.items()
-    }
+    node_envs = _node_envs(group_envs, notice_secs, launch_id, run_tmp)
     init_file = Path(run_tmp, "node_init.pkl")
     init_file.write_bytes(cloudpickle.dumps(node_lifetime.enter_node))
     signals = StopSignals()
@@ -189,13 +174,48 @@ def launch(
     finally:
         if status is not None:
             status.stop()
-        # Normally nothing is left here; after an error anywhere above this is the
-        # cleanup of whatever was already spawned.
-        strays = processes.kill_marked(LAUNCH_ID_VAR, launch_id, wait_s=KILL_WAIT_SECS)
-        if strays:
-            report(f"killed {len(strays)} leftover processes: {', '.join(strays)}")
-        shutil.rmtree(run_tmp, ignore_errors=True)
+        _leave_nothing(launch_id, run_tmp, report)
         signals.restore()
+
+
+def _require_main_thread() -> None:
+    """launch() handles SIGINT and SIGTERM for the program (and lp.launch installs signal
+    handlers): only the main thread can."""
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError(
+            "magi_lp.launch.launcher.launch() must run in the main thread: it handles SIGINT and "
+            "SIGTERM for the program (and lp.launch installs signal handlers)."
+        )
+
+
+def _node_envs(
+    group_envs: Mapping[str, Mapping[str, str]], notice_secs: float, launch_id: str, run_tmp: str
+) -> dict[str, dict[str, str]]:
+    """Each group's env as its nodes get it: the defaults, the stop notice and the private
+    TMPDIR under the group's own env; the launch's marks over it (a group cannot change what
+    the launcher sweeps and stops its nodes by)."""
+    return {
+        group: {
+            **_NODE_ENV_DEFAULTS,
+            node_lifetime.STOP_SECS_VAR: f"{node_stop_secs(notice_secs):g}",
+            "TMPDIR": run_tmp,
+            **env,
+            LAUNCH_ID_VAR: launch_id,
+            node_lifetime.LAUNCHER_PID_VAR: str(os.getpid()),
+            node_lifetime.RUN_TMP_VAR: run_tmp,
+        }
+        for group, env in group_envs.items()
+    }
+
+
+def _leave_nothing(launch_id: str, run_tmp: str, report: Callable[[str], None]) -> None:
+    """Kills every process still carrying this launch's id and removes its temp folder.
+    Normally nothing is left; after an error anywhere in the launch this is the cleanup of
+    whatever was already spawned."""
+    strays = processes.kill_marked(LAUNCH_ID_VAR, launch_id, wait_s=KILL_WAIT_SECS)
+    if strays:
+        report(f"killed {len(strays)} leftover processes: {', '.join(strays)}")
+    shutil.rmtree(run_tmp, ignore_errors=True)
 
 
 def _validated_envs(
