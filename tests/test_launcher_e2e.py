@@ -59,6 +59,16 @@ def _start(workdir: Path, extra: list[str], *, mark: str, log: Path, tmp: Path, 
     )
 
 
+def _start_until_stopped(tmp_path: Path, mark: str, log_name: str, **popen):
+    """A run with a step limit it never reaches (the test stops it): its workdir, its temp
+    dir (TMPDIR, checked empty after), its log and its process."""
+    workdir, tmp = tmp_path / "run", tmp_path / "tmp"
+    tmp.mkdir()
+    log = tmp_path / log_name
+    extra = ["--config.max_actor_steps=1000000"]
+    return workdir, tmp, log, _start(workdir, extra, mark=mark, log=log, tmp=tmp, **popen)
+
+
 def _actor_steps(workdir: Path) -> list[float]:
     """Every actor_steps value the actors logged (the counter's total at each episode end)."""
     steps = []
@@ -86,10 +96,7 @@ def _wait_for(condition, process, log: Path, timeout: float = 240) -> None:
 
 @pytest.mark.timeout(600)
 def test_ctrl_c_saves_the_final_counts_and_a_relaunch_repeats_no_step(tmp_path, mark):
-    workdir, tmp = tmp_path / "run", tmp_path / "tmp"
-    tmp.mkdir()
-    log = tmp_path / "launch1.log"
-    process = _start(workdir, ["--config.max_actor_steps=1000000"], mark=mark, log=log, tmp=tmp)
+    workdir, tmp, log, process = _start_until_stopped(tmp_path, mark, "launch1.log")
     _wait_for(lambda: len(_actor_steps(workdir)) >= 3, process, log)
     os.killpg(process.pid, signal.SIGINT)  # Ctrl-C in the terminal: the whole foreground job
     assert process.wait(timeout=120) == 0, log.read_text()[-4000:]
@@ -151,16 +158,11 @@ def _launcher_pid(mark: str) -> int:
 
 @pytest.mark.timeout(400)
 def test_inherited_ignored_sigint_is_respected_and_nodes_die_with_a_killed_launcher(tmp_path, mark):
-    workdir, tmp = tmp_path / "run", tmp_path / "tmp"
-    tmp.mkdir()
-    log = tmp_path / "launch.log"
     # `cmd &` from a script: the shell starts it with SIGINT ignored.
-    process = _start(
-        workdir,
-        ["--config.max_actor_steps=1000000"],
-        mark=mark,
-        log=log,
-        tmp=tmp,
+    workdir, _, log, process = _start_until_stopped(
+        tmp_path,
+        mark,
+        "launch.log",
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
     _wait_for(lambda: len(_actor_steps(workdir)) >= 2, process, log)
@@ -184,10 +186,7 @@ def test_inherited_ignored_sigint_is_respected_and_nodes_die_with_a_killed_launc
 
 @pytest.mark.timeout(200)
 def test_ctrl_c_while_importing_is_one_line(tmp_path, mark):
-    workdir, tmp = tmp_path / "run", tmp_path / "tmp"
-    tmp.mkdir()
-    log = tmp_path / "launch.log"
-    process = _start(workdir, ["--config.max_actor_steps=1000000"], mark=mark, log=log, tmp=tmp)
+    _, _, log, process = _start_until_stopped(tmp_path, mark, "launch.log")
     # The entry point imports TensorFlow, Reverb and JAX for several seconds before launching.
     deadline = time.monotonic() + 60
     while "isolat" not in log.read_text() and time.monotonic() < deadline:
