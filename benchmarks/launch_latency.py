@@ -95,10 +95,13 @@ def bare_node(ready_dir: str, name: str) -> None:
 
 
 def _load_config(path: str):
+    """The config, its 'auto' actor counts sized to this machine as lp_main.py sizes them."""
+    from magi_lp.runtime.config import resolve_actor_counts
+
     spec = importlib.util.spec_from_file_location("bench_config", REPO / path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.get_config()
+    return resolve_actor_counts(module.get_config())[0]
 
 
 def run_bare(ready_dir: str) -> None:

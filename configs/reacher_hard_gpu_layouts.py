@@ -14,14 +14,18 @@ update and an actor's batched policy step, and gives each node the fraction its 
 state and replay store need plus a margin (README, "GPU memory"); the dry run shows the
 reckoning and what is left on each GPU, and a layout that does not fit is refused in one line.
 
+Both size their actors to the machine (`num_actors='auto'`, `envs_per_actor='auto'`: 8
+environments each, as many processes as the cores left beside the learner, replay,
+evaluator and counter allow, within the GPU memory each needs); a number keeps that many.
+
 1gpu  `a0-l0`: one GPU shared by all. The learner's memory is preallocated (its device store
-      of 1M transitions is most of it); two actor processes of 8 environments each allocate
+      of 1M transitions is most of it); the actor processes of 8 environments each allocate
       as they need, up to their reckoning. The evaluator acts on the CPU. Measured on an
-      H200 with 16 cores (`make gpu-system`, this layout on cartpole_balance, figure 15):
-      the two actors made 217 steps/s, each on 91% of its core, so the replay ratio held
-      the learner to 0.44 of its update alone (244 updates/s); about 5 such actors would
-      feed it (--config.num_actors=5: not measured yet).
-4gpu  `a0-l1,2`: actors on GPU 0 (four processes of 8 environments), the learner
+      H200 with 16 cores (`make gpu-system`, this layout on cartpole_balance, figure 15, with
+      --config.num_actors=2): the two actors made 217 steps/s, each on 91% of its core, so
+      the replay ratio held the learner to 0.44 of its update alone (244 updates/s); about 5
+      such actors would feed it. 'auto' gives 11 there (16 cores, 5 taken by the others).
+4gpu  `a0-l1,2`: actors on GPU 0 (processes of 8 environments), the learner
       data-parallel over GPUs 1 and 2 (each update's batch of 256 split 128 + 128, gradients
       averaged, parameters replicated, one store shard per GPU; the plan checks that the two
       GPUs are one model), the evaluator on GPU 3. Cleanba's 4-GPU layout puts the learner
@@ -47,16 +51,18 @@ def get_config(layout: str = "1gpu"):
         )
     config = make_config("reacher_hard", distributed=True)
     resources = config.resources
+    # Actors sized to the machine: as many as the cores left beside the learner, replay,
+    # evaluator and counter allow (and the GPU memory: each holds a CUDA context, its policy's
+    # pool and 80 MiB per environment rendering), 8 environments each (magi_lp.placement.
+    # actor_sizing). The dry run's `actors:` line says how many and why.
+    config.num_actors = "auto"
+    config.envs_per_actor = "auto"
     if layout == "1gpu":
-        config.num_actors = 2
-        config.envs_per_actor = 8
         resources.learner = resource_spec(device="gpu", gpus=[0], gpu_memory="auto", render="none")
         resources.actor = resource_spec(
             device="gpu", gpus=[0], gpu_memory="auto", preallocate=False, cpu_threads=1
         )
     else:
-        config.num_actors = 4
-        config.envs_per_actor = 8
         resources.learner = resource_spec(
             device="gpu", gpus=[1, 2], gpu_memory="auto", render="none"
         )

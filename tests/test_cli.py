@@ -43,8 +43,14 @@ SCRIPT = "projects/td3/lp_main.py"
         # What the flag parser cannot read as the key's kind: what it takes, and an example
         # (before: "invalid literal for int() with base 10: 'abc'. See --helpfull.").
         (
+            ["--config", CONFIG, "--config.seed=abc"],
+            "seed must be an integer, got 'abc'; e.g. --config.seed=0 (the config",
+        ),
+        # 'auto' or a number: any other word is refused by the config's checks.
+        (
             ["--config", CONFIG, "--config.num_actors=abc"],
-            "num_actors must be an integer, got 'abc'; e.g. --config.num_actors=1 (the config",
+            "num_actors must be 'auto' (sized to the machine) or an integer >= 1, got 'abc'; "
+            "e.g. --config.num_actors=1 (the default)",
         ),
         (
             ["--config", CONFIG, "--config.logging.csv=maybe"],
@@ -55,7 +61,7 @@ SCRIPT = "projects/td3/lp_main.py"
             "resources.learner must be a section, set one key at a time, got 'cpu'; e.g. "
             "--config.resources.learner.device=...",
         ),
-        (["--config", CONFIG, "--config.num_actors=0"], "num_actors must be an integer >= 1"),
+        (["--config", CONFIG, "--config.num_actors=0"], "num_actors must be 'auto' (sized to"),
         (["--config", CONFIG, "--config.isolation=maybe"], "isolation must be"),
         (["--config", CONFIG, "--config.resources.actor.cpu_threads=0"], "resources.actor"),
         (["--config", CONFIG, "--config.resources.learner.device=gpu"], "no GPU was found"),
@@ -120,7 +126,7 @@ SCRIPT = "projects/td3/lp_main.py"
             ["--config", "configs/reacher_hard_distributed.py:distributed"],
             "get_config() takes no argument",
         ),
-        (["--config", CONFIG, "--config.envs_per_actor=0"], "envs_per_actor must be an integer"),
+        (["--config", CONFIG, "--config.envs_per_actor=0"], "envs_per_actor must be 'auto' (sized"),
         (
             ["--config", CONFIG, "--config.debug.check_device=True"],
             "did you mean debug.check_devices?",
@@ -459,7 +465,11 @@ def test_config_file_problems_get_one_line(tmp_path, body, overrides, expected):
 @pytest.mark.parametrize(
     ("override", "expected"),
     [
-        ("num_actors=0", "num_actors must be an integer >= 1, got 0; e.g. --config.num_actors=1"),
+        (
+            "num_actors=0",
+            "num_actors must be 'auto' (sized to the machine) or an integer >= 1, got 0; e.g. "
+            "--config.num_actors=1",
+        ),
         # inf took no checkpoint before the stop
         ("checkpoint.every_minutes=inf", "e.g. --config.checkpoint.every_minutes=10.0"),
         ("replay.queue_steps=0", "e.g. --config.replay.queue_steps=500 (the default)"),

@@ -440,14 +440,14 @@ def test_every_task_config_loads_and_validates(name):
     assert agent.replay_buffer_size == expected_replay
     assert config.env.camera_id == (2 if domain == "quadruped" else 0)
     distributed = _load_config(ROOT / "configs" / f"{name}.py", "distributed")
-    assert distributed.num_actors == 4
+    assert (distributed.num_actors, distributed.envs_per_actor) == ("auto", "auto")
 
 
 def test_distributed_reacher_config():
     config = _load_config(ROOT / "configs" / "reacher_hard_distributed.py")
     validate_experiment_config(config)
     _check_resources(config)
-    assert config.num_actors == 4 and config.num_evaluators == 1
+    assert config.num_actors == "auto" and config.num_evaluators == 1
     assert config.max_actor_steps == 1_550_000
     specs_ = {g: ResourceSpec.from_config(g, m) for g, m in config.resources.items()}
     assert specs_["learner"].device == "gpu_if_available"

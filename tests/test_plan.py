@@ -534,7 +534,7 @@ def test_dry_run_falls_back_without_cuda_jax_and_plans_the_gpu_with_it(tmp_path)
     assert learner.split()[4:6] == ["gpu", "cuda"]
     assert "0:NVIDIA H100 80GB HBM3" in learner
     assert "JAX_PLATFORMS=cuda,cpu" in with_plugin.stdout
-    actor = next(line for line in lines if line.startswith("actor"))
+    actor = next(line for line in lines if line.startswith("actor "))
     assert actor.split()[4:6] == ["cpu", "cpu"]
     assert not any("learner:" in line for line in lines if line.startswith("notice: "))
 
@@ -653,13 +653,21 @@ def _layout(name):
 
 
 def test_shipped_gpu_layouts_plan_on_one_and_four_gpus():
-    from magi_lp.runtime.config import placement_requests, validate_experiment_config
+    from magi_lp.runtime.config import (
+        placement_requests,
+        resolve_actor_counts,
+        validate_experiment_config,
+    )
 
     one = _layout("1gpu")
     validate_experiment_config(one)
+    # Their actors are sized to the machine: on a 12 GB GPU it shares with the learner, a
+    # quarter of it holds one of 8 environments (tests/test_actor_sizing.py sizes others).
+    one, _ = resolve_actor_counts(one, GpuInventory((gpu(0),)), cores=16, jax_build=CUDA12)
+    assert (one.num_actors, one.envs_per_actor) == (1, 8)
     plan = make_plan(placement_requests(one), GpuInventory((gpu(0),)))
     assert plan.device_split() == "a0-l0"
-    four = _layout("4gpu")
+    four, _ = resolve_actor_counts(_layout("4gpu"), FOUR_3080, cores=16, jax_build=CUDA12)
     plan = make_plan(placement_requests(four), FOUR_3080)
     assert plan.device_split() == "a0-l1,2"
     assert plan.groups["learner"].num_devices == 2

@@ -31,7 +31,18 @@ def load_config(
         node[leaf] = value
     if num_actors is not None:
         config.num_actors = num_actors
+    # The check measures fixed layouts: where a config sizes its actors to the machine
+    # ('auto', at launch), it measures the counts it was written for.
+    if config.num_actors == "auto":
+        config.num_actors = MEASURED_ACTORS.get(argument, 4)
+    if config.envs_per_actor == "auto":
+        config.envs_per_actor = 8 if config.resources.actor.device == "gpu" else 1
     return config
+
+
+MEASURED_ACTORS = {None: 4, "1gpu": 2, "4gpu": 4}
+"""get_config's argument -> the actors the check measures where the config says 'auto' (the
+counts these configs gave before they were sized to the machine)."""
 
 
 def make_plan(config: Any, inventory: Any) -> Any:

@@ -435,7 +435,7 @@ def _compilation_cache_settings(config: Any | None) -> dict[str, str]:
 def _ignored_by_single_process(config: Any, argv: list[str]) -> str | None:
     """One line about distributed-only settings main.py does not use, when any is set."""
     ignored = []
-    if int(config.num_actors) != 1:
+    if config.num_actors not in (1, "auto"):  # 'auto' is one actor here
         ignored.append(f"num_actors={config.num_actors}")
     for key in ("resources", "isolation", "colocate_learner_and_replay"):
         if any(arg.startswith(f"--config.{key}") for arg in argv):

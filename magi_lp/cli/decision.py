@@ -34,7 +34,12 @@ from magi_lp.placement.jax_build import JaxBuild, compilation_cache_warning
 from magi_lp.placement.xla_flags import check_xla_flags
 from magi_lp.replay.plan import plan_replay_store
 from magi_lp.replay.stores import resolve_store
-from magi_lp.runtime.config import capacity_warnings, make_placement_plan
+from magi_lp.runtime.config import (
+    capacity_warnings,
+    make_placement_plan,
+    resolve_actor_counts,
+    single_process_counts,
+)
 from magi_lp.runtime.memory_reckoning import size_gpu_memory
 
 
@@ -43,7 +48,8 @@ class LaunchDecision:
     """What a launch runs, decided once.
 
     Attributes:
-      config: the experiment config with `replay.store` settled (a copy of the one given).
+      config: the experiment config with `replay.store` settled and 'auto' `num_actors` /
+        `envs_per_actor` made numbers (a copy of the one given).
       experiment: the project's experiment, made once from `config`.
       store: where a pixel agent's frames live (`ReplayStorePlan`); None for other agents.
       replay: the store that serves the agent's replay (`magi_lp.replay.stores`).
@@ -96,6 +102,11 @@ def decide_distributed(
     finished: str | None,
 ) -> LaunchDecision:
     """The decision of `lp_main.py` on a one-machine engine (or a cluster it joins)."""
+    sized = None
+    if not ("hosts" in config and engine.cluster_address()):
+        # 'auto' actors sized to this machine, once, before the plan and the experiment: all
+        # of them (and everything made from `LaunchDecision.config`) read the same numbers.
+        config, sized = resolve_actor_counts(config)
     plan, group_resources = _placement_plan(config, engine)
     check_xla_flags(
         {group: config.resources[group].get("xla_flags", "") for group in config.resources},
@@ -115,7 +126,8 @@ def decide_distributed(
     _check_agent_tables(builder, replay, single_process=False)
     # Each GPU node's memory from its compiled programs ('auto'), checked GPU by GPU.
     plan = size_gpu_memory(experiment, plan, store)
-    lines = [
+    lines = [sized] if sized else []
+    lines += [
         f"notice: {n}"
         for n in (
             *plan.notices,
@@ -146,6 +158,7 @@ def decide_single_process(
 ) -> LaunchDecision:
     """The decision of `main.py`: the store in this process (no plan: no other process)."""
     check_xla_flags({}, os.environ.get("XLA_FLAGS"))
+    config = single_process_counts(config)  # 'auto': the one actor, of one environment
     cache = compilation_cache_warning(build, _compilation_cache_settings(None))
     lines = [f"warning: {cache}"] if cache else []
     made = _make(make_experiment, config, workdir)

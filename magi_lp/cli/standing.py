@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from magi_lp.errors import ConfigError
 from magi_lp.runtime.workdir import Workdir
 
 
@@ -48,8 +49,12 @@ def _finished_line(config: Any, workdir: Path, *, single_process: bool) -> str |
 def _count_lag(config: Any) -> int:
     """How far the counted actor steps may trail a distributed run's truth: its actors report
     every DISTRIBUTED_COUNT_EVERY steps, per environment."""
-    from magi_lp.runtime.config import DISTRIBUTED_COUNT_EVERY
+    from magi_lp.runtime.config import DISTRIBUTED_COUNT_EVERY, resolve_actor_counts
 
+    try:
+        config, _ = resolve_actor_counts(config)  # 'auto': as this machine sizes it
+    except ConfigError:
+        return DISTRIBUTED_COUNT_EVERY  # the launch refuses this config in its own words
     return DISTRIBUTED_COUNT_EVERY * int(config.num_actors) * int(config.envs_per_actor)
 
 

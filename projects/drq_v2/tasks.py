@@ -133,7 +133,8 @@ def task_config(task_name: str, mode: str = "") -> ml_collections.ConfigDict:
     """`make_config` for a config file's `get_config(mode)`.
 
     `mode` is what follows the file name in `--config configs/<task>.py:<mode>`:
-    '' or 'single' for one process, 'distributed' for the distributed layout.
+    '' or 'single' for one process, 'distributed' for the distributed layout, its actors
+    sized to the machine (`num_actors='auto'`, `envs_per_actor='auto'`).
     """
     if mode not in ("", "single", "distributed"):
         raise ConfigError(
@@ -143,7 +144,11 @@ def task_config(task_name: str, mode: str = "") -> ml_collections.ConfigDict:
                 f"use configs/{task_name}.py (one process) or configs/{task_name}.py:distributed",
             )
         )
-    return make_config(task_name, distributed=mode == "distributed")
+    config = make_config(task_name, distributed=mode == "distributed")
+    if mode == "distributed":  # run by lp_main.py: actors sized to the machine it runs on
+        config.num_actors = "auto"
+        config.envs_per_actor = "auto"
+    return config
 
 
 def paper_task_names(difficulty: str | None = None) -> list[str]:
