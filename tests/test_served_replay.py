@@ -772,7 +772,7 @@ def test_resolve_store_takes_the_engines_transport_and_refuses_what_needs_reverb
         )
         assert not device.uses_reverb and device.make_server(PIXEL_ENV_SPEC) is None
 
-    with pytest.raises(ConfigError, match=r"replay\.store must be 'device' or 'auto'"):
+    with pytest.raises(ConfigError, match=r"replay\.store must be 'device', 'host' or 'auto'"):
         resolve_store(_Builder("pixels"), _config("reverb"), transport="served")
     with pytest.raises(
         ConfigError, match=r"Reverb tables \(make_replay_tables\) need the Launchpad engine"
