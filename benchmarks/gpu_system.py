@@ -3,9 +3,11 @@
 On a GPU machine (issue 36): `projects/drq_v2/lp_main.py --launcher ray` on cartpole_balance at
 the paper's settings (84x84, batch 256, the task's replay of 1M transitions: the device store on
 the GPU), laid out as `configs/reacher_hard_gpu_layouts.py:1gpu` places nodes on one GPU (the
-learner on it, two actor processes of 8 environments each stepping on CPU cores and acting on
-the GPU, the evaluator on the CPU), for `--minutes` after every node is up, then SIGINT to the
-driver. In order:
+learner on it, actor processes of 8 environments each stepping on CPU cores and acting on the
+GPU, as many as the layout's `num_actors='auto'` gives this machine, as lp_main sizes them, and
+the evaluator on the CPU), for `--minutes` after every node is up, then SIGINT to the driver.
+Figure 15's first row had 2 actors of 8 (`--actors 2 --envs-per-actor 8` measures it again). In
+order:
 
 1. the plan as `lp_main.py` makes it, with `gpu_memory='auto'` reckoned (what `--dry_run`
    prints; the reckoning is handed to the run through the environment, so it compiles once);
@@ -16,7 +18,7 @@ driver. In order:
    GPU memory every 5 s).
 
 Measured: whole-system training frames/s; the learner's updates/s against the update alone
-("fed", goal >= 0.95); each node's peak GPU memory against its reckoning plus a CUDA context
+("fed", goal >= 0.95) and what bounds it (the learner's update, the actors, the relay); each node's peak GPU memory against its reckoning plus a CUDA context
 (goal within 15%); the evaluation returns against the official agent's published curves at the
 same frames (`benchmarks/reference/drqv2_official_curves.csv`); and, where the learner is
 starved, where its time goes: its wait for a batch (the learner's `batch_wait_fraction`), the
@@ -87,8 +89,9 @@ WARM_UP_S = {"gpu": 20.0, "tiny": 0.0}
 STOP_TIMEOUT_S = {"gpu": 60.0, "tiny": 90.0}
 TINY_SECONDS = 20.0
 TINY_LEARNING_S = 10.0  # a tiny run also learns this long before its stop
-FIGURE_ACTORS = (2, 8)
-"""Figure 15's actors x environments each (the 1-GPU layout's counts before they were 'auto')."""
+FIGURE_15_ACTORS = (2, 8)
+"""Figure 15's actors x environments each (the 1-GPU layout's counts before they were 'auto'):
+`--actors 2 --envs-per-actor 8` measures that row again beside the auto layout's."""
 TINY_ACTORS, TINY_ENVS = 1, 2
 # What the end of the budget keeps back for the system's stop and the reading.
 RESERVE_S = STOP_TIMEOUT_S["gpu"] + 15.0
@@ -126,9 +129,9 @@ def get_config(mode: str = "gpu") -> Any:
     config.checkpoint.enabled = False
     if mode == "gpu":
         layout = _layout()
-        # The layout sizes its actors to the machine ('auto'); this figure keeps the counts it
-        # was measured with (--actors / --envs_per_actor change them).
-        config.num_actors, config.envs_per_actor = FIGURE_ACTORS
+        # The layout's actors, sized to the machine as lp_main sizes them ('auto': `main`
+        # resolves them, and says how); --actors / --envs-per-actor give numbers instead.
+        config.num_actors, config.envs_per_actor = layout.num_actors, layout.envs_per_actor
         for group in ("learner", "actor", "evaluator"):
             config.resources[group] = layout.resources[group]
         # The evaluator acts on the CPU, as the layout has it, and renders through EGL on the
@@ -625,7 +628,7 @@ def where_time_goes(system: dict, alone: float | None, learner: dict, config: An
     wait = learner.get("batch_wait_fraction_median")
     out: dict[str, Any] = {"fed": None if not (updates and alone) else updates / alone}
     if out["fed"] is None:
-        out.update(verdict="unknown", why="no learner rate or no update-alone rate")
+        out.update(verdict="unknown", bound=None, why="no learner rate or no update-alone rate")
         return out
     every = int(config.agent.update_every_steps)
     repeat = int(config.env.action_repeat)
@@ -633,10 +636,15 @@ def where_time_goes(system: dict, alone: float | None, learner: dict, config: An
     out["frames_per_s_to_feed"] = need_frames
     out["ratio_bound"] = None if allowed is None else allowed / alone
     if out["fed"] >= FED_GOAL:
-        out.update(verdict="fed", why=f"the learner runs at {out['fed']:.2f} of the update alone")
+        out.update(
+            verdict="fed",
+            bound="the learner's update",
+            why=f"the learner runs at {out['fed']:.2f} of the update alone",
+        )
     elif allowed is not None and updates >= 0.9 * allowed:
         out.update(
             verdict="starved by the actors (replay ratio)",
+            bound="the actors",
             why=(
                 f"the replay ratio (one update per {every} actor steps) allows {allowed:.1f} "
                 f"updates/s at the actors' {system['actor_steps_per_s']:.1f} steps/s, and the "
@@ -647,6 +655,7 @@ def where_time_goes(system: dict, alone: float | None, learner: dict, config: An
     elif wait is not None and wait >= 0.5:
         out.update(
             verdict="starved by replay sampling",
+            bound="the relay (the step queue, the drain and the sampling)",
             why=(
                 f"the learner waits for its batch {wait:.0%} of each step (median), more than "
                 f"the replay ratio explains ({updates:.1f} updates/s of {allowed or 0:.1f} "
@@ -656,6 +665,7 @@ def where_time_goes(system: dict, alone: float | None, learner: dict, config: An
     else:
         out.update(
             verdict="slowed in the learner's own loop",
+            bound="the learner's loop around its update",
             why=(
                 f"it waits for batches {0 if wait is None else wait:.0%} of each step; the "
                 "rest is the update with its dispatch, counting and logging"
@@ -796,6 +806,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.envs_per_actor:
         config.envs_per_actor = args.envs_per_actor
         overrides.append(f"--config.envs_per_actor={args.envs_per_actor}")
+    sized = None
+    if mode == "gpu":
+        # The counts lp_main's launch decision gives this machine ('auto'), pinned for the run
+        # so that the plan measured here is the one that runs.
+        from magi_lp.runtime.config import resolve_actor_counts
+
+        config, sized = resolve_actor_counts(config, inventory)
+        overrides += [
+            f"--config.num_actors={int(config.num_actors)}",
+            f"--config.envs_per_actor={int(config.envs_per_actor)}",
+        ]
+        _say(sized or f"actors: {config.num_actors} x {config.envs_per_actor} env (given)")
     machine = machine_facts(inventory)
     result: dict[str, Any] = {
         "status": "ok" if mode == "gpu" else "tiny",
@@ -812,6 +834,7 @@ def main(argv: list[str] | None = None) -> int:
             "replay_buffer_size": int(config.agent.replay_buffer_size),
             "num_actors": int(config.num_actors),
             "envs_per_actor": int(config.envs_per_actor),
+            "actors_sized": sized,
             "update_every_steps": int(config.agent.update_every_steps),
             "action_repeat": int(config.env.action_repeat),
             "evaluation_every_frames": int(config.evaluation.every_actor_steps)
@@ -977,7 +1000,8 @@ def report(result: dict) -> str:
         f"{run.get('exit_code')} | leftovers killed: {len(run.get('leftovers_killed') or [])}"
         f" | {on} |",
         "",
-        f"**Where the time goes**: {where.get('verdict')}: {where.get('why')}.",
+        f"**Where the time goes**: {where.get('verdict')}: {where.get('why')}; what bounds "
+        f"it: {where.get('bound') or 'unknown'}.",
         "",
         f"**Driver**: `{result.get('driver', {}).get('entry_point')}` "
         f"({result.get('driver', {}).get('why')}).",

@@ -161,20 +161,21 @@ _CONFIG = SimpleNamespace(
 
 
 @pytest.mark.parametrize(
-    ("updates", "allowed", "wait", "verdict"),
+    ("updates", "allowed", "wait", "verdict", "bound"),
     [
-        (225.0, 300.0, 0.05, "fed"),
-        (100.0, 104.0, 0.80, "starved by the actors (replay ratio)"),
-        (60.0, 150.0, 0.70, "starved by replay sampling"),
-        (60.0, 150.0, 0.10, "slowed in the learner's own loop"),
+        (225.0, 300.0, 0.05, "fed", "the learner's update"),
+        (100.0, 104.0, 0.80, "starved by the actors (replay ratio)", "the actors"),
+        (60.0, 150.0, 0.70, "starved by replay sampling", "the relay"),
+        (60.0, 150.0, 0.10, "slowed in the learner's own loop", "the learner's loop"),
     ],
 )
-def test_where_the_time_goes_names_what_holds_the_learner(updates, allowed, wait, verdict):
+def test_where_the_time_goes_names_what_holds_the_learner(updates, allowed, wait, verdict, bound):
     system = {"updates_per_s": updates, "updates_allowed_per_s": allowed,
               "actor_steps_per_s": 2 * allowed}  # fmt: skip
     learner = {"batch_wait_fraction_median": wait}
     where = gpu_system.where_time_goes(system, 230.0, learner, _CONFIG)
     assert where["verdict"] == verdict, where
+    assert where["bound"].startswith(bound), where
     assert where["fed"] == pytest.approx(updates / 230.0)
     assert where["frames_per_s_to_feed"] == pytest.approx(230.0 * 2 * 2)
 
@@ -248,6 +249,9 @@ def test_the_one_gpu_layouts_nodes_all_get_a_place_on_ray(tmp_path):
     from tests.fake_nvidia import CUDA12, H100, gpu
 
     config = gpu_system.get_config("gpu")
+    # Figure 15's counts (the layout's 'auto' is sized per machine: the shares' rule is the
+    # same for any count).
+    config.num_actors, config.envs_per_actor = gpu_system.FIGURE_15_ACTORS
     inventory = GpuInventory((gpu(0, H100, total_gib=80),), driver_version="580.159.04")
     plan = make_plan(placement_requests(config), inventory, CUDA12)
     envs = [
@@ -304,6 +308,9 @@ def test_the_reckoning_compiles_the_learner_where_its_spec_can_render():
     from tests.fake_nvidia import CUDA12, H100, gpu
 
     config = gpu_system.get_config("gpu")
+    # Figure 15's counts (the layout's 'auto' is sized per machine: the shares' rule is the
+    # same for any count).
+    config.num_actors, config.envs_per_actor = gpu_system.FIGURE_15_ACTORS
     inventory = GpuInventory((gpu(0, H100, total_gib=80),), driver_version="580.159.04")
     plan = make_plan(placement_requests(config), inventory, CUDA12)
     learner = plan.launch_group("learner", 0)
