@@ -18,13 +18,14 @@ order:
    GPU memory every 5 s).
 
 Measured: whole-system training frames/s; the learner's updates/s against the update alone
-("fed", goal >= 0.95) and what bounds it (the learner's update, the actors, the relay); each node's peak GPU memory against its reckoning plus a CUDA context
-(goal within 15%); the evaluation returns against the official agent's published curves at the
-same frames (`benchmarks/reference/drqv2_official_curves.csv`); and, where the learner is
-starved, where its time goes: its wait for a batch (the learner's `batch_wait_fraction`), the
-rate the replay ratio allows at the actors' rate (one update per `update_every_steps` actor
-steps), each node's CPU. The result (JSON) names the GPU, the driver, JAX and PyTorch beside
-every number; `python -m benchmarks.run --only gpu_system` renders it into BENCHMARKS.md from
+("fed", goal >= 0.95) and what bounds it (the learner's update, the actors, the relay); each
+node's peak GPU memory against its reckoning plus a CUDA context (goal within 15%); the
+evaluation returns against the official agent's published curves at the same frames
+(`benchmarks/reference/drqv2_official_curves.csv`); and, where the learner is starved, where
+its time goes: its wait for a batch (the learner's `batch_wait_fraction`), the rate the replay
+ratio allows at the actors' rate (one update per `update_every_steps` actor steps), each node's
+CPU. The result (JSON) names the GPU, the driver, JAX and PyTorch beside every number; `python
+-m benchmarks.run --only gpu_system` renders it into BENCHMARKS.md from
 `benchmarks/gpu_system.json`, and only from a GPU result.
 
 Without a GPU (or with `--tiny`) it says so in one line and runs the same code path at a tiny
