@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -35,7 +35,7 @@ import tree
 import zstandard
 
 from magi_lp.replay.frame_arena import FrameArena
-from magi_lp.replay.frame_ring import FrameRing
+from magi_lp.replay.frame_ring import FrameRing, FrameRingStore, StoreBatches, index_leaves
 from magi_lp.replay.frame_window import FrameTransition
 from magi_lp.replay.spec import FrameReplaySpec
 
@@ -69,7 +69,7 @@ def estimated_nbytes(spec: FrameReplaySpec, writers: int = 1) -> int:
     return arena_nbytes(spec, writers) + rows + spec.capacity * spec.index_nbytes()
 
 
-class CompressedFrameStore:
+class CompressedFrameStore(FrameRingStore):
     """The compressed host store: one `FrameRing` of zstd frames and the transition index.
 
     Thread-safe: writers (`add_first` / `add`, from the drain thread or the acting loop) and
@@ -101,16 +101,9 @@ class CompressedFrameStore:
         self._ring = FrameRing(spec, spec.frame_capacity(writers))
         size = arena_nbytes(spec, writers) if arena_bytes is None else int(arena_bytes)
         self._arena = FrameArena(size, self._ring.frame_capacity)
-        self._ended: set[int] = set()  # writers whose episode the arena ended
         self.evicted_early = 0
         """Transitions evicted before the ring was full, to take back arena space."""
-        n = spec.capacity
-        self._index = {
-            "action": np.zeros((n, *spec.action_shape), spec.action_dtype),
-            "reward": np.zeros(n, np.float32),
-            "discount": np.zeros(n, np.float32),
-            "extras": tree.map_structure(lambda s: np.zeros((n, *s.shape), s.dtype), spec.extras),
-        }
+        self._index = index_leaves(spec, (spec.capacity,), np.zeros)
         self._rng = np.random.default_rng(seed)
         self._compress = threading.local()  # a zstd context is not thread-safe
         self.sampled_batches = 0
@@ -119,52 +112,20 @@ class CompressedFrameStore:
         self.steps_added = 0
         """Steps (frames) written, episode starts included."""
 
-    # -- writing -------------------------------------------------------------------------
-    def _compressed(self, frame: np.ndarray) -> bytes:
-        frame = np.asarray(frame)
-        if frame.shape != tuple(self.spec.frame_shape) or frame.dtype != np.uint8:
-            raise ValueError(
-                f"frame store: a frame must be uint8 {tuple(self.spec.frame_shape)}, "
-                f"got {frame.dtype} {frame.shape}"
-            )
+    # -- writing (`add_first`, `add`, `in_episode`: `FrameRingStore`'s) --------------------
+    def _stored(self, frame: np.ndarray) -> bytes:
+        """The frame's zstd bytes (compressed outside the lock: the sampler goes on)."""
         context = getattr(self._compress, "context", None)
         if context is None:
             context = self._compress.context = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
         return context.compress(np.ascontiguousarray(frame).data)
 
-    def add_first(self, writer: int, frame: np.ndarray) -> None:
-        """Starts writer `writer`'s episode with its first frame, [H, W, C] uint8."""
-        blob = self._compressed(frame)  # outside the lock: the sampler goes on meanwhile
-        with self._lock:
-            self._ended.discard(writer)
-            self._ring.add_first(writer, blob)
-            self._apply()
+    def _ring_of(self, writer: int) -> FrameRing:
+        return self._ring
 
-    def add(
-        self,
-        writer: int,
-        frame: np.ndarray,
-        action: Any,
-        reward: Any,
-        discount: Any,
-        *,
-        last: bool = False,
-        extras: Any = (),
-    ) -> int:
-        """Records writer `writer`'s next step: a_t, then r_t, d_t and the frame it led to.
-        Returns the transitions it completed (0 or 1)."""
-        blob = self._compressed(frame)
-        action = np.asarray(action, self.spec.action_dtype)
-        with self._lock:
-            if writer in self._ended and writer not in self._ring.writers:
-                return 0  # the rest of an episode the arena ended (`_free`)
-            made = self._ring.add(writer, blob, action, reward, discount, extras, bool(last))
-            self._apply()
-        return made
-
-    def _apply(self) -> None:
+    def _after_add(self, ring: FrameRing) -> None:
         """Moves what the ring staged into the arrays (the caller holds the lock)."""
-        ring, index = self._ring, self._index
+        index = self._index
         for row, blob in ring.staged_frames.items():
             self._arena.put(row, blob, ring.refs, self._free)
         for position, (_, action, reward, discount, extras) in ring.staged_rows.items():
@@ -187,18 +148,12 @@ class CompressedFrameStore:
         ring = self._ring
         for writer, episode in list(ring.writers.items()):
             if row in episode.window:
-                ring.close(writer)
-                self._ended.add(writer)
+                ring.cut_short(writer)
         while ring.refs[row] > 0 and ring.size > 0:
             ring.evict_oldest()
             self.evicted_early += 1
         if ring.refs[row] > 0:  # held by a staged transition's window: cannot happen
             raise RuntimeError(f"frame store: frame row {row} is held by no transition")
-
-    def in_episode(self, writer: int) -> bool:
-        """Whether writer `writer` has an episode open here (its first step was added)."""
-        with self._lock:
-            return writer in self._ring.writers
 
     def flush(self) -> int:
         """Nothing to apply: every write is visible when it returns (the device store's
@@ -318,7 +273,6 @@ class CompressedFrameStore:
             head, size, write = (int(v) for v in np.asarray(saved["ring"]))
             self._ring.restore(saved["rows"], head, size)
             self._arena.restore(saved["arena"], saved["offset"], saved["length"], write)
-            self._ended = set()
             for name in ("action", "reward", "discount"):
                 self._index[name][:] = np.asarray(index[name])
             for out, value in zip(
@@ -332,40 +286,11 @@ class CompressedFrameStore:
             )
 
 
-class HostReplayIterator:
+class HostReplayIterator(StoreBatches):
     """The learner's batches from a `CompressedFrameStore`: each `next()` waits for the
     replay ratio (`RatioGate`, when given), then samples and decompresses a batch on the
     host. Not `on_device`: `JaxLearner` calls it from its prefetch thread, off the update's."""
 
-    def __init__(
-        self,
-        store: CompressedFrameStore,
-        *,
-        gate: Any = None,
-        failure: Callable[[], BaseException | None] = lambda: None,
-    ):
-        """Creates the iterator.
-
-        Args:
-          store: the store to sample.
-          gate: a `magi_lp.replay.schedule.RatioGate`; None samples whenever the store has
-            data (the single-process runner interleaves by the schedule itself).
-          failure: the writer side's error, if it died (raised here instead of waiting).
-        """
-        self._store = store
-        self._gate = gate
-        self._failure = failure
-
-    def __iter__(self) -> HostReplayIterator:
-        return self
-
-    def _ready(self) -> bool:
-        error = self._failure()
-        if error is not None:
-            raise error
-        return self._store.ready()
-
-    def __next__(self) -> FrameTransition:
-        if self._gate is not None and not self._gate.wait_to_sample(self._ready):
-            raise StopIteration
+    def _sample(self, flush: bool) -> FrameTransition:
+        del flush  # every write is visible when it returns
         return self._store.sample()

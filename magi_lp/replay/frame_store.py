@@ -53,7 +53,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceShardin
 from magi_lp.config_schema import fact_refusal
 from magi_lp.errors import ConfigError
 from magi_lp.launch.interrupts import stop_deferred
-from magi_lp.replay.frame_ring import FrameRing
+from magi_lp.replay.frame_ring import FrameRing, FrameRingStore, StoreBatches, index_leaves
 from magi_lp.replay.frame_window import FrameTransition, NewestFrames
 from magi_lp.replay.spec import FrameReplaySpec
 
@@ -99,7 +99,7 @@ def staged_insert_bytes(spec: FrameReplaySpec) -> int:
     return _bucket(MAX_STAGED_STEPS) * (spec.frame_nbytes + spec.index_nbytes())
 
 
-class DeviceFrameStore:
+class DeviceFrameStore(FrameRingStore):
     """The device store: host bookkeeping (a `FrameRing` per device) + the arrays on the devices.
 
     Thread-safe: writers (`add_first`/`add`, from a drain thread or the acting loop) and the
@@ -192,12 +192,7 @@ class DeviceFrameStore:
         return {
             "frames": jax.ShapeDtypeStruct((d, self._frame_capacity, spec.frame_nbytes), np.uint8),
             "slots": jax.ShapeDtypeStruct((d, n, spec.window), np.int32),
-            "action": jax.ShapeDtypeStruct((d, n, *spec.action_shape), spec.action_dtype),
-            "reward": jax.ShapeDtypeStruct((d, n), np.float32),
-            "discount": jax.ShapeDtypeStruct((d, n), np.float32),
-            "extras": jax.tree_util.tree_map(
-                lambda s: jax.ShapeDtypeStruct((d, n, *s.shape), s.dtype), spec.extras
-            ),
+            **index_leaves(spec, (d, n), jax.ShapeDtypeStruct),
         }
 
     def _allocate(self, mesh: Mesh) -> dict[str, Any]:
@@ -273,58 +268,16 @@ class DeviceFrameStore:
         except Exception as error:  # the first real call compiles instead
             logging.warning("frame store: compiling ahead failed: %s", error)
 
-    # -- writing -------------------------------------------------------------------------
+    # -- writing (`add_first`, `add`, `in_episode`: `FrameRingStore`'s) --------------------
     def shard_of(self, writer: int) -> int:
         """The shard writer `writer`'s steps go to."""
         return writer % self.num_shards
 
-    def add_first(self, writer: int, frame: np.ndarray) -> None:
-        """Starts writer `writer`'s episode with its first frame, [H, W, C] uint8."""
-        with self._lock:
-            shard = self._shards[self.shard_of(writer)]
-            shard.add_first(writer, self._frame_row(frame))
-            self._after_add(shard)
+    def _stored(self, frame: np.ndarray) -> np.ndarray:
+        return frame.reshape(-1)  # a flat row, as the device keeps it
 
-    def add(
-        self,
-        writer: int,
-        frame: np.ndarray,
-        action: Any,
-        reward: Any,
-        discount: Any,
-        *,
-        last: bool = False,
-        extras: Any = (),
-    ) -> int:
-        """Records writer `writer`'s next step: a_t, then r_t, d_t and the frame it led to.
-        Returns the transitions it completed (0 or 1)."""
-        with self._lock:
-            shard = self._shards[self.shard_of(writer)]
-            made = shard.add(
-                writer,
-                self._frame_row(frame),
-                np.asarray(action, self.spec.action_dtype),
-                reward,
-                discount,
-                extras,
-                bool(last),
-            )
-            self._after_add(shard)
-        return made
-
-    def in_episode(self, writer: int) -> bool:
-        """Whether writer `writer` has an episode open here (its first step was added)."""
-        with self._lock:
-            return writer in self._shards[self.shard_of(writer)].writers
-
-    def _frame_row(self, frame: np.ndarray) -> np.ndarray:
-        frame = np.asarray(frame)
-        if frame.shape != tuple(self.spec.frame_shape) or frame.dtype != np.uint8:
-            raise ValueError(
-                f"frame store: a frame must be uint8 {tuple(self.spec.frame_shape)}, "
-                f"got {frame.dtype} {frame.shape}"
-            )
-        return frame.reshape(-1)
+    def _ring_of(self, writer: int) -> FrameRing:
+        return self._shards[self.shard_of(writer)]
 
     def _after_add(self, shard: FrameRing) -> None:
         self.steps_added += 1
@@ -349,12 +302,7 @@ class DeviceFrameStore:
         positions = np.full((d, k_rows), spec.capacity, np.int32)  # dropped
         rows = {
             "slots": np.zeros((d, k_rows, spec.window), np.int32),
-            "action": np.zeros((d, k_rows, *spec.action_shape), spec.action_dtype),
-            "reward": np.zeros((d, k_rows), np.float32),
-            "discount": np.zeros((d, k_rows), np.float32),
-            "extras": jax.tree_util.tree_map(
-                lambda s: np.zeros((d, k_rows, *s.shape), s.dtype), spec.extras
-            ),
+            **index_leaves(spec, (d, k_rows), np.zeros),
         }
         for i, (staged_frames, staged_rows) in enumerate(staged):
             if staged_frames:
@@ -542,7 +490,7 @@ class StoreAdder:
         self._store.flush()
 
 
-class DeviceReplayIterator:
+class DeviceReplayIterator(StoreBatches):
     """The learner's batches from a `DeviceFrameStore`: each `next()` waits for the replay
     ratio (`RatioGate`, when given) and returns a batch already on the learner's devices.
 
@@ -560,41 +508,17 @@ class DeviceReplayIterator:
         gate: Any = None,
         failure: Callable[[], BaseException | None] = lambda: None,
     ):
-        """Creates the iterator.
-
-        Args:
-          store: the store to sample.
-          key: the sampling key (folded with the batch index on the device).
-          gate: a `magi_lp.replay.schedule.RatioGate`; None samples whenever the store
-            has data (the single-process runner interleaves by the schedule itself).
-          failure: the writer side's error, if it died (raised here instead of waiting).
-        """
-        self._store = store
+        """Creates the iterator: `key` is the sampling key (folded with the batch index on
+        the device); the rest as `StoreBatches`'."""
+        super().__init__(store, gate=gate, failure=failure)
         self._key = key
-        self._gate = gate
-        self._failure = failure
 
     @property
     def batch_sharding(self) -> jax.sharding.Sharding:
         """Where the batches live (`JaxLearner` compiles its update ahead for them)."""
         return self._store.batch_sharding
 
-    def __iter__(self) -> DeviceReplayIterator:
-        return self
-
-    def _ready(self) -> bool:
-        error = self._failure()
-        if error is not None:
-            raise error
-        if not self._store.ready():
-            self._store.flush()
-        return self._store.ready()
-
-    def __next__(self) -> FrameTransition:
-        if self._gate is None:  # one process: the actor's writes of this very step count
-            return self._store.sample(self._key)
-        if not self._gate.wait_to_sample(self._ready):
-            raise StopIteration
-        # The drain applies its writes every DRAIN_FLUSH_STEPS (64) steps: an insert per
-        # batch cost the learner's host more than the rest of sampling together.
-        return self._store.sample(self._key, flush=False)
+    def _sample(self, flush: bool) -> FrameTransition:
+        # With a gate, the drain applies its writes every DRAIN_FLUSH_STEPS (64) steps: an
+        # insert per batch cost the learner's host more than the rest of sampling together.
+        return self._store.sample(self._key, flush=flush)
