@@ -71,7 +71,8 @@ test-current: setup312
 	$(PY312) -m pytest $(PY312_TESTS) $(PYTEST_ARGS)
 
 # The unit tests only (no test marked `integration`: nothing that starts Launchpad, Reverb
-# servers or the entry points), for the edit-test loop; `make test` still runs everything.
+# servers, the entry points, or a Python process of its own that imports TensorFlow, JAX or
+# wandb), for the edit-test loop; `make test` still runs everything.
 test-fast: setup
 	$(PY) -m pytest -m "not integration" $(PYTEST_ARGS)
 

@@ -1,7 +1,8 @@
 """The suite's shared set-up.
 
 Lanes: `make test-fast` runs the tests not marked `integration` (no Launchpad program, Reverb
-server or entry point is started); `make test` runs everything, on both stacks.
+server or entry point is started, nor a Python process of its own that imports TensorFlow, JAX
+or wandb); `make test` runs everything, on both stacks.
 Names: `tests/test_<module>.py` holds the tests of `<module>` (e.g. test_launcher.py for
 magi_lp/launch/launcher.py, test_cluster.py for magi_lp/cluster/, test_drq_<module>.py for
 projects/drq_v2/<module>.py); `*_e2e.py` runs a whole program through its entry point

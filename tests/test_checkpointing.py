@@ -257,6 +257,7 @@ def test_metadata_must_be_json(tmp_path):
     assert ckpt.latest_step() is None
 
 
+@pytest.mark.integration  # a Python process of its own that imports a framework
 def test_save_in_one_process_restore_in_another(tmp_path):
     directory = str(tmp_path / "ckpt")
     saver = run_python(
@@ -312,6 +313,7 @@ def test_leftover_tmp_dir_is_ignored_then_cleaned(tmp_path):
     assert fresh.restore(make_state(0))[1] == {"seed": 20}
 
 
+@pytest.mark.integration  # a Python process of its own that imports a framework
 def test_process_killed_mid_save_leaves_nothing_restorable(tmp_path):
     """SIGKILL a real saver after its data is written but before orbax's rename."""
     directory = str(tmp_path / "ckpt")

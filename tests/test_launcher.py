@@ -507,6 +507,7 @@ def test_run_folders_of_dead_launchers_are_swept_and_others_left(tmp_path):
     ]
 
 
+@pytest.mark.integration  # launcher processes of its own, racing
 def test_sweeps_of_one_temp_dir_at_once_do_not_fail_on_each_others_removals(tmp_path):
     """A resubmitted SLURM job's nodes start together on each host and sweep its temp dir
     of the cancelled job's folders: one removed a folder another was listing, and that node

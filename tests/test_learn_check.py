@@ -323,6 +323,7 @@ def test_the_figure_gives_cpu_seconds_per_frame_and_each_runs_core(tmp_path):
     assert "| magi_lp | 2 | 60,000 | no | 0.52 | +0.154 | 0.820 |" in page
 
 
+@pytest.mark.integration  # trains an actor and a critic: the probe end to end
 def test_the_saturation_probe_tells_a_pinned_actor_from_a_fresh_one(tmp_path):
     """The probe behind "why did this run not learn": our checkpoint's actor on rendered
     observations; an actor whose last bias is pushed far out is pinned at +1."""

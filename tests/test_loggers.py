@@ -194,6 +194,7 @@ def test_tensorboard_without_step_key_counts_writes(tmp_path):
     }
 
 
+@pytest.mark.integration  # a Python process of its own that imports a framework
 def test_killed_process_keeps_every_written_row(tmp_path):
     """SIGKILL right after writing, without close(): CSV and TensorBoard hold every row."""
     code = f"""
@@ -351,6 +352,7 @@ learner.close()
 """
 
 
+@pytest.mark.integration  # a Python process of its own that imports a framework
 @pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="wandb not installed")
 def test_real_wandb_offline_writes_in_the_workdir_and_a_relaunch_resumes_the_run(tmp_path):
     # The real package in its offline mode: no network, every file under <workdir>/wandb.

@@ -67,6 +67,7 @@ def test_prepare_node_process_tolerates_initialised_tf(monkeypatch, caplog):
     assert "already initialised" in caplog.text
 
 
+@pytest.mark.integration  # a Python process of its own that imports a framework
 def test_prepare_node_process_with_real_tf_in_node_envs():
     """A CPU node must not pay for importing TF; a GPU node gets TF's GPU list emptied.
 
@@ -90,6 +91,7 @@ def test_prepare_node_process_with_real_tf_in_node_envs():
     assert results == ["False False None", "True True []"]
 
 
+@pytest.mark.integration  # a Python process of its own that imports a framework
 @pytest.mark.skipif(detect_jax_build().serves_cuda, reason="this Python has CUDA JAX")
 def test_gpu_node_without_cuda_jax_fails_at_once_saying_why():
     """The plan's GPU env on this machine (no CUDA plugin): the real node set-up, real JAX."""

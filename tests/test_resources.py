@@ -240,6 +240,7 @@ def test_render_gpu_must_be_visible_to_a_gpu_node():
         spec_to_env(ResourceSpec(device="gpu", render_gpu=3), (0, 1), group="learner")
 
 
+@pytest.mark.integration  # a Python process of its own that imports a framework
 def test_cpu_env_really_gives_jax_only_the_cpu(tmp_path):
     """Runs a real interpreter with the env a CPU node gets (thread flags included)."""
     env = dict(os.environ)

@@ -1117,6 +1117,7 @@ def test_resumed_seeds_are_fresh_distinct_and_leave_a_new_runs_seeds_as_they_wer
         seeding.node_seed(0, "actor", resumed_at=-1)
 
 
+@pytest.mark.integration  # a Python process of its own that imports a framework
 def test_the_control_and_evaluator_processes_start_without_tensorflow(tmp_path):
     """Each node's process unpickles its group's functions, as Launchpad's process entry does
     (`cloudpickle.load` of the group's job file): the counter's and the coordinator's bring in
