@@ -179,10 +179,16 @@ def test_the_entry_point_refuses_a_store_that_does_not_fit_before_starting(tmp_p
         timeout=120,
     )
     assert dry.returncode == 0, dry.stderr
-    assert (
-        "replay: host store, zstd-compressed frames in the learner's host memory, about 5.5 GB "
-        "(1,000,000 transitions" in dry.stdout
+    # 'auto': Reverb where the engine carries it (the Launchpad stack), else the host store.
+    from magi_lp.stack import stack_here
+
+    expected = (
+        "replay: reverb frame replay in the replay node (1,000,000 transitions"
+        if stack_here() == "launchpad"
+        else "replay: host store, zstd-compressed frames in the learner's host memory, about "
+        "5.5 GB (1,000,000 transitions"
     )
+    assert expected in dry.stdout
 
 
 def test_main_py_on_a_gpu_counts_the_store_against_jax_s_memory_fraction(monkeypatch):

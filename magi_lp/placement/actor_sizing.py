@@ -182,7 +182,7 @@ def size_actors(
             envs = 1
             by_gpu = gpus.fits(gpus.auto_bytes, envs)
         if by_gpu < 1:
-            raise ConfigError(_gpu_refusal("auto", 1, envs, gpus, gpus.auto_bytes))
+            raise ConfigError(fact_refusal(*_gpu_refusal("auto", 1, envs, gpus, gpus.auto_bytes)))
         why += (
             f"; GPU {gpus.label}: {gb(gpus.process_bytes(envs))} each, room for {by_gpu} in "
             f"{gb(gpus.auto_bytes * gpus.count)}"
@@ -218,14 +218,17 @@ def _envs_for_given(
     while gpus.fits(gpus.free_bytes, envs) < actors and envs_per_actor == AUTO and envs > 1:
         envs //= 2
     if gpus.fits(gpus.free_bytes, envs) < actors:
-        raise ConfigError(_gpu_refusal(actors, actors, envs, gpus, gpus.free_bytes))
+        raise ConfigError(fact_refusal(*_gpu_refusal(actors, actors, envs, gpus, gpus.free_bytes)))
     return envs
 
 
-def _gpu_refusal(given: int | str, actors: int, envs: int, gpus: ActorGpus, room: int) -> str:
+def _gpu_refusal(
+    given: int | str, actors: int, envs: int, gpus: ActorGpus, room: int
+) -> tuple[str, str, str]:
+    """The refusal's parts (what, facts, fix) of actors whose GPU memory does not fit."""
     what = "CUDA context, policy pool and " if gpus.computes else ""
     fits = gpus.fits(gpus.free_bytes, envs)
-    return fact_refusal(
+    return (
         f"num_actors={given}: {actors} actor process(es) of {_envs_word(envs)} need "
         f"{gb(actors * gpus.process_bytes(envs))} on GPU {gpus.label}",
         f"each holds {gb(gpus.process_bytes(envs))} there ({what}{envs} x "

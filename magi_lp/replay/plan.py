@@ -187,7 +187,9 @@ def plan_replay_store(
     else:
         store = asked if {"device": device, "host": host}[asked].fits else None
     if store is None:
-        raise ConfigError(_refusal(asked, spec.capacity, size, device, host, reverb_available))
+        raise ConfigError(
+            fact_refusal(*_refusal(asked, spec.capacity, size, device, host, reverb_available))
+        )
     config.replay.store = store
     line = _line(store, size, device, host, auto=asked == "auto")
     return ReplayStorePlan(store, device.nbytes, device.budget, where, line, host.nbytes)
@@ -231,8 +233,9 @@ def _line(store: str, size: str, device: _Room, host: _Room, *, auto: bool) -> s
 
 def _refusal(
     asked: str, capacity: int, size: str, device: _Room, host: _Room, reverb_available: bool
-) -> str:
-    """One line: the store asked for (or none of 'auto''s) does not fit, and what would."""
+) -> tuple[str, str, str]:
+    """The refusal's parts (what, facts, fix): the store asked for (or none of 'auto''s) does
+    not fit, and what would."""
     room = host if asked == "host" else device
     fitting = max(1, int(capacity * room.budget / max(room.nbytes, 1) * 0.95))
     if asked == "host":
@@ -251,7 +254,7 @@ def _refusal(
     elif not others:
         others.append("more memory (Reverb, the other store, is not installed here)")
     fix = f"set agent.replay_buffer_size={fitting} or less"
-    return fact_refusal(f"replay.store={asked}", fact, ", or use ".join([fix, *others]))
+    return f"replay.store={asked}", fact, ", or use ".join([fix, *others])
 
 
 def _single_process_budget() -> tuple[int, str, int]:
