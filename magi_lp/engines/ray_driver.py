@@ -34,20 +34,17 @@ from magi_lp.errors import ConfigError
 from magi_lp.launch import node_lifetime, run_folders
 from magi_lp.launch.exit_report import NodeExit, format_exit_report, read_tail
 from magi_lp.launch.stop_machine import (
+    Action,
     Event,
     Fault,
-    KillNodes,
     Node,
     NodeEnded,
-    ReportExit,
-    Say,
     StopAsked,
-    StopBegun,
     StopMachine,
-    StopNodes,
     StopSignal,
     StopWords,
     Tick,
+    carry_out,
 )
 from magi_lp.launch.supervisor import (
     LAUNCH_ID_VAR,
@@ -464,28 +461,30 @@ class _Driver:
     def _feed(self, event: Event) -> None:
         """Carries out what the stop machine answers to `event`."""
         assert self._stopper is not None
-        actions = self._stopper.handle(event)
-        while actions:
-            action = actions.pop(0)
-            if isinstance(action, Say):
-                self.say(action.line)
-            elif isinstance(action, ReportExit):
-                ended = self._by_name[action.name].exit_of(action.code)
-                self.say(describe_node_end(ended, stopping=action.stopping))
-            elif isinstance(action, StopBegun):
-                with contextlib.suppress(Exception):  # the status view must never block
-                    self._before_stop()
-            elif isinstance(action, StopNodes):
-                self._stop_nodes(action.names)
-            elif isinstance(action, KillNodes):
-                for name in action.names:
-                    node = self._by_name[name]
-                    node.returncode = -signal.SIGKILL
-                    with contextlib.suppress(Exception):
-                        ray.kill(node.actor)
-                    actions += self._stopper.handle(NodeEnded(name, -signal.SIGKILL))
+        carry_out(self._stopper.handle(event), self)
 
-    def _stop_nodes(self, names: tuple[str, ...]) -> None:
+    # -- the stop machine's verbs (`stop_machine.StopVerbs`; `say` is an attribute) --------
+    def report_exit(self, name: str, code: int, *, stopping: bool) -> None:
+        self.say(describe_node_end(self._by_name[name].exit_of(code), stopping=stopping))
+
+    def before_stop(self) -> None:
+        self._before_stop()
+
+    def kill_nodes(self, names: tuple[str, ...], *, sweep: bool) -> list[Action]:
+        """Kills the nodes' actors: ended at once, so the machine hears of each now (Ray
+        leaves nothing to sweep)."""
+        del sweep
+        assert self._stopper is not None
+        follow: list[Action] = []
+        for name in names:
+            node = self._by_name[name]
+            node.returncode = -signal.SIGKILL
+            with contextlib.suppress(Exception):
+                ray.kill(node.actor)
+            follow += self._stopper.handle(NodeEnded(name, -signal.SIGKILL))
+        return follow
+
+    def stop_nodes(self, names: tuple[str, ...]) -> None:
         """Tells a stage's nodes to stop; the actors of the stages before it, ended, go."""
         stage = stop_tier(self._by_name[names[0]].spec.role)
         for node in self._nodes:

@@ -5,7 +5,8 @@ and a process tree's SIGKILL on Launchpad, an actor's `stop()` and `ray.kill` on
 the rules live here, with no process, signal handler or clock of their own: an engine feeds
 `StopMachine.handle` what happened (`Tick`, `StopSignal`, `NodeEnded`, `StopAsked`,
 `Fault`) and carries out what it answers (`StopBegun`, `StopNodes`, `KillNodes`, `Say`,
-`ReportExit`), then reads the end from `finish` (`Done`).
+`ReportExit`) with its verbs (`carry_out`, `StopVerbs`), then reads the end from `finish`
+(`Done`).
 
 The rules:
 - a stop (a stop signal, the program's request, a node that died) tells the nodes in stages,
@@ -22,9 +23,11 @@ The rules:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import signal
 from collections.abc import Sequence
+from typing import Protocol
 
 from magi_lp.launch.exit_report import describe_returncode
 
@@ -151,6 +154,45 @@ class Done:
 
 
 Action = StopBegun | StopNodes | KillNodes | Say | ReportExit
+
+
+class StopVerbs(Protocol):
+    """An engine's verbs for the machine's actions (`carry_out` calls them)."""
+
+    def say(self, line: str) -> None:
+        """Tells the user `line` (`Say`)."""
+
+    def report_exit(self, name: str, code: int, *, stopping: bool) -> None:
+        """Reports how node `name` ended, with its log's last lines (`ReportExit`)."""
+
+    def before_stop(self) -> None:
+        """The last look at the program while its nodes still answer (`StopBegun`)."""
+
+    def stop_nodes(self, names: tuple[str, ...]) -> None:
+        """Asks these nodes to stop (`StopNodes`)."""
+
+    def kill_nodes(self, names: tuple[str, ...], *, sweep: bool) -> list[Action]:
+        """Kills these nodes (`KillNodes`); returns what follows from their ends where the
+        engine knows them at once (the machine's answer to each `NodeEnded`), else []."""
+
+
+def carry_out(actions: Sequence[Action], verbs: StopVerbs) -> None:
+    """Carries out `actions` in order with an engine's verbs, and after them what its kills
+    led to."""
+    pending = list(actions)
+    while pending:
+        action = pending.pop(0)
+        if isinstance(action, Say):
+            verbs.say(action.line)
+        elif isinstance(action, ReportExit):
+            verbs.report_exit(action.name, action.code, stopping=action.stopping)
+        elif isinstance(action, StopBegun):
+            with contextlib.suppress(Exception):  # the status view must never block
+                verbs.before_stop()
+        elif isinstance(action, StopNodes):
+            verbs.stop_nodes(action.names)
+        elif isinstance(action, KillNodes):
+            pending += verbs.kill_nodes(action.names, sweep=action.sweep)
 
 
 def stop_outcome(

@@ -26,16 +26,12 @@ from magi_lp.launch.stop_machine import (
     KILL_SIGNALS,
     STOP_SIGNALS,
     Action,
-    KillNodes,
     Node,
     NodeEnded,
-    ReportExit,
-    Say,
-    StopBegun,
     StopMachine,
-    StopNodes,
     StopSignal,
     Tick,
+    carry_out,
 )
 
 LAUNCH_ID_VAR = "MAGI_LP_LAUNCH_ID"
@@ -169,12 +165,12 @@ class Supervisor:
     def run(self) -> int:
         machine = self._machine
         while not machine.over:
-            self._carry_out(machine.handle(Tick(time.monotonic())))
+            carry_out(machine.handle(Tick(time.monotonic())), self)
             for node in list(self._running):
                 returncode = node.process.poll()
                 if returncode is not None:
                     self._running.remove(node)
-                    self._carry_out(machine.handle(NodeEnded(node.name, returncode)))
+                    carry_out(machine.handle(NodeEnded(node.name, returncode)), self)
             if machine.over:
                 break
             new_signals = self._signals.received[self._signals_handled :]
@@ -183,7 +179,7 @@ class Supervisor:
                 asked = None
                 if sig == signal.SIGTERM and not machine.stopping:
                     asked = self._requested_stop()  # lp.stop() from a node: it said why
-                self._carry_out(machine.handle(StopSignal(sig, asked)))
+                carry_out(machine.handle(StopSignal(sig, asked)), self)
             if self._kill_sent is not None and time.monotonic() - self._kill_sent > KILL_WAIT_SECS:
                 self._report(
                     "giving up on processes that survived SIGKILL for "
@@ -193,29 +189,31 @@ class Supervisor:
             time.sleep(_POLL_SECS)
         return self._finish()
 
-    def _carry_out(self, actions: list[Action]) -> None:
-        for action in actions:
-            if isinstance(action, Say):
-                self._report(action.line)
-            elif isinstance(action, ReportExit):
-                ended = self._nodes[action.name].ended(action.code)
-                self._report(describe_node_end(ended, stopping=action.stopping))
-            elif isinstance(action, StopBegun):
-                if self._before_stop is not None:
-                    with contextlib.suppress(Exception):  # the status view must never block
-                        self._before_stop()
-            elif isinstance(action, StopNodes):
-                for name in action.names:
-                    with contextlib.suppress(ProcessLookupError):
-                        self._nodes[name].process.send_signal(signal.SIGTERM)
-            elif isinstance(action, KillNodes):
-                self._kill([self._nodes[name] for name in action.names], sweep=action.sweep)
+    # -- the stop machine's verbs (`stop_machine.StopVerbs`) -----------------------------
+    def say(self, line: str) -> None:
+        self._report(line)
 
-    def _kill(self, nodes: list[NodeProcess], *, sweep: bool) -> None:
-        for node in nodes:
-            _kill_tree(node.process)
-        if not sweep:
-            return
+    def report_exit(self, name: str, code: int, *, stopping: bool) -> None:
+        self._report(describe_node_end(self._nodes[name].ended(code), stopping=stopping))
+
+    def before_stop(self) -> None:
+        if self._before_stop is not None:
+            self._before_stop()
+
+    def stop_nodes(self, names: tuple[str, ...]) -> None:
+        for name in names:
+            with contextlib.suppress(ProcessLookupError):
+                self._nodes[name].process.send_signal(signal.SIGTERM)
+
+    def kill_nodes(self, names: tuple[str, ...], *, sweep: bool) -> list[Action]:
+        """Kills the nodes' process trees (`sweep`: and the strays); `run` polls their ends."""
+        for name in names:
+            _kill_tree(self._nodes[name].process)
+        if sweep:
+            self._sweep()
+        return []
+
+    def _sweep(self) -> None:
         self._kill_sent = time.monotonic()
         # Grandchildren whose node already exited are no longer in any node's tree. The
         # nodes themselves are left to poll(), which keeps their real exit status.
