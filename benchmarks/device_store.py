@@ -45,7 +45,9 @@ def _cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _spec(capacity: int, batch: int = BATCH):
+def frame_spec(capacity: int, batch: int = BATCH):
+    """The frame stores' figures' replay (this one's and benchmarks/host_frame_store.py's):
+    reacher's 84x84x3 frames and 6-d actions, DrQ-v2's frame stack, n-step and discount."""
     from magi_lp.replay.spec import FrameReplaySpec
 
     return FrameReplaySpec(
@@ -132,7 +134,7 @@ def measure_drain(steps: int) -> dict:
             [sys.executable, "-c", _WRITER, str(port), str(steps)], env=env, cwd=REPO, timeout=900
         )
         assert writer.returncode == 0, "the writer failed"
-        store = DeviceFrameStore(_spec(100_000), writers=1)
+        store = DeviceFrameStore(frame_spec(100_000), writers=1)
         store.flush()  # the compile ahead is done
         gate = RatioGate(ReplaySchedule(1, 1.0, BATCH), error_buffer=10**9)
         client = reverb.Client(f"localhost:{port}")
@@ -166,7 +168,7 @@ def measure_sample(capacity: int, batches: int) -> dict:
 
     from magi_lp.replay.frame_store import DeviceFrameStore
 
-    store = DeviceFrameStore(_spec(capacity), writers=1)
+    store = DeviceFrameStore(frame_spec(capacity), writers=1)
     _fill(store, capacity)
     key = jax.random.PRNGKey(0)
     for i in range(3):
@@ -202,7 +204,7 @@ def measure_insert(capacities: tuple[int, ...], repeats: int) -> dict:
     out = {}
     frames = np.random.default_rng(2).integers(0, 256, (64, *FRAME), np.uint8)
     for capacity in capacities:
-        store = DeviceFrameStore(_spec(capacity), writers=1)
+        store = DeviceFrameStore(frame_spec(capacity), writers=1)
         store.flush()
         staged = [({i: frames[i].reshape(-1) for i in range(64)}, {})]
         args = store._padded_arrays(staged)
@@ -227,7 +229,7 @@ def measure_big(transitions: int) -> dict:
 
     from magi_lp.replay.frame_store import DeviceFrameStore
 
-    spec = _spec(transitions, batch=8)
+    spec = frame_spec(transitions, batch=8)
     store = DeviceFrameStore(spec, writers=1)
     store.flush()
     rows = store._frame_capacity
@@ -269,34 +271,42 @@ def measure_big(transitions: int) -> dict:
     }
 
 
-def measure_learner(batch: int, updates: int) -> dict:
-    """DrQ-v2's learner fed by the store vs its update on a batch already on the device."""
+def drq_learner(iterator, spec):
+    """DrQ-v2's learner on reacher/hard (the paper's networks, 84x84, `spec`'s batch size)
+    fed by `iterator`: the learner figure of this benchmark and of
+    benchmarks/host_frame_store.py."""
     import jax
 
-    from magi_lp.replay.frame_store import DeviceFrameStore, DeviceReplayIterator, transition_shape
-    from magi_lp.runtime.config import experiment_defaults  # noqa: F401  (the stack loads)
+    from magi_lp.acme_api import specs
+    from magi_lp.replay.frame_store import transition_shape
     from projects.drq_v2.config import get_agent_config, replay_schedule
     from projects.drq_v2.learner import DrQLearner
     from projects.drq_v2.networks import make_networks
 
     config = get_agent_config("reacher", "hard")
-    config.batch_size = batch
-    spec = _spec(20_000, batch)
-    store = DeviceFrameStore(spec, writers=1)
-    _fill(store, 5_000)
-    from acme import specs
-
-    actions = specs.BoundedArray((6,), np.float32, -1.0, 1.0)
-    observations = specs.BoundedArray((84, 84, 9), np.uint8, 0, 255)
-    learner = DrQLearner(
-        make_networks(actions, config),
+    config.batch_size = spec.batch_size
+    return DrQLearner(
+        make_networks(specs.BoundedArray((6,), np.float32, -1.0, 1.0), config),
         config,
         replay_schedule(config, 2),
-        DeviceReplayIterator(store, jax.random.PRNGKey(1)),
+        iterator,
         jax.random.PRNGKey(0),
-        observations,
+        specs.BoundedArray((84, 84, 9), np.uint8, 0, 255),
         example_batch=transition_shape(spec),
     )
+
+
+def measure_learner(batch: int, updates: int) -> dict:
+    """DrQ-v2's learner fed by the store vs its update on a batch already on the device."""
+    import jax
+
+    from magi_lp.replay.frame_store import DeviceFrameStore, DeviceReplayIterator
+    from magi_lp.runtime.config import experiment_defaults  # noqa: F401  (the stack loads)
+
+    spec = frame_spec(20_000, batch)
+    store = DeviceFrameStore(spec, writers=1)
+    _fill(store, 5_000)
+    learner = drq_learner(DeviceReplayIterator(store, jax.random.PRNGKey(1)), spec)
     for _ in range(2):
         learner.step()
     jax.block_until_ready(learner.state)

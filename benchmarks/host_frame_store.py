@@ -25,10 +25,9 @@ import time
 import numpy as np
 
 from benchmarks.common import figure_main, fmt, progress
+from benchmarks.device_store import BATCH, drq_learner, frame_spec
 
 TITLE = "Compressed host frame store: bytes per transition, CPU per 256-batch, learner fed"
-FRAME = (84, 84, 3)
-BATCH = 256
 GOAL_BYTES = 8192
 GOAL_FED = 0.95
 
@@ -40,20 +39,6 @@ def subprocess_env() -> dict[str, str]:
 def _rss() -> int:
     with open("/proc/self/statm") as statm:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def _spec(capacity: int, batch: int = BATCH):
-    from magi_lp.replay.spec import FrameReplaySpec
-
-    return FrameReplaySpec(
-        frame_shape=FRAME,
-        frame_stack=3,
-        n_step=3,
-        discount=0.99,
-        capacity=capacity,
-        batch_size=batch,
-        action_shape=(6,),
-    )
 
 
 def real_frames(count: int) -> np.ndarray:
@@ -101,7 +86,7 @@ def measure_frames(frames: np.ndarray) -> dict:
 def measure_bytes(frames: np.ndarray, transitions: int) -> tuple[dict, object]:
     from magi_lp.replay.compressed_frames import CompressedFrameStore, estimated_nbytes
 
-    spec = _spec(transitions)
+    spec = frame_spec(transitions)
     before = _rss()
     store = CompressedFrameStore(spec, writers=1)
     start = time.perf_counter()
@@ -143,25 +128,10 @@ def measure_learner(store, batch: int, blocks: int, per_block: int) -> dict:
     """DrQ-v2's learner fed by the store (prefetch thread) vs its update alone, alternating."""
     import jax
 
-    from magi_lp.acme_api import specs
     from magi_lp.replay.compressed_frames import HostReplayIterator
-    from magi_lp.replay.frame_store import transition_shape
-    from projects.drq_v2.config import get_agent_config, replay_schedule
-    from projects.drq_v2.learner import DrQLearner
-    from projects.drq_v2.networks import make_networks
 
-    config = get_agent_config("reacher", "hard")
-    config.batch_size = batch
-    store.spec = _spec(store.spec.capacity, batch)  # the same frames, this batch size
-    learner = DrQLearner(
-        make_networks(specs.BoundedArray((6,), np.float32, -1.0, 1.0), config),
-        config,
-        replay_schedule(config, 2),
-        HostReplayIterator(store),
-        jax.random.PRNGKey(0),
-        specs.BoundedArray((84, 84, 9), np.uint8, 0, 255),
-        example_batch=transition_shape(store.spec),
-    )
+    store.spec = frame_spec(store.spec.capacity, batch)  # the same frames, this batch size
+    learner = drq_learner(HostReplayIterator(store), store.spec)
     for _ in range(2):
         learner.step()
     jax.block_until_ready(learner.state)
