@@ -307,26 +307,43 @@ def measure_learner(batch: int, updates: int) -> dict:
     store = DeviceFrameStore(spec, writers=1)
     _fill(store, 5_000)
     learner = drq_learner(DeviceReplayIterator(store, jax.random.PRNGKey(1)), spec)
+    fixed = store.sample(jax.random.PRNGKey(2))
+    return {"batch": batch, **fed_against_alone(learner, fixed, 1, updates)}
+
+
+def fed_against_alone(learner, fixed, blocks: int, per_block: int) -> dict:
+    """`learner`'s updates/s fed by its iterator against its update alone on `fixed`, a
+    batch already on the device, in `blocks` alternating blocks so both see the same load
+    (after two fed steps and one update alone: compiled and warm). The learner figure of
+    this benchmark and of benchmarks/host_frame_store.py."""
+    import jax
+
     for _ in range(2):
         learner.step()
+    learner._state, _ = learner._call_update(fixed)
     jax.block_until_ready(learner.state)
-    start = time.perf_counter()
-    for _ in range(updates):
-        learner.step()
-    jax.block_until_ready(learner.state)
-    fed_s = time.perf_counter() - start
-    fixed = store.sample(jax.random.PRNGKey(2))
-    start = time.perf_counter()
-    for _ in range(updates):
-        learner._state, _ = learner._call_update(fixed)
-    jax.block_until_ready(learner.state)
-    alone_s = time.perf_counter() - start
+    fed_s = alone_s = 0.0
+    cpu_start = resource.getrusage(resource.RUSAGE_SELF)
+    for block in range(blocks):
+        progress(f"learner block {block + 1}/{blocks}")
+        start = time.perf_counter()
+        for _ in range(per_block):
+            learner.step()
+        jax.block_until_ready(learner.state)
+        fed_s += time.perf_counter() - start
+        start = time.perf_counter()
+        for _ in range(per_block):
+            learner._state, _ = learner._call_update(fixed)
+        jax.block_until_ready(learner.state)
+        alone_s += time.perf_counter() - start
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    updates = blocks * per_block
     return {
-        "batch": batch,
         "updates": updates,
         "fed_updates_per_s": updates / fed_s,
         "alone_updates_per_s": updates / alone_s,
         "ratio": alone_s / fed_s,
+        "cpu_s": usage.ru_utime + usage.ru_stime - cpu_start.ru_utime - cpu_start.ru_stime,
         "jax": jax.__version__,
     }
 

@@ -19,13 +19,12 @@ Parts, each in this process (JAX on the CPU here):
 from __future__ import annotations
 
 import os
-import resource
 import time
 
 import numpy as np
 
 from benchmarks.common import figure_main, fmt, progress
-from benchmarks.device_store import BATCH, drq_learner, frame_spec
+from benchmarks.device_store import BATCH, drq_learner, fed_against_alone, frame_spec
 
 TITLE = "Compressed host frame store: bytes per transition, CPU per 256-batch, learner fed"
 GOAL_BYTES = 8192
@@ -132,37 +131,8 @@ def measure_learner(store, batch: int, blocks: int, per_block: int) -> dict:
 
     store.spec = frame_spec(store.spec.capacity, batch)  # the same frames, this batch size
     learner = drq_learner(HostReplayIterator(store), store.spec)
-    for _ in range(2):
-        learner.step()
-    jax.block_until_ready(learner.state)
     fixed = jax.device_put(store.sample())
-    learner._state, _ = learner._call_update(fixed)
-    jax.block_until_ready(learner.state)
-    fed_s = alone_s = 0.0
-    cpu_start = resource.getrusage(resource.RUSAGE_SELF)
-    for block in range(blocks):
-        progress(f"learner block {block + 1}/{blocks}")
-        start = time.perf_counter()
-        for _ in range(per_block):
-            learner.step()
-        jax.block_until_ready(learner.state)
-        fed_s += time.perf_counter() - start
-        start = time.perf_counter()
-        for _ in range(per_block):
-            learner._state, _ = learner._call_update(fixed)
-        jax.block_until_ready(learner.state)
-        alone_s += time.perf_counter() - start
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    updates = blocks * per_block
-    return {
-        "batch": batch,
-        "updates": updates,
-        "fed_updates_per_s": updates / fed_s,
-        "alone_updates_per_s": updates / alone_s,
-        "ratio": alone_s / fed_s,
-        "cpu_s": usage.ru_utime + usage.ru_stime - cpu_start.ru_utime - cpu_start.ru_stime,
-        "jax": jax.__version__,
-    }
+    return {"batch": batch, **fed_against_alone(learner, fixed, blocks, per_block)}
 
 
 def measure(quick: bool) -> dict:
