@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import inspect
+import os
 import shutil
 import subprocess
 import tempfile
@@ -57,28 +59,30 @@ class Edit(NamedTuple):
     why: str
 
 
-TREE_CPU = """
-
-def _tree_cpu_seconds():
-    # CPU seconds (user + system) of this process and its live children, from /proc.
-    tick = os.sysconf('SC_CLK_TCK')
+def tree_cpu_seconds() -> float:
+    """CPU seconds (user + system) of this process and its live children, from /proc: our
+    agent's rows' `cpu_time` (ours_main.py), and the official one's through `TREE_CPU`."""
+    tick = os.sysconf("SC_CLK_TCK")
     me = os.getpid()
     try:
-        with open(f'/proc/{me}/task/{me}/children') as f:
-            pids = [me] + [int(p) for p in f.read().split()]
+        with open(f"/proc/{me}/task/{me}/children") as f:
+            pids = [me, *(int(p) for p in f.read().split())]
     except OSError:
         pids = [me]
     total = 0.0
     for pid in pids:
         try:
-            with open(f'/proc/{pid}/stat') as f:
-                fields = f.read().rsplit(')', 1)[1].split()
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
         total += (int(fields[11]) + int(fields[12])) / tick
     return total
-"""
-"""Added to train.py (its `os` import is there): `cpu_time` of each training row."""
+
+
+TREE_CPU = "\n\n" + inspect.getsource(tree_cpu_seconds)
+"""Added to train.py (its `os` import is there): `cpu_time` of each training row, read by the
+very function that stamps our agent's rows."""
 
 PATCH: list[Edit] = [
     Edit(
@@ -140,7 +144,7 @@ PATCH: list[Edit] = [
         "                        log('fps', episode_frame / elapsed_time)\n",
         "                        log('fps', episode_frame / elapsed_time)\n"
         "                        log('wall_time', __import__('time').time())\n"
-        "                        log('cpu_time', _tree_cpu_seconds())\n",
+        "                        log('cpu_time', tree_cpu_seconds())\n",
         "the wall clock when a training episode's row is written (train.csv `wall_time`): "
         "both agents' frames/s are timed from that event, and a relaunch's gap is found "
         "by it (the restored Timer's total_time spans the gap); and the CPU seconds of this "

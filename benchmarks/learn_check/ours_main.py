@@ -21,29 +21,10 @@ import os
 import sys
 import time
 
+from benchmarks.learn_check.official import tree_cpu_seconds
+
 BREAK_ENV = "MAGI_LP_LEARN_CHECK_BREAK"
 BREAKS = ("critic_target_sign",)
-
-
-def tree_cpu_seconds() -> float:
-    """CPU seconds (user + system) of this process and its live children, from /proc: the
-    same reading as the official agent's patched train.py (official.TREE_CPU)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    me = os.getpid()
-    try:
-        with open(f"/proc/{me}/task/{me}/children") as f:
-            pids = [me, *(int(p) for p in f.read().split())]
-    except OSError:
-        pids = [me]
-    total = 0.0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / tick
-    return total
 
 
 def _stamp_rows() -> None:
