@@ -286,10 +286,11 @@ def say_left(address: str, node: str, code: int, timeout_s: float = 2.0) -> None
         pass
 
 
+@dataclasses.dataclass
 class StopWatcher:
     """A node's thread that polls the stop board and stops the node when told.
 
-    Args:
+    Attributes:
       node: this node's name.
       address: "host:port" of the stop board.
       settings: timings.
@@ -297,27 +298,18 @@ class StopWatcher:
       report: where lines go (the node's log).
       exit: how to leave when the node overstays the notice (os._exit in a node).
       clock: monotonic seconds.
+      told_at: when the board (or its silence) told this node to stop.
     """
 
-    def __init__(
-        self,
-        node: str,
-        address: str,
-        settings: StopSettings,
-        stop_event: threading.Event,
-        *,
-        report: Report = print,
-        exit: Callable[[int], None] = os._exit,
-        clock: Clock = time.monotonic,
-    ):
-        self._node = node
-        self._address = address
-        self._settings = settings
-        self._stop_event = stop_event
-        self._report = report
-        self._exit = exit
-        self._clock = clock
-        self.told_at: float | None = None
+    node: str
+    address: str
+    settings: StopSettings
+    stop_event: threading.Event
+    _: dataclasses.KW_ONLY
+    report: Report = print
+    exit: Callable[[int], None] = os._exit
+    clock: Clock = time.monotonic
+    told_at: float | None = dataclasses.field(default=None, init=False)
 
     def start(self) -> threading.Thread:
         """Runs the watcher on a daemon thread."""
@@ -329,39 +321,39 @@ class StopWatcher:
         """Polls until the process ends (or it ends the process)."""
         import courier
 
-        settings = self._settings
-        client = courier.Client(self._address, call_timeout=max(2.0, 4 * settings.poll_seconds))
-        started = last_ok = self._clock()
+        settings = self.settings
+        client = courier.Client(self.address, call_timeout=max(2.0, 4 * settings.poll_seconds))
+        started = last_ok = self.clock()
         reached = False
         while True:
             try:
-                stop = bool(client.stopped(self._node))
-                last_ok, reached = self._clock(), True
+                stop = bool(client.stopped(self.node))
+                last_ok, reached = self.clock(), True
             except Exception as error:  # an unreachable board: counted below
                 stop = False
-                silent = self._clock() - (last_ok if reached else started)
+                silent = self.clock() - (last_ok if reached else started)
                 limit = (
                     settings.heartbeat_timeout_seconds
                     if reached
                     else settings.start_timeout_seconds
                 )
                 if self.told_at is None and silent > limit:
-                    self._report(
-                        f"node {self._node}: no answer from the coordinator at {self._address} "
+                    self.report(
+                        f"node {self.node}: no answer from the coordinator at {self.address} "
                         f"for {silent:.0f} s ({type(error).__name__}); stopping this node"
                     )
                     stop = True
-            now = self._clock()
+            now = self.clock()
             if stop and self.told_at is None:
                 self.told_at = now
-                self._stop_event.set()
+                self.stop_event.set()
             if self.told_at is not None and now - self.told_at > settings.notice_seconds:
-                self._report(
-                    f"node {self._node}: still running {settings.notice_seconds:g} s after the "
+                self.report(
+                    f"node {self.node}: still running {settings.notice_seconds:g} s after the "
                     "stop; exiting"
                 )
                 sys.stdout.flush()
                 sys.stderr.flush()
-                self._exit(0)
+                self.exit(0)
                 return
             time.sleep(settings.poll_seconds)
