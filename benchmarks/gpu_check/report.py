@@ -91,111 +91,10 @@ def report(result: dict) -> str:
             "```",
             "",
         ]
-    learner = result.get("learner")
-    if learner:
-        if learner.get("state") == "done":
-            lines.append(
-                f"**Learner**: {learner['updates_per_second']:.1f} updates/s at batch "
-                f"{learner['batch_size']}, {learner['observation']} on {learner['device']} "
-                f"({learner['backend']}), first call "
-                f"(compile) {learner['first_call_s']:.1f} s apart; the process held "
-                f"{_mib(learner['gpu_mib'])} MiB. The paper's V100: 24 updates/s."
-            )
-            if "batch" in learner:  # the frame replay's batch through the prefetcher
-                variants = [
-                    f"{learner[key]:.1f} updates/s {label}"
-                    for key, label in (
-                        (
-                            "device_batch_per_second",
-                            "on a batch already on the device (the update alone)",
-                        ),
-                        (
-                            "host_batch_per_second",
-                            "with each call copying its numpy batch (no prefetch)",
-                        ),
-                    )
-                    if learner.get(key) is not None
-                ]
-                lines[-1] += (
-                    f" Batches: {learner['batch']}, through the learner's device prefetcher"
-                    + (f"; {'; '.join(variants)}." if variants else ".")
-                )
-        else:
-            lines.append(f"**Learner** failed: `{learner.get('error', learner.get('state'))}`")
-        lines.append("")
-    node = result.get("cpu_node")
-    if node:
-        listed = "listed by NVML" if node["listed_by_nvml"] else "not listed by NVML"
-        lines.append(
-            f"**CPU node** (the plan's actor env, device {node['device']}, running the "
-            f"policy forward on {node.get('backend', '?')}): {_mib(node['gpu_mib'])} MiB, "
-            f"{listed}; GPU memory in use before / during: "
-            f"{', '.join(_mib(v) for v in node['gpu_used_before_mib'])} / "
-            f"{', '.join(_mib(v) for v in node['gpu_used_during_mib'])} MiB."
-        )
-        lines.append("")
-    memory = result.get("memory")
-    if memory:
-        lines += [
-            f"**GPU memory per process** on {memory['gpu']} ({memory['total_mib']:,} MiB), "
-            "NVML by pid, peak of 3 samples once every process was running its workload:",
-            "",
-            "| variant | actors | learner MiB | MiB per actor | all ran |",
-            "| --- | --- | --- | --- | --- |",
-        ]
-        for name in VARIANTS:
-            run = memory.get(name)
-            for step in run["steps"] if run else []:
-                lines.append(
-                    f"| {name} | {step['actors']} | {_mib(step['learner_mib'])} "
-                    f"| {', '.join(_mib(v) for v in step['actor_mib']) or '-'} "
-                    f"| {'yes' if step['all_ran'] else 'no'} |"
-                )
-        lines += [
-            "",
-            "| variant | largest N that ran (measured) | largest N the GPU holds (computed: "
-            "free after the learner / MiB per actor) |",
-            "| --- | --- | --- |",
-        ]
-        for name in VARIANTS:
-            run = memory.get(name)
-            if not run:
-                continue
-            computed = run["largest_n_computed"]
-            computed_text = (
-                "not limited by GPU memory (actors hold none)" if computed is None else computed
-            )
-            if name == "gpu_actors" and "plan_admits" in run:
-                computed_text = f"{computed_text}; the plan's fractions admit {run['plan_admits']}"
-            failure = (
-                f" (stopped: {run['failure']['process']}: {run['failure']['error'][:160]})"
-                if run["failure"]
-                else f" (tried up to {run['tried_up_to']})"
-            )
-            lines.append(f"| {name} | {run['largest_n_ran']}{failure} | {computed_text} |")
-        if not any(memory[n]["pids_listed"] for n in VARIANTS if n in memory):
-            lines += [
-                "",
-                "NVML listed none of these processes (a container's pid namespace?): "
-                "compare the GPU totals in the JSON instead.",
-            ]
-        lines.append("")
-    render = result.get("render")
-    if render:
-        if render.get("state") == "done":
-            lines.append(
-                f"**Rendering**: {render['frames_per_second']:.0f} frames/s "
-                f"(mj_step + update_scene + render) at {render['frame']} with MuJoCo "
-                f"{render['mujoco']}, MUJOCO_GL={render['mujoco_gl']}, GL renderer "
-                f"`{render.get('gl_renderer', 'unknown')}`; the process held "
-                f"{_mib(render['gpu_mib'])} MiB."
-            )
-        else:
-            lines.append(
-                f"**Rendering**: {render.get('state')}: "
-                f"{render.get('reason') or render.get('error')}"
-            )
-        lines.append("")
+    lines += _learner_lines(result.get("learner"))
+    lines += _cpu_node_lines(result.get("cpu_node"))
+    lines += _memory_lines(result.get("memory"))
+    lines += _render_lines(result.get("render"))
     lines += _shared_report(result.get("shared"))
     from benchmarks.gpu_check.reckoning import report_lines
 
@@ -203,6 +102,116 @@ def report(result: dict) -> str:
     if reckoned:
         lines += ["", *reckoned]
     return "\n".join(lines)
+
+
+def _learner_lines(learner: dict | None) -> list[str]:
+    """The learner's updates/s (and, with the frame replay's batch, its variants)."""
+    if not learner:
+        return []
+    if learner.get("state") != "done":
+        return [f"**Learner** failed: `{learner.get('error', learner.get('state'))}`", ""]
+    line = (
+        f"**Learner**: {learner['updates_per_second']:.1f} updates/s at batch "
+        f"{learner['batch_size']}, {learner['observation']} on {learner['device']} "
+        f"({learner['backend']}), first call "
+        f"(compile) {learner['first_call_s']:.1f} s apart; the process held "
+        f"{_mib(learner['gpu_mib'])} MiB. The paper's V100: 24 updates/s."
+    )
+    if "batch" in learner:  # the frame replay's batch through the prefetcher
+        variants = [
+            f"{learner[key]:.1f} updates/s {label}"
+            for key, label in (
+                ("device_batch_per_second", "on a batch already on the device (the update alone)"),
+                ("host_batch_per_second", "with each call copying its numpy batch (no prefetch)"),
+            )
+            if learner.get(key) is not None
+        ]
+        line += f" Batches: {learner['batch']}, through the learner's device prefetcher" + (
+            f"; {'; '.join(variants)}." if variants else "."
+        )
+    return [line, ""]
+
+
+def _cpu_node_lines(node: dict | None) -> list[str]:
+    """What a CPU node (the plan's actor env) held of the GPU."""
+    if not node:
+        return []
+    listed = "listed by NVML" if node["listed_by_nvml"] else "not listed by NVML"
+    return [
+        f"**CPU node** (the plan's actor env, device {node['device']}, running the "
+        f"policy forward on {node.get('backend', '?')}): {_mib(node['gpu_mib'])} MiB, "
+        f"{listed}; GPU memory in use before / during: "
+        f"{', '.join(_mib(v) for v in node['gpu_used_before_mib'])} / "
+        f"{', '.join(_mib(v) for v in node['gpu_used_during_mib'])} MiB.",
+        "",
+    ]
+
+
+def _memory_lines(memory: dict | None) -> list[str]:
+    """GPU memory per process, each variant's steps, and the largest N measured and computed."""
+    if not memory:
+        return []
+    lines = [
+        f"**GPU memory per process** on {memory['gpu']} ({memory['total_mib']:,} MiB), "
+        "NVML by pid, peak of 3 samples once every process was running its workload:",
+        "",
+        "| variant | actors | learner MiB | MiB per actor | all ran |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for name in VARIANTS:
+        run = memory.get(name)
+        for step in run["steps"] if run else []:
+            lines.append(
+                f"| {name} | {step['actors']} | {_mib(step['learner_mib'])} "
+                f"| {', '.join(_mib(v) for v in step['actor_mib']) or '-'} "
+                f"| {'yes' if step['all_ran'] else 'no'} |"
+            )
+    lines += [
+        "",
+        "| variant | largest N that ran (measured) | largest N the GPU holds (computed: "
+        "free after the learner / MiB per actor) |",
+        "| --- | --- | --- |",
+    ]
+    for name in VARIANTS:
+        run = memory.get(name)
+        if not run:
+            continue
+        computed = run["largest_n_computed"]
+        computed_text = (
+            "not limited by GPU memory (actors hold none)" if computed is None else computed
+        )
+        if name == "gpu_actors" and "plan_admits" in run:
+            computed_text = f"{computed_text}; the plan's fractions admit {run['plan_admits']}"
+        failure = (
+            f" (stopped: {run['failure']['process']}: {run['failure']['error'][:160]})"
+            if run["failure"]
+            else f" (tried up to {run['tried_up_to']})"
+        )
+        lines.append(f"| {name} | {run['largest_n_ran']}{failure} | {computed_text} |")
+    if not any(memory[n]["pids_listed"] for n in VARIANTS if n in memory):
+        lines += [
+            "",
+            "NVML listed none of these processes (a container's pid namespace?): "
+            "compare the GPU totals in the JSON instead.",
+        ]
+    return [*lines, ""]
+
+
+def _render_lines(render: dict | None) -> list[str]:
+    """The rendering rate with MuJoCo's GL, or why it was not measured."""
+    if not render:
+        return []
+    if render.get("state") != "done":
+        reason = render.get("reason") or render.get("error")
+        return [f"**Rendering**: {render.get('state')}: {reason}", ""]
+    return [
+        f"**Rendering**: {render['frames_per_second']:.0f} frames/s "
+        f"(mj_step + update_scene + render) at {render['frame']} with MuJoCo "
+        f"{render['mujoco']}, MUJOCO_GL={render['mujoco_gl']}, GL renderer "
+        f"`{render.get('gl_renderer', 'unknown')}`; the process held "
+        f"{_mib(render['gpu_mib'])} MiB.",
+        "",
+    ]
 
 
 def _shared_report(shared: dict | None) -> list[str]:
