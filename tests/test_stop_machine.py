@@ -62,6 +62,11 @@ class Run:
     def end(self, name: str, code: int = 0) -> list:
         return self.feed(NodeEnded(name, code))
 
+    def end_all(self, *names: str) -> None:
+        """Each of `names` ends with 0, in order."""
+        for name in names:
+            self.end(name)
+
     def said(self) -> list[str]:
         return [a.line for a in self.actions if isinstance(a, Say)]
 
@@ -91,8 +96,7 @@ def test_a_plain_stop_tells_the_stages_in_order_and_ends_with_exit_code_0():
     run.at(2.0)
     assert _stopped(run.end("learner/0")) == [("replay/0", "counter/0")]
     run.at(0.5)
-    run.end("counter/0")
-    run.end("replay/0")
+    run.end_all("counter/0", "replay/0")
     assert run.machine.over
     done = run.finish()
     assert done.code == 0
@@ -149,9 +153,7 @@ def test_nodes_past_their_notice_are_killed_and_named_once():
     assert run.at(1.0) == []  # killed, not seen ended yet: not again
     assert _stopped(run.end("actor/1", KILL)) == [("learner/0",)]
     run.at(0.2)
-    run.end("learner/0")
-    run.end("replay/0")
-    run.end("counter/0")
+    run.end_all("learner/0", "replay/0", "counter/0")
     done = run.finish()
     assert done.code == 1
     assert done.lines[-1].endswith("exit code 1 (actor/1 SIGKILLed after the 10 s notice)")
@@ -161,8 +163,7 @@ def test_each_stage_has_its_own_notice():
     run = Run()
     run.signal(signal.SIGINT)
     run.at(9.0)
-    run.end("actor/0")
-    run.end("actor/1")
+    run.end_all("actor/0", "actor/1")
     assert run.at(9.0) == []  # 18 s after the stop, 9 s after the learner was told
     assert _killed(run.at(1.0)) == [KillNodes(("learner/0",))]
 
@@ -183,9 +184,7 @@ def test_a_second_ctrl_c_kills_the_stages_before_the_saver_and_waits_for_its_sav
     assert _stopped(run.end("actor/1", KILL)) == [("learner/0",)]
     # The saver keeps its notice, counted from its own stage's start.
     assert run.at(NOTICE - 1) == []
-    run.end("learner/0")
-    run.end("replay/0")
-    run.end("counter/0")
+    run.end_all("learner/0", "replay/0", "counter/0")
     assert run.finish().code == 0  # killed on request: not a fault
 
 
@@ -282,8 +281,7 @@ def test_a_node_killed_by_a_signal_before_the_stop_died_too():
 
 def test_every_node_finished_by_itself_is_exit_code_0_with_no_stop():
     run = Run([Node("evaluator/0"), Node("actor/0")])
-    run.end("evaluator/0")
-    run.end("actor/0")
+    run.end_all("evaluator/0", "actor/0")
     assert run.machine.over and not run.machine.stopping
     assert run.said() == [
         "node evaluator/0 finished (exit code 0)",
@@ -299,8 +297,7 @@ def test_a_node_that_fails_at_its_stop_fails_the_stop():
     run.end("actor/1", -signal.SIGTERM)  # ended by the SIGTERM itself: not a failure
     actions = run.end("learner/0", 1)  # its final save failed
     assert actions[0] == ReportExit("learner/0", 1, stopping=True)
-    run.end("replay/0")
-    run.end("counter/0")
+    run.end_all("replay/0", "counter/0")
     done = run.finish()
     assert done.code == 1
     assert done.lines[-1].endswith("exit code 1 (learner/0 failed while stopping; see above)")
