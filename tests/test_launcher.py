@@ -426,35 +426,6 @@ def test_sigkilled_node_is_reported_and_program_stopped(tmp_path):
     run.assert_nothing_left(_all_pids(reports))
 
 
-@pytest.mark.integration
-@pytest.mark.timeout(240)
-def test_sigint_to_launcher_stops_program_cleanly(tmp_path):
-    # Generous: under load a node can take seconds to act on SIGTERM; the point is that it
-    # does (no SIGKILL), not how fast.
-    notice_secs = 15
-    run = _LauncherRun("serve", tmp_path, notice_secs)
-    reports = run.wait_for_reports(ALL_REPORTS)
-
-    run.process.send_signal(signal.SIGINT)
-    signalled_at = time.monotonic()
-    code = run.wait(timeout=notice_secs + 30)
-    elapsed = time.monotonic() - signalled_at
-
-    output = run.output()
-    stop_secs = _stop_secs(output)
-    print(f"SIGINT to launcher: nodes stopped in {stop_secs:.1f} s, exit after {elapsed:.1f} s")
-    assert code == 0, output
-    assert "received SIGINT" in output
-    # Every node ends by itself here, so nothing waits for the SIGKILL.
-    assert "killing" not in output
-    assert stop_secs < notice_secs, output
-    assert elapsed - stop_secs < 15, output  # the launcher's own exit, on a loaded machine
-    # What the launcher said stays beside the node logs, dated.
-    kept = (run.out_dir / "logs" / run_folders.LAUNCHER_LOG).read_text()
-    assert "received SIGINT" in kept and "nodes ended" in kept, kept
-    run.assert_nothing_left(_all_pids(reports))
-
-
 def test_earlier_node_logs_are_kept_with_a_launch_number(tmp_path):
 
     assert run_folders.keep_earlier_logs(tmp_path) is None

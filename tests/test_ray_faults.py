@@ -1,7 +1,7 @@
-"""The Ray engine's promises in its faults (issue 66): a start Ray cannot place ends on a stop
-signal or after its timeout, naming what the cluster lacks; a node Ray cannot reach for a
-moment gets a grace period; a node's crash is named with its signal; what nodes leave running
-is swept.
+"""The Ray engine's promises in its faults (issue 66) that are Ray's own: a node Ray cannot
+reach for a moment gets a grace period; a node's crash is named with its signal. (Those every
+engine keeps, a start Ray cannot place and what nodes leave running among them, are the fault
+table's: tests/test_fault_table.py.)
 
 The integration tests run the engine (`ray_engine.run`) on a real embedded Ray with
 tests/ray_toys.py's nodes; the grace's unit tests hand `_Driver._ended` Ray's errors through
@@ -19,7 +19,6 @@ import time
 import types
 from pathlib import Path
 
-import psutil
 import pytest
 
 pytest.importorskip("ray", reason="Ray is the current stack's engine (.venv312)")
@@ -191,92 +190,10 @@ def _run(tmp_path: Path, capfd, launch, **env: str) -> tuple[int, str, float]:
     return code, output.out + output.err, ended
 
 
-def _learner_without_its_gpu(tmp_path: Path):
-    """The toy launch on a Ray with no GPU, whose learner asks for one (the plan gave its
-    group GPU 1): Ray keeps it pending for ever, as a joined cluster short of GPUs would."""
-    from magi_lp.placement.gpu_inventory import GpuInventory
-
-    launch = _toy_launch(tmp_path)
-    launch.plan.inventory = GpuInventory(())
-    return launch
-
-
 def _when(condition, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition() and time.monotonic() < deadline:
         time.sleep(0.1)
-
-
-@pytest.mark.integration
-@pytest.mark.timeout(300)
-def test_a_node_ray_cannot_place_ends_the_start_after_its_timeout_naming_what_is_missing(
-    tmp_path, capfd
-):
-    """The learner asks for a GPU this Ray lacks. Before, the start waited for ever on it and
-    Ctrl-C did nothing. Now, after the start's timeout (20 s here: on a busy
-    machine the actors' processes took more than 5 s to start), one line names the node and
-    the GPU, the actors made beside it are stopped as usual, and the run exits 1."""
-    launch = _learner_without_its_gpu(tmp_path)
-    began = time.monotonic()
-    code, said, ended = _run(tmp_path, capfd, launch, **{ray_driver.START_TIMEOUT_VAR: "20"})
-    assert code == 1, said
-    assert (
-        "node learner_0 could not be scheduled for 20 s: the Ray cluster has 0 GPU and it asks "
-        f"for 1; give the cluster what it lacks (an autoscaler adds it, a fixed cluster never "
-        f"does), or set {ray_driver.START_TIMEOUT_VAR} to wait longer"
-    ) in said, said
-    assert "started 2 of 4 nodes on Ray (actor x2)" in said, said
-    assert "every node up" not in said
-    assert re.search(r"exit code 1 \(node learner_0 could not be scheduled for 20 s\)$", said, re.M)
-    reports = sorted(p.name for p in (tmp_path / "reports").iterdir())
-    assert reports == ["actor_0.json", "actor_1.json"]  # no learner, no coordinator
-    print(f"start timeout: the run ended {ended - began:.1f} s after its start (timeout 20 s)")
-
-
-@pytest.mark.integration
-@pytest.mark.timeout(300)
-def test_a_ctrl_c_while_a_node_waits_for_ray_to_place_it_stops_the_run(tmp_path, capfd):
-    """The same start, with the default timeout (300 s): a Ctrl-C once the actors are made
-    ends it within a second or two, stopping the actors as any stop does."""
-    launch = _learner_without_its_gpu(tmp_path)
-    folder = tmp_path / "reports"
-    pressed: list[float] = []
-
-    def press() -> None:
-        _when(lambda: (folder / "actor_0.json").exists() and (folder / "actor_1.json").exists())
-        time.sleep(0.5)
-        pressed.append(time.monotonic())
-        os.kill(os.getpid(), signal.SIGINT)  # the engine's handler records it
-
-    presser = threading.Thread(target=press, daemon=True)
-    presser.start()
-    code, said, ended = _run(tmp_path, capfd, launch)
-    presser.join(10)
-    assert pressed, said
-    assert code == 0, said
-    assert "started 2 of 4 nodes on Ray (actor x2)" in said, said
-    assert "received SIGINT" in said and "could not be scheduled" not in said, said
-    took = ended - pressed[0]
-    assert took < launch.termination_notice_secs, said
-    print(f"Ctrl-C during a start Ray cannot place: the run ended {took:.1f} s later")
-
-
-@pytest.mark.integration
-@pytest.mark.timeout(300)
-def test_what_a_node_leaves_running_is_swept_at_the_end(tmp_path, capfd):
-    """Actor 0 starts a process that outlives it (in a session of its own, which Ray's end
-    of the node's process does not reach): the end of the run kills it and says so, as a
-    Launchpad launch does. Before, it ran on after the run."""
-    import ray_toys
-
-    launch = _toy_launch(tmp_path)
-    folder = tmp_path / "reports"
-    launch.graph.nodes[1] = NodeSpec("actor", 0, "actor", ray_toys.Leaver, (str(folder), "actor_0"))
-    code, said, _ = _run(tmp_path, capfd, launch)
-    assert code == 0, said
-    left = json.loads((folder / "actor_0.json").read_text())["left"]
-    assert f"killed 1 processes that nodes had started and left running: {left} (sleep)" in said
-    assert not psutil.pid_exists(left) or psutil.Process(left).status() == "zombie"
 
 
 @pytest.mark.integration
