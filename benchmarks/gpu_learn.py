@@ -30,8 +30,10 @@ not a result.
     python -m benchmarks.gpu_learn [--minutes 7] [--out DIR] [--tiny] [--seeds 1,2,3]
         [--official PATH [--official-seeds 1]] [--frames 60000]
 
-The preregistered comparison of the two agents at these settings (seeds 4-6 of each, to 40k
-frames) is `benchmarks.gpu_learn_check`: its runs are made with this command.
+The preregistered comparisons of the two agents at these settings (to 40k frames; the current
+one, the third, counts seeds 20-24 of each on a GPU only) are `benchmarks.gpu_learn_check`: its
+runs are made with this command, `--seeds` and `--official-seeds` naming them (benchmarks/
+README.md gives the device calls).
 """
 
 from __future__ import annotations

@@ -58,6 +58,39 @@ frame-0 mean is above 500, for either agent, whatever they learn. What the secon
   verdict will be "not held" (ours did not learn by its rule) once its official runs exist.
   The exit code and the figure's headline are the second's (`CURRENT`).
 
+THIRD PREREGISTRATION on 2026-12-06, in the commit that added `THIRD`, before any run of its
+seeds had started on either machine (seeds 20-24 had never run at any settings). Written after
+the second's six CPU runs had finished (2026-12-02) and it had not held: the official agent did
+not learn, 679 < 714 at 40k. One collapse in three seeds did it: the official seed 12 drove its
+actor to +1.000, where tanh passes no gradient, and scored 136 at 20k and 40k; its seeds 10 and
+11 reached 927 and 973 (ours: 367, 546, 980, learned). Five seeds a side make one such collapse
+survivable: four official seeds at those two's mean (950) and one at 136 average about 790,
+above the 714 a frame-0 mean of 428 asks for; the published ten seeds have one low seed too
+(429 at 40k, against a mean of 835). What the third counts:
+
+- The same task, settings, evaluation points, AUC, goal and learning rule (`comparison.GAP`)
+  as the second.
+- Seeds 20, 21, 22, 23 and 24 of each agent (`THIRD.seeds`), never grown after a miss: ten
+  runs.
+- On the GPU only (`THIRD.machines`): the amendment does not apply to it. A run of its seeds
+  on the CPU machine (`learn_check --paper`) is never counted; where one exists the verdict
+  says so. The CPU machine goes on with the second's seeds (`SEEDS`), whose runs are finished.
+- A GPU machine is lent for 15 minutes a session, and an official run cannot outlive its
+  machine (its snapshot and replay stay there): each session runs what finishes on one warm
+  machine in at most two device calls. Not five official seeds at once: on 16 cores they get 3
+  each, and one official seed on 4 H100 cores trained at 76 frames/s and reached 40k only
+  within both calls of a session (731 s). The layout measured on the H100 (2026-11-27: four
+  runs of 4 cores each, two calls, 771 s of the 900 with the machine's start) is used three
+  times: `--seeds 20 --official-seeds 20,21,22`, then `--seeds 21,22 --official-seeds 23,24`,
+  each in two calls on one warm machine, then `--seeds 23,24 --official-seeds ""` in one call,
+  all with `--frames 40000` (benchmarks/README.md gives the commands). How fast each agent goes
+  in these layouts is to be measured on the first call; where a first call's last line asks a
+  continuing call for more than the session has left, its official seeds do not finish there
+  and run again from frame 0 in a later session, fewer at once.
+- The first and the second stay as they were registered and are reported beside the third
+  (the second: not held on the CPU; the first: incomplete, its official seeds never run). The
+  exit code and the figure's headline are the third's (`CURRENT`).
+
     python -m benchmarks.gpu_learn_check [RESULT.json ...] [--cpu-results DIR] [--write]
 
 `--write` (what `make gpu-learn-check` passes) also writes the figure's result,
@@ -80,17 +113,23 @@ from benchmarks import common, gpu_learn
 from benchmarks.learn_check import comparison
 from benchmarks.learn_check.settings import AGENTS, Settings
 
+MACHINES = ("gpu", "cpu")
+
 
 @dataclasses.dataclass(frozen=True)
 class Preregistration:
-    """One preregistered comparison: the seeds it counts (of each agent, never grown) and its
-    learning rule (`comparison.RULES`); everything else is this module's, for both."""
+    """One preregistered comparison: the seeds it counts (of each agent, never grown), its
+    learning rule (`comparison.RULES`) and the kinds of machine whose runs it counts;
+    everything else is this module's, for all."""
 
     name: str
     seeds: tuple[int, ...]
     rule: str
     registered: str
     """When, and what had been seen then (the docstring says it in full)."""
+    machines: tuple[str, ...] = MACHINES
+    """The kinds of machine whose runs count (of `MACHINES`): both, by the amendment, or the
+    GPU's only. A run of its seeds on another is reported, never counted."""
 
 
 FIRST = Preregistration(
@@ -102,11 +141,21 @@ SECOND = Preregistration(
     comparison.GAP,
     "2026-11-28, before any run it counts, after the first's runs of ours",
 )
-CURRENT = SECOND
+THIRD = Preregistration(
+    "third",
+    (20, 21, 22, 23, 24),
+    comparison.GAP,
+    "2026-12-06, before any run it counts (seeds 20-24 had never run at any settings), GPU only",
+    machines=("gpu",),
+)
+CURRENT = THIRD
 """The comparison whose verdict is the exit code and the figure's headline."""
-PREREGISTRATIONS = (SECOND, FIRST)
-SEEDS = CURRENT.seeds
-"""The seeds the CPU machine runs (`learn_check --paper`): the current comparison's."""
+PREREGISTRATIONS = (THIRD, SECOND, FIRST)
+CPU_CURRENT = SECOND
+"""The last preregistration that counts CPU runs: the CPU machine runs its seeds. Not
+`CURRENT`, which counts GPU runs only: its seeds never run there."""
+SEEDS = CPU_CURRENT.seeds
+"""The seeds the CPU machine runs (`learn_check --paper`): the second's (`CPU_CURRENT`)."""
 FRAMES = 40_000
 SETTINGS = Settings(
     image_size=84,
@@ -128,7 +177,6 @@ SATURATION = CPU_KEPT / "saturation.json"
 """The CPU runs' actors probed (`python -m benchmarks.learn_check.saturation --out
 runs/learn_check_paper --seeds 10 11 12 --image-size 84 --write` this path): why a run did not
 learn, shown under the CPU machine's runs."""
-MACHINES = ("gpu", "cpu")
 
 
 def at_these_settings(result: dict) -> bool:
@@ -232,6 +280,7 @@ def _one_machine(runs: list[dict], prereg: Preregistration) -> dict:
         "points": found["points"],
         "agents": agents,
         "finished": max(times) if complete and None not in times else None,
+        "runs": len(counted),
         "left_out": [
             f"{r['agent']} {r['seed']} ({r['source']})"
             for r in repeated
@@ -245,8 +294,10 @@ def check(
 ) -> dict:
     """The comparison `prereg` over the gpu_learn.json files in `paths` and the CPU runs kept
     in `cpu_kept`, within each kind of machine; the verdict is the set that completed first
-    (the amendment), "incomplete" while neither has. `agents` is that set's (or, while
-    incomplete, the one with more runs finished)."""
+    of the machines `prereg` counts (the amendment: both; the third: the GPU's), "incomplete"
+    while none has. `agents` is that set's (or, while incomplete, the one of them with more
+    runs finished). A machine it does not count is reported (`excluded`: its runs of the
+    seeds), never counted."""
     runs: list[dict] = []
     for path in paths:
         runs += runs_of(json.loads(Path(path).read_text()), Path(path).name)
@@ -254,11 +305,12 @@ def check(
         "gpu": _one_machine(runs, prereg),
         "cpu": _one_machine(cpu_runs(cpu_kept) if cpu_kept is not None else [], prereg),
     }
-    done = [m for m in MACHINES if machines[m]["finished"] is not None]
+    eligible = [m for m in MACHINES if m in prereg.machines]
+    done = [m for m in eligible if machines[m]["finished"] is not None]
     if done:
         counted = min(done, key=lambda m: machines[m]["finished"])
     else:  # the set nearer to done is shown; the verdict waits; ties: the GPU's, listed first
-        counted = max(MACHINES, key=lambda m: runs_finished(machines[m]["agents"]))
+        counted = max(eligible, key=lambda m: runs_finished(machines[m]["agents"]))
     chosen = machines[counted]
     return {
         "points": chosen["points"],
@@ -266,8 +318,15 @@ def check(
         "seeds": list(prereg.seeds),
         "rule": prereg.rule,
         "registered": prereg.registered,
+        "counts": eligible,
         "machine": counted if done else None,
+        "shown": counted,
         "agents": chosen["agents"],
+        "runs_finished": runs_finished(chosen["agents"]),
+        "runs_needed": len(AGENTS) * len(prereg.seeds),
+        "excluded": {
+            m: machines[m]["runs"] for m in MACHINES if m not in eligible and machines[m]["runs"]
+        },
         "machines": machines,
         "read": [str(p) for p in paths] + ([str(cpu_kept)] if cpu_kept is not None else []),
         "left_out": machines["gpu"]["left_out"] + machines["cpu"]["left_out"],
@@ -277,6 +336,33 @@ def check(
 def check_all(paths: list[Path], cpu_kept: Path | None = None) -> list[dict]:
     """`check` for every preregistration, the current one first."""
     return [check(paths, cpu_kept, prereg) for prereg in PREREGISTRATIONS]
+
+
+def only_text(found: dict) -> str:
+    """ "" where a preregistration counts both kinds of machine; else which it counts."""
+    counts = found.get("counts", list(MACHINES))
+    if set(counts) == set(MACHINES):
+        return ""
+    return f"{' and '.join(m.upper() for m in counts)} runs only"
+
+
+def why(found: dict) -> str:
+    """The verdict's reason in words: the comparison's, with how many of the runs exist
+    while incomplete, and the runs of its seeds on a machine it does not count."""
+    verdict = found["agents"]["comparison"]
+    text = verdict["why"]
+    if verdict["verdict"] == comparison.INCOMPLETE:
+        on = f" on {found['shown']}" if found["runs_finished"] else ""
+        only = only_text(found)
+        text += (
+            f" ({found['runs_finished']} of its {found['runs_needed']} runs{on}"
+            f"{'; ' + only if only else ''})"
+        )
+    for machine, runs in found.get("excluded", {}).items():
+        text += (
+            f"; {runs} run(s) of its seeds on {machine} not counted (it counts {only_text(found)})"
+        )
+    return text
 
 
 def _agent_lines(agents: dict) -> list[str]:
@@ -306,17 +392,24 @@ def lines(found: dict) -> list[str]:
     out = [
         f"gpu_learn_check ({name}): {gpu_learn.TASK} at the paper's settings, seeds "
         f"{', '.join(map(str, found['seeds']))} of each agent (preregistered "
-        f"{found['registered']}), points {', '.join(f'{p // 1000}k' for p in points)}; one "
-        "kind of machine counts"
+        f"{found['registered']}), points {', '.join(f'{p // 1000}k' for p in points)}; "
+        + (only_text(found) or "one kind of machine counts")
     ]
     for machine in MACHINES:
         agents = found["machines"][machine]["agents"]
+        never = machine not in found.get("counts", MACHINES)
         if not any(name in agents for name in AGENTS):
-            out.append(f"  on {machine}: no run finished")
+            out.append(
+                f"  on {machine}: never counted ({only_text(found)})"
+                if never
+                else f"  on {machine}: no run finished"
+            )
             continue
         state = "counted" if found["machine"] == machine else "not counted"
         if found["machine"] is None:
             state = "shown" if found["agents"] is agents else "not shown"
+        if never:
+            state = f"never counted: {only_text(found)}"
         out.append(f"  on {machine} ({state}):")
         out += ["  " + line for line in _agent_lines(agents)]
     verdict = found["agents"]["comparison"]
@@ -330,7 +423,7 @@ def lines(found: dict) -> list[str]:
     if verdict.get("missing_seeds"):
         out.append(f"  missing: {verdict['missing_seeds']}")
     where = f" (on {found['machine']})" if found["machine"] else ""
-    out.append(f"gpu_learn_check ({name}): {verdict['verdict']}{where}: {verdict['why']}")
+    out.append(f"gpu_learn_check ({name}): {verdict['verdict']}{where}: {why(found)}")
     return out
 
 
@@ -385,7 +478,12 @@ def _result(
         "preregistration": found["preregistration"],
         "registered": found["registered"],
         "verdict": verdict["verdict"],
-        "line": verdict["why"] + (f" (on {found['machine']})" if found["machine"] else ""),
+        "line": why(found) + (f" (on {found['machine']})" if found["machine"] else ""),
+        "counts": found["counts"],
+        "runs_finished": found["runs_finished"],
+        "runs_needed": found["runs_needed"],
+        "excluded": found["excluded"],
+        "missing_seeds": verdict.get("missing_seeds"),
         "measured_at": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "commit": common.git_commit(),
         "task": gpu_learn.TASK,
@@ -404,12 +502,16 @@ def _result(
             }
             for m in MACHINES
         },
+        # The CPU machine's runs of these seeds, where it counts them (the third's never run
+        # there: no row of "not started" for them).
         "progress": [
             {**state, "state": PAUSED} if not current and state["state"] == "in progress" else state
             for state in comparison.progress(
                 cpu_runs_out, SETTINGS, (gpu_learn.TASK,), cpu_kept, seeds
             )
-        ],
+        ]
+        if "cpu" in found["counts"]
+        else [],
         "read": found["read"],
         "left_out": found["left_out"],
         "saturation": _saturation(cpu_kept, seeds),
@@ -477,14 +579,27 @@ def _plot(result: dict, path: Path) -> str:
     return str(path.relative_to(common.REPO)) if path.is_relative_to(common.REPO) else str(path)
 
 
+def _counts(result: dict) -> list[str]:
+    """The machines a figure's preregistration counts (a result written before the third
+    counted both)."""
+    return result.get("counts", list(MACHINES))
+
+
+def _finished_text(result: dict) -> str:
+    """Each counted machine's runs finished out of the preregistration's, e.g. "gpu 0 / 10"."""
+    total = len(AGENTS) * len(result["seeds"])
+    done = ", ".join(
+        f"{m} {runs_finished(result['machines'][m]['agents'])} / {total}" for m in _counts(result)
+    )
+    only = only_text(result)
+    return done + (f"; {only}" if only else "")
+
+
 def _state(result: dict) -> str:
     """One preregistration's state in a few words: its verdict and ratio, or its progress."""
     counted = result["machine_counted"]
     if counted is None:
-        done = ", ".join(
-            f"{m} {runs_finished(result['machines'][m]['agents'])} / 6" for m in MACHINES
-        )
-        return f"in progress: runs finished: {done}"
+        return f"in progress: runs finished: {_finished_text(result)}"
     found = result["machines"][counted]["agents"]["comparison"]
     low, high = found["auc_ratio_95"]
     return (
@@ -498,7 +613,14 @@ def summary(result: dict) -> tuple[str, str, str]:
     each earlier one's state after it."""
     against = f"official DrQ-v2, seeds {result['seeds']} of each, 84x84, batch 256, 40k frames"
     rule = f"goal >= {result['goal_ratio']}, both agents learned"
-    number = f"{result.get('preregistration', 'first')}: {_state(result)}"
+    state = _state(result)
+    if result["machine_counted"] is None:  # the headline: incomplete, and how far
+        finished = max(runs_finished(result["machines"][m]["agents"]) for m in _counts(result))
+        state = (
+            f"{result['verdict']}, {finished} of {len(AGENTS) * len(result['seeds'])} runs "
+            f"finished ({_finished_text(result)})"
+        )
+    number = f"{result.get('preregistration', 'first')}: {state}"
     for earlier in result.get("earlier", []):
         number += f"; {earlier['preregistration']} (seeds {earlier['seeds']}): {_state(earlier)}"
     return number, against, rule
@@ -533,17 +655,22 @@ def _report_one(result: dict) -> str:
         f"grown; learned: {result['learn_rule']}, both agents; AUC: a run's mean return over "
         f"the points after frame 0; goal: AUC ratio (this / official) >= {result['goal_ratio']}"
         ", with its 95% bootstrap interval over seeds ("
-        f"{comparison.interval_caveat(len(result['seeds']))}). Its amendment (before any "
-        "counted run started) lets the six runs be made on a GPU (`make gpu-learn`) or on the "
-        "2-core CPU "
-        "machine (`python -m benchmarks.learn_check --paper`), never mixed: the machine whose "
-        "six runs finished first counts. Frames/s by the learn check's one rule, compared only "
+        f"{comparison.interval_caveat(len(result['seeds']))}). {_machines_text(result)} "
+        "Frames/s by the learn check's one rule, compared only "
         "within one machine. `python -m benchmarks.gpu_learn_check` exits 0 held, 1 not held, 3 "
         "incomplete (`make gpu-learn-check` runs it and renders this figure).",
         "",
         f"**Verdict: {result['verdict']}**: {result['line']}",
         "",
     ]
+    missing = {a: s for a, s in (result.get("missing_seeds") or {}).items() if s}
+    if missing and "cpu" not in _counts(result):
+        lines += [
+            "Runs still to make on a GPU: "
+            + "; ".join(f"{a} seeds {', '.join(map(str, s))}" for a, s in missing.items())
+            + ' (the device calls: benchmarks/README.md, "The preregistered GPU comparison").',
+            "",
+        ]
     published = " | ".join(
         f"{reference[str(p)]['mean']:.0f} ({reference[str(p)]['min']:.0f}-"
         f"{reference[str(p)]['max']:.0f})"
@@ -553,10 +680,18 @@ def _report_one(result: dict) -> str:
     )
     for machine in MACHINES:
         agents = result["machines"][machine]["agents"]
+        never = machine not in _counts(result)
         if not any(name in agents for name in AGENTS):
-            lines += [f"On {machine}: no run finished.", ""]
+            lines += [
+                f"On {machine}: never counted ({only_text(result)})."
+                if never
+                else f"On {machine}: no run finished.",
+                "",
+            ]
             continue
         state = "counted" if result["machine_counted"] == machine else "not counted"
+        if never:
+            state = f"never counted: {only_text(result)}"
         lines += [f"**On {machine}** ({state}):", ""]
         lines += comparison.agent_table(agents, points)
         lines.append(f"| official, published (10 seeds) | 10 | {published} | | | | | |")
@@ -571,6 +706,26 @@ def _report_one(result: dict) -> str:
     if result.get("png", "").endswith(".png"):
         lines += [f"![curves]({result['png']})", ""]
     return "\n".join(lines)
+
+
+def _machines_text(result: dict) -> str:
+    """Which kinds of machine the preregistration counts, in words."""
+    runs = len(AGENTS) * len(result["seeds"])
+    if "cpu" not in _counts(result):
+        return (
+            f"It counts GPU runs only (`make gpu-learn`): its {runs} runs are made on lent GPU "
+            "machines, and a run of its seeds on the CPU machine is never counted."
+        )
+    return (
+        f"Its amendment (before any counted run started) lets the {_words(runs)} runs be made "
+        "on a GPU (`make gpu-learn`) or on the 2-core CPU machine (`python -m "
+        "benchmarks.learn_check --paper`), never mixed: the machine whose "
+        f"{_words(runs)} runs finished first counts."
+    )
+
+
+def _words(number: int) -> str:
+    return {6: "six", 10: "ten"}.get(number, str(number))
 
 
 def _other_rule(result: dict, agents: dict) -> list[str]:

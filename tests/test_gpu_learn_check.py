@@ -3,8 +3,8 @@ shaped as `make gpu-learn` writes them, and over CPU runs kept as `learn_check -
 them: it holds for two learners alike, and fails, with its exit code, for a learner that never
 updates, for one that learns at half the rate, and while a preregistered seed is missing. Runs
 of other seeds or settings are not counted; one kind of machine counts, the one whose six runs
-finished first. (The same rules, against a tiny run with a broken critic target, are
-tests/test_learn_check.py's.)"""
+finished first, or, for the third preregistration (the current one), the GPU's only. (The same
+rules, against a tiny run with a broken critic target, are tests/test_learn_check.py's.)"""
 
 from __future__ import annotations
 
@@ -62,10 +62,22 @@ def _write(folder: Path, name: str, result: dict) -> Path:
     return path
 
 
-def _check(tmp_path: Path, ours: dict, official: dict, capsys) -> tuple[int, str]:
+def _check(
+    tmp_path: Path,
+    ours: dict,
+    official: dict,
+    capsys,
+    prereg: gpu_learn_check.Preregistration = gpu_learn_check.CURRENT,
+) -> tuple[int, str]:
+    """`prereg`'s exit code over the two results (main's, which is the current one's) and its
+    lines."""
     paths = [_write(tmp_path, "ours", ours), _write(tmp_path, "official", official)]
     code = gpu_learn_check.main([*map(str, paths), "--cpu-results", str(folder_of_none(tmp_path))])
-    return code, capsys.readouterr().out
+    capsys.readouterr()
+    found = gpu_learn_check.check(paths, folder_of_none(tmp_path), prereg)
+    own = comparison.EXIT[found["agents"]["comparison"]["verdict"]]
+    assert prereg is not gpu_learn_check.CURRENT or code == own  # the exit code: the current's
+    return own, "\n".join(gpu_learn_check.lines(found))
 
 
 def folder_of_none(tmp_path: Path) -> Path:
@@ -93,56 +105,79 @@ def _keep_cpu(kept: Path, agent: str, curves: dict, ended: float, **change) -> N
         path.write_text(json.dumps(result))
 
 
-def _seeds(curve: list[tuple[int, float]]) -> dict[int, list[tuple[int, float]]]:
+def _seeds(
+    curve: list[tuple[int, float]], seeds: tuple[int, ...] = gpu_learn_check.SEEDS
+) -> dict[int, list[tuple[int, float]]]:
+    """`curve` for each of `seeds` (by default the second's, which the CPU machine runs)."""
     # A little spread between seeds, so that the bootstrap has something to resample.
-    middle = gpu_learn_check.SEEDS[1]
-    return {s: [(f, v + 10 * (s - middle)) for f, v in curve] for s in gpu_learn_check.SEEDS}
+    middle = seeds[len(seeds) // 2]
+    return {s: [(f, v + 10 * (s - middle)) for f, v in curve] for s in seeds}
 
 
-def test_two_agents_learning_alike_hold_with_the_ratio_and_its_interval(tmp_path, capsys):
-    ours = _result("magi_lp", _seeds(LEARNS))
-    code, out = _check(tmp_path, ours, _result("official", _seeds(LEARNS)), capsys)
+EVERY = pytest.mark.parametrize("prereg", gpu_learn_check.PREREGISTRATIONS, ids=lambda p: p.name)
+
+
+@EVERY
+def test_two_agents_learning_alike_hold_with_the_ratio_and_its_interval(tmp_path, capsys, prereg):
+    ours = _result("magi_lp", _seeds(LEARNS, prereg.seeds))
+    official = _result("official", _seeds(LEARNS, prereg.seeds))
+    code, out = _check(tmp_path, ours, official, capsys, prereg)
     assert code == comparison.EXIT[comparison.HELD], out
     assert "AUC ratio (ours / official) 1.000, 95% [" in out
-    assert "seeds [10, 11, 12]" in out and "train frames/s 130.0" in out
+    assert f"seeds {list(prereg.seeds)}" in out and "train frames/s 130.0" in out
 
 
-def test_a_learner_that_never_updates_fails(tmp_path, capsys):
+@EVERY
+def test_a_learner_that_never_updates_fails(tmp_path, capsys, prereg):
+    """The negative control, for every preregistration: a broken agent fails each."""
     frozen = [(f, LEARNS[0][1]) for f, _ in LEARNS]  # the frame-0 return, carried
-    ours = _result("magi_lp", _seeds(frozen))
-    code, out = _check(tmp_path, ours, _result("official", _seeds(LEARNS)), capsys)
+    ours = _result("magi_lp", _seeds(frozen, prereg.seeds))
+    official = _result("official", _seeds(LEARNS, prereg.seeds))
+    code, out = _check(tmp_path, ours, official, capsys, prereg)
     assert code == comparison.EXIT[comparison.NOT_HELD], out
     assert "magi_lp did not learn" in out and "AUC ratio 0.5" in out
 
 
-def test_a_learner_at_half_the_rate_fails_on_the_ratio_alone(tmp_path, capsys):
+@EVERY
+def test_a_learner_at_half_the_rate_fails_on_the_ratio_alone(tmp_path, capsys, prereg):
     slow = [(0, 380.0), (20_000, 380.0), (40_000, 760.0)]  # learned by the rule, later
-    ours = _result("magi_lp", _seeds(slow))
-    code, out = _check(tmp_path, ours, _result("official", _seeds(LEARNS)), capsys)
+    ours = _result("magi_lp", _seeds(slow, prereg.seeds))
+    official = _result("official", _seeds(LEARNS, prereg.seeds))
+    code, out = _check(tmp_path, ours, official, capsys, prereg)
     assert code == comparison.EXIT[comparison.NOT_HELD], out
     assert "did not learn" not in out and "AUC ratio 0.770 < 0.9" in out
 
 
-def test_a_missing_seed_or_point_leaves_it_incomplete_and_other_runs_do_not_count(tmp_path, capsys):
-    curves = _seeds(LEARNS)
-    curves[12] = LEARNS[:2]  # seed 12 stopped before its 40k evaluation
+@EVERY
+def test_a_missing_seed_or_point_leaves_it_incomplete_and_other_runs_do_not_count(
+    tmp_path, capsys, prereg
+):
+    last = prereg.seeds[-1]
+    curves = _seeds(LEARNS, prereg.seeds)
+    curves[last] = LEARNS[:2]  # the last seed stopped before its 40k evaluation
     ours = _result("magi_lp", curves)
-    # Seeds 1-3 ran before the preregistration; a tiny result is a check of the command.
+    # Seeds 1-3 ran before the preregistrations; a tiny result is a check of the command.
     earlier = _result("magi_lp", {s: LEARNS for s in (1, 2, 3)})
-    tiny = _result("magi_lp", {12: LEARNS}, tiny=True)
+    tiny = _result("magi_lp", {last: LEARNS}, tiny=True)
     paths = [
         _write(tmp_path, name, result)
         for name, result in [
             ("ours", ours),
             ("earlier", earlier),
             ("tiny", tiny),
-            ("official", _result("official", _seeds(LEARNS))),
+            ("official", _result("official", _seeds(LEARNS, prereg.seeds))),
         ]
     ]
     code = gpu_learn_check.main([*map(str, paths), "--cpu-results", str(folder_of_none(tmp_path))])
     out = capsys.readouterr().out
-    assert code == comparison.EXIT[comparison.INCOMPLETE], out
-    assert "missing: {'magi_lp': [12], 'official': []}" in out
+    found = gpu_learn_check.check(paths, folder_of_none(tmp_path), prereg)
+    assert found["agents"]["comparison"]["verdict"] == comparison.INCOMPLETE
+    assert code == comparison.EXIT[comparison.INCOMPLETE], out  # every one's, the current's too
+    assert f"missing: {{'magi_lp': [{last}], 'official': []}}" in "\n".join(
+        gpu_learn_check.lines(found)
+    )
+    runs = 2 * len(prereg.seeds)
+    assert f"runs not finished ({runs - 1} of its {runs} runs on gpu" in out
 
 
 def test_a_continued_runs_furthest_record_counts_once(tmp_path, capsys):
@@ -150,7 +185,9 @@ def test_a_continued_runs_furthest_record_counts_once(tmp_path, capsys):
     later = _result("official", _seeds(LEARNS))
     paths = [_write(tmp_path, "first", first), _write(tmp_path, "later", later)]
     found = gpu_learn_check.check(
-        [*paths, _write(tmp_path, "ours", _result("magi_lp", _seeds(LEARNS)))]
+        [*paths, _write(tmp_path, "ours", _result("magi_lp", _seeds(LEARNS)))],
+        None,
+        gpu_learn_check.SECOND,
     )
     assert found["agents"]["official"]["seeds"] == [10, 11, 12]
     assert len(found["left_out"]) == 3 and found["agents"]["comparison"]["verdict"] == "held"
@@ -158,6 +195,10 @@ def test_a_continued_runs_furthest_record_counts_once(tmp_path, capsys):
 
 def test_no_result_yet_is_incomplete_and_a_missing_file_is_one_line(tmp_path, capsys):
     assert gpu_learn_check.check([])["agents"]["comparison"]["verdict"] == comparison.INCOMPLETE
+    assert (
+        "gpu_learn_check (third): incomplete: runs not finished (0 of its 10 runs; GPU runs only)"
+        in gpu_learn_check.lines(gpu_learn_check.check([], tmp_path / "none"))
+    )
     try:
         gpu_learn_check.main([str(tmp_path / "nope.json")])
     except SystemExit as stop:
@@ -173,7 +214,9 @@ def test_six_cpu_runs_alone_make_the_verdict_on_cpu(tmp_path, capsys):
     _keep_cpu(kept, "official", _seeds(LEARNS), ended=1.8e9)
     code = gpu_learn_check.main(["--cpu-results", str(kept)])  # no GPU result given
     out = capsys.readouterr().out
-    assert code == comparison.EXIT[comparison.NOT_HELD], out
+    # The exit code is the current preregistration's: the third's, which counts GPU runs only
+    # (the standing order of 2026-12-06 made it current; it was the second's).
+    assert code == comparison.EXIT[comparison.INCOMPLETE], out
     assert "gpu_learn_check (second): not held (on cpu): magi_lp did not learn" in out
     assert "on cpu (counted):" in out and "train frames/s 2.5" in out
 
@@ -183,7 +226,7 @@ def test_cpu_runs_at_other_settings_do_not_count(tmp_path):
     figure_13 = dataclasses.asdict(dataclasses.replace(gpu_learn_check.SETTINGS, image_size=48))
     _keep_cpu(kept, "magi_lp", _seeds(LEARNS), ended=1.8e9, settings=figure_13)
     _keep_cpu(kept, "official", _seeds(LEARNS), ended=1.8e9)
-    found = gpu_learn_check.check([], kept)
+    found = gpu_learn_check.check([], kept, gpu_learn_check.SECOND)
     assert found["agents"]["comparison"]["verdict"] == comparison.INCOMPLETE
     assert "magi_lp" not in found["machines"]["cpu"]["agents"]
 
@@ -199,20 +242,21 @@ def test_the_machine_whose_six_runs_finished_first_counts_and_sets_never_mix(tmp
     frozen = [(f, LEARNS[0][1]) for f, _ in LEARNS]
     _keep_cpu(kept, "official", _seeds(LEARNS), ended=gpu_done - 3600)
     # Three GPU runs of ours beside three CPU runs of the official agent: no set is complete.
-    mixed = gpu_learn_check.check(gpu[:1], kept)
+    second = gpu_learn_check.SECOND
+    mixed = gpu_learn_check.check(gpu[:1], kept, second)
     assert mixed["machine"] is None
     assert mixed["agents"]["comparison"]["verdict"] == comparison.INCOMPLETE
 
     _keep_cpu(kept, "magi_lp", _seeds(frozen), ended=gpu_done + 60)  # after the GPU's sixth
-    found = gpu_learn_check.check(gpu, kept)
+    found = gpu_learn_check.check(gpu, kept, second)
     assert found["machine"] == "gpu"
     assert found["agents"]["comparison"]["verdict"] == comparison.HELD
     assert found["machines"]["cpu"]["agents"]["comparison"]["verdict"] == comparison.NOT_HELD
 
     _keep_cpu(kept, "magi_lp", _seeds(frozen), ended=gpu_done - 60)  # before it
-    code = gpu_learn_check.main([*map(str, gpu), "--cpu-results", str(kept)])
-    out = capsys.readouterr().out
-    assert code == comparison.EXIT[comparison.NOT_HELD], out
+    found = gpu_learn_check.check(gpu, kept, second)
+    assert found["agents"]["comparison"]["verdict"] == comparison.NOT_HELD
+    out = "\n".join(gpu_learn_check.lines(found))
     assert "on gpu (not counted):" in out and "on cpu (counted):" in out
 
 
@@ -242,9 +286,13 @@ def test_learn_check_paper_reports_the_gpu_checks_verdict_and_refuses_tiny(
     _keep_cpu(kept, "magi_lp", _seeds(LEARNS), ended=1.8e9)
     _keep_cpu(kept, "official", _seeds(LEARNS), ended=1.8e9)
     argv = ["--paper", "--report-only", "--kept", str(kept), "--out", str(tmp_path / "runs")]
-    assert learn_check_main.main(argv) == comparison.EXIT[comparison.HELD]
+    # Its exit code is the current preregistration's (learn_check/__main__.py): since the
+    # standing order of 2026-12-06 the third's, GPU only, so incomplete here; it was the
+    # second's. The second's verdict over these runs is printed.
+    assert learn_check_main.main(argv) == comparison.EXIT[comparison.INCOMPLETE]
     out = capsys.readouterr().out
-    assert "report only (84x84 pixels" in out and "held (on cpu)" in out
+    assert "report only (84x84 pixels" in out
+    assert "gpu_learn_check (second): held (on cpu)" in out
     assert "not started" not in out  # every run is kept
     argv = ["--paper", "--report-only", "--kept", str(tmp_path / "none"), "--out", argv[-1]]
     assert learn_check_main.main(argv) == comparison.EXIT[comparison.INCOMPLETE]
@@ -275,35 +323,62 @@ def test_the_figure_names_the_machine_counted_with_each_run_and_the_published_cu
         cpu_kept=kept,
         cpu_runs_out=tmp_path / "runs",
     )
-    assert json.loads((tmp_path / "check.json").read_text())["verdict"] == comparison.HELD
+    # The headline is the third's since the standing order of 2026-12-06 (it was the
+    # second's): incomplete, none of its ten GPU runs; the second's verdict beside it.
+    written = json.loads((tmp_path / "check.json").read_text())
+    assert written["verdict"] == comparison.INCOMPLETE
+    assert [e["verdict"] for e in written["earlier"]] == [comparison.HELD, comparison.INCOMPLETE]
+    assert result["png"] == "no PNG (no run finished)"
+    second_png = tmp_path / "curves_second.png"
     if importlib.util.find_spec("matplotlib") is None:
-        assert result["png"] == "no PNG (matplotlib is not installed here)"
+        assert result["earlier"][0]["png"] == "no PNG (matplotlib is not installed here)"
     else:
-        assert (tmp_path / "curves.png").stat().st_size > 0
+        assert second_png.stat().st_size > 0
     number, against, rule = gpu_learn_check.summary(result)
-    assert number.startswith("second: held on cpu: AUC ratio 1.000 (95% [")
+    assert number.startswith(
+        "third: incomplete, 0 of 10 runs finished (gpu 0 / 10; GPU runs only); "
+        "second (seeds [10, 11, 12]): held on cpu: AUC ratio 1.000 (95% ["
+    ), number
     assert "; first (seeds [4, 5, 6]): in progress: runs finished: gpu 0 / 6" in number
-    assert "seeds [10, 11, 12]" in against and "0.9" in rule
+    assert "seeds [20, 21, 22, 23, 24]" in against and "0.9" in rule
     page = gpu_learn_check.report(result)
-    assert "**On cpu** (counted):" in page and "**On gpu** (not counted):" in page
+    third, rest = page.split("**The second preregistration** (seeds 10, 11, 12; registered")
+    assert "**Verdict: incomplete**: runs not finished (0 of its 10 runs; GPU runs only)" in third
+    assert "On cpu: never counted (GPU runs only)." in third
+    assert "not started" not in third  # the CPU machine never runs the third's seeds
+    assert "**On cpu** (counted):" in rest and "**On gpu** (not counted):" in rest
     assert "| official, published (10 seeds) | 10 | 374 (309-508) | 375 (135-492) | 835" in page
-    current, first = page.split("**The first preregistration** (seeds 4, 5, 6; registered")
+    current, first = rest.split("**The first preregistration** (seeds 4, 5, 6; registered")
     assert "Runs not finished yet" not in current  # every CPU run of its seeds is kept
     assert f"| magi_lp | 4 | {gpu_learn_check.PAUSED} | - | 1 |" in first
     assert "| official | 4 | not started | - | 0 |" in first
 
-    nothing = gpu_learn_check.write(
-        [gpu_learn_check.check([], tmp_path / "none")],
-        tmp_path / "empty.json",
-        tmp_path / "e.png",
-        cpu_kept=tmp_path / "none",
-        cpu_runs_out=tmp_path / "runs",
+    def nothing(prereg: gpu_learn_check.Preregistration) -> dict:
+        return gpu_learn_check.write(
+            [gpu_learn_check.check([], tmp_path / "none", prereg)],
+            tmp_path / "empty.json",
+            tmp_path / "e.png",
+            cpu_kept=tmp_path / "none",
+            cpu_runs_out=tmp_path / "runs",
+        )
+
+    second = nothing(gpu_learn_check.SECOND)
+    assert second["png"] == "no PNG (no run finished)"
+    assert "| magi_lp | 10 | not started | - | 0 |" in gpu_learn_check.report(second)
+    # The headline's words for an incomplete one (the third's now): how many of its runs.
+    assert gpu_learn_check.summary(second)[0] == (
+        "second: incomplete, 0 of 6 runs finished (gpu 0 / 6, cpu 0 / 6)"
     )
-    assert nothing["png"] == "no PNG (no run finished)"
-    assert "| magi_lp | 10 | not started | - | 0 |" in gpu_learn_check.report(nothing)
-    assert gpu_learn_check.summary(nothing)[0] == (
-        "second: in progress: runs finished: gpu 0 / 6, cpu 0 / 6"
+    third = nothing(gpu_learn_check.THIRD)
+    assert gpu_learn_check.summary(third)[0] == (
+        "third: incomplete, 0 of 10 runs finished (gpu 0 / 10; GPU runs only)"
     )
+    page = gpu_learn_check.report(third)
+    assert (
+        "Runs still to make on a GPU: magi_lp seeds 20, 21, 22, 23, 24; official seeds 20, 21, "
+        "22, 23, 24" in page
+    ), page
+    assert "It counts GPU runs only" in page and "never counted" in page
 
 
 def test_the_first_preregistration_says_ours_cannot_pass_its_rule_and_the_second_counts_apart():
@@ -317,9 +392,10 @@ def test_the_first_preregistration_says_ours_cannot_pass_its_rule_and_the_second
     assert learning["needed"] > comparison.TOP_RETURN
     assert "more than any return: cannot hold" in "\n".join(gpu_learn_check.lines(first))
     assert first["agents"]["comparison"]["verdict"] == comparison.INCOMPLETE  # no official run
-    second = gpu_learn_check.check(kept, None, gpu_learn_check.SECOND)
-    assert "magi_lp" not in second["machines"]["gpu"]["agents"]
-    assert second["machines"]["gpu"]["agents"]["not_counted"]
+    for later in (gpu_learn_check.SECOND, gpu_learn_check.THIRD):
+        found = gpu_learn_check.check(kept, None, later)
+        assert "magi_lp" not in found["machines"]["gpu"]["agents"]
+        assert found["machines"]["gpu"]["agents"]["not_counted"]
     assert set(gpu_learn_check.FIRST.seeds).isdisjoint(gpu_learn_check.SECOND.seeds)
 
 
@@ -347,16 +423,25 @@ def _file_at(commit: str) -> types.ModuleType:
 
 def test_each_preregistration_is_as_its_commit_registered_it():
     """Seeds and rule never change after their registration: the first's seeds as 061548f
-    (which added this file) had them, the second as d943121 (which added it) had it."""
+    (which added this file) had them, the second as d943121 (which added it) had it. Both
+    count both kinds of machine, as the amendment let them (`machines`, added with the third,
+    defaults to that)."""
     first = _file_at("061548f")
     assert first.SEEDS == gpu_learn_check.FIRST.seeds == (4, 5, 6)
     assert gpu_learn_check.FIRST.rule == comparison.RATIO
     assert dataclasses.asdict(first.SETTINGS) == dataclasses.asdict(gpu_learn_check.SETTINGS)
     second = _file_at("d943121")
     for name in ("FIRST", "SECOND"):
-        then, now = getattr(second, name), getattr(gpu_learn_check, name)
-        assert dataclasses.asdict(then) == dataclasses.asdict(now), name
-    assert gpu_learn_check.CURRENT is gpu_learn_check.SECOND
+        then, now = dataclasses.asdict(getattr(second, name)), getattr(gpu_learn_check, name)
+        assert {k: v for k, v in dataclasses.asdict(now).items() if k in then} == then, name
+        assert now.machines == gpu_learn_check.MACHINES == ("gpu", "cpu"), name
+    # The standing order of 2026-12-06 made the third current (it was the second).
+    assert gpu_learn_check.CURRENT is gpu_learn_check.THIRD
+    assert gpu_learn_check.PREREGISTRATIONS == (
+        gpu_learn_check.THIRD,
+        gpu_learn_check.SECOND,
+        gpu_learn_check.FIRST,
+    )
 
 
 def test_the_rules_are_as_the_second_preregistration_registered_them():
@@ -389,14 +474,14 @@ def test_a_longer_run_at_other_settings_does_not_displace_the_counted_one(tmp_pa
     )
     official = _result("official", _seeds(LEARNS))
     paths = [_write(tmp_path, n, r) for n, r in (("a", ours), ("b", longer), ("c", official))]
-    found = gpu_learn_check.check(paths, folder_of_none(tmp_path))
+    found = gpu_learn_check.check(paths, folder_of_none(tmp_path), gpu_learn_check.SECOND)
     assert found["agents"]["comparison"]["verdict"] == comparison.HELD, found["agents"]
     assert found["agents"]["magi_lp"]["seeds"] == list(gpu_learn_check.SEEDS)
 
 
 def _cpu_figure(tmp_path: Path, kept: Path) -> tuple[dict, str]:
-    """The figure written from the CPU runs kept in `kept` (no GPU result): its result, and
-    the current preregistration's part of the page."""
+    """The figure written from the CPU runs kept in `kept` (no GPU result): the second
+    preregistration's result (the last to count CPU runs), and its part of the page."""
     result = gpu_learn_check.write(
         gpu_learn_check.check_all([], kept),
         tmp_path / "check.json",
@@ -404,7 +489,11 @@ def _cpu_figure(tmp_path: Path, kept: Path) -> tuple[dict, str]:
         cpu_kept=kept,
         cpu_runs_out=tmp_path / "runs",
     )
-    return result, gpu_learn_check.report(result).split("**The first preregistration**")[0]
+    assert result["preregistration"] == "third" and result["earlier"][0]["preregistration"] == (
+        "second"
+    )
+    page = gpu_learn_check.report(result).split("**The second preregistration**")[1]
+    return result["earlier"][0], page.split("**The first preregistration**")[0]
 
 
 def test_the_figure_keeps_lost_runs_failed_launches_and_the_ratio_rules_answer(tmp_path):
@@ -446,7 +535,7 @@ def test_the_agent_table_names_every_seeds_package_versions(tmp_path):
     _keep_cpu(kept, "magi_lp", {first: LEARNS}, ended=1.8e9)
     _keep_cpu(kept, "magi_lp", {s: LEARNS for s in rest}, ended=1.8e9, versions={"jax": "0.5.0"})
     _keep_cpu(kept, "official", _seeds(LEARNS), ended=1.8e9)
-    agents = gpu_learn_check.check([], kept)["machines"]["cpu"]["agents"]
+    agents = gpu_learn_check.check([], kept, gpu_learn_check.SECOND)["machines"]["cpu"]["agents"]
     assert agents["magi_lp"]["versions"] == {"jax": "0.4.30 / 0.5.0"}
     assert agents["official"]["versions"] == {"jax": "0.4.30"}
 
@@ -548,3 +637,138 @@ def test_a_probe_row_is_matched_to_its_task_and_left_out_without_a_run():
     assert [(r["seed"], r["run"]) for r in rows] == [(12, "this run")], rows
     assert comparison.saturation_lines({**probe, "runs": probe["runs"][1:]}, states) == []
     assert saturation.utc_text("2027-01-15T19:30:00-0500") == "2027-01-16 00:30 UTC"
+
+
+# -- the third preregistration: seeds 20-24 of each agent, the gap rule, GPU runs only -------
+
+THIRD = gpu_learn_check.THIRD
+
+
+def test_the_third_counts_seeds_20_to_24_with_the_gap_rule_on_the_gpu_only():
+    """What the standing order of 2026-12-06 fixed; the CPU machine keeps the second's seeds
+    (`learn_check --paper`), explicitly, not as the current one's."""
+    assert THIRD.seeds == (20, 21, 22, 23, 24) and THIRD.rule == comparison.GAP
+    assert THIRD.machines == ("gpu",) and gpu_learn_check.CURRENT is THIRD
+    assert THIRD.registered.startswith("2026-12-06, before any run it counts")
+    earlier = {*gpu_learn_check.FIRST.seeds, *gpu_learn_check.SECOND.seeds, 1, 2, 3, 7, 8, 9}
+    assert earlier.isdisjoint(THIRD.seeds)  # seeds seen before (figure 16, the probe): none
+    assert gpu_learn_check.CPU_CURRENT is gpu_learn_check.SECOND
+    assert "cpu" in gpu_learn_check.CPU_CURRENT.machines
+    assert gpu_learn_check.SEEDS == gpu_learn_check.SECOND.seeds == (10, 11, 12)
+    assert gpu_learn.parse_seeds("20,21,22,23,24") == THIRD.seeds  # `make gpu-learn` runs them
+
+
+def test_the_third_holds_on_gpu_runs_and_main_exits_with_its_verdict(tmp_path, capsys):
+    ours = _result("magi_lp", _seeds(LEARNS, THIRD.seeds))
+    official = _result("official", _seeds(LEARNS, THIRD.seeds))
+    paths = [_write(tmp_path, "ours", ours), _write(tmp_path, "official", official)]
+    code = gpu_learn_check.main([*map(str, paths), "--cpu-results", str(folder_of_none(tmp_path))])
+    out = capsys.readouterr().out
+    assert code == comparison.EXIT[comparison.HELD], out
+    assert "gpu_learn_check (third): held (on gpu): both learned and AUC ratio 1.000" in out
+    assert "seeds [20, 21, 22, 23, 24], mean return 380, 520, 960" in out
+
+
+def test_the_third_judges_learning_by_the_gap_rule(tmp_path, capsys):
+    """An official curve from 485 to 950: learned by the gap (742.5), not by the ratio (970)."""
+    high_start = [(0, 485.0), (20_000, 520.0), (40_000, 950.0)]
+    ours = _result("magi_lp", _seeds(LEARNS, THIRD.seeds))
+    official = _result("official", _seeds(high_start, THIRD.seeds))
+    code, out = _check(tmp_path, ours, official, capsys, THIRD)
+    assert code == comparison.EXIT[comparison.HELD], out
+    first = gpu_learn_check.Preregistration("ratio", THIRD.seeds, comparison.RATIO, "", ("gpu",))
+    code, out = _check(tmp_path, ours, official, capsys, first)
+    assert code == comparison.EXIT[comparison.NOT_HELD] and "official did not learn" in out
+
+
+def test_one_official_collapse_in_five_seeds_is_survivable_and_not_in_three(tmp_path, capsys):
+    """Why five seeds (the docstring): the second's official seeds 10 and 11 reached about 950
+    and seed 12 collapsed to 136. Four such and one collapse learn by the gap rule (about 790
+    against about 700); two and one, as in the second, do not."""
+    good = [(0, 485.0), (20_000, 400.0), (40_000, 950.0)]
+    collapsed = [(0, 312.0), (20_000, 136.0), (40_000, 136.0)]
+    ours = _result("magi_lp", _seeds(LEARNS, THIRD.seeds))
+    official = _result("official", {**{s: good for s in THIRD.seeds[:4]}, 24: collapsed})
+    code, out = _check(tmp_path, ours, official, capsys, THIRD)
+    assert code == comparison.EXIT[comparison.HELD], out
+    assert "official: seeds [20, 21, 22, 23, 24], mean return 450, 347, 787" in out
+    second = gpu_learn_check.SECOND
+    ours = _result("magi_lp", _seeds(LEARNS, second.seeds))
+    official = _result("official", {10: good, 11: good, 12: collapsed})
+    code, out = _check(tmp_path, ours, official, capsys, second)
+    assert code == comparison.EXIT[comparison.NOT_HELD] and "official did not learn" in out
+
+
+def test_cpu_runs_of_the_thirds_seeds_are_never_counted_and_the_verdict_says_so(tmp_path):
+    kept = tmp_path / "cpu"
+    _keep_cpu(kept, "magi_lp", _seeds(LEARNS, THIRD.seeds), ended=1.0e9)  # long before any GPU
+    _keep_cpu(kept, "official", _seeds(LEARNS, THIRD.seeds), ended=1.0e9)
+    alone = gpu_learn_check.check([], kept, THIRD)
+    assert alone["agents"]["comparison"]["verdict"] == comparison.INCOMPLETE
+    assert alone["machine"] is None and alone["excluded"] == {"cpu": 10}
+    text = "\n".join(gpu_learn_check.lines(alone))
+    assert (
+        "gpu_learn_check (third): incomplete: runs not finished (0 of its 10 runs; GPU runs "
+        "only); 10 run(s) of its seeds on cpu not counted (it counts GPU runs only)" in text
+    ), text
+    assert "on cpu (never counted: GPU runs only):" in text
+    assert (
+        gpu_learn_check.main(["--cpu-results", str(kept)]) == comparison.EXIT[comparison.INCOMPLETE]
+    )
+    # The second would have counted such a set; its seeds are others, so it has none here.
+    assert gpu_learn_check.check([], kept, gpu_learn_check.SECOND)["machine"] is None
+
+    # Ten GPU runs, finished after the CPU's: they count, and a frozen ours fails the third
+    # although the CPU's set, not counted, held.
+    frozen = [(f, LEARNS[0][1]) for f, _ in LEARNS]
+    gpu = [
+        _write(tmp_path, "ours", _result("magi_lp", _seeds(frozen, THIRD.seeds))),
+        _write(tmp_path, "official", _result("official", _seeds(LEARNS, THIRD.seeds))),
+    ]
+    found = gpu_learn_check.check(gpu, kept, THIRD)
+    assert found["machine"] == "gpu"
+    assert found["agents"]["comparison"]["verdict"] == comparison.NOT_HELD
+    assert found["machines"]["cpu"]["agents"]["comparison"]["verdict"] == comparison.HELD
+    line = "\n".join(gpu_learn_check.lines(found))
+    assert "(third): not held (on gpu): magi_lp did not learn" in line
+    assert "10 run(s) of its seeds on cpu not counted (it counts GPU runs only)" in line
+
+
+def test_the_committed_results_leave_the_third_incomplete_with_none_of_its_runs(capsys):
+    """Now (2026-12-06): no run of seeds 20-24 anywhere; `make gpu-learn-check` exits 3 on the
+    third and reports the second's and the first's verdicts beside it."""
+    code = gpu_learn_check.main([])
+    out = capsys.readouterr().out
+    assert code == comparison.EXIT[comparison.INCOMPLETE], out
+    assert (
+        "gpu_learn_check (third): incomplete: runs not finished (0 of its 10 runs; GPU runs only)"
+        in out
+    )
+    assert "gpu_learn_check (second): not held (on cpu): official did not learn (679 < 714)" in out
+    assert "gpu_learn_check (first): incomplete" in out
+
+
+def test_the_device_calls_written_for_the_third_run_each_of_its_runs_once():
+    """benchmarks/README.md's calls for the third: every seed of each agent in exactly one
+    session, at 40k frames, each call within the device's 10 minutes."""
+    import re
+    import shlex
+
+    readme = (gpu_learn_check.common.REPO / "benchmarks" / "README.md").read_text()
+    section = readme.split("**The third's ten runs**")[1].split("The second's, for the record")[0]
+    calls = [
+        line.strip() for line in section.splitlines() if "gpu_learn_device.sh" in line
+    ]  # fmt: skip
+    sessions: dict[tuple[str, str], int] = {}
+    for call in calls:
+        minutes = float(re.search(r"MINUTES=([0-9.]+)", call).group(1))
+        assert minutes * 60 + 60 <= 600, call  # the script's own timeout, within a call
+        args = shlex.split(call.split("gpu_learn_device.sh", 1)[1])
+        given = dict(zip(args[1::2], args[2::2], strict=True))
+        assert given["--frames"] == str(gpu_learn_check.FRAMES), call
+        key = (given["--seeds"], given["--official-seeds"])
+        sessions[key] = sessions.get(key, 0) + 1
+    ours = [s for key in sessions for s in gpu_learn.parse_seeds(key[0])]
+    theirs = [s for key in sessions for s in gpu_learn.parse_seeds(key[1])]
+    assert sorted(ours) == sorted(theirs) == list(THIRD.seeds), sessions
+    assert all(count <= 2 for count in sessions.values())  # at most two calls a session
