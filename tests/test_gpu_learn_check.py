@@ -422,10 +422,10 @@ def _file_at(commit: str) -> types.ModuleType:
 
 
 def test_each_preregistration_is_as_its_commit_registered_it():
-    """Seeds and rule never change after their registration: the first's seeds as 061548f
-    (which added this file) had them, the second as d943121 (which added it) had it. Both
-    count both kinds of machine, as the amendment let them (`machines`, added with the third,
-    defaults to that)."""
+    """Seeds, rule and machines never change after their registration: the first's seeds as
+    061548f (which added this file) had them, the second as d943121 (which added it) had it,
+    the third as 1aeec12 (which added it) had it. The first two count both kinds of machine, as
+    the amendment let them (`machines`, added with the third, defaults to that)."""
     first = _file_at("061548f")
     assert first.SEEDS == gpu_learn_check.FIRST.seeds == (4, 5, 6)
     assert gpu_learn_check.FIRST.rule == comparison.RATIO
@@ -435,7 +435,13 @@ def test_each_preregistration_is_as_its_commit_registered_it():
         then, now = dataclasses.asdict(getattr(second, name)), getattr(gpu_learn_check, name)
         assert {k: v for k, v in dataclasses.asdict(now).items() if k in then} == then, name
         assert now.machines == gpu_learn_check.MACHINES == ("gpu", "cpu"), name
-    # The standing order of 2026-12-06 made the third current (it was the second).
+    # The third as 1aeec12 (which added it, before any of its runs) had it; the standing order
+    # of 2026-12-06 made it current (it was the second).
+    third = _file_at("1aeec12")
+    for name in ("FIRST", "SECOND", "THIRD"):
+        then, now = getattr(third, name), getattr(gpu_learn_check, name)
+        assert dataclasses.asdict(then) == dataclasses.asdict(now), name
+    assert third.SEEDS == gpu_learn_check.SEEDS == (10, 11, 12)  # the CPU machine's: the second's
     assert gpu_learn_check.CURRENT is gpu_learn_check.THIRD
     assert gpu_learn_check.PREREGISTRATIONS == (
         gpu_learn_check.THIRD,
