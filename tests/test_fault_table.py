@@ -360,19 +360,8 @@ def test_a_sigkilled_node_is_named_as_died_and_the_program_stops(runs, engine):
     _record(run, "node SIGKILLed", code, secs)
 
 
-SWEEP_LINE_AFTER_THE_END = pytest.mark.xfail(
-    strict=True,
-    raises=EndLineNotLastError,
-    reason="Ray says what it swept after the end line: ray_engine.run sweeps (`_sweep`) in "
-    "its `finally`, after `driver.supervise` has said the end line; Launchpad's supervisor "
-    "sweeps before it (`Supervisor._finish`)",
-)
-
-
 @pytest.mark.timeout(420)
-@pytest.mark.parametrize(
-    "engine", [ENGINES[0], pytest.param("ray", marks=[*ENGINES[1].marks, SWEEP_LINE_AFTER_THE_END])]
-)
+@pytest.mark.parametrize("engine", ENGINES)
 def test_what_a_node_leaves_running_is_swept_and_named(runs, engine):
     """The actor starts `sleep` in a session of its own and leaves it running: neither the
     node's own end nor Ray's end of its worker reaches it; the end of the run kills it and

@@ -151,6 +151,7 @@ class _Driver:
         self._workdir = Workdir(launch.workdir)
         self._ray_daemons: dict[int, tuple[Any, str]] = {}  # `watch_ray`
         self._lost_ray: str | None = None
+        self.end_line: str | None = None  # the run's last line, said after the sweep (`run`)
         self.start_failure: str | None = None  # why the start stopped short (`_start_failed`)
         self._stopper: StopMachine | None = None  # the stop's rules, from `supervise` on
         self._by_name: dict[str, _NodeProcess] = {}
@@ -454,7 +455,8 @@ class _Driver:
         for node in self._nodes:
             with contextlib.suppress(Exception):
                 ray.kill(node.actor)
-        for line in done.lines:
+        *lines, self.end_line = done.lines
+        for line in lines:
             self.say(line)
         return done.code
 

@@ -214,6 +214,8 @@ def run(launch: Launch) -> int:
             ray.shutdown()
         if not address:  # a joined cluster's machines are not this one
             _sweep(launch_id, driver)
+        if driver is not None and driver.end_line is not None:
+            driver.say(driver.end_line)  # the exit code, last, as on Launchpad
         for key, value in saved_env.items():
             if value is None:
                 os.environ.pop(key, None)
