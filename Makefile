@@ -27,7 +27,7 @@ PY312_TESTS ?= tests/test_plan.py tests/test_resources.py tests/test_gpu_invento
 	tests/test_config_errors.py tests/test_ray_engine.py tests/test_gpu_system.py tests/test_ray_slurm.py \
 	tests/test_interrupts.py tests/test_gpu_check.py tests/test_gpu_learn.py \
 	tests/test_monitor.py tests/test_plot.py tests/test_engine_registry.py \
-	tests/test_fault_table.py
+	tests/test_fault_table.py tests/test_ray_faults.py
 JAX       ?=
 WORKDIR   ?= runs/reacher_hard_distributed
 CONFIG    ?= configs/reacher_hard_distributed.py
