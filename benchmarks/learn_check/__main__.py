@@ -18,12 +18,13 @@ Exit code: 0 the goal held (both agents learned, AUC ratio >= 0.9), 1 it did not
 are unfinished (run again to continue them), 2 the official checkout is missing.
 `--seeds` runs other seeds too, but only the preregistered ones are counted.
 
-`--paper` runs the current preregistered GPU comparison's six runs
-(`benchmarks.gpu_learn_check.CURRENT`: seeds 10-12 of each agent at the paper's settings,
-84x84, batch 256, to 40k frames) here, one per core, as its amendment allows: run folders
-under runs/learn_check_paper, results kept under benchmarks/gpu_learn_check/cpu/, and
-`gpu_learn_check`'s verdicts (the current one's exit code) instead of figure 13's (its
-learn_check.json is not touched). `--seeds 4,5,6` goes on with the first preregistration's.
+`--paper` runs the six runs of the preregistered comparison the CPU machine serves
+(`benchmarks.gpu_learn_check.CPU_CURRENT`, the second: seeds 10-12 of each agent at the paper's
+settings, 84x84, batch 256, to 40k frames; the third counts GPU runs only) here, one per core,
+as its amendment allows: run folders under runs/learn_check_paper, results kept under
+benchmarks/gpu_learn_check/cpu/, and `gpu_learn_check`'s verdicts (the second's exit code)
+instead of figure 13's (its learn_check.json is not touched). `--seeds 4,5,6` goes on with
+the first preregistration's.
 """
 
 from __future__ import annotations
@@ -177,7 +178,10 @@ def _run_and_report(args, settings, agents, checkout, out, kept, jobs, stopping)
         founds = gpu_learn_check.check_all(gpu_learn_check.gpu_results(), kept)
         for found in founds:
             print("\n".join(gpu_learn_check.lines(found)))
-        return comparison.EXIT[founds[0]["agents"]["comparison"]["verdict"]]
+        # The exit code is the verdict of the comparison these CPU runs serve (the third
+        # counts GPU runs only: its verdict says nothing of them).
+        cpu = next(f for f in founds if f["preregistration"] == gpu_learn_check.CPU_CURRENT.name)
+        return comparison.EXIT[cpu["agents"]["comparison"]["verdict"]]
     result = comparison.write(kept, settings, args.tiny, out, tuple(_names(args.tasks)))
     print(f"learn_check: verdict {result['verdict']}: {result['line']}")
     print(f"learn_check: wrote {', '.join(result['files'])}")
