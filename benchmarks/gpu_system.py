@@ -621,6 +621,16 @@ def learner_time(workdir: Path, from_step: float) -> dict:
     }
 
 
+BOUNDS = {
+    "fed": "the learner's update",
+    "starved by the actors (replay ratio)": "the actors",
+    "starved by replay sampling": "the relay (the step queue, the drain and the sampling)",
+    "slowed in the learner's own loop": "the learner's loop around its update",
+}
+"""What bounds the run, by `where_time_goes`'s verdict (a result from before `bound` was
+written says it through this)."""
+
+
 def where_time_goes(system: dict, alone: float | None, learner: dict, config: Any) -> dict:
     """Fed, or starved by what: the replay ratio at the actors' rate, the replay's sampling,
     or the learner's own loop."""
@@ -639,13 +649,13 @@ def where_time_goes(system: dict, alone: float | None, learner: dict, config: An
     if out["fed"] >= FED_GOAL:
         out.update(
             verdict="fed",
-            bound="the learner's update",
+            bound=BOUNDS["fed"],
             why=f"the learner runs at {out['fed']:.2f} of the update alone",
         )
     elif allowed is not None and updates >= 0.9 * allowed:
         out.update(
             verdict="starved by the actors (replay ratio)",
-            bound="the actors",
+            bound=BOUNDS["starved by the actors (replay ratio)"],
             why=(
                 f"the replay ratio (one update per {every} actor steps) allows {allowed:.1f} "
                 f"updates/s at the actors' {system['actor_steps_per_s']:.1f} steps/s, and the "
@@ -656,7 +666,7 @@ def where_time_goes(system: dict, alone: float | None, learner: dict, config: An
     elif wait is not None and wait >= 0.5:
         out.update(
             verdict="starved by replay sampling",
-            bound="the relay (the step queue, the drain and the sampling)",
+            bound=BOUNDS["starved by replay sampling"],
             why=(
                 f"the learner waits for its batch {wait:.0%} of each step (median), more than "
                 f"the replay ratio explains ({updates:.1f} updates/s of {allowed or 0:.1f} "
@@ -666,7 +676,7 @@ def where_time_goes(system: dict, alone: float | None, learner: dict, config: An
     else:
         out.update(
             verdict="slowed in the learner's own loop",
-            bound="the learner's loop around its update",
+            bound=BOUNDS["slowed in the learner's own loop"],
             why=(
                 f"it waits for batches {0 if wait is None else wait:.0%} of each step; the "
                 "rest is the update with its dispatch, counting and logging"
@@ -1002,7 +1012,7 @@ def report(result: dict) -> str:
         f" | {on} |",
         "",
         f"**Where the time goes**: {where.get('verdict')}: {where.get('why')}; what bounds "
-        f"it: {where.get('bound') or 'unknown'}.",
+        f"it: {where.get('bound') or BOUNDS.get(where.get('verdict'), 'unknown')}.",
         "",
         f"**Driver**: `{result.get('driver', {}).get('entry_point')}` "
         f"({result.get('driver', {}).get('why')}).",
