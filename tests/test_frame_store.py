@@ -342,17 +342,15 @@ def test_the_host_store_sizes_its_arena_under_8_kb_a_transition():
     assert store.nbytes() == estimated_nbytes(store.spec, 2)
 
 
-@pytest.mark.integration
-def test_same_transitions_as_the_reverb_frame_replay_bit_for_bit(Store):
-    """Both stores fed the same episodes (two writers, interleaved, with terminations,
-    episodes shorter than n) hold the same set of (window, action, reward, discount)."""
-    reverb = pytest.importorskip("reverb")
+def reverb_frame_replay_keys(data: list) -> tuple[int, list[bytes]]:
+    """The official sampler's transitions for `data` (each writer's episodes), as keys: the
+    Reverb frame replay's dataset over one table that two or more `FrameStackAdder`s fed; with
+    the table's size. The reference every store's bit-for-bit check compares with."""
+    import reverb
+    from acme import specs
+
     from magi_lp.replay.frame_replay import FrameStackAdder, frame_replay_signature
     from tests.agent_harness import queue_dataset
-
-    data = [episodes(11, [7, 2, 12, 3, 30]), episodes(12, [9, 4, 11, 1, 25])]
-    spec = make_spec()
-    from acme import specs
 
     action_spec = specs.BoundedArray((2,), np.float32, -1.0, 1.0)
     table = reverb.Table(
@@ -369,7 +367,7 @@ def test_same_transitions_as_the_reverb_frame_replay_bit_for_bit(Store):
         client = reverb.Client(f"localhost:{server.port}")
         adders = [
             FrameStackAdder(client, "frames", frame_stack=STACK, n_step=N_STEP, channels=C)
-            for _ in range(2)
+            for _ in data
         ]
         feed(adders, data)
         for adder in adders:
@@ -386,17 +384,23 @@ def test_same_transitions_as_the_reverb_frame_replay_bit_for_bit(Store):
             prefetch=0,
             rate_limiter_timeout_ms=2000,
         )
-        from_reverb = next(dataset)
+        batch = next(dataset)
     finally:
         server.stop()
+    return count, as_keys(batch.frames, batch.action, batch.reward, batch.discount)
 
-    store = Store(spec, writers=2)
+
+@pytest.mark.integration
+def test_same_transitions_as_the_reverb_frame_replay_bit_for_bit(Store):
+    """Both stores fed the same episodes (two writers, interleaved, with terminations,
+    episodes shorter than n) hold the same set of (window, action, reward, discount)."""
+    pytest.importorskip("reverb")
+    data = [episodes(11, [7, 2, 12, 3, 30]), episodes(12, [9, 4, 11, 1, 25])]
+    count, reverb_keys = reverb_frame_replay_keys(data)
+
+    store = Store(make_spec(), writers=2)
     feed([StoreAdder(store, 0), StoreAdder(store, 1)], data)
     on_device = store.transitions_at(0)
-
-    reverb_keys = as_keys(
-        from_reverb.frames, from_reverb.action, from_reverb.reward, from_reverb.discount
-    )
     store_keys = as_keys(on_device.frames, on_device.action, on_device.reward, on_device.discount)
     assert count == len(store_keys) == len(reference(data))
     assert sorted(reverb_keys) == sorted(store_keys)

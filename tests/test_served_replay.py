@@ -47,9 +47,6 @@ from magi_lp.replay.transition_table import (
     TransitionTable,
 )
 from tests.test_frame_store import (
-    GAMMA as FRAME_GAMMA,
-)
-from tests.test_frame_store import (
     N_STEP,
     STACK,
     as_keys,
@@ -57,6 +54,7 @@ from tests.test_frame_store import (
     feed,
     make_spec,
     reference,
+    reverb_frame_replay_keys,
 )
 from tests.test_transition_replay import (
     ENV_SPEC,
@@ -321,50 +319,7 @@ def learner_side_of(make_drainer, spec, started, writers: int, error_buffer: int
 def _reverb_frame_replay(data) -> list[bytes]:
     """The transitions the official sampler (the Reverb frame replay's dataset) gives for
     `data`, as test_frame_store's bit-for-bit check reads them."""
-    import reverb
-    from acme import specs as acme_specs
-
-    from magi_lp.replay.frame_replay import FrameStackAdder, frame_replay_signature
-    from tests.agent_harness import queue_dataset
-
-    action_spec = acme_specs.BoundedArray((2,), np.float32, -1.0, 1.0)
-    signature = frame_replay_signature(FRAME.shape, action_spec, frame_stack=STACK, n_step=N_STEP)
-    table = reverb.Table(
-        name="frames",
-        sampler=reverb.selectors.Fifo(),
-        remover=reverb.selectors.Fifo(),
-        max_size=10_000,
-        max_times_sampled=1,
-        rate_limiter=reverb.rate_limiters.MinSize(1),
-        signature=signature,
-    )
-    server = reverb.Server([table])
-    try:
-        client = reverb.Client(f"localhost:{server.port}")
-        adders = [
-            FrameStackAdder(client, "frames", frame_stack=STACK, n_step=N_STEP, channels=3)
-            for _ in data
-        ]
-        feed(adders, data)
-        for adder in adders:
-            adder.close()
-        count = client.server_info()["frames"].current_size
-        batch = next(
-            queue_dataset(
-                client.server_address,
-                "frames",
-                batch_size=count,
-                frame_stack=STACK,
-                n_step=N_STEP,
-                discount=FRAME_GAMMA,
-                stack_on_host=False,
-                prefetch=0,
-                rate_limiter_timeout_ms=2000,
-            )
-        )
-    finally:
-        server.stop()
-    return as_keys(batch.frames, batch.action, batch.reward, batch.discount)
+    return reverb_frame_replay_keys(data)[1]
 
 
 FRAME_DATA = [episodes(11, [7, 2, 12, 3, 30]), episodes(12, [9, 4, 11, 1, 25])]
