@@ -424,17 +424,15 @@ def test_a_joined_cluster_is_never_said_to_be_isolated_and_required_isolation_is
     ), refused.stderr[-2000:]
 
 
-def test_isolation_off_on_ray_says_what_it_means_on_ray(tmp_path):
-    """The plan said Launchpad's words (Courier and Reverb on all interfaces) for a Ray run."""
-    from magi_lp.launch import isolation
-
-    result = subprocess.run(
+def _td3_dry_run_on_ray(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess:
+    """TD3's `lp_main.py --launcher ray --dry_run` with `flags`, on this machine's own Ray."""
+    return subprocess.run(
         [
             sys.executable,
             str(REPO / TD3[0]),
             *TD3[1:],
             *("--launcher", "ray", "--dry_run", f"--workdir={tmp_path / 'run'}"),
-            "--config.isolation=off",
+            *flags,
         ],
         cwd=REPO,
         capture_output=True,
@@ -442,6 +440,13 @@ def test_isolation_off_on_ray_says_what_it_means_on_ray(tmp_path):
         timeout=120,
         env={k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"},
     )
+
+
+def test_isolation_off_on_ray_says_what_it_means_on_ray(tmp_path):
+    """The plan said Launchpad's words (Courier and Reverb on all interfaces) for a Ray run."""
+    from magi_lp.launch import isolation
+
+    result = _td3_dry_run_on_ray(tmp_path, "--config.isolation=off")
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().splitlines()[-1] == (
         f"network isolation: isolated: no (isolation=off: {isolation.EXPOSURES['served']})"
@@ -450,19 +455,7 @@ def test_isolation_off_on_ray_says_what_it_means_on_ray(tmp_path):
 
 def test_a_reverb_checkpoint_on_ray_is_said_to_save_nothing(tmp_path):
     # Ray's replay is served by the toolkit, not Reverb: the flag was taken silently before.
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / TD3[0]),
-            *TD3[1:],
-            *("--launcher", "ray", "--dry_run", f"--workdir={tmp_path / 'run'}"),
-            "--config.checkpoint.reverb=True",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = _td3_dry_run_on_ray(tmp_path, "--config.checkpoint.reverb=True")
     assert result.returncode == 0, result.stderr
     assert (
         "notice: checkpoint.reverb=True saves nothing in this run: its replay (host "
