@@ -92,6 +92,10 @@ class GenericActor(core.Actor, Generic[State]):
         """Sends what its adder still holds (`end_episode_writes`)."""
         end_episode_writes([self._adder])
 
+    def take_sent_steps(self) -> int | None:
+        """`sent_steps` of its adder."""
+        return sent_steps([self._adder])
+
     def warm_up(self, observation: Any) -> bool:
         """Compiles `select_action` for params shaped as the core's `params_shape` says and
         an observation like `observation`, while the first parameters are fetched in the
@@ -259,6 +263,10 @@ class BatchedActor(Generic[State]):
         """Sends what each environment's adder still holds (`end_episode_writes`)."""
         end_episode_writes(self._adders)
 
+    def take_sent_steps(self) -> int | None:
+        """`sent_steps` of its k adders (one call for all k where they share a sender)."""
+        return sent_steps(self._adders)
+
     @property
     def state(self) -> State:
         """The k actor states, stacked along a leading axis."""
@@ -282,6 +290,22 @@ def end_episode_writes(environment_adders: Sequence[adders.Adder | None]) -> Non
                 close()
             elif not close_reverb_adder(adder):
                 adder.reset()
+
+
+def sent_steps(environment_adders: Sequence[adders.Adder | None]) -> int | None:
+    """Sends what the adders hold back for a batched send, and returns the environment steps
+    their replay took since the last call (an acting loop counts these: nothing it counts is
+    still waiting to be sent); None where no adder says (each step is written as it comes:
+    the loop counts its own steps).
+
+    Adders that send in batches have `take_sent_steps()` (the served
+    `magi_lp.replay.step_queue.ServedFrameAdder`); adders sharing one sender answer its
+    count once between them.
+    """
+    counting = [a for a in environment_adders if hasattr(a, "take_sent_steps")]
+    if not counting:
+        return None
+    return sum(int(adder.take_sent_steps()) for adder in counting)
 
 
 class OneEnvironment:
@@ -315,6 +339,11 @@ class OneEnvironment:
         close = getattr(self.actor, "close", None)
         if close is not None:
             close()
+
+    def take_sent_steps(self) -> int | None:
+        """The actor's `take_sent_steps` where it has one (`GenericActor`'s); else None."""
+        take = getattr(self.actor, "take_sent_steps", None)
+        return None if take is None else take()
 
     def warm_up(self, observation: Any) -> bool:
         """The actor's `warm_up` where it has one (`GenericActor.warm_up`); else False."""

@@ -33,6 +33,20 @@ machines heals within it; a dead machine is marked dead by Ray's health checks w
 (then the node is named with its machine)."""
 
 
+SHARED_ANSWERS = frozenset({"get_variables"})
+"""Methods whose answer every caller shares (the learner's parameters): the node puts an
+answer into Ray's object store once and hands callers its reference (`_NodeActor.call_shared`),
+so N actors' pulls of one version are one serialization, and actors on one machine read one
+copy from its object store, instead of the answer pickled into each call's reply."""
+
+SHARED_FOR_S = 0.1
+"""How long a shared answer is handed on before the node is asked again: the parameters of
+one moment are one version for every actor that pulls within it. A learner updating hundreds
+of times a second makes a new state each update; an actor pulls every
+`variable_update_period` steps (about a second), so this adds at most a tenth of a second to
+its parameters' age. An answer that is the same object as the last (a learner that has not
+updated: `JaxLearner.get_variables`) keeps its reference however old."""
+
 _POLL_S = 0.1
 _REASK_S = 1.0  # how often an unreachable node is asked again for its run's outcome
 
@@ -97,6 +111,17 @@ class NodeClient:
             return answer_through_blips(
                 lambda: ray.get(actor.call.remote(method, *args, **kwargs), timeout=timeout)
             )
+
+        def call_shared(*args: Any, **kwargs: Any) -> Any:
+            # The reply holds the answer's reference (in a list: Ray resolves only top-level
+            # references), read here from this machine's object store.
+            (reference,) = answer_through_blips(
+                lambda: ray.get(actor.call_shared.remote(method, *args, **kwargs), timeout=timeout)
+            )
+            return ray.get(reference, timeout=timeout)
+
+        if method in SHARED_ANSWERS:
+            call = call_shared
 
         call.__name__ = method
         return call
@@ -185,6 +210,8 @@ class _NodeActor:
         # to the thread that made it (dm_control's EGL context is current on that thread only:
         # a pixel actor's first reset in run() failed with "already current on another thread").
         self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="node")
+        self._shared: dict[tuple[str, str, str], tuple[float, Any, Any]] = {}
+        self._shared_lock = threading.Lock()
         self.made = True
         try:
             self._node = self._thread.submit(self._make, spec, args, kwargs).result()
@@ -219,6 +246,22 @@ class _NodeActor:
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return getattr(self._node, method)(*args, **kwargs)
+
+    def call_shared(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """`call`, its answer put into Ray's object store once and shared by every caller
+        (`SHARED_ANSWERS`, `SHARED_FOR_S`): [the answer's reference]."""
+        key = (method, repr(args), repr(sorted(kwargs.items())))
+        with self._shared_lock:  # one put per version, however many callers ask at once
+            held = self._shared.get(key)
+            if held is not None and time.monotonic() - held[0] < SHARED_FOR_S:
+                return [held[2]]
+            answer = getattr(self._node, method)(*args, **kwargs)
+            if held is None or held[1] is not answer:
+                held = (time.monotonic(), answer, ray.put(answer))
+            else:  # the same object: the same version, its reference kept
+                held = (time.monotonic(), answer, held[2])
+            self._shared[key] = held
+            return [held[2]]
 
     def run(self) -> int:
         self._running = self._thread.submit(self._run)

@@ -14,6 +14,21 @@ transitions in. Two transports carry the items:
   `ServedStepSource` reads it, both through a handle with those methods (a Ray or Courier
   client, or the `StepQueue` itself in one process).
 
+Steps move in batches (issue 67): an actor's k adders share one `StepSender`, which sends
+their items in one `insert_steps` call once `replay.send_steps` wait or the oldest waited
+`replay.send_secs`, and whenever the acting loop reports its counts; the loop counts what the
+queue took (`StepSender.take_sent`), so nothing waiting in an actor is ever counted. The drain
+takes up to `DRAIN_FLUSH_STEPS` a call.
+
+The relay hop stays: actors -> the replay node's `StepQueue` -> the learner's drain. Batched,
+it costs the replay node little per step (BENCHMARKS.md, "Served acting"), and it keeps every
+rule as it was: the queue, its bound and its close live outside the learner's process (whose
+update thread the actors' calls would otherwise share a GIL with), and at a stop the actors
+go first, the learner's drain takes what the queue holds (`take_the_rest`), the replay node
+last. Handing Ray references through the replay node instead would spare one copy, but an
+object belongs to the process that put it: an actor that ends at the stop takes its
+unconsumed batches with it, and the learner's `take_the_rest` would find them gone.
+
 No call waits for long: `StepQueue.insert_steps` and `take_steps` wait at most a short
 timeout (`BLOCK_S`) and say what they did, so an adder re-checks whether the program stops
 (then gives its write up with `WriteAbandonedError`) and the drain whether it is closed;
@@ -27,6 +42,7 @@ Imports no Reverb, no Launchpad, no Ray and no JAX: the served queue runs in any
 from __future__ import annotations
 
 import collections
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -52,6 +68,14 @@ before each batch, so nothing waits on this); also the most steps one served tak
 BLOCK_S = 0.25
 """The longest one `StepQueue` call waits (for room, or for steps): a writer or the drain then
 re-checks whether it should stop."""
+
+SEND_STEPS = 64
+"""Step items an actor's `StepSender` gathers before it sends them in one call (the default
+of `replay.send_steps`): a call per 64 environment steps instead of one each."""
+
+SEND_SECS = 0.5
+"""The longest a step waits in an actor's `StepSender` once another comes (the default of
+`replay.send_secs`); the acting loop also sends at each report of its counts."""
 
 REST_QUIET_S = 0.5
 """At a stop, `StepDrainer.take_the_rest` ends once no step has come for this long (the
@@ -133,45 +157,76 @@ class StepAdder(adders.Adder):
         self._frames.reset()
 
 
-class ServedFrameAdder(StepAdder):
-    """A `StepAdder` writing to a served `StepQueue` through `queue`, a handle with its
-    `insert_steps(items)` and `info()` (a remote client, or the queue itself)."""
+class StepSender:
+    """What one actor's adders send to a served `StepQueue`, in batches: the steps of its k
+    environments (each `ServedFrameAdder` of the actor adds its items here) go in one
+    `insert_steps` call once `send_steps` items wait, or once the oldest has waited
+    `send_secs` (checked as each item comes: a slow environment still sends, one step late
+    at most), and whenever the acting loop reports its counts (`take_sent`).
+
+    The counts stay exact: `take_sent` sends what waits first and answers the environment
+    steps the queue took, so an actor counts only steps the replay has (a kill loses only
+    steps never counted, a stop drops only what the replay would not take, uncounted).
+    """
 
     def __init__(
         self,
         queue: Any,
-        writer: int,
-        spec: FrameReplaySpec,
         *,
-        send_every: int = 1,
-        check_stacking: bool = True,
+        send_steps: int = 1,
+        send_secs: float = SEND_SECS,
         should_stop: Callable[[], bool] = never,
+        clock: Callable[[], float] = time.monotonic,
     ):
-        """Creates the adder (see `StepAdder` for `writer`, `spec` and `check_stacking`).
+        """Creates the sender.
 
         Args:
-          queue: the handle of the replay node's `StepQueue`.
-          send_every: steps sent in one call (1: each step as it comes; more saves calls,
-            and the learner sees the steps that much later).
-          should_stop: whether the program is stopping: a write a full queue holds back is
+          queue: the handle of the replay node's `StepQueue` (`insert_steps`, `info`).
+          send_steps: items that wait before a send (1: each as it comes).
+          send_secs: the longest the oldest waiting item waits for a send, once another
+            item comes.
+          should_stop: whether the program is stopping: a send a full queue holds back is
             then given up (`WriteAbandonedError`) instead of tried again.
+          clock: seconds, for `send_secs` (tests give their own).
         """
-        super().__init__(writer, spec, check_stacking=check_stacking)
+        if int(send_steps) < 1 or not float(send_secs) >= 0:
+            raise ValueError(
+                f"StepSender needs send_steps >= 1 and send_secs >= 0, got {send_steps}, "
+                f"{send_secs}"
+            )
         self._queue = queue
-        self._send_every = max(1, int(send_every))
+        self._send_steps = int(send_steps)
+        self._send_secs = float(send_secs)
         self._should_stop = should_stop
+        self._clock = clock
         self._pending: list[dict[str, Any]] = []
+        self._oldest_at = 0.0
+        self._sent = 0  # environment steps the queue took since the last `take_sent`
+        self.calls = 0
+        """`insert_steps` calls made."""
 
-    def _send(self, item: dict[str, Any]) -> None:
+    @property
+    def pending(self) -> int:
+        """Items waiting for a send."""
+        return len(self._pending)
+
+    def add(self, item: dict[str, Any]) -> None:
+        """Adds one step item; sends what waits once a bound is reached."""
+        now = self._clock()
+        if not self._pending:
+            self._oldest_at = now
         self._pending.append(item)
-        if len(self._pending) >= self._send_every:
-            self._flush()
+        if len(self._pending) >= self._send_steps or now - self._oldest_at >= self._send_secs:
+            self.send()
 
-    def _flush(self) -> None:
-        """Sends what is pending, in order, until the queue took all of it or the program
-        stops (each call waits at most the queue's short timeout)."""
+    def send(self) -> None:
+        """Sends what waits, in order, until the queue took all of it or the program stops
+        (each call waits at most the queue's short timeout); at a stop, or once the queue
+        is closed, drops the rest and raises `WriteAbandonedError`."""
         while self._pending:
+            self.calls += 1
             taken = int(self._queue.insert_steps(self._pending))
+            self._sent += sum(not item["first"] for item in self._pending[:taken])
             del self._pending[:taken]
             if not self._pending:
                 return
@@ -180,15 +235,70 @@ class ServedFrameAdder(StepAdder):
                 self._pending.clear()
                 raise WriteAbandonedError("the program is stopping")
 
+    def take_sent(self) -> int:
+        """Sends what waits (at a stop: what the queue still takes), then returns the
+        environment steps (items of `add`, not of `add_first`) the queue took since the last
+        call: what the actor may count."""
+        with contextlib.suppress(WriteAbandonedError):  # dropped, and so never counted
+            self.send()
+        sent, self._sent = self._sent, 0
+        return sent
+
     def close(self) -> None:
-        """Sends what is pending (with `send_every` > 1), unless the program is stopping or
-        the queue is closed: then it is dropped, as a stop drops a write held back."""
+        """Sends what waits, unless the program is stopping or the queue is closed: then it
+        is dropped, as a stop drops a write held back."""
         try:
             if self._pending and not self._should_stop():
-                self._flush()
+                self.send()
         except WriteAbandonedError:
             pass
         self._pending.clear()
+
+
+class ServedFrameAdder(StepAdder):
+    """A `StepAdder` writing to a served `StepQueue` through a `StepSender`: its own, or one
+    it shares with the other environments of its actor (one call for all k)."""
+
+    def __init__(
+        self,
+        queue: Any,
+        writer: int,
+        spec: FrameReplaySpec,
+        *,
+        send_every: int = 1,
+        send_secs: float = SEND_SECS,
+        sender: StepSender | None = None,
+        check_stacking: bool = True,
+        should_stop: Callable[[], bool] = never,
+    ):
+        """Creates the adder (see `StepAdder` for `writer`, `spec` and `check_stacking`).
+
+        Args:
+          queue: the handle of the replay node's `StepQueue` (`insert_steps(items)`,
+            `info()`: a remote client, or the queue itself).
+          send_every, send_secs: the bounds of its own sender (`StepSender`'s `send_steps`
+            and `send_secs`; 1: each step as it comes).
+          sender: a sender shared with the actor's other adders (then `queue`, `send_every`,
+            `send_secs` and `should_stop` are the sender's, not these).
+          should_stop: whether the program is stopping: a write a full queue holds back is
+            then given up (`WriteAbandonedError`) instead of tried again.
+        """
+        super().__init__(writer, spec, check_stacking=check_stacking)
+        self._sender = sender or StepSender(
+            queue, send_steps=send_every, send_secs=send_secs, should_stop=should_stop
+        )
+
+    def _send(self, item: dict[str, Any]) -> None:
+        self._sender.add(item)
+
+    def take_sent_steps(self) -> int:
+        """Sends what its sender holds and returns the environment steps the queue took
+        since the last call, of every adder sharing the sender (`StepSender.take_sent`)."""
+        return self._sender.take_sent()
+
+    def close(self) -> None:
+        """Sends what its sender holds, unless the program is stopping (`StepSender.close`)."""
+        self._sender.close()
 
 
 # -- the served queue ---------------------------------------------------------------------

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from magi_lp import console
@@ -210,6 +210,18 @@ class ReplayStore(abc.ABC):
           should_stop: whether the program is stopping: an adder then gives up a write the
             replay holds back (`magi_lp.replay.spec.WriteAbandonedError`) instead of blocking.
         """
+
+    def make_adders(
+        self,
+        environment_spec: Any,
+        replay: Any,
+        writers: Sequence[int],
+        should_stop: StopFn = never,
+    ) -> list[Any]:
+        """One actor's adders, one per environment (`writers`: their `make_adder` indices).
+        A store may have them share what carries their writes (the device store's served
+        sender: one call for the actor's k environments); by default `make_adder` each."""
+        return [self.make_adder(environment_spec, replay, w, should_stop) for w in writers]
 
     @abc.abstractmethod
     def make_learner_replay(

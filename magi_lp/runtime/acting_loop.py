@@ -219,8 +219,15 @@ class ActingLoop:
 
     def flush_counts(self, episodes: int = 0) -> dict[str, Any]:
         """Gives the counter the steps taken since the last increment (and `episodes` ended
-        episodes); returns and keeps (`counts`) the counts it answers with."""
-        steps = self._uncounted * len(self._environments)
+        episodes); returns and keeps (`counts`) the counts it answers with.
+
+        An actor whose adders send in batches (`take_sent_steps`: the served step queue's)
+        first sends what they hold, and the steps counted are those its replay took: what
+        waits unsent is never counted (a kill loses only uncounted steps), and what a stop
+        drops is not counted either.
+        """
+        sent = self._actor.take_sent_steps() if hasattr(self._actor, "take_sent_steps") else None
+        steps = self._uncounted * len(self._environments) if sent is None else sent
         self.counts = self._counter.increment(steps=steps, episodes=episodes)
         self._uncounted = 0
         return self.counts

@@ -213,15 +213,20 @@ def _make_actor(
         else None
     )
     steps_before = 0 if evaluation else resumed_at // (max(1, actors) * k)
+    # One actor's adders together: a store may send their k environments' steps in one call.
+    adders = (
+        [None]
+        if evaluation
+        else store.make_adders(
+            environment_spec, replay, range(index * k, index * k + k), should_stop
+        )
+    )
     if k > 1:
         return BatchedActor(
             policy,
             list(jax.random.split(key, k)),
             variables,
-            [
-                store.make_adder(environment_spec, replay, index * k + j, should_stop)
-                for j in range(k)
-            ],
+            adders,
             device_check=check,
             steps_before=steps_before,
         )
@@ -229,7 +234,7 @@ def _make_actor(
         policy,
         key,
         variables,
-        None if evaluation else store.make_adder(environment_spec, replay, index, should_stop),
+        adders[0],
         device_check=check,
         steps_before=steps_before,
     )

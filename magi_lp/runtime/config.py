@@ -134,10 +134,17 @@ class ReplaySettings:
     # memory has room (magi_lp.replay.stores.auto_frame_store).
     store: str = "auto"
     queue_steps: int = 500  # device/host store: steps in flight from actors to the learner
+    # device/host store on Ray: an actor sends its k environments' steps in one call once this
+    # many wait, or once the oldest waited send_secs, and at each report of its counts
+    # (magi_lp.replay.step_queue.StepSender; SEND_STEPS and SEND_SECS there)
+    send_steps: int = 64
+    send_secs: float = 0.5
 
     def __post_init__(self) -> None:
         check(self, "store", self.store in REPLAY_STORES, " or ".join(map(repr, REPLAY_STORES)))
         in_range(self, "queue_steps", minimum=1)
+        in_range(self, "send_steps", minimum=1)
+        in_range(self, "send_secs", minimum=0)
 
 
 @dataclasses.dataclass(frozen=True)

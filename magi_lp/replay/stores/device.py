@@ -11,6 +11,7 @@ step queue in the replay node, a thread of the learner drains it into the store
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from magi_lp.replay.store import HeldLearnerReplay, ReplayStore, StopFn, never
@@ -106,18 +107,44 @@ class DeviceStore(ReplayStore):
     def make_adder(
         self, environment_spec: Any, replay: Any, writer: int, should_stop: StopFn = never
     ) -> Any:
+        return self.make_adders(environment_spec, replay, [writer], should_stop)[0]
+
+    def make_adders(
+        self,
+        environment_spec: Any,
+        replay: Any,
+        writers: Sequence[int],
+        should_stop: StopFn = never,
+    ) -> list[Any]:
+        """One actor's adders; on 'served' they share one `StepSender`: the actor's k
+        environments' steps go in one call, `replay.send_steps` at a time (or after
+        `replay.send_secs`, or at the loop's count)."""
         if isinstance(replay, DeviceLearnerReplay):  # one process: straight into the store
             from magi_lp.replay.frame_store import StoreAdder
 
-            return StoreAdder(replay.store, writer)
+            return [StoreAdder(replay.store, writer) for writer in writers]
         spec = self.builder.frame_replay(environment_spec)
         if self.served:
-            from magi_lp.replay.step_queue import ServedFrameAdder
+            from magi_lp.replay.step_queue import ServedFrameAdder, StepSender
 
-            return ServedFrameAdder(replay, writer, spec, should_stop=should_stop)
+            sender = StepSender(replay, **self.send_bounds(), should_stop=should_stop)
+            return [ServedFrameAdder(replay, w, spec, sender=sender) for w in writers]
         from magi_lp.replay.frame_queue import QueueFrameAdder
 
-        return QueueFrameAdder(replay, STEP_QUEUE, writer, spec, should_stop=should_stop)
+        return [
+            QueueFrameAdder(replay, STEP_QUEUE, w, spec, should_stop=should_stop) for w in writers
+        ]
+
+    def send_bounds(self) -> dict[str, Any]:
+        """An actor's `StepSender` bounds: `replay.send_steps` and `replay.send_secs` (their
+        defaults where a config lacks them)."""
+        from magi_lp.replay.step_queue import SEND_SECS, SEND_STEPS
+
+        replay = self.config.replay
+        return {
+            "send_steps": int(replay.get("send_steps", SEND_STEPS)),
+            "send_secs": float(replay.get("send_secs", SEND_SECS)),
+        }
 
     def make_learner_replay(
         self, environment_spec: Any, replay_client: Any, key: Any

@@ -1,0 +1,372 @@
+"""Steps moved in batches on the served path (issue 67, item 2): an actor's k environments'
+steps go to the replay node's `StepQueue` in one call, gathered up to a count and a time
+(`StepSender`), sent whenever the acting loop reports its counts, and counted only once the
+queue took them; the learner's parameters are put into Ray's object store once per version
+(`ray_nodes.SHARED_ANSWERS`).
+
+Runs without Launchpad, Reverb or a Ray cluster (the Ray calls are stood in for).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import dm_env
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from magi_lp.acme_api import counting, specs
+from magi_lp.agent.actor import BatchedActor, GenericActor, OneEnvironment
+from magi_lp.agent.actor_core import ActorCore
+from magi_lp.errors import ConfigError
+from magi_lp.replay.spec import WriteAbandonedError
+from magi_lp.replay.step_queue import (
+    SEND_SECS,
+    SEND_STEPS,
+    ServedFrameAdder,
+    StepQueue,
+    StepSender,
+)
+from magi_lp.replay.stores import resolve_store
+from magi_lp.runtime import nodes
+from magi_lp.runtime.acting_loop import ActingLoop
+from magi_lp.runtime.config import ReplaySettings
+from tests.test_frame_store import STACK, C, H, W, make_spec
+from tests.test_served_replay import Remote
+
+ACTION_SPEC = specs.BoundedArray((2,), np.float32, -1.0, 1.0)
+FRAME = np.zeros((H, W, C), np.uint8)
+OBSERVATION = np.concatenate([FRAME] * STACK, axis=-1)
+
+
+class Clock:
+    """Seconds that pass only when a test says so."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Pixels(dm_env.Environment):
+    """Episodes of `length` steps of stacked blank frames."""
+
+    def __init__(self, length: int):
+        self._length, self._t = length, 0
+
+    def reset(self) -> dm_env.TimeStep:
+        self._t = 0
+        return dm_env.restart(OBSERVATION)
+
+    def step(self, action) -> dm_env.TimeStep:
+        self._t += 1
+        if self._t >= self._length:
+            return dm_env.truncation(np.float32(1.0), OBSERVATION, np.float32(1.0))
+        return dm_env.transition(np.float32(1.0), OBSERVATION, np.float32(1.0))
+
+    def observation_spec(self):
+        return specs.Array(OBSERVATION.shape, np.uint8)
+
+    def action_spec(self):
+        return ACTION_SPEC
+
+
+def _core() -> ActorCore:
+    def select_action(params, observation, state):
+        del params, observation
+        return jnp.zeros(2, jnp.float32), state
+
+    return ActorCore(init=lambda key: {"key": key}, select_action=select_action)
+
+
+class _Builder:
+    def frame_replay(self, environment_spec):
+        del environment_spec
+        return make_spec(capacity=500)
+
+
+def _store(send_steps: int = SEND_STEPS, send_secs: float = SEND_SECS, envs: int = 3):
+    config = ml_collections.ConfigDict(
+        {
+            "num_actors": 1,
+            "envs_per_actor": envs,
+            "seed": 0,
+            "replay": {
+                "store": "device",
+                "queue_steps": 10_000,
+                "send_steps": send_steps,
+                "send_secs": send_secs,
+            },
+        }
+    )
+    return resolve_store(_Builder(), config, transport="served")
+
+
+def _item(first: bool = False) -> dict:
+    return {"first": np.bool_(first), "frame": FRAME}
+
+
+def _loop(k: int, queue, *, should_stop=lambda: False, count_every: int = 20, **bounds):
+    remote = Remote(queue)
+    adders = _store(envs=k, **bounds).make_adders(None, remote, range(k), should_stop)
+    keys = list(jax.random.split(jax.random.PRNGKey(0), k))
+    actor = (
+        BatchedActor(_core(), keys, None, adders)
+        if k > 1
+        else OneEnvironment(GenericActor(_core(), keys[0], None, adders[0]))
+    )
+    counter = counting.Counter(time_delta=0.0)
+    environments = [Pixels(length=7 + j) for j in range(k)]
+    return ActingLoop(environments, actor, counter, count_every=count_every), counter, remote
+
+
+def _steps_in(queue: StepQueue) -> int:
+    """Environment steps the queue took (its items but the episodes' first frames)."""
+    saved = queue.save()["steps"]
+    return int(np.sum(~np.asarray(saved["first"])))
+
+
+def test_the_sender_sends_once_the_count_bound_is_reached():
+    queue = StepQueue(make_spec(), max_steps=100)
+    remote = Remote(queue)
+    sender = StepSender(remote, send_steps=3, send_secs=10.0, clock=Clock())
+    for i in range(7):
+        sender.add(_item(first=i == 0))
+    assert remote.calls == 2 and queue.info()["inserted"] == 6 and sender.pending == 1
+    assert sender.take_sent() == 6  # the 7th goes now: 7 items, the first a reset
+    assert remote.calls == 3 and queue.info()["inserted"] == 7
+    assert sender.take_sent() == 0 and remote.calls == 3  # nothing waits: no call
+
+
+def test_the_sender_sends_a_slow_environments_steps_after_the_time_bound():
+    queue = StepQueue(make_spec(), max_steps=100)
+    clock = Clock()
+    sender = StepSender(Remote(queue), send_steps=1000, send_secs=0.5, clock=clock)
+    sender.add(_item())
+    clock.now = 0.4
+    sender.add(_item())
+    assert queue.info()["inserted"] == 0
+    clock.now = 0.55  # the oldest waited past the bound: both go with the third
+    sender.add(_item())
+    assert queue.info()["inserted"] == 3 and sender.pending == 0
+    clock.now = 5.0  # the bound counts from the oldest waiting, not the last send
+    sender.add(_item())
+    assert queue.info()["inserted"] == 3
+    clock.now = 5.6
+    sender.add(_item())
+    assert queue.info()["inserted"] == 5
+
+
+def test_an_actors_k_environments_share_one_call():
+    queue = StepQueue(make_spec(), max_steps=10_000)
+    loop, _, remote = _loop(4, queue, send_steps=16, send_secs=60.0)
+    loop.step()  # 4 first items and 4 steps: 8 items, under the bound
+    assert remote.calls == 0 and queue.info()["inserted"] == 0
+    loop.step()  # 12 items
+    loop.step()  # 16: one call for the four environments
+    assert remote.calls == 1 and queue.info()["inserted"] == 16
+    for _ in range(4):  # 16 steps more (no episode ended yet: 7 steps the shortest)
+        loop.step()
+    assert remote.calls == 2 and queue.info()["inserted"] == 32
+
+
+def test_counts_are_exactly_the_steps_the_queue_took_and_pending_steps_are_never_counted():
+    """A kill loses only what was never counted: at every report the loop's counts equal the
+    steps in the queue, and what waits to be sent between reports is not counted."""
+    queue = StepQueue(make_spec(), max_steps=10_000)
+    loop, counter, _ = _loop(3, queue, count_every=5, send_steps=1000, send_secs=60.0)
+    reports = 0
+    for taken in range(1, 30):
+        before = dict(loop.counts)
+        loop.step()
+        counted = counter.get_counts().get("steps", 0)
+        assert counted <= _steps_in(queue), taken  # never ahead of the replay
+        if loop.counts != before:  # a report (every 5 steps, or an episode's end)
+            reports += 1
+            assert counted == _steps_in(queue) == 3 * taken, taken
+    assert reports >= 6
+    assert counter.get_counts()["episodes"] == loop.counts["episodes"] >= 3
+
+
+def test_a_stop_sends_the_buffer_before_the_actor_reports_its_counts():
+    queue = StepQueue(make_spec(), max_steps=10_000)
+    taken = [0]
+    loop, counter, _ = _loop(3, queue, count_every=20, send_steps=1000, send_secs=60.0)
+    step = loop.step
+    loop.step = lambda: (taken.__setitem__(0, taken[0] + 1), step())[1]
+
+    class Lifetime:  # the program stops once the loop has taken 5 steps
+        def stopping(self):
+            return taken[0] >= 5
+
+        def leave(self):
+            pass
+
+    node = nodes.ActorNode.__new__(nodes.ActorNode)
+    node._lifetime, node._loop, node._name, node._max_actor_steps = (
+        Lifetime(),
+        loop,
+        "actor_0",
+        10**6,
+    )
+    assert queue.info()["inserted"] == 0
+    node.run()
+    assert counter.get_counts()["steps"] == _steps_in(queue) == 3 * 5
+    assert queue.info()["inserted"] == 3 * 5 + 3  # and the three episodes' first frames
+
+
+def test_what_a_stop_drops_is_not_counted():
+    """A full queue at a stop: what it would not take is dropped, and only what it took is
+    counted (a relaunch takes the dropped steps again, as steps never counted)."""
+    queue = StepQueue(make_spec(), max_steps=10, block_s=0.05)
+    stop = threading.Event()
+    loop, _, _ = _loop(2, queue, should_stop=stop.is_set, count_every=1000, send_steps=64)
+    for _ in range(6):  # 2 first items and 12 steps wait: under both bounds
+        loop.step()
+    assert queue.info()["inserted"] == 0
+    stop.set()
+    counts = loop.flush_counts()
+    assert queue.info()["inserted"] == 10 and counts["steps"] == _steps_in(queue) == 8
+    assert loop.flush_counts()["steps"] == 8  # the dropped steps never come back
+
+
+def test_a_write_to_a_closed_queue_is_given_up_and_the_loop_counts_what_went():
+    queue = StepQueue(make_spec(), max_steps=100)
+    loop, _, _ = _loop(2, queue, count_every=1000, send_steps=6)
+    loop.step()
+    loop.step()  # 2 first items + 4 steps: sent
+    queue.close()
+    with pytest.raises(WriteAbandonedError):
+        for _ in range(10):
+            loop.step()
+    assert loop.flush_counts()["steps"] == 4
+
+
+def test_the_send_bounds_are_config_keys_with_checked_values():
+    assert (ReplaySettings().send_steps, ReplaySettings().send_secs) == (SEND_STEPS, SEND_SECS)
+    with pytest.raises(ConfigError, match="send_steps"):
+        ReplaySettings(send_steps=0)
+    with pytest.raises(ConfigError, match="send_secs"):
+        ReplaySettings(send_secs=-1.0)
+    assert _store(send_steps=7, send_secs=0.25).send_bounds() == {
+        "send_steps": 7,
+        "send_secs": 0.25,
+    }
+    with pytest.raises(ValueError, match="send_steps >= 1"):
+        StepSender(None, send_steps=0)
+    # A one-writer adder of the store sends in batches too (its own sender).
+    queue = StepQueue(make_spec(), max_steps=100)
+    adder = _store(send_steps=3).make_adder(None, Remote(queue), 0)
+    assert isinstance(adder, ServedFrameAdder)
+    adder.add_first(dm_env.restart(OBSERVATION))
+    adder.add(np.zeros(2, np.float32), dm_env.transition(np.float32(1.0), OBSERVATION))
+    assert queue.info()["inserted"] == 0
+    adder.add(np.zeros(2, np.float32), dm_env.transition(np.float32(1.0), OBSERVATION))
+    assert queue.info()["inserted"] == 3
+
+
+# -- parameters by reference ----------------------------------------------------------------
+
+
+def test_the_learner_answers_one_object_per_version():
+    from magi_lp.agent.learner import JaxLearner
+
+    class Learner(JaxLearner):
+        def variables(self, state):
+            return {"w": state}
+
+    batches = iter([{"b": np.float32(i)} for i in range(3)])
+    update = jax.jit(lambda state, batch: (state + batch["b"], {}))
+    learner = Learner(update, jnp.zeros(3), batches, prefetch=0)
+    first = learner.get_variables(["w"])
+    assert learner.get_variables(["w"]) is first  # no update: the same version
+    assert learner.get_variables(("w",)) is first
+    learner.step()
+    again = learner.get_variables(["w"])
+    assert again is not first and again[0] is learner.state
+    assert learner.get_variables(["w"]) is again
+
+
+class _FakeRay:
+    """`ray.put` and `ray.get` as the node actor and its client use them, counted."""
+
+    def __init__(self) -> None:
+        self.puts: list = []
+
+    def put(self, value):
+        self.puts.append(value)
+        return ("ref", len(self.puts) - 1)
+
+    def get(self, value, timeout=None):
+        if isinstance(value, tuple) and value[:1] == ("ref",):
+            return self.puts[value[1]]
+        return value
+
+
+def test_a_shared_answer_is_put_once_per_version_and_fetched_by_reference(monkeypatch):
+    pytest.importorskip("ray")  # the current stack's engine
+    from magi_lp.engines import ray_nodes
+
+    fake = _FakeRay()
+    monkeypatch.setattr(ray_nodes.ray, "put", fake.put)
+    monkeypatch.setattr(ray_nodes.ray, "get", fake.get)
+    clock = Clock()
+    monkeypatch.setattr(ray_nodes.time, "monotonic", clock)
+
+    class Learner:
+        def __init__(self) -> None:
+            self.values = ["params v0"]
+            self.asked = 0
+
+        def get_variables(self, names):
+            self.asked += 1
+            return self.values
+
+        def step(self):
+            self.values = [f"params v{self.asked}"]
+
+    node = ray_nodes._NodeActor.__new__(ray_nodes._NodeActor)
+    node._node, node._shared, node._shared_lock = Learner(), {}, threading.Lock()
+
+    class Method:
+        def __init__(self, name):
+            self.name = name
+
+        def remote(self, method, *args, **kwargs):
+            return getattr(node, self.name)(method, *args, **kwargs)
+
+    handle = type("Handle", (), {"call": Method("call"), "call_shared": Method("call_shared")})()
+    clients = [ray_nodes.NodeClient(handle, ["get_variables", "replay_info"]) for _ in range(5)]
+    answers = [client.get_variables(["policy"]) for client in clients]
+    assert answers == [["params v0"]] * 5 and len(fake.puts) == 1  # five pulls, one put
+    assert node._node.asked == 1  # within SHARED_FOR_S: not asked again
+    clock.now += 2 * ray_nodes.SHARED_FOR_S
+    assert clients[0].get_variables(["policy"]) == ["params v0"]
+    assert node._node.asked == 2 and len(fake.puts) == 1  # the same object: its reference kept
+    node._node.step()
+    clock.now += 2 * ray_nodes.SHARED_FOR_S
+    assert [c.get_variables(["policy"]) for c in clients] == [["params v2"]] * 5
+    assert len(fake.puts) == 2  # a new version: one more put for all five
+    assert "get_variables" in ray_nodes.SHARED_ANSWERS
+
+    # Other methods are plain calls: answered in the reply, nothing put.
+    node._node.replay_info = lambda: {"size": 1}
+    assert clients[0].replay_info() == {"size": 1} and len(fake.puts) == 2
+
+
+def test_counts_without_batched_adders_are_the_loops_own():
+    """Evaluators and Reverb's adders write each step as it comes: the loop counts its steps
+    as before (`sent_steps` says None)."""
+    actor = BatchedActor(
+        _core(), list(jax.random.split(jax.random.PRNGKey(0), 2)), None, [None] * 2
+    )
+    assert actor.take_sent_steps() is None
+    counter = counting.Counter(time_delta=0.0)
+    loop = ActingLoop([Pixels(50), Pixels(50)], actor, counter, count_every=3)
+    for _ in range(3):
+        loop.step()
+    assert counter.get_counts()["steps"] == 6
