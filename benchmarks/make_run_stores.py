@@ -1,13 +1,15 @@
-"""`make run`'s program on each replay store, for the same time: frames/s, learner updates/s
-and the CPU each node used (figure 12 of BENCHMARKS.md).
+"""`make run`'s program on each replay store, for the same time: frames/s, learner updates/s,
+the CPU and the memory each node used (figure 12 of BENCHMARKS.md).
 
 Runs `projects/drq_v2/lp_main.py --config configs/reacher_hard_distributed.py` (what
 `make run` launches) once with `replay.store=reverb` (its 1M-transition Reverb frame replay)
 and once with `replay.store=device` at a capacity this machine holds beside the other nodes
-(`agent.replay_buffer_size` = 100,000: 2.2 GB), each for the same wall time (240 s)
-after launch, then stops it with SIGTERM and reads the launcher's `status.csv`: rates are
-averaged over the samples after learning started, each node's CPU (percent of one core)
-over the same samples.
+(`agent.replay_buffer_size` = 100,000: 2.2 GB), both on the Launchpad stack (.venv), and once
+on the current stack (.venv312, `--launcher ray`) as the config is, `replay.store=auto` at its
+own 1M transitions: the compressed host store there (issue 67). Each runs for the same wall
+time (240 s) after launch, then stops with SIGTERM; the launcher's `status.csv` gives the
+rates, averaged over the samples after learning started, each node's CPU (percent of one core)
+over the same samples, and each node's RSS (mean over them, and its peak over the run).
 
     python -m benchmarks.run --only make_run_stores
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -31,9 +34,26 @@ TITLE = "make run's program on each replay store: frames/s, updates/s, CPU per n
 DEVICE_CAPACITY = 100_000  # 2.2 GB at 84x84: fits this machine beside the other nodes
 
 
-def _run(store: str, seconds: float, capacity: int, workdir: Path) -> dict:
+CURRENT_PYTHON = ROOT / ".venv312" / "bin" / "python"
+"""The current stack's Python (`make setup312`): the run there goes through Ray."""
+RUNS = {
+    "reverb": ("reverb", sys.executable, ()),
+    "device": ("device", sys.executable, ()),
+    "auto on .venv312 (Ray)": ("auto", str(CURRENT_PYTHON), ("--launcher=ray",)),
+}
+"""Each run: its `replay.store`, its Python and its extra flags."""
+
+
+def _run(
+    store: str,
+    seconds: float,
+    capacity: int,
+    workdir: Path,
+    python: str = sys.executable,
+    extra: tuple[str, ...] = (),
+) -> dict:
     command = [
-        sys.executable,
+        python,
         str(ROOT / "projects" / "drq_v2" / "lp_main.py"),
         "--config",
         str(ROOT / "configs" / "reacher_hard_distributed.py"),
@@ -41,6 +61,7 @@ def _run(store: str, seconds: float, capacity: int, workdir: Path) -> dict:
         str(workdir),
         f"--config.replay.store={store}",
         "--status_every=5",
+        *extra,
     ]
     if store == "device":
         command.append(f"--config.agent.replay_buffer_size={capacity}")
@@ -67,8 +88,16 @@ def _run(store: str, seconds: float, capacity: int, workdir: Path) -> dict:
         return sum(values) / len(values) if values else None
 
     nodes = sorted({k.split(":")[0] for k in rows[0] if k.endswith(":cpu")})
+    said = [m.group(1) for m in re.finditer(r"(?:^|\] )replay: (.*)$", output, re.M)]
+    peak = {
+        node: max(
+            (float(r[f"{node}:rss_mib"]) for r in rows if r.get(f"{node}:rss_mib")), default=None
+        )
+        for node in nodes
+    }
     return {
         "store": store,
+        "replay_line": said[0] if said else None,
         "capacity": capacity if store == "device" else 1_000_000,
         "run_seconds": seconds,
         "frames": float(rows[-1]["frames"] or 0),
@@ -78,6 +107,7 @@ def _run(store: str, seconds: float, capacity: int, workdir: Path) -> dict:
         "learning_samples": len(learning),
         "cpu_percent": {node: mean(f"{node}:cpu", learning) for node in nodes},
         "rss_mib": {node: mean(f"{node}:rss_mib", learning) for node in nodes},
+        "peak_rss_mib": peak,
         "stop_s": round(stopped_s, 1),
         "exit_code": process.returncode,
         "output_tail": output[-1500:],
@@ -88,9 +118,12 @@ def measure(quick: bool) -> dict:
     seconds = 60.0 if quick else 240.0
     capacity = 10_000 if quick else DEVICE_CAPACITY
     results = {}
-    for store in ("reverb", "device"):
+    for name, (store, python, extra) in RUNS.items():
+        if not Path(python).exists():
+            results[name] = {"status": "skipped", "reason": f"{python} is not here"}
+            continue
         with tempfile.TemporaryDirectory(prefix=f"make_run_{store}_") as folder:
-            results[store] = _run(store, seconds, capacity, Path(folder))
+            results[name] = _run(store, seconds, capacity, Path(folder), python, extra)
     return {"run_seconds": seconds, "cores": os.cpu_count(), "stores": results}
 
 
@@ -123,11 +156,26 @@ def report(result: dict) -> str:
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, r in result["stores"].items():
+        if "frames_per_s" not in r:
+            lines.append(f"| {name} | not run: {r.get('reason', '?')} | | | | | |")
+            continue
         lines.append(
             f"| {name} | {r['capacity']:,} | {fmt(r['frames_per_s'])} | "
             f"{fmt(r['updates_per_s'], 2)} | {fmt(r['samples_per_s'], 0)} | {r['stop_s']} | "
             f"{_cpu_line(r)} |"
         )
+    lines += [
+        "",
+        "| run | replay | peak RSS per node (MiB) | peak RSS, all nodes |",
+        "| --- | --- | --- | --- |",
+    ]
+    for name, r in result["stores"].items():
+        peaks = r.get("peak_rss_mib") or {}
+        if not peaks:
+            continue
+        each = ", ".join(f"{node} {value:,.0f}" for node, value in peaks.items() if value)
+        total = sum(value for value in peaks.values() if value)
+        lines.append(f"| {name} | {r.get('replay_line') or r['store']} | {each} | {total:,.0f} |")
     lines += [
         "",
         "On this CPU the learner's update (several CPU-s at batch 256: figure 1) is the "
