@@ -1089,6 +1089,10 @@ def test_a_resumed_actor_starts_from_its_share_of_the_runs_steps(envs_per_actor,
     experiment = toy_experiment(config)
     spec = experiment.get_environment_spec()
     handles = [mock.Mock(), mock.Mock(), mock.Mock(), mock.Mock()]
+    # The store makes one actor's adders together (`ReplayStore.make_adders`): one each.
+    handles[0].make_adders.side_effect = lambda spec, replay, writers, stop: [
+        mock.Mock() for _ in writers
+    ]
     loop = nodes.make_acting_loop(
         experiment, spec, 0, *handles, lambda *a, **k: mock.Mock(), resumed_at=120, actors=actors
     )
