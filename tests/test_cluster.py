@@ -790,6 +790,7 @@ def test_dry_run_prints_the_plan_the_warning_and_the_script(tmp_path):
     assert not (tmp_path / "run" / "cluster").exists()
 
 
+@pytest.mark.integration  # runs lp_main.py --render, an entry point
 def test_render_writes_the_files_and_bad_input_is_one_line(tmp_path):
     result = _lp_main(
         "--config",

@@ -61,6 +61,7 @@ def test_one_device_runs_the_update_as_given():
     assert local_data_parallel() is None
 
 
+@pytest.mark.integration  # a Python process of its own that imports a framework
 def test_device_check_catches_misplaced_arrays_on_two_devices():
     found = _probe("device_check")
     assert found["actor"] == (

@@ -384,6 +384,7 @@ def _writer_and_learner(started):
     return queue, store, gate, drainer, iterator, writer
 
 
+@pytest.mark.integration  # a writer and a learner on threads, held for seconds
 def test_a_slow_learner_holds_the_served_writer_back_at_the_schedule(started):
     queue, _, gate, drainer, iterator, writer = _writer_and_learner(started)
     # No batch sampled: the drain stops at min_replay_size + error buffer transitions...
@@ -448,6 +449,7 @@ def test_the_rest_is_nothing_once_the_drain_has_ended(started):
     assert queue.info()["size"] == 3
 
 
+@pytest.mark.integration  # a writer and a learner on threads, held for seconds
 def test_a_slow_served_writer_stalls_the_learner_at_the_schedule(started):
     spec = make_spec(capacity=500)
     queue = StepQueue(spec, max_steps=20)
