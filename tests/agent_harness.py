@@ -102,3 +102,29 @@ def n_step_transitions(episode: dict, n_step: int, gamma: float) -> dict[int, tu
             episode["observations"][t + n_step],
         )
     return transitions
+
+
+def actor_node_stopping_after(loop: Any, steps: int) -> tuple[Any, list[int]]:
+    """An `ActorNode` around `loop` whose program stops once the loop has taken `steps` loop
+    steps, and the count of steps it has taken (a one-item list, read after `node.run()`)."""
+    from magi_lp.runtime import nodes
+
+    taken = [0]
+    step = loop.step
+    loop.step = lambda: (taken.__setitem__(0, taken[0] + 1), step())[1]
+
+    class Lifetime:
+        def stopping(self) -> bool:
+            return taken[0] >= steps
+
+        def leave(self) -> None:
+            pass
+
+    node = nodes.ActorNode.__new__(nodes.ActorNode)
+    node._lifetime, node._loop, node._name, node._max_actor_steps = (
+        Lifetime(),
+        loop,
+        "actor_0",
+        10**6,
+    )
+    return node, taken

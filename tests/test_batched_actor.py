@@ -24,10 +24,9 @@ from acme.utils import counting
 from magi_lp.agent.actor import BatchedActor
 from magi_lp.agent.actor_core import ActorCore
 from magi_lp.replay.frame_replay import FrameStackAdder, frame_replay_signature
-from magi_lp.runtime import nodes
 from magi_lp.runtime.acting_loop import ActingLoop
 from magi_lp.runtime.single_process import run_single_process
-from tests.agent_harness import n_step_transitions, queue_dataset
+from tests.agent_harness import actor_node_stopping_after, n_step_transitions, queue_dataset
 from tests.runtime_toys import toy_config, toy_experiment
 
 H, W, C = 6, 6, 3
@@ -215,24 +214,7 @@ def test_a_distributed_actor_reports_its_last_steps_at_a_stop():
     )
     counter = counting.Counter(time_delta=0.0)
     loop = ActingLoop(environments, actor, counter, count_every=20)
-    taken = [0]
-    step = loop.step
-    loop.step = lambda: (taken.__setitem__(0, taken[0] + 1), step())[1]
-
-    class Lifetime:  # the program stops once the loop has taken 5 steps
-        def stopping(self):
-            return taken[0] >= 5
-
-        def leave(self):
-            pass
-
-    node = nodes.ActorNode.__new__(nodes.ActorNode)
-    node._lifetime, node._loop, node._name, node._max_actor_steps = (
-        Lifetime(),
-        loop,
-        "actor_0",
-        10**6,
-    )
+    node, taken = actor_node_stopping_after(loop, 5)  # the program stops after 5 loop steps
     node.run()
     assert taken[0] == 5
     assert counter.get_counts()["steps"] == 2 * 5  # two environments a loop step

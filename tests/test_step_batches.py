@@ -31,9 +31,9 @@ from magi_lp.replay.step_queue import (
     StepSender,
 )
 from magi_lp.replay.stores import resolve_store
-from magi_lp.runtime import nodes
 from magi_lp.runtime.acting_loop import ActingLoop
 from magi_lp.runtime.config import ReplaySettings
+from tests.agent_harness import actor_node_stopping_after
 from tests.test_frame_store import STACK, C, H, W, make_spec
 from tests.test_served_replay import Remote
 
@@ -194,25 +194,8 @@ def test_counts_are_exactly_the_steps_the_queue_took_and_pending_steps_are_never
 
 def test_a_stop_sends_the_buffer_before_the_actor_reports_its_counts():
     queue = StepQueue(make_spec(), max_steps=10_000)
-    taken = [0]
     loop, counter, _ = _loop(3, queue, count_every=20, send_steps=1000, send_secs=60.0)
-    step = loop.step
-    loop.step = lambda: (taken.__setitem__(0, taken[0] + 1), step())[1]
-
-    class Lifetime:  # the program stops once the loop has taken 5 steps
-        def stopping(self):
-            return taken[0] >= 5
-
-        def leave(self):
-            pass
-
-    node = nodes.ActorNode.__new__(nodes.ActorNode)
-    node._lifetime, node._loop, node._name, node._max_actor_steps = (
-        Lifetime(),
-        loop,
-        "actor_0",
-        10**6,
-    )
+    node, _ = actor_node_stopping_after(loop, 5)  # the program stops after 5 loop steps
     assert queue.info()["inserted"] == 0
     node.run()
     assert counter.get_counts()["steps"] == _steps_in(queue) == 3 * 5
