@@ -1,7 +1,7 @@
 """Store 'host' (magi_lp/replay/stores/host_frames.py) as the runners use it: through the
 served step queue to the reference transitions (and, where Reverb is installed, the official
 sampler's, bit for bit), its learner side checkpointed and restored as the learner runner
-does it (the fresh store's save is the restore target), and in one process.
+does it (`restore_target`: the saved shapes as they are), and in one process.
 
 The store's own checks (the same transitions as the device store, eviction, sampling, the
 arena) are in tests/test_frame_store.py, which runs them on both frame stores."""
@@ -108,9 +108,9 @@ def test_the_served_host_store_gives_the_official_samplers_transitions_bit_for_b
 
 
 def test_the_learner_side_checkpoints_and_resumes_as_the_learner_runner_does(tmp_path):
-    """Saved beside a learner checkpoint and restored into a fresh learner side whose own
-    save is the restore target (`LearnerRunner`): fixed shapes, the same transitions, the
-    ratio's counts back, and writing goes on."""
+    """Saved beside a learner checkpoint and restored into a fresh learner side with its
+    `restore_target` (`LearnerRunner`: None, the saved shapes, the arena's bytes in use):
+    the same transitions, the ratio's counts back, and writing goes on."""
     store = HostFrameStore(Builder(capacity=40), config(), single_process=True)
     replay = store.make_learner_replay(None, None, None)
     adders = [store.make_adder(None, replay, w) for w in range(2)]
@@ -122,7 +122,9 @@ def test_the_learner_side_checkpoints_and_resumes_as_the_learner_runner_does(tmp
         Checkpointer(tmp_path).save(1, replay.save())
 
     fresh = store.make_learner_replay(None, None, None)
-    saved, _ = Checkpointer(tmp_path).restore(fresh.save())
+    assert fresh.restore_target() is None
+    saved, _ = Checkpointer(tmp_path).restore(fresh.restore_target())
+    assert len(saved["arena"]) == replay.store.save()["arena"].nbytes
     fresh.restore(saved)
     assert keys(fresh.store.transitions_at()) == before
     assert fresh.info()["replay_inserted"] == replay.info()["replay_inserted"]

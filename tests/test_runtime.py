@@ -31,6 +31,7 @@ from absl.testing import absltest
 from magi_lp.agent.variable_client import VariableClient
 from magi_lp.engines.launchpad_engine import to_program
 from magi_lp.engines.launchpad_lifetime import LaunchpadLifetime
+from magi_lp.errors import ConfigError
 from magi_lp.placement.gpu_inventory import GpuInventory
 from magi_lp.replay.reverb_seam import without_rate_limit
 from magi_lp.replay.schedule import ReplaySchedule
@@ -313,6 +314,34 @@ def test_the_rest_is_taken_after_a_periodic_save_in_flight(tmp_path):
         "take the rest",
         "final save",
     ]
+
+
+def test_a_replay_with_a_restore_target_of_none_comes_back_in_its_saved_shapes(tmp_path):
+    """The host store saves the arena bytes it holds, more than a fresh store's: its
+    `restore_target` (None) restores the saved shapes, where the fresh store's `save` as the
+    target was refused as another replay size."""
+    held = {"arena": np.arange(3, dtype=np.uint8)}
+    restored: list = []
+
+    def runner(restore_target) -> LearnerRunner:
+        replay = ReplayCheckpoint(
+            Checkpointer(tmp_path / "replay", max_to_keep=1),
+            lambda: dict(held),
+            restored.append,
+            restore_target=restore_target,
+        )
+        return LearnerRunner(_CountingLearner(), Checkpointer(tmp_path / "learner"), replay=replay)
+
+    first = runner(lambda: None)
+    held["arena"] = np.arange(40, dtype=np.uint8)
+    first.step()
+    first.save()
+    held["arena"] = np.zeros(1, np.uint8)  # a fresh store: less in use
+    with pytest.raises(ConfigError, match="does not match"):
+        runner(None)  # the fresh store's save() as the target
+    again = runner(lambda: None)
+    assert again.restored_replay_step == 1
+    np.testing.assert_array_equal(restored[-1]["arena"], np.arange(40, dtype=np.uint8))
 
 
 def test_a_second_save_at_one_learner_step_writes_the_replay_again(tmp_path):

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -249,13 +249,15 @@ class CompressedFrameStore(FrameRingStore):
             yield
 
     def save(self) -> dict[str, Any]:
-        """The store as a pytree of numpy arrays of fixed shapes: the arena itself (valid
-        until the next write, so written inside `holding_writes()` where writers run), where
-        each row's bytes are, the ring and the index."""
+        """The store as a pytree of numpy arrays: the arena's bytes up to its high-water mark
+        (a view of the arena, valid until the next write, so written inside
+        `holding_writes()` where writers run; the whole arena once it has wrapped), where
+        each row's bytes are, the ring and the index. Every array but the arena has the same
+        shape at every save: a restore reads the saved shapes (`restore_target`)."""
         with self._lock:
             ring, arena = self._ring, self._arena
             return {
-                "arena": arena.data,
+                "arena": arena.in_use,
                 "offset": arena.offset.copy(),
                 "length": np.where(ring.refs > 0, arena.length, 0),
                 "rows": ring.rows.copy(),
@@ -266,8 +268,18 @@ class CompressedFrameStore(FrameRingStore):
                 ),
             }
 
+    def restore_target(self) -> None:
+        """What a checkpoint of `save()` is restored into: None, the saved shapes as they are
+        (the arena's length is the bytes it held; `Checkpointer.restore(None)`)."""
+        return None
+
     def restore(self, saved: dict[str, Any]) -> None:
-        """Takes what `save()` returned (same spec, writers and arena size)."""
+        """Takes what `save()` returned (same spec and writers; an arena up to this one's
+        size), or a checkpoint of it restored with the saved shapes (`restore_target`).
+
+        Raises:
+          ConfigError: the saved arena is longer than this store's (another replay size).
+        """
         index = saved["index"]
         with self._lock:
             head, size, write = (int(v) for v in np.asarray(saved["ring"]))
@@ -277,13 +289,31 @@ class CompressedFrameStore(FrameRingStore):
                 self._index[name][:] = np.asarray(index[name])
             for out, value in zip(
                 tree.flatten(self._index["extras"]),
-                tree.flatten(index.get("extras") or ()),
+                _in_order_of(self._index["extras"], index.get("extras")),
                 strict=True,
             ):
                 out[:] = np.asarray(value)
             self.inserted, self.sampled_batches, self.steps_added = (
                 int(v) for v in np.asarray(saved["counts"])
             )
+
+
+def _in_order_of(like: Any, saved: Any) -> list[Any]:
+    """`saved`'s leaves in `tree.flatten(like)`'s order. Restored with the saved shapes
+    (no target), a namedtuple comes back as a dict of its fields or a list, a tuple as a
+    list, an empty structure as None."""
+    if not tree.is_nested(like):
+        return [saved]
+    if saved is None and not tree.flatten(like):
+        return []
+    if isinstance(like, Mapping):
+        keys: Sequence[Any] = sorted(like)
+        parts = [like[k] for k in keys]
+    elif hasattr(like, "_fields") and isinstance(saved, Mapping):
+        keys, parts = like._fields, list(like)
+    else:
+        return [x for a, b in zip(like, saved, strict=True) for x in _in_order_of(a, b)]
+    return [x for k, a in zip(keys, parts, strict=True) for x in _in_order_of(a, saved[k])]
 
 
 class HostReplayIterator(StoreBatches):

@@ -1,10 +1,10 @@
 """Variable-length frames (zstd's output) in one fixed-size byte array, written as a log.
 
 Why fixed: the compressed host store (`magi_lp.replay.compressed_frames`) must take no more
-host memory than the plan counted, and its checkpoint must have the same shapes at every save
-(the learner's checkpoint is restored into a target of the fresh store's shapes). So the
-frames live in one uint8 array of `nbytes`, and a frame row's bytes are at
-[offset[row], offset[row] + length[row]).
+host memory than the plan counted. So the frames live in one uint8 array of `nbytes`, and a
+frame row's bytes are at [offset[row], offset[row] + length[row]). A checkpoint writes only
+the bytes up to the high-water mark (`high`: all of them once the log has wrapped), and a
+restore copies them into the start of the fixed array.
 
 Frames are appended at the write position and wrap to the start; the space is taken back in
 the order it was written (the oldest frames first, as the transition ring evicts them). Where
@@ -21,6 +21,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from magi_lp.errors import ConfigError
+
 
 class FrameArena:
     """Frames by row in one byte array. The caller holds the store's lock."""
@@ -33,12 +35,21 @@ class FrameArena:
         self._generation = np.zeros(rows, np.int64)
         self._log: collections.deque[tuple[int, int, int]] = collections.deque()  # row, gen, off
         self.write = 0
+        self.high = 0
+        """The end of the furthest bytes ever written: none lie past it (`in_use`)."""
         self.used = 0
         """Bytes of the rows that hold bytes (their frames, live or freed but not yet reused)."""
 
     @property
     def nbytes(self) -> int:
         return int(self.data.nbytes)
+
+    @property
+    def in_use(self) -> np.ndarray:
+        """The bytes up to the high-water mark (a view: valid until the next write), what a
+        checkpoint writes; the rest of the array has never been written. At least one byte:
+        orbax cannot write an empty array."""
+        return self.data[: max(1, self.high)]
 
     def put(self, row: int, blob: bytes, refs: np.ndarray, free: Callable[[int], None]) -> None:
         """Writes `blob` as row `row`'s bytes, taking back the oldest space first (`refs`:
@@ -53,6 +64,7 @@ class FrameArena:
         self.offset[row], self.length[row] = at, size
         self._log.append((row, int(self._generation[row]), at))
         self.write = at + size
+        self.high = max(self.high, self.write)
         self.used += size
 
     def drop(self, row: int) -> None:
@@ -90,8 +102,21 @@ class FrameArena:
         return self.data[at : at + int(self.length[row])].tobytes()
 
     def restore(self, data: np.ndarray, offset: np.ndarray, length: np.ndarray, write: int) -> None:
-        """Takes a saved arena (`data`, rows' `offset` and `length`, the write position)."""
-        self.data = np.asarray(data, np.uint8)
+        """Takes a saved arena (`data`: its bytes up to its high-water mark, or all of them;
+        rows' `offset` and `length`; the write position), copied into the start of this one.
+
+        Raises:
+          ConfigError: `data` is longer than this arena (saved with another replay size).
+        """
+        data = np.asarray(data, np.uint8).reshape(-1)
+        if len(data) > self.nbytes:
+            raise ConfigError(
+                f"the replay checkpoint's frame arena holds {len(data)} bytes, this store's "
+                f"{self.nbytes}: it was saved with another replay size; relaunch with the "
+                "config it was saved with, or use a new --workdir"
+            )
+        self.data[: len(data)] = data
+        self.high = len(data)
         self.offset[:] = offset
         self.length[:] = length
         self._generation[:] = 0

@@ -88,6 +88,7 @@ def make_learner_runner(
             replay.restore,
             replay.holding_writes,
             replay.take_the_rest,
+            restore_target=getattr(replay, "restore_target", None),
         )
     return LearnerRunner(
         learner,

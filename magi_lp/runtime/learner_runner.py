@@ -48,6 +48,10 @@ class ReplayCheckpoint:
     take_the_rest: Callable[[], int] = lambda: 0
     """At a stop, before the final save: takes in the steps still on their way to the
     replay (`LearnerReplay.take_the_rest`); returns how many."""
+    restore_target: Callable[[], Any] | None = None
+    """What the checkpoint is restored into (None: `save`'s shapes, a fresh replay's). A
+    `restore_target` that returns None restores the saved shapes as they are: the host
+    store saves only the arena bytes it holds, fewer in a fresh store."""
 
 
 FINISH_STEP_MAX_S = 1.0
@@ -129,7 +133,7 @@ class LearnerRunner:
         self.restored_replay_step: int | None = None
         if replay is not None and replay.checkpointer.latest_step() is not None:
             found = replay.checkpointer.restore_newest_readable(
-                target_like=replay.save(), set_aside=True
+                target_like=(replay.restore_target or replay.save)(), set_aside=True
             )
             if found is not None:
                 self.restored_replay_step, saved, _ = found

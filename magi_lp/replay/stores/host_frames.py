@@ -26,6 +26,11 @@ class HostFramesLearnerReplay(DeviceLearnerReplay):
     def info(self) -> dict[str, Any]:
         return {**super().info(), **self.store.info()}
 
+    def restore_target(self) -> None:
+        """None: the replay checkpoint is restored with its saved shapes (`save()` writes
+        the arena's bytes in use, however many; `ReplayCheckpoint.restore_target`)."""
+        return self.store.restore_target()
+
 
 class HostFrameStore(DeviceStore):
     """Compressed frames in the learner's host memory; the device store's step queue between
