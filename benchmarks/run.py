@@ -91,6 +91,7 @@ FIGURES = (
         stored="benchmarks/gpu_learn_check.json",
     ),
     Figure("host_frame_store", "benchmarks.host_frame_store", 300, 1500),
+    Figure("served_acting", "benchmarks.served_acting", 300, 600),
 )
 BY_NAME = {figure.name: figure for figure in FIGURES}
 HEADLINE = (
