@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from magi_lp.config_schema import fact_refusal
 from magi_lp.errors import ConfigError
 
 
@@ -111,9 +112,12 @@ class FrameArena:
         data = np.asarray(data, np.uint8).reshape(-1)
         if len(data) > self.nbytes:
             raise ConfigError(
-                f"the replay checkpoint's frame arena holds {len(data)} bytes, this store's "
-                f"{self.nbytes}: it was saved with another replay size; relaunch with the "
-                "config it was saved with, or use a new --workdir"
+                fact_refusal(
+                    f"the replay checkpoint's frame arena holds {len(data)} bytes, this "
+                    f"store's {self.nbytes}",
+                    "it was saved with another replay size",
+                    "relaunch with the config it was saved with, or use a new --workdir",
+                )
             )
         self.data[: len(data)] = data
         self.high = len(data)
