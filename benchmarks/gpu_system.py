@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from magi_lp.launch.files import write_text_atomically
+from magi_lp.placement.jax_build import installed_version
 from magi_lp.runtime.evaluations import number
 
 REPO = Path(__file__).resolve().parents[1]
@@ -155,15 +156,6 @@ def get_config(mode: str = "gpu") -> Any:
 # --- facts and small readers --------------------------------------------------------------
 
 
-def _version(name: str) -> str:
-    from importlib import metadata
-
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return ""
-
-
 def machine_facts(inventory: Any) -> dict[str, Any]:
     gpus = ", ".join(f"{g.name} ({g.memory_total_bytes / 2**30:.0f} GiB)" for g in inventory.gpus)
     facts = {
@@ -171,10 +163,10 @@ def machine_facts(inventory: Any) -> dict[str, Any]:
         "driver": inventory.driver_version,
         "cuda_driver_version": inventory.cuda_driver_version,
         "python": sys.version.split()[0],
-        "jax": _version("jax"),
-        "jaxlib": _version("jaxlib"),
-        "torch": _version("torch") or "not installed",
-        "ray": _version("ray"),
+        "jax": installed_version("jax"),
+        "jaxlib": installed_version("jaxlib"),
+        "torch": installed_version("torch") or "not installed",
+        "ray": installed_version("ray"),
         "cores": os.cpu_count(),
     }
     device = inventory.gpus[0].name if inventory.gpus else "CPU (no GPU)"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.metadata
 import json
 import platform
 import time
@@ -18,6 +17,7 @@ from benchmarks.gpu_check.parts import run_check
 from benchmarks.gpu_check.report import text_summary
 from benchmarks.gpu_check.settings import PARTS, RESULT, UNMEASURED
 from benchmarks.gpu_check.workloads import worker_main
+from magi_lp.placement.jax_build import installed_version
 
 
 def _sizes(args: argparse.Namespace) -> dict[str, Any]:
@@ -34,20 +34,14 @@ def _sizes(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def machine_facts(inventory: Any) -> dict[str, Any]:
-    def version(name: str) -> str:
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            return ""
-
     return {
         "gpu": ", ".join(f"{g.name} ({g.memory_total_bytes / 2**30:.0f} GiB)" for g in inventory)
         or "none",
         "driver": inventory.driver_version,
         "cuda_driver_version": inventory.cuda_driver_version,
         "python": platform.python_version(),
-        "jax": version("jax"),
-        "jaxlib": version("jaxlib"),
+        "jax": installed_version("jax"),
+        "jaxlib": installed_version("jaxlib"),
     }
 
 

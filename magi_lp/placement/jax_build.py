@@ -102,7 +102,8 @@ class JaxBuild:
         return f"{base}, CPU only"
 
 
-def _version(distribution: str) -> str:
+def installed_version(distribution: str) -> str:
+    """The installed version of `distribution` ("0.4.30"), "" when it is not installed."""
     try:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
@@ -139,7 +140,8 @@ def detect_jax_build(paths: list[str] | None = None) -> JaxBuild:
         if not match or int(match.group(1)) in plugins:
             continue
         major = int(match.group(1))
-        version = _version(f"jax-cuda{major}-pjrt") or _version(f"jax-cuda{major}-plugin")
+        version = installed_version(f"jax-cuda{major}-pjrt")
+        version = version or installed_version(f"jax-cuda{major}-plugin")
         plugins[major] = CudaPlugin(f"jax_plugins.{info.name}", major, version)
     nvcc_dir = ""
     if 12 in plugins:
@@ -149,7 +151,7 @@ def detect_jax_build(paths: list[str] | None = None) -> JaxBuild:
                 nvcc_dir = candidate
                 break
     return JaxBuild(
-        jaxlib_version=_version("jaxlib"),
+        jaxlib_version=installed_version("jaxlib"),
         cuda_plugins=tuple(plugins[m] for m in sorted(plugins)),
         cuda_nvcc_dir=nvcc_dir,
     )

@@ -35,6 +35,7 @@ from typing import Any
 
 from magi_lp.config_schema import fact_refusal
 from magi_lp.errors import ConfigError
+from magi_lp.placement.jax_build import installed_version
 from magi_lp.placement.memory import MemoryNeed
 from magi_lp.runtime.config import placement_requests
 
@@ -142,7 +143,7 @@ def compile_programs(
                 type(experiment.builder).__qualname__,
                 sorted(requests.items()),
                 sys.executable,  # another Python (or another jaxlib) has another XLA
-                _version("jaxlib"),
+                installed_version("jaxlib"),
                 env.get("JAX_PLATFORMS"),
                 env.get("CUDA_VISIBLE_DEVICES"),
             )
@@ -193,15 +194,6 @@ def compile_programs(
     # kept on disk.
     os.environ[_HANDED_DOWN] = json.dumps({"key": key, "result": result})
     return result
-
-
-def _version(package: str) -> str:
-    from importlib import metadata
-
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return ""
 
 
 def _store_bytes(builder: Any, store: Any, devices: int) -> tuple[int, str]:
