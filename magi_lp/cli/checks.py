@@ -27,6 +27,7 @@ from magi_lp.cli.flags import (
 )
 from magi_lp.config_schema import did_you_mean, fact_refusal, flag_value
 from magi_lp.errors import ConfigError
+from magi_lp.launch import run_folders
 from magi_lp.placement.jax_build import (
     COMPILATION_CACHE_VAR,
     JaxBuild,
@@ -367,16 +368,7 @@ def _check_render(render: str | None) -> None:
 def _make_workdir(workdir: Path, *, lock: bool = True) -> None:
     """Makes the workdir and (`lock`) takes it for this launch (`workdir_lock`): a second
     launch of the same workdir while this one runs is refused in one line."""
-    try:
-        workdir.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise ConfigError(
-            fact_refusal(
-                f"--workdir {workdir} cannot be created",
-                str(error.strerror),
-                "pick a path you can write to",
-            )
-        ) from None
+    run_folders.prepared_folder(workdir, f"--workdir {workdir}")
     if lock:
         from magi_lp.launch import workdir_lock
 

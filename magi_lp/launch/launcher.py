@@ -126,7 +126,7 @@ def launch(
     """
     group_envs = _validated_envs(program, envs)
     notice_secs = _validated_notice(termination_notice_secs)
-    log_path = run_folders.prepared_log_dir(log_dir)
+    log_path = run_folders.prepared_folder(log_dir, f"log_dir={str(log_dir)!r}")
     _require_main_thread()
     report = run_folders.reporter(report_stream, log_path / run_folders.LAUNCHER_LOG)
     run_folders.sweep_stale_run_folders(tempfile.gettempdir())

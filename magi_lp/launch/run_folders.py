@@ -168,18 +168,18 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def prepared_log_dir(log_dir: str | os.PathLike) -> Path:
-    path = Path(log_dir).expanduser().absolute()
+def prepared_folder(folder: str | os.PathLike, named: str) -> Path:
+    """`folder` (absolute) made with its parents where missing; where it cannot be, a
+    `ConfigError` in one line that names it as `named` ("--workdir /x/run") and says why."""
+    path = Path(folder).expanduser().absolute()
     try:
         path.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
+    except OSError as error:
         raise ConfigError(
             fact_refusal(
-                f"log_dir={str(log_dir)!r} cannot be created",
-                str(e),
-                "pick a path you can write to",
+                f"{named} cannot be created", str(error.strerror), "pick a path you can write to"
             )
-        ) from e
+        ) from None
     return path
 
 
