@@ -43,7 +43,7 @@ import dataclasses
 import difflib
 import math
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from magi_lp.errors import ConfigError
@@ -84,6 +84,22 @@ def did_you_mean(name: str, known: Iterable[str], *, prefix: str = "", otherwise
     `otherwise` where none is close."""
     close = difflib.get_close_matches(str(name), sorted(known), n=1)
     return f"did you mean {prefix}{close[0]}?" if close else otherwise
+
+
+def not_among(
+    what: str,
+    name: str,
+    known: Sequence[str],
+    listed: str,
+    *,
+    prefix: str = "",
+    otherwise: str = "use one of those",
+) -> ConfigError:
+    """The refusal of `name`, which is not among `known`: "<what>: <listed> are <known, ...>;
+    did you mean <prefix><closest>?", or `otherwise` where none is close (`listed`: how the
+    list is named, e.g. "the hosts")."""
+    fix = did_you_mean(name, known, prefix=prefix, otherwise=otherwise)
+    return ConfigError(fact_refusal(what, f"{listed} are {', '.join(known)}", fix))
 
 
 def fail_unless(ok: bool, key: str, allowed: str, value: Any, fix: str = "") -> None:
@@ -193,10 +209,8 @@ def as_config(settings: Any) -> ml_collections.ConfigDict:
 
 def unknown_key(prefix: str, key: str, known: Iterable[str]) -> ConfigError:
     """The error for a key the section does not have, with the closest known one."""
-    known = sorted(known)
-    fix = did_you_mean(key, known, prefix=prefix, otherwise="use one of those")
-    facts = f"the known keys are {', '.join(known)}"
-    return ConfigError(fact_refusal(f"{prefix}{key} is not a known config key", facts, fix))
+    what = f"{prefix}{key} is not a known config key"
+    return not_among(what, key, sorted(known), "the known keys", prefix=prefix)
 
 
 def _sequence_item(annotation: Any) -> Any:

@@ -8,7 +8,7 @@ is imported on the call (about a second), so only a run that passed every other 
 
 from __future__ import annotations
 
-from magi_lp.config_schema import did_you_mean, fact_refusal, refusal
+from magi_lp.config_schema import not_among, refusal
 from magi_lp.errors import ConfigError
 
 
@@ -19,22 +19,16 @@ def check_suite_task(domain: str, task: str) -> None:
     domains = sorted({d for d, _ in suite.ALL_TASKS})
     if domain not in domains:
         example = "e.g. --config.env.domain=cartpole --config.env.task=balance"
-        raise ConfigError(
-            fact_refusal(
-                f"env.domain={domain!r} is not a dm_control suite task domain",
-                f"the domains are {', '.join(domains)}",
-                did_you_mean(domain, domains, prefix="--config.env.domain=", otherwise=example),
-            )
+        what = f"env.domain={domain!r} is not a dm_control suite task domain"
+        raise not_among(
+            what, domain, domains, "the domains", prefix="--config.env.domain=", otherwise=example
         )
     tasks = sorted(t for d, t in suite.ALL_TASKS if d == domain)
     if task not in tasks:
         example = f"e.g. --config.env.task={tasks[0]}"
-        raise ConfigError(
-            fact_refusal(
-                f"env.task={task!r} is not a dm_control suite task of domain {domain!r}",
-                f"its tasks are {', '.join(tasks)}",
-                did_you_mean(task, tasks, prefix="--config.env.task=", otherwise=example),
-            )
+        what = f"env.task={task!r} is not a dm_control suite task of domain {domain!r}"
+        raise not_among(
+            what, task, tasks, "its tasks", prefix="--config.env.task=", otherwise=example
         )
 
 

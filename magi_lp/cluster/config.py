@@ -23,9 +23,9 @@ import ml_collections
 
 from magi_lp.config_schema import (
     check,
-    did_you_mean,
     fact_refusal,
     in_range,
+    not_among,
     refusal,
     typed_section,
     unknown_key,
@@ -248,12 +248,8 @@ def machine(**settings: Any) -> ml_collections.ConfigDict:
     names = [f.name for f in dataclasses.fields(MachineSettings)]
     unknown = sorted(set(settings) - set(names))
     if unknown:
-        raise ConfigError(
-            fact_refusal(
-                f"machine setting {unknown[0]!r} is unknown",
-                f"the settings are {', '.join(names)}",
-                did_you_mean(unknown[0], names, otherwise="use one of those"),
-            )
+        raise not_among(
+            f"machine setting {unknown[0]!r} is unknown", unknown[0], names, "the settings"
         )
     return ml_collections.ConfigDict({**dataclasses.asdict(MachineSettings()), **settings})
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from magi_lp.config_schema import did_you_mean, fact_refusal, refusal
+from magi_lp.config_schema import fact_refusal, not_among, refusal
 from magi_lp.errors import ConfigError
 from magi_lp.placement.plan import GroupRequest
 
@@ -66,13 +66,8 @@ def parse_place(
         name, _, count = part.partition(":")
         name = name.strip()
         if name not in hosts:
-            raise ConfigError(
-                fact_refusal(
-                    f"{where}={text!r} names host {name!r}, which is not in hosts.machines",
-                    f"the hosts are {', '.join(hosts)}",
-                    did_you_mean(name, hosts, otherwise="use one of those"),
-                )
-            )
+            what = f"{where}={text!r} names host {name!r}, which is not in hosts.machines"
+            raise not_among(what, name, hosts, "the hosts")
         if name in names:
             raise ConfigError(
                 fact_refusal(f"{where}={text!r} names host {name!r} twice", "", "name it once")

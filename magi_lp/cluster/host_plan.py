@@ -37,7 +37,7 @@ import tabulate
 
 from magi_lp.cluster.config import address_ok
 from magi_lp.cluster.host_place import place_nodes
-from magi_lp.config_schema import did_you_mean, fact_refusal, is_int, refusal, refusal_at
+from magi_lp.config_schema import fact_refusal, is_int, not_among, refusal, refusal_at
 from magi_lp.errors import ConfigError
 from magi_lp.formatting import format_ranges
 from magi_lp.placement.gpu_inventory import GpuInfo, GpuInventory
@@ -386,14 +386,9 @@ def _check_hosts(
         )
     for group in place:
         if group not in requests and group not in ports_per_node:
-            raise ConfigError(
-                fact_refusal(
-                    f"hosts.place.{group} names no node group",
-                    f"the node groups are {', '.join(ports_per_node)}",
-                    did_you_mean(
-                        group, ports_per_node, prefix="hosts.place.", otherwise="use one of those"
-                    ),
-                )
+            what = f"hosts.place.{group} names no node group"
+            raise not_among(
+                what, group, list(ports_per_node), "the node groups", prefix="hosts.place."
             )
 
 

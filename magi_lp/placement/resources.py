@@ -26,11 +26,11 @@ from magi_lp.config_schema import (
     allowed,
     check,
     choices,
-    did_you_mean,
     fact_refusal,
     fail_unless,
     is_int,
     is_one_of,
+    not_among,
     refusal,
     typed_section,
 )
@@ -502,13 +502,8 @@ def resource_spec(**settings: Any) -> ml_collections.ConfigDict:
     unknown = sorted(set(settings) - set(ResourceSpec.field_names()))
     if unknown:
         fields = ResourceSpec.field_names()
-        raise ConfigError(
-            fact_refusal(
-                f"resource_spec() keyword {unknown[0]!r} is not a ResourceSpec field",
-                f"the fields are {', '.join(fields)}",
-                did_you_mean(unknown[0], fields, otherwise="use one of those"),
-            )
-        )
+        what = f"resource_spec() keyword {unknown[0]!r} is not a ResourceSpec field"
+        raise not_among(what, unknown[0], fields, "the fields")
     spec = ml_collections.ConfigDict()
     for field in dataclasses.fields(ResourceSpec):
         value = settings.get(field.name, getattr(defaults, field.name))

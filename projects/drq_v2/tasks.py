@@ -26,7 +26,7 @@ from __future__ import annotations
 import ml_collections
 
 from magi_lp import ConfigError, experiment_defaults, resource_spec
-from magi_lp.config_schema import did_you_mean, fact_refusal
+from magi_lp.config_schema import fact_refusal, not_among
 from projects.drq_v2.config import (
     TASK_DIFFICULTY,
     frames_to_agent_steps,
@@ -85,13 +85,8 @@ def make_config(task_name: str, distributed: bool = False) -> ml_collections.Con
       ConfigError: an unknown task name (the message lists the valid ones).
     """
     if task_name not in PAPER_TASKS:
-        raise ConfigError(
-            fact_refusal(
-                f"{task_name!r} is not one of the paper's tasks",
-                f"they are {', '.join(PAPER_TASKS)}",
-                did_you_mean(task_name, PAPER_TASKS, otherwise="use one of those"),
-            )
-        )
+        what = f"{task_name!r} is not one of the paper's tasks"
+        raise not_among(what, task_name, list(PAPER_TASKS), "they")
     domain, task = PAPER_TASKS[task_name]
     env = get_env_config(domain, task)
     agent = get_agent_config(domain, task)
