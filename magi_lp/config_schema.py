@@ -213,6 +213,31 @@ def unknown_key(prefix: str, key: str, known: Iterable[str]) -> ConfigError:
     return not_among(what, key, sorted(known), "the known keys", prefix=prefix)
 
 
+def missing_key(prefix: str, key: str, start_from: str = EXPERIMENT_DEFAULTS) -> ConfigError:
+    """The error for a key the section lacks, with where a complete section comes from."""
+    return ConfigError(fact_refusal(f"{prefix}{key} is missing", "", f"start from {start_from}"))
+
+
+def check_keys(
+    section: Iterable[str],
+    prefix: str,
+    known: Iterable[str],
+    *,
+    required: Iterable[str] = (),
+    start_from: str = EXPERIMENT_DEFAULTS,
+) -> None:
+    """Refuses the first key of `section` that is not `known` (`unknown_key`), then the first
+    `required` key it lacks (`missing_key`); `prefix` is the section's path ("hosts.")."""
+    known = set(known)
+    keys = list(section)
+    for key in keys:
+        if key not in known:
+            raise unknown_key(prefix, key, known)
+    for key in required:
+        if key not in keys:
+            raise missing_key(prefix, key, start_from)
+
+
 def _sequence_item(annotation: Any) -> Any:
     """The item type of `tuple[X, ...]` / `list[X]`, else None."""
     if typing.get_origin(annotation) in (tuple, list):
@@ -401,9 +426,7 @@ def typed_section(
     kwargs = {}
     for name in names:
         if name not in values:
-            raise ConfigError(
-                fact_refusal(f"{prefix}{name} is missing", "", f"start from {start_from}")
-            )
+            raise missing_key(prefix, name, start_from)
         value, annotation = values[name], hints[name]
         if _ALLOWED not in fields[name].metadata:
             _check_declared(cls, name, annotation, f"{prefix}{name}")

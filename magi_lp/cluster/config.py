@@ -23,12 +23,12 @@ import ml_collections
 
 from magi_lp.config_schema import (
     check,
+    check_keys,
     fact_refusal,
     in_range,
     not_among,
     refusal,
     typed_section,
-    unknown_key,
 )
 from magi_lp.errors import ConfigError
 from magi_lp.runtime.config import NODE_GROUPS
@@ -279,26 +279,17 @@ def validate_hosts_config(config: ml_collections.ConfigDict) -> HostsSettings:
             )
         )
     hosts = config.hosts
-    known = {f.name for f in dataclasses.fields(HostsSettings)} | set(_HOSTS_SECTIONS)
-    for key in hosts:
-        if key not in known:
-            raise unknown_key("hosts.", key, known)
+    known = [f.name for f in dataclasses.fields(HostsSettings)] + list(_HOSTS_SECTIONS)
+    defaults = "magi_lp.cluster.config.hosts_defaults()"
+    check_keys(hosts, "hosts.", known, required=_HOSTS_SECTIONS, start_from=defaults)
     for section in _HOSTS_SECTIONS:
-        if section not in hosts:
-            raise ConfigError(
-                fact_refusal(
-                    f"hosts.{section} is missing",
-                    "",
-                    "start from magi_lp.cluster.config.hosts_defaults()",
-                )
-            )
         if not isinstance(hosts[section], ml_collections.ConfigDict | dict):
             raise ConfigError(
                 refusal(
                     f"hosts.{section}",
                     "a section",
                     hosts[section],
-                    "start from magi_lp.cluster.config.hosts_defaults()",
+                    f"start from {defaults}",
                 )
             )
     top = {key: hosts[key] for key in hosts if key not in _HOSTS_SECTIONS}
@@ -320,9 +311,8 @@ def validate_hosts_config(config: ml_collections.ConfigDict) -> HostsSettings:
             suggest_defaults=True,
             start_from="magi_lp.cluster.config.machine(...), which lists every key",
         )
+    check_keys(hosts.place, "hosts.place.", NODE_GROUPS)
     for group in hosts.place:
-        if group not in NODE_GROUPS:
-            raise unknown_key("hosts.place.", group, NODE_GROUPS)
         if not isinstance(hosts.place[group], str):
             raise ConfigError(
                 refusal(

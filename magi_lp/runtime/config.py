@@ -20,15 +20,14 @@ import ml_collections
 from ml_collections import config_dict
 
 from magi_lp.config_schema import (
-    EXPERIMENT_DEFAULTS,
     allowed,
     check,
+    check_keys,
     fact_refusal,
     fail_unless,
     in_range,
     is_int,
     typed_section,
-    unknown_key,
 )
 from magi_lp.errors import ConfigError
 from magi_lp.placement.actor_sizing import (
@@ -275,16 +274,8 @@ def validate_experiment_config(config: ml_collections.ConfigDict) -> RunSettings
     Returns the top-level settings, typed. Resource specs are checked by the placement plan
     (`placement_requests`); `env` and `agent` by the project.
     """
-    known = {f.name for f in dataclasses.fields(RunSettings)} | set(SECTIONS)
-    known |= set(_OPTIONAL_SECTIONS)
-    for key in config:
-        if key not in known:
-            raise unknown_key("", key, known)
-    for section in SECTIONS:
-        if section not in config:
-            raise ConfigError(
-                fact_refusal(f"{section} is missing", "", f"start from {EXPERIMENT_DEFAULTS}")
-            )
+    known = [f.name for f in dataclasses.fields(RunSettings)] + [*SECTIONS, *_OPTIONAL_SECTIONS]
+    check_keys(config, "", known, required=SECTIONS)
     top = {key: config[key] for key in config if key not in (*SECTIONS, *_OPTIONAL_SECTIONS)}
     # Each refused value's line ends with its default as a flag, as the agents' sections do.
     settings = typed_section(RunSettings, top, "", suggest_defaults=True)
@@ -293,9 +284,7 @@ def validate_experiment_config(config: ml_collections.ConfigDict) -> RunSettings
     typed_section(EvaluationSettings, config.evaluation, "evaluation.", suggest_defaults=True)
     typed_section(LoggingSettings, config.logging, "logging.", suggest_defaults=True)
     typed_section(DebugSettings, config.debug, "debug.", suggest_defaults=True)
-    for group in config.resources:
-        if group not in NODE_GROUPS:
-            raise unknown_key("resources.", group, NODE_GROUPS)
+    check_keys(config.resources, "resources.", NODE_GROUPS)
     for group in NODE_GROUPS:
         if group not in config.resources:
             raise ConfigError(
