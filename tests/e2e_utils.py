@@ -12,7 +12,7 @@ import sys
 import textwrap
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import psutil
@@ -123,6 +123,18 @@ def start_entry_point(
             stdout=out,
             stderr=subprocess.STDOUT,
         )
+
+
+def wait_while_running(
+    condition: Callable[[], object], process: subprocess.Popen, log: Path, timeout: float = 240
+) -> None:
+    """Waits until `condition()` holds; fails, showing the end of `log`, where the process
+    ends first or `timeout` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert process.poll() is None, log.read_text()[-4000:]
+        assert time.monotonic() < deadline, log.read_text()[-4000:]
+        time.sleep(0.5)
 
 
 def marked_processes(mark: str) -> list[psutil.Process]:

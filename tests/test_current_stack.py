@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib.util
 import math
 import signal
-import time
 import uuid
 
 import pytest
@@ -26,6 +25,7 @@ from tests.e2e_utils import (
     read_csv,
     run_entry_point,
     start_entry_point,
+    wait_while_running,
 )
 
 pytestmark = [
@@ -168,11 +168,7 @@ def test_sigterm_stops_main_py_with_a_final_checkpoint(tmp_path):
     log = tmp_path.parent / f"{tmp_path.name}.log"
     process = start_entry_point("projects/td3/main.py", args, mark=mark, log=log)
     learner = tmp_path / "logs/learner/logs.csv"
-    deadline = time.monotonic() + 240
-    while not (learner.exists() and read_csv(learner)):
-        assert process.poll() is None, log.read_text()[-3000:]
-        assert time.monotonic() < deadline, log.read_text()[-3000:]
-        time.sleep(0.5)
+    wait_while_running(lambda: learner.exists() and read_csv(learner), process, log)
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=120) == 0, log.read_text()[-3000:]
     output = log.read_text()

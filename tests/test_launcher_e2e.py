@@ -29,6 +29,7 @@ from tests.e2e_utils import (
     column,
     marked_processes,
     read_csv,
+    wait_while_running,
 )
 
 pytestmark = pytest.mark.integration
@@ -86,18 +87,10 @@ def mark():
     processes.kill_processes(marked_processes(mark))
 
 
-def _wait_for(condition, process, log: Path, timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert process.poll() is None, log.read_text()[-4000:]
-        assert time.monotonic() < deadline, log.read_text()[-4000:]
-        time.sleep(0.5)
-
-
 @pytest.mark.timeout(600)
 def test_ctrl_c_saves_the_final_counts_and_a_relaunch_repeats_no_step(tmp_path, mark):
     workdir, tmp, log, process = _start_until_stopped(tmp_path, mark, "launch1.log")
-    _wait_for(lambda: len(_actor_steps(workdir)) >= 3, process, log)
+    wait_while_running(lambda: len(_actor_steps(workdir)) >= 3, process, log)
     os.killpg(process.pid, signal.SIGINT)  # Ctrl-C in the terminal: the whole foreground job
     assert process.wait(timeout=120) == 0, log.read_text()[-4000:]
     output = log.read_text()
@@ -165,7 +158,7 @@ def test_inherited_ignored_sigint_is_respected_and_nodes_die_with_a_killed_launc
         "launch.log",
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
-    _wait_for(lambda: len(_actor_steps(workdir)) >= 2, process, log)
+    wait_while_running(lambda: len(_actor_steps(workdir)) >= 2, process, log)
     os.killpg(process.pid, signal.SIGINT)
     time.sleep(3)
     assert process.poll() is None, log.read_text()[-4000:]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import signal
-import time
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -27,6 +27,7 @@ from tests.e2e_utils import (
     read_csv,
     run_entry_point,
     start_entry_point,
+    wait_while_running,
 )
 
 pytestmark = pytest.mark.integration
@@ -43,17 +44,22 @@ def _workdir_args(workdir: Path) -> list[str]:
     return ["--config", CONFIG, "--workdir", str(workdir)]
 
 
+def _run_tiny(
+    script: str, workdir: Path, *flags: str, timeout: float, mark: str | None = None
+) -> subprocess.CompletedProcess:
+    """`script` on TD3's tiny settings in `workdir`, with `flags` added."""
+    args = [*_workdir_args(workdir), *TINY, *flags]
+    return run_entry_point(script, args, timeout=timeout, mark=mark)
+
+
 @pytest.mark.timeout(300)
 def test_single_process_run_updates_logs_and_counts_exactly(tmp_path):
     mark = uuid.uuid4().hex
-    result = run_entry_point(
+    result = _run_tiny(
         "projects/td3/main.py",
-        [
-            *_workdir_args(tmp_path),
-            *TINY,
-            "--config.max_actor_steps=400",
-            "--config.logging.tensorboard=True",
-        ],
+        tmp_path,
+        "--config.max_actor_steps=400",
+        "--config.logging.tensorboard=True",
         timeout=280,
         mark=mark,
     )
@@ -83,15 +89,12 @@ def test_single_process_run_updates_logs_and_counts_exactly(tmp_path):
 @pytest.mark.timeout(420)
 def test_distributed_run_stops_by_itself_at_the_step_limit(tmp_path):
     mark = uuid.uuid4().hex
-    result = run_entry_point(
+    result = _run_tiny(
         "projects/td3/lp_main.py",
-        [
-            *_workdir_args(tmp_path),
-            *TINY,
-            "--config.num_actors=2",
-            "--config.num_evaluators=1",
-            "--config.max_actor_steps=600",
-        ],
+        tmp_path,
+        "--config.num_actors=2",
+        "--config.num_evaluators=1",
+        "--config.max_actor_steps=600",
         timeout=400,
         mark=mark,
     )
@@ -118,9 +121,11 @@ def test_distributed_run_stops_by_itself_at_the_step_limit(tmp_path):
     assert not marked_processes(mark), "processes of the program outlived it"
 
     # Launched again as it was: the run is done, so nothing starts.
-    again = run_entry_point(
+    again = _run_tiny(
         "projects/td3/lp_main.py",
-        [*_workdir_args(tmp_path), *TINY, "--config.num_actors=2", "--config.max_actor_steps=600"],
+        tmp_path,
+        "--config.num_actors=2",
+        "--config.max_actor_steps=600",
         timeout=120,
         mark=mark,
     )
@@ -148,22 +153,16 @@ def test_killed_single_process_run_resumes_from_its_checkpoint(tmp_path):
     temp = tmp_path / "temp"
     temp.mkdir()
     env = {"TMPDIR": str(temp)}
-    process = start_entry_point(
-        "projects/td3/main.py", args, mark=mark, log=tmp_path / "run1.log", env=env
-    )
+    log = tmp_path / "run1.log"
+    process = start_entry_point("projects/td3/main.py", args, mark=mark, log=log, env=env)
     actor_log = tmp_path / "logs/actor_0/logs.csv"
 
-    def wait_for(condition) -> None:
-        deadline = time.monotonic() + 300
-        while not condition():
-            assert process.poll() is None, (tmp_path / "run1.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "the first run made no progress"
-            time.sleep(0.5)
-
     # Wait for one episode, then for a checkpoint after it.
-    wait_for(lambda: actor_log.exists() and read_csv(actor_log))
+    wait_while_running(lambda: actor_log.exists() and read_csv(actor_log), process, log, 300)
     after_episode = _latest_checkpoint(tmp_path) or 0
-    wait_for(lambda: (_latest_checkpoint(tmp_path) or 0) > after_episode)
+    wait_while_running(
+        lambda: (_latest_checkpoint(tmp_path) or 0) > after_episode, process, log, 300
+    )
     process.send_signal(signal.SIGKILL)  # no chance to save anything more
     process.wait(timeout=30)
     killed_at = _latest_checkpoint(tmp_path)
@@ -210,16 +209,13 @@ def test_same_seed_gives_the_same_experience_in_one_process(tmp_path):
     returns = {}
     for name, seed in (("a", 0), ("b", 0), ("c", 1)):
         workdir = tmp_path / name
-        result = run_entry_point(
+        result = _run_tiny(
             "projects/td3/main.py",
-            [
-                *_workdir_args(workdir),
-                *TINY,
-                f"--config.seed={seed}",
-                "--config.max_actor_steps=200",
-                "--config.agent.min_replay_size=5000",  # no learner step in this run
-                "--config.checkpoint.enabled=False",
-            ],
+            workdir,
+            f"--config.seed={seed}",
+            "--config.max_actor_steps=200",
+            "--config.agent.min_replay_size=5000",  # no learner step in this run
+            "--config.checkpoint.enabled=False",
             timeout=280,
         )
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
