@@ -147,15 +147,21 @@ def make_acting_loop(
         )
         for j in range(k)
     ]
+    # One actor's adders together: a store may send their k environments' steps in one call.
+    adders = (
+        [None]
+        if evaluation
+        else store.make_adders(
+            environment_spec, replay, range(index * k, index * k + k), should_stop
+        )
+    )
     actor = _make_actor(
         experiment,
         environment_spec,
         index,
-        store,
-        replay,
         variable_source,
+        adders,
         evaluation=evaluation,
-        should_stop=should_stop,
         resumed_at=resumed_at,
         actors=actors,
     )
@@ -183,21 +189,20 @@ def _make_actor(
     experiment: Experiment,
     environment_spec: specs.EnvironmentSpec,
     index: int,
-    store: ReplayStore | None,
-    replay: Any,
     variable_source: Any,
+    adders: list[Any],
     *,
     evaluation: bool,
-    should_stop: StopFn,
     resumed_at: int,
     actors: int,
 ) -> GenericActor | BatchedActor:
-    """The policy of actor (or evaluator) `index`, its variable client and its adder(s):
-    a `BatchedActor` over `config.envs_per_actor` environments, else a `GenericActor`."""
+    """The policy of actor (or evaluator) `index` and its variable client, writing through
+    `adders` (one per environment; [None] for an evaluator): a `BatchedActor` over k > 1
+    environments, else a `GenericActor`."""
     config = experiment.config
     builder = experiment.builder
     role = "evaluator" if evaluation else "actor"
-    k = 1 if evaluation else int(config.envs_per_actor)
+    k = len(adders)
     networks = experiment.network_factory(environment_spec)
     policy = builder.make_policy(networks, environment_spec, evaluation)
     contract.check_policy(builder, policy)
@@ -214,14 +219,6 @@ def _make_actor(
         else None
     )
     steps_before = 0 if evaluation else resumed_at // (max(1, actors) * k)
-    # One actor's adders together: a store may send their k environments' steps in one call.
-    adders = (
-        [None]
-        if evaluation
-        else store.make_adders(
-            environment_spec, replay, range(index * k, index * k + k), should_stop
-        )
-    )
     if k > 1:
         return BatchedActor(
             policy,
