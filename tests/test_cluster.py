@@ -664,7 +664,8 @@ def test_stop_board_tells_nodes_in_tiers_once_the_earlier_ones_left():
     assert "replay/0" in told
     _poll_all(board, clock, [], 3)
     assert board.done and not board.failed
-    assert lines[-1].startswith("all 4 other nodes left")
+    assert lines[-1].startswith("all 4 nodes ended")
+    assert lines[-1].endswith("; exit code 0")
 
 
 def test_a_node_that_says_it_left_releases_the_next_tier_at_once():
@@ -688,19 +689,45 @@ def test_a_node_that_says_it_left_releases_the_next_tier_at_once():
     assert board.done and not board.failed
 
 
-@pytest.mark.parametrize(
-    ("code", "says"),
-    [(1, "node actor/1 failed (exit code 1)"), (0, "node actor/1 ended (exit code 0)")],
-)
-def test_a_node_that_ends_before_the_stop_stops_the_program_at_once(code, says):
+def test_a_node_that_fails_before_the_stop_stops_the_program_at_once():
     """Its exception used to wait out heartbeat_timeout_seconds (60 s) as a silent node."""
     clock = _Clock()
     board, lines = _board(clock)
     _poll_all(board, clock, ["actor/0", "actor/1", "learner/0", "replay/0"], 2)
-    board.left("actor/1", code)
-    assert board.stopping and board.failed
-    assert lines[0].startswith(f"stopping the program ({says} before the program was stopped)")
+    board.left("actor/1", 1)
+    assert board.stopping
+    assert lines[0] == "node actor/1 failed (exit code 1) before the program was stopped"
+    assert lines[1].startswith("node actor/1 died: stopping 3 nodes in 3 stages")
     assert board.poll("actor/0") and not board.poll("learner/0")
+    for node in ("actor/0", "learner/0", "replay/0"):
+        board.left(node)
+    assert board.done and board.failed and board.cause == "node actor/1 died"
+
+
+def test_a_node_that_finishes_before_the_stop_is_reported_and_the_program_goes_on():
+    """As on one machine (`stop_machine`): an exit code 0 is not a death."""
+    clock = _Clock()
+    board, lines = _board(clock)
+    _poll_all(board, clock, ["actor/0", "actor/1", "learner/0", "replay/0"], 2)
+    board.left("actor/1", 0)
+    assert lines == ["node actor/1 finished (exit code 0)"] and not board.stopping
+    _poll_all(board, clock, ["actor/0", "learner/0", "replay/0"], 2)
+    board.begin_stop("limit reached")
+    assert "stopping 3 nodes" in lines[1]
+    for node in ("actor/0", "learner/0", "replay/0"):
+        board.left(node)
+    assert board.done and not board.failed
+
+
+def test_a_node_that_fails_at_its_stop_fails_it():
+    clock = _Clock()
+    board, lines = _board(clock)
+    board.begin_stop("limit reached")
+    board.left("actor/0", 1)
+    assert "node actor/0 failed (exit code 1) while the program stopped" in lines
+    for node in ("actor/1", "learner/0", "replay/0"):
+        board.left(node)
+    assert board.failed and board.cause == "actor/0 failed while stopping; see above"
 
 
 def test_stop_board_moves_on_after_the_notice_and_reports_a_dead_node():
@@ -708,20 +735,49 @@ def test_stop_board_moves_on_after_the_notice_and_reports_a_dead_node():
     board, lines = _board(clock, heartbeat_timeout_seconds=5.0)
     _poll_all(board, clock, ["actor/0", "actor/1", "learner/0", "replay/0"], 2)
     _poll_all(board, clock, ["actor/0", "learner/0", "replay/0"], 6)  # actor/1 went silent
-    assert board.stopping and board.failed
+    assert board.stopping
     assert "node actor/1 stopped answering the coordinator" in lines[0]
-    # actor/0 never leaves: after the notice the learner is told anyway.
+    # actor/0 never leaves: after the notice (its own exit, which did not come) the learner
+    # is told anyway.
     told = _poll_all(board, clock, ["actor/0", "learner/0", "replay/0"], 13)
     assert "learner/0" in told
-    assert any("actor/0 still running" in line and "telling the next" in line for line in lines)
+    assert any(
+        line.startswith("nodes still running after 10 s: actor/0; their own notice makes them")
+        for line in lines
+    )
+    assert any("actor/0 still running" in line and "going on without" in line for line in lines)
+    _poll_all(board, clock, [], 3)
+    assert board.done and board.failed and board.cause == "node actor/1 died"
+
+
+def test_a_node_that_exits_at_its_notice_is_a_fault_of_the_stop():
+    clock = _Clock()
+    board, lines = _board(clock)
+    _poll_all(board, clock, ["actor/0", "actor/1", "learner/0", "replay/0"], 1)
+    board.begin_stop("limit reached")
+    board.left("actor/0")
+    _poll_all(board, clock, ["actor/1", "learner/0", "replay/0"], 10.5)
+    _poll_all(board, clock, ["learner/0", "replay/0"], 2)  # actor/1 exited at its notice
+    for node in ("learner/0", "replay/0"):
+        board.left(node)
+    assert board.done and board.failed
+    assert board.cause == "actor/1 made to exit after the 10 s notice"
+    assert [line for line in lines if "actor/1" in line] == [
+        "nodes still running after 10 s: actor/1; their own notice makes them exit now (a fault: "
+        "a node should end by itself; see the end of its log)",
+        lines[-1],
+    ]
 
 
 def test_stop_board_reports_a_node_that_never_came():
     clock = _Clock()
     board, lines = _board(clock, start_timeout_seconds=4.0)
     _poll_all(board, clock, ["actor/0", "actor/1", "learner/0"], 5)
-    assert board.failed
+    assert board.stopping
     assert "node replay/0 has not reached the coordinator 4 s after it started" in lines[0]
+    for node in ("actor/0", "actor/1", "learner/0"):
+        board.left(node)
+    assert board.failed and lines[-1].endswith("exit code 1 (node replay/0 died)")
 
 
 def test_lp_stop_in_the_coordinator_runs_the_tiered_stop(monkeypatch):
@@ -733,7 +789,7 @@ def test_lp_stop_in_the_coordinator_runs_the_tiered_stop(monkeypatch):
     monkeypatch.setattr(board, "wait_done", lambda timeout=None: True)
     stop_board.ProgramStopper(AddressRef("127.0.0.2"), 27005)()
     assert board.stopping and not board.failed
-    assert lines[0].startswith("stopping the program (lp.stop() in coordinator/0)")
+    assert lines[0].startswith("lp.stop() in coordinator/0: stopping 4 nodes in 3 stages")
 
 
 def test_node_runner_refuses_a_missing_job_in_one_line(tmp_path):
@@ -898,7 +954,7 @@ def test_toy_program_on_two_hosts_stops_through_the_coordinator(tmp_path):
     assert "host-h2.sh: exit code 0" in result.stdout
     coordinator = (logs / "coordinator/0").read_text()
     assert "told in the order worker < server" in coordinator
-    assert "all 3 other nodes left" in coordinator
+    assert "all 3 nodes ended" in coordinator
     for node in ("worker/0", "worker/1", "server/0", "coordinator/0"):
         assert f"node {node} exits with code 0" in (logs / node).read_text()
 
@@ -911,10 +967,10 @@ def test_a_node_whose_python_fails_stops_the_program_at_once_by_name(tmp_path):
     assert result.returncode == 1, result.stdout + result.stderr
     assert "magi_lp host h2: node worker/1 failed: exit code 1" in result.stderr
     coordinator = (logs / "coordinator/0").read_text()
-    assert (
-        "stopping the program (node worker/1 failed (exit code 1) before the program was "
-        "stopped)" in coordinator
-    ), coordinator[-3000:]
+    assert "node worker/1 failed (exit code 1) before the program was stopped" in coordinator, (
+        coordinator[-3000:]
+    )
+    assert "node worker/1 died: stopping 2 nodes" in coordinator
     assert "stopped answering" not in coordinator
     assert "RuntimeError: worker 1 fails on purpose" in (logs / "worker/1").read_text()
     assert "node coordinator/0 exits with code 1" in coordinator

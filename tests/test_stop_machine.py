@@ -159,6 +159,43 @@ def test_nodes_past_their_notice_are_killed_and_named_once():
     assert done.lines[-1].endswith("exit code 1 (actor/1 SIGKILLed after the 10 s notice)")
 
 
+def test_the_notice_and_the_outcome_use_the_engines_words_for_the_kill():
+    """Several hosts: the coordinator cannot kill a node; the node exits at its own notice."""
+    words = StopWords("stop", "exit", killing="they exit now", killed="made to exit")
+    run = Run([Node("actor/0"), Node("learner/0", 1)], words)
+    run.signal(signal.SIGTERM)
+    assert (
+        run.said()[-1]
+        == "received SIGTERM: stopping 2 nodes in 2 stages (each: stop, exit after 10 s)"
+    )
+    late = run.at(NOTICE)
+    assert late[0] == Say(
+        "nodes still running after 10 s: actor/0; they exit now (a fault: a node should end by "
+        "itself; see the end of its log)"
+    )
+    run.end("actor/0")  # its own exit
+    run.end("learner/0")
+    assert (
+        run.finish().lines[-1].endswith("exit code 1 (actor/0 made to exit after the 10 s notice)")
+    )
+
+
+def test_the_end_names_its_cause_apart_from_its_lines():
+    clean = Run([Node("actor/0")])
+    clean.signal(signal.SIGTERM)
+    clean.end("actor/0")
+    assert clean.finish().cause == ""
+    failed = Run([Node("actor/0"), Node("learner/0", 1)])
+    failed.signal(signal.SIGTERM)
+    failed.end("actor/0", 2)
+    failed.end("learner/0")
+    assert failed.finish().cause == "actor/0 failed while stopping; see above"
+    lost = Run([Node("actor/0")])
+    lost.feed(Fault("Ray's gcs_server (pid 7) died"))
+    lost.end("actor/0")
+    assert lost.finish().cause == "Ray's gcs_server (pid 7) died"
+
+
 def test_each_stage_has_its_own_notice():
     run = Run()
     run.signal(signal.SIGINT)
@@ -269,6 +306,7 @@ def test_a_node_that_dies_before_the_stop_is_named_and_stops_the_program():
             "all 5 nodes ended 0.0 s after the stop began (stages: 0.0 + 0.0 + 0.0 s); "
             "exit code 1 (node actor/1 died)",
         ),
+        "node actor/1 died",
     )
 
 
@@ -376,3 +414,7 @@ def test_stop_outcome_names_the_first_cause():
         " (a/0, b/0 failed while stopping; see above)",
     )
     assert stop_outcome(None, [], ["x/0"], 2.5) == (1, " (x/0 SIGKILLed after the 2.5 s notice)")
+    assert stop_outcome(None, [], ["x/0"], 10, "made to exit") == (
+        1,
+        " (x/0 made to exit after the 10 s notice)",
+    )

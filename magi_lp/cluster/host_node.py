@@ -12,8 +12,9 @@ launcher (see `magi_lp.cluster.stop_board`):
 - with `--log_dir`, stdout and stderr go to `<log_dir>/<group>/<task>`, as on one machine,
   and an earlier launch's log there is kept as `<task>.<n>` (`run_folders.keep_earlier_log`);
 - the node exits with 0 when it ended normally or was told to stop, 1 when it raised (the
-  traceback is in its log), and the coordinator with 1 when the program stopped because a
-  node died; the engine (srun, the Kubernetes Job, the host script) collects these codes;
+  traceback is in its log), and the coordinator with the stop's exit code (1: a node died,
+  failed at its stop or overstayed its notice); the engine (srun, the Kubernetes Job, the
+  host script) collects these codes;
 - the node gets SIGTERM if the process that started it dies (Linux), and kills any process
   it started before it exits;
 - SIGTERM (an engine stopping the job: `scancel`, a time limit, preemption) starts the
@@ -176,12 +177,11 @@ def _run_node(manifest: dict[str, Any], job_dir: Path, group: str, task: int, na
     if address is not None:  # its tier need not wait out its silence; a failure stops at once
         say_left(address, name, code)
     if board is not None:
-        if not board.stopping:
-            board.begin_stop(f"the coordinator {name} ended", failed=code != 0)
+        board.coordinator_ended(name, code)
         board.wait_done()
         server.Stop()
         if board.failed:
-            _say(f"the program stopped because of a failure: {board.reason}")
+            _say(f"the program stopped because of a failure: {board.cause}")
             code = 1
     _say(f"node {name} exits with code {code}")
     return code

@@ -2,25 +2,29 @@
 
 On one machine `lp.stop()` SIGTERMs the launcher, which stops every node. Across hosts
 there is no launcher, so the coordinator's process serves a stop board on a fixed port
-(`serve`), and every other node's process polls it (`StopWatcher`, a thread):
-- `stopped(node)` answers whether that node should stop now. Polls are also heartbeats:
-  a node silent for `heartbeat_timeout_seconds` is reported by name as presumed dead and
-  the program is stopped (the coordinator then exits 1); a node that never polls within
-  `start_timeout_seconds` is reported too.
-- Nodes are told in tiers, so that nobody is left calling a server that is gone
-  (`magi_lp.runtime.config.stop_tiers`): actors and evaluators first, while the learner
-  still samples and serves; then the learner, which saves a final checkpoint while replay
-  and counter still answer; then replay and counter. A tier is told once every node of the
-  earlier tiers has left (stopped polling), or after the notice time has passed.
+(`serve`), and every other node's process polls it (`StopWatcher`, a thread). The stop's
+rules are the one-machine engines' (`magi_lp.launch.stop_machine`: the stages, here the
+tiers of `magi_lp.runtime.config.stop_tiers`, the notice, who is told when, when the stop
+is over, the outcome and the lines); `StopBoard` feeds that machine what it learns from the
+polls and carries out its actions with a board's verbs:
+- 'stop these nodes' is the answer to their polls: `stopped(node)` answers True from then on;
+- 'kill' is the node's own exit at its notice (`StopWatcher`): a coordinator cannot kill a
+  process on another host. A node seen polling past that exit is given up on, named, as
+  failed while stopping;
+- a node has ended when it says so as its process exits (`left`, `say_left`, with its exit
+  code: before the stop, 0 is a node that finished, any other code a death that stops the
+  program at once), or when it falls silent: polls are heartbeats. Before the stop, silence for
+  `heartbeat_timeout_seconds`, or no poll within `start_timeout_seconds`, is a death, named
+  by the board (the engine on its host reports the node's own exit code); during the stop,
+  silence for max(3 x poll, 1 s) is a node that has left.
 - `lp.stop()` in the coordinator (its step limit) runs `ProgramStopper`, which starts the
-  stop and returns once every node has left; in any other node it asks the board to stop.
-- A node whose work has ended says so (`left`, `say_left`) before its process exits, so the
-  next tier is told at once; silence (a killed node) counts after max(3 x poll, 1 s). One
-  that ends before the stop (its exception) stops the program at once, named with its code.
+  stop and returns once it is over; in any other node it asks the board to stop
+  (`request_stop`). The coordinator's own end is fed too (`coordinator_ended`).
 
 A node told to stop gets Launchpad's stop event set (so `lp.wait_for_stop()` returns, as
 after a SIGTERM on one machine) and exits by itself; one still running `notice_seconds`
-later exits anyway (exit code 0: the stop was asked for, and the learner has saved).
+later exits anyway (its exit code 0; the coordinator's outcome names it, a fault as on one
+machine).
 
 Pure Python apart from Courier (imported when serving or polling).
 """
@@ -35,6 +39,19 @@ import time
 from collections.abc import Callable, Mapping
 
 from magi_lp.cluster.job import AddressRef, StopSettings
+from magi_lp.launch.exit_report import describe_returncode
+from magi_lp.launch.stop_machine import (
+    Action,
+    Done,
+    Event,
+    Node,
+    NodeEnded,
+    StopAsked,
+    StopMachine,
+    StopWords,
+    Tick,
+    carry_out,
+)
 
 Clock = Callable[[], float]
 Report = Callable[[str], None]
@@ -42,9 +59,20 @@ Report = Callable[[str], None]
 _BOARD: StopBoard | None = None  # the board of this process, when it is the coordinator
 _THIS_NODE = ""  # this process's node name (set by the node runner)
 
+HOST_WORDS = StopWords(
+    stop="stop",
+    kill="exit",
+    killing="their own notice makes them exit now",
+    killed="made to exit",
+)
+"""The board's verbs in the stop machine's lines."""
+
+_GIVEN_UP = 1  # the code fed for a node the board gives up on (its host's engine has the real one)
+
 
 class StopBoard:
-    """The coordinator's record of who is alive and who has been told to stop.
+    """The coordinator's record of who is alive and who has been told to stop: the adapter
+    of the stop machine to nodes that poll (see the module's docstring).
 
     Args:
       tiers: node name -> stop tier, for every node except the coordinator.
@@ -70,16 +98,19 @@ class StopBoard:
         self._clock = clock
         self._lock = threading.Lock()
         self._started = clock()
+        self._machine = StopMachine(
+            [Node(name, tier) for name, tier in self._tiers.items()],
+            settings.notice_seconds,
+            self._started,
+            HOST_WORDS,
+        )
         self._last_seen: dict[str, float] = {}
-        self._acked: dict[str, float] = {}
-        self._left: set[str] = set()  # nodes that said they leave (`left`)
+        self._acked: dict[str, float] = {}  # told nodes: their first poll answered True
+        self._told: set[str] = set()
+        self._why: dict[str, str] = {}  # what the board knows of a node's end
         self._unknown: set[str] = set()
-        self._stop_started: float | None = None
-        self._released = -1
-        self._released_at = 0.0
         self._done = threading.Event()
-        self.failed = False
-        self.reason = ""
+        self._outcome: Done | None = None
         # A node that stopped polling this long ago has left (or died): what tells a node
         # that could not say so (`left`) from one that is still running.
         self._gone_after = max(3 * settings.poll_seconds, 1.0)
@@ -89,32 +120,24 @@ class StopBoard:
         """Heartbeat of `node`; True once it should stop."""
         with self._lock:
             now = self._clock()
+            stopping = self._machine.stopping
             if node not in self._tiers:
                 if node not in self._unknown:
                     self._unknown.add(node)
                     self._report(f"stop board: ignoring polls from unknown node {node!r}")
-                return self._stop_started is not None
+                return stopping
             self._last_seen[node] = now
-            if self._stop_started is not None and self._tiers[node] <= self._released:
+            if stopping and (node in self._told or node not in self._machine.running):
                 self._acked.setdefault(node, now)
                 return True
             return False
 
     def left(self, node: str, code: int = 0) -> bool:
-        """`node` has ended with exit code `code` and leaves now (its process's last call):
-        its tier's wait for it ends at once instead of after `_gone_after` of silence. A
-        node that ends before the stop (it failed, or returned when it should not have)
-        stops the program as failed at once, named with its code, instead of being presumed
-        dead `heartbeat_timeout_seconds` later."""
+        """`node` has ended with exit code `code` and leaves now (its process's last call),
+        rather than after `_gone_after` of silence."""
         with self._lock:
-            if node not in self._tiers:
-                return True
-            self._left.add(node)
-            self._last_seen.setdefault(node, self._clock())
-            early = self._stop_started is None
-        if early:
-            how = f"failed (exit code {code})" if code else "ended (exit code 0)"
-            self.begin_stop(f"node {node} {how} before the program was stopped", failed=True)
+            if node in self._tiers:
+                self._feed(NodeEnded(node, code))
         return True
 
     def request_stop(self, node: str, reason: str = "") -> bool:
@@ -122,75 +145,62 @@ class StopBoard:
         self.begin_stop(f"{node} asked to stop the program{': ' + reason if reason else ''}")
         return True
 
-    def begin_stop(self, reason: str, *, failed: bool = False) -> None:
-        """Starts telling nodes to stop (once; later calls only add a failure)."""
+    def begin_stop(self, reason: str) -> None:
+        """Starts the stop (once: later calls change nothing)."""
         with self._lock:
-            if self._stop_started is not None:
-                self.failed = self.failed or failed
-                return
-            self._stop_started = self._clock()
-            self.failed = failed
-            self.reason = reason
-            self._release_next(self._stop_started)
-        self._report(
-            f"stopping the program ({reason}): {len(self._tiers)} nodes, told in the order "
-            f"{self._tier_summary()}"
-        )
-        self._on_stop()
+            self._feed(StopAsked(reason))
+
+    def coordinator_ended(self, name: str, code: int) -> None:
+        """The coordinator's own node ended with `code`: the stop begins, if it has not, and
+        a code other than 0 fails it (named as a node that died)."""
+        with self._lock:
+            if code:
+                self._feed(StopAsked(f"node {name} failed ({describe_returncode(code)})", name))
+            else:
+                self._feed(StopAsked(f"the coordinator {name} ended"))
 
     @property
     def stopping(self) -> bool:
         """Whether the stop has begun."""
-        return self._stop_started is not None
+        return self._machine.stopping
 
     @property
     def done(self) -> bool:
-        """Whether every node has left (or the stop gave up waiting for them)."""
+        """Whether every node has left (or been given up on)."""
         return self._done.is_set()
+
+    @property
+    def failed(self) -> bool:
+        """Whether the stop is over with an exit code other than 0."""
+        return self._outcome is not None and self._outcome.code != 0
+
+    @property
+    def cause(self) -> str:
+        """Why the exit code is not 0, once the stop is over ('' otherwise)."""
+        return "" if self._outcome is None else self._outcome.cause
 
     def wait_done(self, timeout: float | None = None) -> bool:
         """Blocks until `done`; returns it."""
         return self._done.wait(timeout)
 
     def check(self) -> None:
-        """One look at the heartbeats: detects dead nodes, or moves the stop along."""
-        now = self._clock()
-        if self._stop_started is None:
-            dead = self._dead_node(now)
-            if dead:
-                self.begin_stop(dead, failed=True)
-            return
+        """One look at the heartbeats: time passes for the machine, and the nodes gone
+        silent (or polling past their own exit) are reported to it as ended."""
         with self._lock:
             if self._done.is_set():
                 return
-            patience = self._settings.notice_seconds + self._gone_after
-            while self._released < self._max_tier:
-                told = [n for n, t in self._tiers.items() if t <= self._released]
-                staying = [n for n in told if not self._gone(n, now)]
-                if staying and now - self._released_at < patience:
-                    break
-                if staying:
-                    self._report(
-                        f"stop board: {', '.join(staying)} still running {patience:.0f} s after "
-                        "being told to stop; telling the next nodes anyway"
-                    )
-                self._release_next(now)
-            if self._released < self._max_tier:
+            self._feed(None)
+            now = self._clock()
+            if not self._machine.stopping:
+                dead = self._dead_node(now)
+                if dead:
+                    self._feed(NodeEnded(dead, _GIVEN_UP))
                 return
-            staying = [n for n in self._tiers if not self._gone(n, now)]
-            elapsed = now - self._stop_started
-            if staying and now - self._released_at < patience:
-                return
-            if staying:
-                self._report(
-                    f"stop board: {', '.join(staying)} did not leave; giving up waiting "
-                    f"{elapsed:.1f} s after the stop began"
-                )
-            never = [n for n in self._tiers if n not in self._acked]
-            if never:
-                self._report(f"stop board: never acknowledged the stop: {', '.join(never)}")
-            self._report(f"all {len(self._tiers)} other nodes left {elapsed:.1f} s after the stop")
-            self._done.set()
+            for node in self._machine.running:
+                if self._gone(node, now):
+                    self._feed(NodeEnded(node, 0))
+                elif self._overstayed(node):
+                    self._feed(NodeEnded(node, _GIVEN_UP))
 
     def run_monitor(self, should_end: Callable[[], bool] = lambda: False) -> None:
         """Calls `check()` every poll interval until the stop is done (a thread's body)."""
@@ -198,37 +208,85 @@ class StopBoard:
             self.check()
             self._done.wait(self._settings.poll_seconds)
 
-    # Internals (called with the lock held where they touch state).
-    @property
-    def _max_tier(self) -> int:
-        return max(self._tiers.values(), default=0)
+    # -- the stop machine's verbs (`stop_machine.StopVerbs`), called with the lock held ----
+    def say(self, line: str) -> None:
+        self._report(line)
 
-    def _release_next(self, now: float) -> None:
-        pending = sorted({t for t in self._tiers.values() if t > self._released})
-        self._released = pending[0] if pending else self._max_tier
-        self._released_at = now
+    def report_exit(self, name: str, code: int, *, stopping: bool) -> None:
+        when = "while the program stopped" if stopping else "before the program was stopped"
+        self._report(
+            self._why.pop(name, f"node {name} failed ({describe_returncode(code)}) {when}")
+        )
+
+    def before_stop(self) -> None:
+        self._on_stop()
+
+    def stop_nodes(self, names: tuple[str, ...]) -> None:
+        """Their polls answer True from now on."""
+        if not self._told:
+            self._report(f"stop board: the nodes are told in the order {self._tier_summary()}")
+        self._told.update(names)
+
+    def kill_nodes(self, names: tuple[str, ...], *, sweep: bool) -> list[Action]:
+        """Nothing to do here: each of them exits by itself at its notice (`StopWatcher`),
+        and its silence tells the board (`check`)."""
+        del names, sweep
+        return []
+
+    # Internals (called with the lock held).
+    def _feed(self, event: Event | None) -> None:
+        """Time passes for the machine, then `event` (if any); the actions are carried out,
+        and the stop ends once every node has."""
+        now = self._clock()
+        carry_out(self._machine.handle(Tick(now)), self)
+        if event is not None:
+            carry_out(self._machine.handle(event), self)
+        if self._outcome is None and self._machine.stopping and self._machine.over:
+            never = sorted(self._told - set(self._acked))
+            if never:
+                self._report(f"stop board: never acknowledged the stop: {', '.join(never)}")
+            self._outcome = self._machine.finish(now)
+            for line in self._outcome.lines:
+                self._report(line)
+            self._done.set()
 
     def _gone(self, node: str, now: float) -> bool:
-        if node in self._left:
-            return True
         seen = self._last_seen.get(node)
         return seen is None or now - seen > self._gone_after
 
+    def _overstayed(self, node: str) -> bool:
+        """Whether `node` polled past its own exit at the notice (its watcher's), which
+        ends it at most two polls after the notice counted from its first told poll."""
+        acked = self._acked.get(node)
+        if acked is None:
+            return False
+        staying = self._last_seen[node] - acked
+        if staying <= self._settings.notice_seconds + 2 * self._settings.poll_seconds:
+            return False
+        self._why[node] = (
+            f"stop board: {node} still running {staying:.0f} s after being told to stop (its "
+            "own exit at the notice did not come); going on without it"
+        )
+        return True
+
     def _dead_node(self, now: float) -> str:
-        with self._lock:
-            for node in self._tiers:
-                seen = self._last_seen.get(node)
-                if seen is None:
-                    if now - self._started > self._settings.start_timeout_seconds:
-                        return (
-                            f"node {node} has not reached the coordinator "
-                            f"{self._settings.start_timeout_seconds:.0f} s after it started"
-                        )
-                elif now - seen > self._settings.heartbeat_timeout_seconds:
-                    return (
-                        f"node {node} stopped answering the coordinator {now - seen:.0f} s ago: "
-                        "presumed dead (the engine on its host reports its exit code)"
+        """A node silent past the heartbeat timeout, or that never polled within the start
+        timeout ('' if none), with what to say of it."""
+        for node in self._machine.running:
+            seen = self._last_seen.get(node)
+            if seen is None:
+                if now - self._started > self._settings.start_timeout_seconds:
+                    self._why[node] = (
+                        f"node {node} has not reached the coordinator "
+                        f"{self._settings.start_timeout_seconds:.0f} s after it started"
                     )
+                    return node
+            elif now - seen > self._settings.heartbeat_timeout_seconds:
+                self._why[node] = (
+                    f"node {node} stopped answering the coordinator {now - seen:.0f} s ago: "
+                    "presumed dead (the engine on its host reports its exit code)"
+                )
+                return node
         return ""
 
     def _tier_summary(self) -> str:

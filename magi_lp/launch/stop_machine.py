@@ -1,12 +1,13 @@
 """The tiered stop of a program on one machine, as a pure state machine.
 
-Every one-machine engine stops its nodes by the same rules; only the verbs differ (SIGTERM
-and a process tree's SIGKILL on Launchpad, an actor's `stop()` and `ray.kill` on Ray). So
-the rules live here, with no process, signal handler or clock of their own: an engine feeds
-`StopMachine.handle` what happened (`Tick`, `StopSignal`, `NodeEnded`, `StopAsked`,
-`Fault`) and carries out what it answers (`StopBegun`, `StopNodes`, `KillNodes`, `Say`,
-`ReportExit`) with its verbs (`carry_out`, `StopVerbs`), then reads the end from `finish`
-(`Done`).
+Every engine stops its nodes by the same rules; only the verbs differ (SIGTERM and a
+process tree's SIGKILL on Launchpad, an actor's `stop()` and `ray.kill` on Ray; on several
+hosts the coordinator's stop board, `magi_lp.cluster.stop_board`, tells a node through its
+poll and the node exits by itself at its notice). So the rules live here, with no process,
+signal handler or clock of their own: an engine feeds `StopMachine.handle` what happened
+(`Tick`, `StopSignal`, `NodeEnded`, `StopAsked`, `Fault`) and carries out what it answers
+(`StopBegun`, `StopNodes`, `KillNodes`, `Say`, `ReportExit`) with its verbs (`carry_out`,
+`StopVerbs`; `StopWords` names them in the lines), then reads the end from `finish` (`Done`).
 
 The rules:
 - a stop (a stop signal, the program's request, a node that died) tells the nodes in stages,
@@ -48,10 +49,13 @@ class Node:
 
 @dataclasses.dataclass(frozen=True)
 class StopWords:
-    """What the engine's verbs are called in its lines."""
+    """What the engine's verbs are called in its lines: `stop` and `kill` in the stop's first
+    line, `killing` what befalls the nodes past their notice, `killed` in the outcome."""
 
     stop: str = "SIGTERM"
     kill: str = "SIGKILL"
+    killing: str = "killing them"
+    killed: str = "SIGKILLed"
 
 
 # Events: what happened.
@@ -147,10 +151,12 @@ class ReportExit:
 
 @dataclasses.dataclass(frozen=True)
 class Done:
-    """The program ended: the closing lines (the last says the exit code) and the code."""
+    """The program ended: the closing lines (the last says the exit code), the code and,
+    where it is not 0, why (`cause`: what the last line says in brackets)."""
 
     code: int
     lines: tuple[str, ...]
+    cause: str = ""
 
 
 Action = StopBegun | StopNodes | KillNodes | Say | ReportExit
@@ -196,17 +202,22 @@ def carry_out(actions: Sequence[Action], verbs: StopVerbs) -> None:
 
 
 def stop_outcome(
-    died: str | None, failed: Sequence[str], killed: Sequence[str], notice_secs: float
+    died: str | None,
+    failed: Sequence[str],
+    killed: Sequence[str],
+    notice_secs: float,
+    killed_word: str = "SIGKILLed",
 ) -> tuple[int, str]:
     """A stopped program's exit code and, for its last line, why it is not 0: a node died
-    first (`died`), nodes failed while stopping, or nodes were killed at the notice."""
+    first (`died`), nodes failed while stopping, or nodes were killed at the notice (what
+    befell them: `killed_word`)."""
     code = 0 if died is None and not failed and not killed else 1
     if died is not None:
         return code, f" (node {died} died)"
     if failed:
         return code, f" ({', '.join(failed)} failed while stopping; see above)"
     if killed:
-        return code, f" ({', '.join(killed)} SIGKILLed after the {notice_secs:g} s notice)"
+        return code, f" ({', '.join(killed)} {killed_word} after the {notice_secs:g} s notice)"
     return code, ""
 
 
@@ -320,8 +331,9 @@ class StopMachine:
         self._killed.update(in_stage)
         return [
             Say(
-                f"nodes still running after {self._notice:g} s: {', '.join(in_stage)}; killing "
-                "them (a fault: a node should end by itself; see the end of its log)"
+                f"nodes still running after {self._notice:g} s: {', '.join(in_stage)}; "
+                f"{self._words.killing} (a fault: a node should end by itself; see the end of "
+                "its log)"
             ),
             KillNodes(tuple(in_stage)),
         ]
@@ -396,9 +408,13 @@ class StopMachine:
             for name, code in self._unsaved
         ]
         code, cause = stop_outcome(
-            self._died, self._failed + self._lost, self._killed_at_notice, self._notice
+            self._died,
+            self._failed + self._lost,
+            self._killed_at_notice,
+            self._notice,
+            self._words.killed,
         )
         if self._fault is not None:
             code, cause = 1, f" ({self._fault})"
         lines.append(f"all {len(self._nodes)} nodes ended{elapsed}; exit code {code}{cause}")
-        return Done(code, tuple(lines))
+        return Done(code, tuple(lines), cause.strip().removeprefix("(").removesuffix(")"))
