@@ -66,32 +66,37 @@ class Figure:
     stored: str = ""
 
 
+def _measured_here(name: str, timeout_quick_s: float, timeout_full_s: float) -> Figure:
+    """The figure that `python -m benchmarks.<name>` measures, within those limits."""
+    return Figure(name, f"benchmarks.{name}", timeout_quick_s, timeout_full_s)
+
+
+def _measured_elsewhere(name: str) -> Figure:
+    """The figure that `benchmarks.<name>` measured on another machine into
+    benchmarks/<name>.json."""
+    return Figure(name, f"benchmarks.{name}", 0, 0, stored=f"benchmarks/{name}.json")
+
+
 FIGURES = (
-    Figure("learner_updates", "benchmarks.learner_updates", 420, 600),
-    Figure("actor_throughput", "benchmarks.actor_throughput", 300, 600),
-    Figure("replay_memory", "benchmarks.replay_memory", 300, 600),
-    Figure("launch_latency", "benchmarks.launch_latency", 600, 1200),
-    Figure("actor_scaling", "benchmarks.actor_scaling", 600, 1200),
-    Figure("td3_learning", "benchmarks.td3_learning", 420, 900),
-    Figure("gpu_check", "benchmarks.gpu_check", 0, 0, stored="benchmarks/gpu_check.json"),
-    Figure("batched_actor", "benchmarks.batched_actor", 420, 900),
-    Figure("data_parallel_learner", "benchmarks.data_parallel_learner", 300, 900),
-    Figure("replay_sampling", "benchmarks.replay_sampling", 300, 600),
-    Figure("device_store", "benchmarks.device_store", 300, 900),
-    Figure("make_run_stores", "benchmarks.make_run_stores", 400, 900),
-    Figure("learn_check", "benchmarks.learn_check", 0, 0, stored="benchmarks/learn_check.json"),
-    Figure("engines", "benchmarks.engines", 900, 3600),
-    Figure("gpu_system", "benchmarks.gpu_system", 0, 0, stored="benchmarks/gpu_system.json"),
-    Figure("gpu_learn", "benchmarks.gpu_learn", 0, 0, stored="benchmarks/gpu_learn.json"),
-    Figure(
-        "gpu_learn_check",
-        "benchmarks.gpu_learn_check",
-        0,
-        0,
-        stored="benchmarks/gpu_learn_check.json",
-    ),
-    Figure("host_frame_store", "benchmarks.host_frame_store", 300, 1500),
-    Figure("served_acting", "benchmarks.served_acting", 300, 600),
+    _measured_here("learner_updates", 420, 600),
+    _measured_here("actor_throughput", 300, 600),
+    _measured_here("replay_memory", 300, 600),
+    _measured_here("launch_latency", 600, 1200),
+    _measured_here("actor_scaling", 600, 1200),
+    _measured_here("td3_learning", 420, 900),
+    _measured_elsewhere("gpu_check"),
+    _measured_here("batched_actor", 420, 900),
+    _measured_here("data_parallel_learner", 300, 900),
+    _measured_here("replay_sampling", 300, 600),
+    _measured_here("device_store", 300, 900),
+    _measured_here("make_run_stores", 400, 900),
+    _measured_elsewhere("learn_check"),
+    _measured_here("engines", 900, 3600),
+    _measured_elsewhere("gpu_system"),
+    _measured_elsewhere("gpu_learn"),
+    _measured_elsewhere("gpu_learn_check"),
+    _measured_here("host_frame_store", 300, 1500),
+    _measured_here("served_acting", 300, 600),
 )
 BY_NAME = {figure.name: figure for figure in FIGURES}
 HEADLINE = (
