@@ -37,6 +37,7 @@ What can go wrong on disk, and what happens then:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -126,7 +127,7 @@ def _json_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
     return converted
 
 
-class Checkpointer:
+class Checkpointer(contextlib.AbstractContextManager):
     """Saves and restores learner state in one directory, keeping the last `max_to_keep`.
 
     Save in one process and restore in another: every query re-reads the directory.
@@ -402,9 +403,6 @@ class Checkpointer:
     def close(self) -> None:
         """Waits for pending work and releases orbax's resources."""
         self._manager.close()
-
-    def __enter__(self) -> Checkpointer:
-        return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()

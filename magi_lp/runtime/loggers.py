@@ -27,6 +27,7 @@ so values are converted here.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import functools
 import os
@@ -155,7 +156,7 @@ class ThroughputTracker:
         return out
 
 
-class ProgressBar:
+class ProgressBar(contextlib.AbstractContextManager):
     """A tqdm bar for the single-process runner: steps, fps, last return, ETA.
 
     tqdm shows `steps/total`, steps/s and the remaining time; the postfix adds the last
@@ -210,9 +211,6 @@ class ProgressBar:
     def close(self) -> None:
         """Draws the final state and releases the terminal line."""
         self._bar.close()
-
-    def __enter__(self) -> ProgressBar:
-        return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
