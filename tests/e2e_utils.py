@@ -125,6 +125,29 @@ def start_entry_point(
         )
 
 
+class BackgroundRun:
+    """A program a test started in the background (`process`), its output going to `log`:
+    `wait` fails the test, showing the output's end, where the program outlives its time,
+    after `kill_everything` (the subclass's: it kills what of the program runs, and says
+    which processes, as `pid (name)`)."""
+
+    process: subprocess.Popen
+    log: Path
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+    def kill_everything(self) -> list[str]:
+        raise NotImplementedError
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            killed = self.kill_everything()
+            pytest.fail(f"still running after {timeout} s ({killed}):\n{self.output()[-5000:]}")
+
+
 def wait_while_running(
     condition: Callable[[], object], process: subprocess.Popen, log: Path, timeout: float = 240
 ) -> None:

@@ -38,6 +38,7 @@ from magi_lp.launch import (
     run_folders,
     supervisor,
 )
+from tests.e2e_utils import BackgroundRun
 
 _TESTS = Path(__file__).resolve().parent
 _LAUNCH_SCRIPT = _TESTS / "launch_programs.py"
@@ -212,7 +213,7 @@ def test_exit_report_without_log(tmp_path):
 # ---------------------------------------------------------------- real programs
 
 
-class _LauncherRun:
+class _LauncherRun(BackgroundRun):
     """`python tests/launch_programs.py <scenario> ...` with its own TMPDIR and token."""
 
     def __init__(self, scenario: str, tmp_path: Path, notice_secs: float):
@@ -237,16 +238,6 @@ class _LauncherRun:
                 cwd=_TESTS.parent,
             )
 
-    def output(self) -> str:
-        return self.log.read_text()
-
-    def wait(self, timeout: float) -> int:
-        try:
-            return self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill_everything()
-            pytest.fail(f"launcher still running after {timeout} s:\n{self.output()}")
-
     def wait_for_reports(self, names: list[str]) -> dict[str, dict]:
         deadline = time.monotonic() + STARTUP_TIMEOUT_SECS
         folder = launcher_nodes.reports_dir(self.out_dir)
@@ -266,11 +257,12 @@ class _LauncherRun:
     def processes_with_token(self) -> list[psutil.Process]:
         return processes.processes_marked("LAUNCHER_TEST_TOKEN", self.token)
 
-    def kill_everything(self) -> None:
+    def kill_everything(self) -> list[str]:
         """Cleanup after a failed test, so that it does not spill into the next one."""
-        processes.kill_processes(self.processes_with_token())
+        killed = processes.kill_processes(self.processes_with_token())
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(10)
+        return killed
 
     def assert_nothing_left(self, pids: list[int]) -> None:
         left = self.processes_with_token()

@@ -30,6 +30,7 @@ from tests.e2e_utils import (
     MARK_VAR,
     REPO,
     TD3_TINY,
+    BackgroundRun,
     assert_no_leftovers,
     checkpoint_counts,
     column,
@@ -45,7 +46,7 @@ TD3_TWO_ACTORS = [*TD3, "--config.num_actors=2", "--config.num_evaluators=1"]
 SLACK = 2 * DISTRIBUTED_COUNT_EVERY
 
 
-class Run:
+class Run(BackgroundRun):
     """`python <entry point> --launcher ray ...` in its own session, HOME and marker."""
 
     def __init__(
@@ -84,19 +85,10 @@ class Run:
     def engine_flags(self) -> list[str]:
         return ["--launcher", "ray", f"--workdir={self.workdir}"]
 
-    def output(self) -> str:
-        return self.log.read_text()
-
-    def wait(self, timeout: float) -> int:
-        try:
-            return self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            with_everything_killed = processes.kill_marked(MARK_VAR, self.mark)
-            self.process.kill()
-            pytest.fail(
-                f"still running after {timeout} s ({with_everything_killed}):\n"
-                f"{self.output()[-5000:]}"
-            )
+    def kill_everything(self) -> list[str]:
+        killed = processes.kill_marked(MARK_VAR, self.mark)
+        self.process.kill()
+        return killed
 
     def wait_for(self, condition, what: str, timeout: float = 240) -> None:
         deadline = time.monotonic() + timeout
