@@ -1,5 +1,4 @@
-"""The learner and the acting loops every runner builds from the experiment, and the
-evaluation schedule both runners follow.
+"""The learner and the acting loops every runner builds from the experiment.
 
 `make_learner_runner` and `make_acting_loop` build a learner and an actor (or evaluator)
 the same way in both runners: the single-process runner (`magi_lp.runtime.single_process`)
@@ -251,25 +250,3 @@ def warm_up(loop: ActingLoop, environment_spec: specs.EnvironmentSpec, source: s
             f"policy compiled in {time.monotonic() - start:.1f} s, before its first parameters",
             source=source,
         )
-
-
-def first_evaluation_at(actor_steps: int, every: int) -> int:
-    """The first evaluation point (a multiple of `every`) at or after `actor_steps`: 0 for a
-    new run; for a resumed one, the point it stopped before (or at: evaluated again, with the
-    same parameters, when a run stopped exactly there)."""
-    return -(-actor_steps // every) * every
-
-
-def next_evaluation_after(actor_steps: int, every: int) -> int:
-    """The first evaluation point (a multiple of `every`) after one at `actor_steps`."""
-    return (actor_steps // every + 1) * every
-
-
-def evaluate(
-    loop: ActingLoop, episodes: int, should_stop: StopFn = lambda: False, *, at: int
-) -> list[dict]:
-    """Pulls fresh parameters (blocking) and runs `episodes` evaluation episodes, the
-    evaluation at `at` actor steps (`ActingLoop.start_evaluation`: its rows say so)."""
-    loop.actor.update(wait=True)
-    loop.start_evaluation(at)
-    return loop.run(should_stop, num_episodes=episodes)

@@ -1,13 +1,13 @@
 """The node classes of the distributed program.
 
 They build their learner and acting loops with `magi_lp.runtime.assembly` (re-exported here:
-`make_learner_runner`, `make_acting_loop`, `resume_point`, the evaluation schedule), as the
-single-process runner does. The node classes are plain Python classes (the
-Launchpad-examples style) that an engine (`magi_lp.engines`) constructs in the node's
-process; constructors take handles and, last, the engine's `lifetime`
-(`magi_lp.runtime.graph.NodeLifetime`), call `prepare_node_process()` first so per-node
-settings apply before any framework allocates, and `run()` until the program stops. No
-engine is named here.
+`make_learner_runner`, `make_acting_loop`, `resume_point`) and evaluate at the points of
+`magi_lp.runtime.evaluation_schedule`, as the single-process runner does. The node classes
+are plain Python classes (the Launchpad-examples style) that an engine (`magi_lp.engines`)
+constructs in the node's process; constructors take handles and, last, the engine's
+`lifetime` (`magi_lp.runtime.graph.NodeLifetime`), call `prepare_node_process()` first so
+per-node settings apply before any framework allocates, and `run()` until the program
+stops. No engine is named here.
 """
 
 from __future__ import annotations
@@ -31,16 +31,18 @@ from magi_lp.replay.store import LearnerReplay, ReplayStore
 from magi_lp.runtime import seeding
 from magi_lp.runtime.assembly import (
     StopFn,
-    evaluate,
-    first_evaluation_at,
     make_acting_loop,
     make_learner_runner,
-    next_evaluation_after,
     resume_point,
     warm_up,
 )
 from magi_lp.runtime.checkpointing import CheckpointWriteError
 from magi_lp.runtime.config import DISTRIBUTED_COUNT_EVERY
+from magi_lp.runtime.evaluation_schedule import (
+    evaluate,
+    first_evaluation_at,
+    next_evaluation_after,
+)
 from magi_lp.runtime.experiment import Experiment
 from magi_lp.runtime.graph import NodeLifetime
 from magi_lp.runtime.learner_runner import LearnerRunner

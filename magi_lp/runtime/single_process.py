@@ -30,15 +30,13 @@ from magi_lp.replay.store import LearnerReplay, ReplayStore
 from magi_lp.replay.stores import resolve_store
 from magi_lp.runtime import checkpointing, seeding
 from magi_lp.runtime.acting_loop import ActingLoop
-from magi_lp.runtime.assembly import (
+from magi_lp.runtime.assembly import make_acting_loop, make_learner_runner, resume_point
+from magi_lp.runtime.control_nodes import new_counter
+from magi_lp.runtime.evaluation_schedule import (
     evaluate,
     first_evaluation_at,
-    make_acting_loop,
-    make_learner_runner,
     next_evaluation_after,
-    resume_point,
 )
-from magi_lp.runtime.control_nodes import new_counter
 from magi_lp.runtime.experiment import Experiment
 from magi_lp.runtime.learner_runner import LearnerRunner
 from magi_lp.runtime.loggers import ProgressBar
