@@ -311,7 +311,8 @@ def make_host_plan(
     """
     if jax_build is None:
         jax_build = detect_jax_build()
-    _check_hosts(requests, hosts, place, ports_per_node=ports_per_node, base_port=base_port)
+    _check_hosts(hosts, base_port)
+    _check_place(place, requests, ports_per_node)
     names = [h.name for h in hosts]
     shares, spread = place_nodes(requests, place, names)
     notices: list[str] = []
@@ -346,16 +347,8 @@ def make_host_plan(
     )
 
 
-def _check_hosts(
-    requests: Mapping[str, GroupRequest],
-    hosts: Sequence[HostSpec],
-    place: Mapping[str, str],
-    *,
-    ports_per_node: Mapping[str, int],
-    base_port: int,
-) -> None:
-    """Refuses no hosts, a host named twice, a base port out of range and a `hosts.place`
-    key that names no node group."""
+def _check_hosts(hosts: Sequence[HostSpec], base_port: int) -> None:
+    """Refuses no hosts, a host named twice and a base port out of range."""
     if not hosts:
         raise ConfigError(
             fact_refusal(
@@ -384,6 +377,14 @@ def _check_hosts(
                 "pick one in that range",
             )
         )
+
+
+def _check_place(
+    place: Mapping[str, str],
+    requests: Mapping[str, GroupRequest],
+    ports_per_node: Mapping[str, int],
+) -> None:
+    """Refuses a `hosts.place` key that names no node group."""
     for group in place:
         if group not in requests and group not in ports_per_node:
             what = f"hosts.place.{group} names no node group"
