@@ -28,14 +28,15 @@ import tree
 
 from magi_lp.acme_api import specs
 from magi_lp.errors import ConfigError
+from magi_lp.replay import step_batch
 from magi_lp.replay.frame_store import DeviceFrameStore, DeviceReplayIterator
 from magi_lp.replay.schedule import RatioGate, ReplaySchedule
+from magi_lp.replay.served_queue import StepQueue
 from magi_lp.replay.spec import TransitionReplaySpec, WriteAbandonedError
 from magi_lp.replay.step_queue import (
     ServedFrameAdder,
     ServedStepSource,
     StepDrainer,
-    StepQueue,
     failure_of,
     step_example,
 )
@@ -203,7 +204,7 @@ def test_the_served_replay_imports_no_engine_and_no_reverb():
     """Any node process can hold them: no Reverb, Launchpad, Ray, Courier or TensorFlow, and
     no JAX (a replay node needs none)."""
     banned = {"reverb", "launchpad", "ray", "courier", "tensorflow", "jax", "jaxlib"}
-    for module in ("step_queue", "transition_table"):
+    for module in ("step_queue", "served_queue", "step_batch", "transition_table"):
         source = (ROOT / "magi_lp" / "replay" / f"{module}.py").read_text()
         imported = set()
         for node in ast.walk(ast.parse(source)):
@@ -239,6 +240,41 @@ def test_the_step_queue_is_a_bounded_fifo_that_says_what_it_took():
     start = time.monotonic()
     assert queue.insert_steps(items[:1], 3600) == 0
     assert time.monotonic() - start < queue.block_s + 0.5
+
+
+def test_step_batches_are_the_items_in_columns():
+    spec = make_spec(extras={"logp": jax.ShapeDtypeStruct((), np.float32)})
+    items = _step_items(spec, 5)
+    batch = step_batch.stack(items)
+    assert batch["frame"].shape == (5, *spec.frame_shape) and batch["extras"]["logp"].shape == (5,)
+    assert step_batch.length(batch) == 5 and step_batch.environment_steps(batch) == 4
+    for want, got in zip(items, step_batch.rows(batch), strict=True):
+        tree.map_structure(np.testing.assert_array_equal, want, got)
+    joined = step_batch.join([step_batch.part(batch, 0, 2), step_batch.part(batch, 2)])
+    tree.map_structure(np.testing.assert_array_equal, batch, joined)
+    with pytest.raises(ValueError, match="at least one"):
+        step_batch.stack([])
+
+
+def test_the_step_queue_splits_and_joins_the_batches_it_holds_in_order():
+    """Batches go in as they came and out at the size asked: a take splits the oldest batch
+    or joins several, and the steps keep their order across them."""
+    spec = make_spec()
+    queue = StepQueue(spec, max_steps=100)
+    items = _step_items(spec, 9)
+    assert queue.insert_batch(step_batch.stack(items[:4])) == 4
+    assert queue.insert_batch(step_batch.stack(items[4:])) == 5
+    sizes, rewards = [], []
+    for asked in (3, 4, 10):
+        batch = queue.take_batch(asked)
+        sizes.append(step_batch.length(batch))
+        rewards += [float(r) for r in batch["reward"]]
+    assert sizes == [3, 4, 2] and rewards == list(range(9))
+    assert queue.take_batch(5, 0.05) is None and queue.info()["size"] == 0
+    # A full queue takes the first part of a batch; the sender keeps the rest.
+    small = StepQueue(spec, max_steps=3)
+    assert small.insert_batch(step_batch.stack(items[:5]), 0.05) == 3
+    assert [float(r) for r in small.save()["steps"]["reward"]] == [0, 1, 2]
 
 
 def test_the_step_queue_saves_and_restores_what_it_holds():

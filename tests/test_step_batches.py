@@ -22,12 +22,12 @@ from magi_lp.acme_api import counting, specs
 from magi_lp.agent.actor import BatchedActor, GenericActor, OneEnvironment
 from magi_lp.agent.actor_core import ActorCore
 from magi_lp.errors import ConfigError
+from magi_lp.replay.served_queue import StepQueue
 from magi_lp.replay.spec import WriteAbandonedError
 from magi_lp.replay.step_queue import (
     SEND_SECS,
     SEND_STEPS,
     ServedFrameAdder,
-    StepQueue,
     StepSender,
 )
 from magi_lp.replay.stores import resolve_store
@@ -140,6 +140,23 @@ def test_the_sender_sends_once_the_count_bound_is_reached():
     assert sender.take_sent() == 6  # the 7th goes now: 7 items, the first a reset
     assert remote.calls == 3 and queue.info()["inserted"] == 7
     assert sender.take_sent() == 0 and remote.calls == 3  # nothing waits: no call
+
+
+def test_the_sender_sends_its_steps_in_columns():
+    """One call carries one array per field (a frame column), not an object per step."""
+    queue = StepQueue(make_spec(), max_steps=100)
+    calls = []
+
+    class Recording:
+        def insert_batch(self, batch):
+            calls.append(batch)
+            return queue.insert_batch(batch)
+
+    sender = StepSender(Recording(), send_steps=4, send_secs=10.0, clock=Clock())
+    for i in range(4):
+        sender.add(_item(first=i == 0))
+    assert [batch["frame"].shape for batch in calls] == [(4, H, W, C)]
+    assert sender.take_sent() == 3 and queue.info()["inserted"] == 4
 
 
 def test_the_sender_sends_a_slow_environments_steps_after_the_time_bound():

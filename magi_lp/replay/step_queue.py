@@ -1,4 +1,4 @@
-"""Actors' steps to the learner's device store over any transport, and a served step queue.
+"""Actors' steps to the learner's device store over any transport: adders, sender, drain.
 
 The device store (`magi_lp.replay.frame_store.DeviceFrameStore`) lives in the learner's
 process. Each actor's adder writes every step once, as one step item (`step_example`: the
@@ -9,16 +9,17 @@ transitions in. Two transports carry the items:
 
 - Reverb (`magi_lp.replay.frame_queue`): a Reverb queue table in the replay node, written by
   `QueueFrameAdder` and read by `ReverbStepSource` (what the Launchpad engine uses);
-- served (here): `StepQueue`, a bounded FIFO held in the replay node's process, whose
-  methods an engine exposes as remote calls; `ServedFrameAdder` writes to it and
-  `ServedStepSource` reads it, both through a handle with those methods (a Ray or Courier
-  client, or the `StepQueue` itself in one process).
+- served: `magi_lp.replay.served_queue.StepQueue`, a bounded FIFO held in the replay node's
+  process, whose methods an engine exposes as remote calls; `ServedFrameAdder` writes to it
+  and `ServedStepSource` reads it (here), both through a handle with those methods (a Ray or
+  Courier client, or the `StepQueue` itself in one process).
 
 Steps move in batches (issue 67): an actor's k adders share one `StepSender`, which sends
-their items in one `insert_steps` call once `replay.send_steps` wait or the oldest waited
+their items in one `insert_batch` call once `replay.send_steps` wait or the oldest waited
 `replay.send_secs`, and whenever the acting loop reports its counts; the loop counts what the
 queue took (`StepSender.take_sent`), so nothing waiting in an actor is ever counted. The drain
-takes up to `DRAIN_FLUSH_STEPS` a call.
+takes up to `DRAIN_FLUSH_STEPS` a call. A batch travels in columns (`magi_lp.replay.step_batch`:
+one array of frames, not one object per step), which halves what a call costs to serialize.
 
 The relay hop stays: actors -> the replay node's `StepQueue` -> the learner's drain. Batched,
 it costs the replay node little per step (BENCHMARKS.md, "Served acting"), and it keeps every
@@ -29,23 +30,22 @@ last. Handing Ray references through the replay node instead would spare one cop
 object belongs to the process that put it: an actor that ends at the stop takes its
 unconsumed batches with it, and the learner's `take_the_rest` would find them gone.
 
-No call waits for long: `StepQueue.insert_steps` and `take_steps` wait at most a short
+No call waits for long: `StepQueue.insert_batch` and `take_batch` wait at most a short
 timeout (`BLOCK_S`) and say what they did, so an adder re-checks whether the program stops
 (then gives its write up with `WriteAbandonedError`) and the drain whether it is closed;
 `StepQueue.close()` wakes every waiter at once. Back-pressure is the Reverb queue's: a full
 queue holds the actors' writes back, and the drain takes steps only while the `RatioGate`
 allows, so the replay ratio holds in both directions.
 
-Imports no Reverb, no Launchpad, no Ray and no JAX: the served queue runs in any node process.
+Imports no Reverb, no Launchpad, no Ray and no JAX: it runs in any node process.
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import dm_env
@@ -54,6 +54,7 @@ import tree
 from absl import logging
 
 from magi_lp.acme_api import adders
+from magi_lp.replay import step_batch
 from magi_lp.replay.frame_window import NewestFrames
 from magi_lp.replay.schedule import RatioGate
 from magi_lp.replay.spec import FrameReplaySpec, WriteAbandonedError
@@ -181,7 +182,7 @@ class StepSender:
         """Creates the sender.
 
         Args:
-          queue: the handle of the replay node's `StepQueue` (`insert_steps`, `info`).
+          queue: the handle of the replay node's `StepQueue` (`insert_batch`, `info`).
           send_steps: items that wait before a send (1: each as it comes).
           send_secs: the longest the oldest waiting item waits for a send, once another
             item comes.
@@ -203,7 +204,7 @@ class StepSender:
         self._oldest_at = 0.0
         self._sent = 0  # environment steps the queue took since the last `take_sent`
         self.calls = 0
-        """`insert_steps` calls made."""
+        """`insert_batch` calls made."""
 
     @property
     def pending(self) -> int:
@@ -220,16 +221,20 @@ class StepSender:
             self.send()
 
     def send(self) -> None:
-        """Sends what waits, in order, until the queue took all of it or the program stops
-        (each call waits at most the queue's short timeout); at a stop, or once the queue
-        is closed, drops the rest and raises `WriteAbandonedError`."""
-        while self._pending:
+        """Sends what waits, in order and in columns (`step_batch`), until the queue took all
+        of it or the program stops (each call waits at most the queue's short timeout); at a
+        stop, or once the queue is closed, drops the rest and raises `WriteAbandonedError`."""
+        if not self._pending:
+            return
+        batch = step_batch.stack(self._pending)
+        while True:
             self.calls += 1
-            taken = int(self._queue.insert_steps(self._pending))
-            self._sent += sum(not item["first"] for item in self._pending[:taken])
+            taken = int(self._queue.insert_batch(batch))
+            self._sent += step_batch.environment_steps(step_batch.part(batch, 0, taken))
             del self._pending[:taken]
             if not self._pending:
                 return
+            batch = step_batch.part(batch, taken)
             # Nothing taken from a closed queue ever will be: the replay node is stopping.
             if self._should_stop() or (taken == 0 and self._queue.info()["closed"]):
                 self._pending.clear()
@@ -274,7 +279,7 @@ class ServedFrameAdder(StepAdder):
         """Creates the adder (see `StepAdder` for `writer`, `spec` and `check_stacking`).
 
         Args:
-          queue: the handle of the replay node's `StepQueue` (`insert_steps(items)`,
+          queue: the handle of the replay node's `StepQueue` (`insert_batch(batch)`,
             `info()`: a remote client, or the queue itself).
           send_every, send_secs: the bounds of its own sender (`StepSender`'s `send_steps`
             and `send_secs`; 1: each step as it comes).
@@ -301,118 +306,6 @@ class ServedFrameAdder(StepAdder):
         self._sender.close()
 
 
-# -- the served queue ---------------------------------------------------------------------
-
-
-class StepQueue:
-    """The served step queue: a bounded FIFO of step items in the replay node's process.
-
-    Its public methods are what an engine serves (plain Python calls, thread-safe: writers,
-    the drain and the engine call them from their own threads at once). Every wait ends after
-    at most `block_s`, or at `close()`.
-    """
-
-    def __init__(self, spec: FrameReplaySpec, max_steps: int, *, block_s: float = BLOCK_S):
-        """Creates an empty queue holding at most `max_steps` items (`replay.queue_steps`)."""
-        if int(max_steps) < 1:
-            raise ValueError(f"StepQueue needs max_steps >= 1, got {max_steps}")
-        self.spec = spec
-        self.max_steps = int(max_steps)
-        self.block_s = float(block_s)
-        self._items: collections.deque[dict[str, Any]] = collections.deque()
-        self._condition = threading.Condition()
-        self._closed = False
-        self.inserted = 0
-        """Items taken in by `insert_steps` (and `restore`)."""
-        self.taken = 0
-        """Items handed out by `take_steps`."""
-
-    def _wait_s(self, timeout: float | None) -> float:
-        return self.block_s if timeout is None else min(max(0.0, float(timeout)), self.block_s)
-
-    def insert_steps(self, items: Sequence[dict[str, Any]], timeout: float | None = None) -> int:
-        """Appends `items` in order while there is room, waiting for room at most `timeout`
-        seconds (at most `block_s`; default `block_s`). Returns how many it took: the first
-        that many of `items` (0 once closed)."""
-        deadline = time.monotonic() + self._wait_s(timeout)
-        taken = 0
-        with self._condition:
-            while taken < len(items) and not self._closed:
-                room = self.max_steps - len(self._items)
-                if room > 0:
-                    batch = items[taken : taken + room]
-                    self._items.extend(batch)
-                    taken += len(batch)
-                    self.inserted += len(batch)
-                    self._condition.notify_all()
-                    continue
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self._condition.wait(remaining)
-        return taken
-
-    def take_steps(self, max_items: int, timeout: float | None = None) -> list[dict[str, Any]]:
-        """Up to `max_items` items, oldest first, waiting for the first at most `timeout`
-        seconds (at most `block_s`; default `block_s`). An empty list: none came (or closed)."""
-        with self._condition:
-            self._condition.wait_for(lambda: self._items or self._closed, self._wait_s(timeout))
-            if self._closed:
-                return []
-            count = min(max(1, int(max_items)), len(self._items))
-            out = [self._items.popleft() for _ in range(count)]
-            self.taken += count
-            if out:
-                self._condition.notify_all()  # room for the writers
-            return out
-
-    def info(self) -> dict[str, Any]:
-        """The queue's numbers: items held, inserted and taken, its bound, and whether closed."""
-        with self._condition:
-            return {
-                "size": len(self._items),
-                "inserted": self.inserted,
-                "taken": self.taken,
-                "max_steps": self.max_steps,
-                "closed": self._closed,
-            }
-
-    def close(self) -> None:
-        """Ends every wait at once, and every later one before it starts: inserts take
-        nothing more and takes hand out nothing more."""
-        with self._condition:
-            self._closed = True
-            self._condition.notify_all()
-
-    def save(self) -> dict[str, Any]:
-        """What the queue holds, as arrays: `steps`, the step item's structure with a leading
-        axis (oldest first), and `counts` (inserted, taken)."""
-        with self._condition:
-            items = list(self._items)
-            counts = np.asarray([self.inserted, self.taken], np.int64)
-        if items:
-            steps = tree.map_structure(lambda *column: np.stack(column), *items)
-        else:
-            steps = tree.map_structure(
-                lambda x: np.zeros((0, *np.shape(x)), np.asarray(x).dtype),
-                step_example(self.spec),
-            )
-        return {"steps": steps, "counts": counts}
-
-    def restore(self, saved: dict[str, Any]) -> None:
-        """Holds what `save()` gave (same spec) instead of what it holds now."""
-        steps = saved["steps"]
-        count = len(np.asarray(steps["writer"]))
-        items = [
-            tree.map_structure(lambda column, i=i: np.asarray(column)[i], steps)
-            for i in range(count)
-        ]
-        with self._condition:
-            self._items = collections.deque(items)
-            self.inserted, self.taken = (int(v) for v in np.asarray(saved["counts"]))
-            self._condition.notify_all()
-
-
 # -- the learner's side -------------------------------------------------------------------
 
 
@@ -434,7 +327,7 @@ class StepSource(Protocol):
 
 class ServedStepSource:
     """The drain's reading end of a served `StepQueue`, through `queue`, a handle with its
-    `take_steps(max_items, timeout)`."""
+    `take_batch(max_items, timeout)`."""
 
     def __init__(self, queue: Any, *, timeout_s: float = BLOCK_S):
         self._queue = queue
@@ -446,10 +339,11 @@ class ServedStepSource:
         if self._closed.is_set():
             return []
         start = time.monotonic()
-        steps = list(self._queue.take_steps(max_steps, self._timeout_s))
-        if not steps:  # a closed queue answers at once: wait out the timeout, not spin
+        batch = self._queue.take_batch(max_steps, self._timeout_s)
+        if batch is None:  # a closed queue answers at once: wait out the timeout, not spin
             self._closed.wait(max(0.0, self._timeout_s - (time.monotonic() - start)))
-        return steps
+            return []
+        return step_batch.rows(batch)
 
     def close(self) -> None:
         self._closed.set()

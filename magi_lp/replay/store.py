@@ -17,7 +17,7 @@ actors and the learner in a distributed program.
 - 'served' (an engine without Reverb, e.g. Ray): the replay node holds the object
   `make_server` returns and serves its public methods as remote calls (thread-safe, each
   waiting at most a short timeout, `close()` ending every wait); adders and the learner get
-  a handle whose methods call them (the device store's `magi_lp.replay.step_queue.StepQueue`,
+  a handle whose methods call them (the device store's `magi_lp.replay.served_queue.StepQueue`,
   the host transitions' `magi_lp.replay.transition_table.TransitionTable`).
 
 One process uses no transport: the actor writes where the learner samples.

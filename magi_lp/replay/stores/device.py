@@ -5,7 +5,7 @@ a batch is a gather there. In a distributed program each actor writes each step 
 step queue in the replay node, a thread of the learner drains it into the store
 (`magi_lp.replay.step_queue.StepDrainer`), and the learner enforces the replay ratio
 (`RatioGate`). The queue is a Reverb queue table on the 'reverb' transport
-(`magi_lp.replay.frame_queue`) and the served `magi_lp.replay.step_queue.StepQueue` on
+(`magi_lp.replay.frame_queue`) and the served `magi_lp.replay.served_queue.StepQueue` on
 'served'. In one process the actor writes into the store directly: no Reverb, no TensorFlow.
 """
 
@@ -99,7 +99,7 @@ class DeviceStore(ReplayStore):
         """The served step queue (`StepQueue`, `replay.queue_steps` steps), or None."""
         if not self.served:
             return None
-        from magi_lp.replay.step_queue import StepQueue
+        from magi_lp.replay.served_queue import StepQueue
 
         spec = self.builder.frame_replay(environment_spec)
         return StepQueue(spec, int(self.config.replay.queue_steps))
