@@ -22,6 +22,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -379,6 +380,59 @@ def process_cpu_seconds(pid: int | None = None) -> float:
     fields = _read(f"/proc/{pid}/stat").rsplit(")", 1)[1].split()
     ticks = os.sysconf("SC_CLK_TCK")
     return (int(fields[11]) + int(fields[12])) / ticks
+
+
+def descendants(pid: int | None = None) -> list[int]:
+    """The processes started by process `pid` (this one by default), and theirs, read from
+    /proc: an embedded Ray's GCS, raylet, agents and workers."""
+    root = os.getpid() if pid is None else pid
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                parent = int(_read(f"/proc/{entry}/stat").rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue  # gone meanwhile
+            children.setdefault(parent, []).append(int(entry))
+    found, todo = [], list(children.get(root, []))
+    while todo:
+        child = todo.pop()
+        found.append(child)
+        todo += children.get(child, [])
+    return found
+
+
+def cpu_seconds_of(pids: Iterable[int]) -> dict[int, float]:
+    """`process_cpu_seconds` of each of `pids` still running."""
+    seconds = {}
+    for pid in pids:
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            seconds[pid] = process_cpu_seconds(pid)
+    return seconds
+
+
+@contextlib.contextmanager
+def embedded_ray(prefix: str, num_cpus: int) -> Iterator[Any]:
+    """Ray started on this machine for a figure (its own temporary folder and token, loopback,
+    no dashboard), shut down and its folder removed after; yields the `ray` module."""
+    import ray
+
+    from magi_lp.engines import ray_paths, ray_seam
+
+    folder = ray_paths.run_temp_folder(prefix)
+    ray_seam.use_run_token()
+    ray.init(
+        _temp_dir=folder,
+        _node_ip_address="127.0.0.1",
+        include_dashboard=False,
+        log_to_driver=False,
+        num_cpus=num_cpus,
+    )
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def random_frame_batch(batch_size: int, window: int, image: int, actions: int) -> Any:

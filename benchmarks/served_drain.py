@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import time
 from pathlib import Path
 
@@ -37,23 +36,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4000)
     parser.add_argument("--out", default="", help="also write the result (JSON) here")
     args = parser.parse_args()
-    import ray
-
-    from magi_lp.engines import ray_paths, ray_seam
+    from benchmarks.common import embedded_ray
+    from magi_lp.replay.served_queue import StepQueue
     from magi_lp.replay.spec import FrameReplaySpec
-    from magi_lp.replay.step_queue import StepQueue, step_example
+    from magi_lp.replay.step_queue import step_example
 
     spec = FrameReplaySpec((84, 84, 3), 3, 3, 0.99, 100_000, 256, action_shape=(6,))
-    folder = ray_paths.run_temp_folder("magi_lp_drain_")
-    ray_seam.use_run_token()
-    ray.init(
-        _temp_dir=folder,
-        _node_ip_address="127.0.0.1",
-        include_dashboard=False,
-        log_to_driver=False,
-        num_cpus=2,
-    )
-    try:
+    with embedded_ray("magi_lp_drain_", num_cpus=2) as ray:
         queue = ray.remote(StepQueue).options(max_concurrency=4).remote(spec, args.steps)
 
         @ray.remote
@@ -90,9 +79,6 @@ def main() -> None:
                 "learner_cpu_ms_per_batch": round(per_step_ms * STEPS_PER_BATCH, 4),
                 "steps_per_s": round(taken / wall, 1),
             }
-    finally:
-        ray.shutdown()
-        shutil.rmtree(folder, ignore_errors=True)
     from benchmarks.common import git_commit, machine_summary
 
     result = {
