@@ -608,9 +608,8 @@ def test_a_tiny_run_with_the_critic_target_negated_fails_the_learning_rule(tmp_p
     folder.mkdir()
     os.environ["MAGI_LP_LEARN_CHECK_BREAK"] = "critic_target_sign"
     try:
-        result = runs.run_one(
-            "magi_lp", settings, "cartpole_balance", 1, folder, None, None, tmp_path / "kept"
-        )
+        run = runs.Run("magi_lp", "cartpole_balance", 1, folder, tmp_path / "kept")
+        result = runs.run_one(run, settings, None, None)
     finally:
         del os.environ["MAGI_LP_LEARN_CHECK_BREAK"]
     assert result["exit_code"] == 0, runs.log_tail(folder / "run-1.log")

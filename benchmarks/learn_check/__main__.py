@@ -119,9 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     for seed in _ints(args.seeds):
         for task in _names(args.tasks):
             for agent in agents:
-                folder = run_dir(out, agent, task, seed)
                 if not _kept(kept, agent, task, seed, settings) and not args.report_only:
-                    jobs.put((agent, task, seed, folder))
+                    jobs.put(runs.Run(agent, task, seed, run_dir(out, agent, task, seed), kept))
     todo = "report only" if args.report_only else f"{jobs.qsize()} run(s) to do"
     print(f"learn_check: {todo} ({settings.reduced()}); kept in {out}")
     stopping = threading.Event()
@@ -143,13 +142,13 @@ def _run_and_report(args, settings, agents, checkout, out, kept, jobs, stopping)
     def work(core: int) -> None:
         while not stopping.is_set():
             try:
-                agent, task, seed, folder = jobs.get_nowait()
+                run = jobs.get_nowait()
             except queue.Empty:
                 return
-            print(f"learn_check: core {core}: {agent} {task} seed {seed} -> {folder}", flush=True)
-            result = runs.run_one(agent, settings, task, seed, folder, core, checkout, kept)
+            print(f"learn_check: core {core}: {run.name} -> {run.folder}", flush=True)
+            result = runs.run_one(run, settings, core, checkout)
             print(
-                f"learn_check: {agent} {task} seed {seed}: exit {result['exit_code']}, "
+                f"learn_check: {run.name}: exit {result['exit_code']}, "
                 f"{result['wall_s']:.0f} s, evaluations {result['evaluations']}",
                 flush=True,
             )

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from benchmarks import common
 from benchmarks.learn_check import official
-from benchmarks.learn_check.runs import run_one
+from benchmarks.learn_check.runs import Run, run_one
 from benchmarks.learn_check.settings import FULL, run_dir
 
 OUT = common.REPO / "runs" / "learn_check_candidates"
@@ -59,9 +59,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def work(agent: str, core: int) -> None:
         folder = run_dir(out, agent, "cartpole_balance", args.seed)
-        results[agent] = run_one(
-            agent, settings, "cartpole_balance", args.seed, folder, core, checkout, out / "kept"
-        )
+        run = Run(agent, "cartpole_balance", args.seed, folder, out / "kept")
+        results[agent] = run_one(run, settings, core, checkout)
 
     threads = [
         threading.Thread(target=work, args=(agent, cores[i % len(cores)]))

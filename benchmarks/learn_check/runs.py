@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import bisect
 import csv
+import dataclasses
 import fcntl
 import hashlib
 import itertools
@@ -431,40 +432,40 @@ def _complete(result: dict, settings: Settings) -> bool:
     return bool(frames) and max(frames) >= settings.frames
 
 
-def run_one(
-    agent: str,
-    settings: Settings,
-    task: str,
-    seed: int,
-    folder: Path,
-    core: int | None,
-    checkout: Path | None,
-    kept: Path,
-) -> dict:
-    """Runs (or continues) one (agent, task, seed); when it has evaluated at `frames`,
-    writes `result.json` into its folder and to `kept`. A launch that exits otherwise is
-    kept as a failure record (`settings.failed_record`) with its exit code and log tail."""
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".lock", "w") as lock:
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One (agent, task, seed) run: its folder (`settings.run_dir`) and the folder its
+    result and records are kept in (`kept`)."""
+
+    agent: str
+    task: str
+    seed: int
+    folder: Path
+    kept: Path
+
+    @property
+    def name(self) -> str:
+        """`<agent> <task> seed <seed>`, as the command's lines name a run."""
+        return f"{self.agent} {self.task} seed {self.seed}"
+
+
+def run_one(run: Run, settings: Settings, core: int | None, checkout: Path | None) -> dict:
+    """Runs (or continues) `run`; when it has evaluated at `frames`, writes `result.json`
+    into its folder and to `kept`. A launch that exits otherwise is kept as a failure record
+    (`settings.failed_record`) with its exit code and log tail."""
+    run.folder.mkdir(parents=True, exist_ok=True)
+    with open(run.folder / ".lock", "w") as lock:
         try:  # one launch of a run at a time, whichever command started it
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            print(f"learn_check: {folder} is being run by another command; left to it",
+            print(f"learn_check: {run.folder} is being run by another command; left to it",
                   file=sys.stderr)  # fmt: skip
             return {"exit_code": None, "wall_s": 0.0, "evaluations": [], "skipped": True}
-        return _run_locked(agent, settings, task, seed, folder, core, checkout, kept)
+        return _run_locked(run, settings, core, checkout)
 
 
-def _run_locked(
-    agent: str,
-    settings: Settings,
-    task: str,
-    seed: int,
-    folder: Path,
-    core: int | None,
-    checkout: Path | None,
-    kept: Path,
-) -> dict:
+def _run_locked(run: Run, settings: Settings, core: int | None, checkout: Path | None) -> dict:
+    agent, task, seed, folder, kept = run.agent, run.task, run.seed, run.folder, run.kept
     attempts = read_attempts(folder)
     _close_cut_off(folder, attempts)
     set_aside_lost(kept, agent, task, seed, attempts)
@@ -540,6 +541,6 @@ def _run_locked(
         path = failed_record(kept, agent, task, seed, number)
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomically(path, json.dumps(record, indent=2) + "\n")
-        print(f"learn_check: {agent} {task} seed {seed} failed (exit {code}); kept in {path}; "
+        print(f"learn_check: {run.name} failed (exit {code}); kept in {path}; "
               f"log {log}", file=sys.stderr)  # fmt: skip
     return result
