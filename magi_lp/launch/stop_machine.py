@@ -1,4 +1,4 @@
-"""The tiered stop of a program on one machine, as a pure state machine.
+"""The tiered stop of a program, every engine's, as a pure state machine.
 
 Every engine stops its nodes by the same rules; only the verbs differ (SIGTERM and a
 process tree's SIGKILL on Launchpad, an actor's `stop()` and `ray.kill` on Ray; on several
