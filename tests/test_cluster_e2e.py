@@ -90,8 +90,8 @@ def _check_clean_stop(result: subprocess.CompletedProcess, workdir: Path, marker
     for host, count in (("main", 5), ("a1", 1), ("a2", 1)):
         assert f"magi_lp host {host}: all {count} nodes ended; exit code 0" in result.stderr
     coordinator = (logs / "coordinator/0").read_text()
-    assert "stopping the program (lp.stop() in coordinator/0)" in coordinator
-    assert "all 6 other nodes left" in coordinator
+    assert "lp.stop() in coordinator/0: stopping 6 nodes" in coordinator
+    assert "all 6 nodes ended" in coordinator
     assert "node coordinator/0 exits with code 0" in coordinator
     assert_no_leftovers(marker)
 

@@ -101,7 +101,7 @@ def _completed_at_its_limit(cluster, workdir: Path, job_id: str) -> None:
     output = _output(workdir, job_id)
     assert (state, code) == ("COMPLETED", "0:0"), output[-3000:]
     assert "magi_lp: all 6 steps ended; exit code 0" in output
-    assert "stopping the program (lp.stop() in coordinator/0)" in output
+    assert "lp.stop() in coordinator/0: stopping 6 nodes" in output
 
 
 def _assert_nothing_left(cluster) -> None:
@@ -139,8 +139,8 @@ def test_scancel_stops_cleanly_and_a_resubmission_resumes_to_completion(slurm_cl
     assert "magi_lp: all 6 steps ended; exit code 0" in output, output[-3000:]
     coordinator = (workdir / "nodes/coordinator/0").read_text()
     # Whichever node got its SIGTERM first started the tiered stop.
-    assert re.search(r"stopping the program \(.*SIGTERM", coordinator), coordinator[-2000:]
-    assert "all 6 other nodes left" in coordinator and "exits with code 0" in coordinator
+    assert re.search(r"SIGTERM.*: stopping 6 nodes", coordinator), coordinator[-2000:]
+    assert "all 6 nodes ended" in coordinator and "exits with code 0" in coordinator
     assert "failed" not in output  # every step (srun) ended with exit code 0
     for log in ("learner/0", "replay/0", "counter/0", "actor/0", "actor/1", "evaluator/0"):
         text = (workdir / "nodes" / log).read_text()

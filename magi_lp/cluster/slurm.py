@@ -187,7 +187,7 @@ def render_sbatch(job: ClusterJob) -> str:
         "  fi",
         "done",
         "# The coordinator's verdict: which node stopped the program, and why.",
-        f'grep -h -e "stopping the program" -e "presumed dead" -e "stopped because" '
+        f'grep -h -e ": stopping [0-9]* nodes" -e "presumed dead" -e "stopped because" '
         f'"{coordinator_log}" 2>/dev/null | sed "s/^/magi_lp: coordinator: /" >&2',
         'echo "magi_lp: all ${#pids[@]} steps ended; exit code $status" >&2',
         'exit "$status"',
