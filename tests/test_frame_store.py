@@ -14,6 +14,7 @@ import pytest
 from magi_lp.errors import ConfigError
 from magi_lp.replay.compressed_frames import CompressedFrameStore
 from magi_lp.replay.frame_store import DeviceFrameStore, StoreAdder
+from magi_lp.replay.frame_window import CHECK_ROW_STRIDE, NewestFrames
 from magi_lp.replay.spec import FrameReplaySpec
 from magi_lp.runtime.checkpointing import Checkpointer
 from tests.e2e_utils import run_on_host_devices
@@ -478,6 +479,7 @@ _TWO_DEVICE_PROBE = r"""
 import json, jax, numpy as np, dm_env
 from magi_lp.agent.data_parallel import compiled_collectives
 from magi_lp.replay.frame_store import DeviceFrameStore, StoreAdder
+from magi_lp.replay.frame_window import CHECK_ROW_STRIDE, NewestFrames
 from magi_lp.replay.spec import FrameReplaySpec
 
 spec = FrameReplaySpec(frame_shape=(6, 5, 3), frame_stack=3, n_step=3, discount=0.99,
@@ -513,3 +515,25 @@ def test_each_device_keeps_its_writers_shard_and_samples_it_without_collectives(
     assert found["shard_sizes"] == [18, 18]  # 20 steps, n = 3: 18 transitions each
     assert found["frames_per_device"] == {"0": [7], "1": [200]}
     assert all(count == 0 for count in found["collectives"].values()), found["collectives"]
+
+
+def test_newest_frames_are_taken_and_every_observation_is_checked_to_follow_on():
+    """The newest frame of each stacked observation, copied contiguous; an episode's first
+    shift is checked on every row, later ones on every `CHECK_ROW_STRIDE`-th row: a skipped
+    frame fails either way."""
+    height = 3 * CHECK_ROW_STRIDE
+    frames = [np.full((height, W, C), i, np.uint8) for i in range(8)]
+
+    def stacked(i: int) -> np.ndarray:
+        return np.concatenate([frames[max(j, 0)] for j in range(i - STACK + 1, i + 1)], -1)
+
+    window = NewestFrames(frame_stack=STACK, channels=C)
+    window.first(stacked(0))
+    for i in range(1, 4):
+        frame = window.next(stacked(i))
+        assert frame.flags.c_contiguous and np.array_equal(frame, frames[i])
+    with pytest.raises(ValueError, match="shifted by one frame"):
+        window.next(stacked(5))  # frame 4 skipped
+    window.first(stacked(0))
+    with pytest.raises(ValueError, match="shifted by one frame"):
+        window.next(stacked(2))  # an episode's first shift, checked whole

@@ -83,6 +83,23 @@ def frame_shape_from_observation(observation_shape: Any, frame_stack: int) -> tu
     return (int(height), int(width), int(channels) // frame_stack)
 
 
+CHECK_ROW_STRIDE = 8
+"""`NewestFrames` checks every this many rows of an episode's later observations."""
+
+
+def last_channels(observation: np.ndarray, channels: int) -> np.ndarray:
+    """A contiguous copy of `observation[..., -channels:]`. A C-contiguous observation is
+    read as records of `channels` values, one per stacked frame and pixel, so the copy moves
+    one record a pixel instead of `channels` strided values (23 instead of 33 us for
+    84x84x9 uint8)."""
+    if not observation.flags.c_contiguous or observation.shape[-1] % channels:
+        return np.ascontiguousarray(observation[..., -channels:])
+    record = np.dtype((np.void, channels * observation.itemsize))
+    records = observation.reshape(-1, observation.shape[-1]).view(record)  # pixels x frames
+    newest = records[:, -1].copy().view(observation.dtype)
+    return newest.reshape(*observation.shape[:-1], channels)
+
+
 class NewestFrames:
     """The newest frame of each stacked observation of one environment, checked.
 
@@ -90,7 +107,9 @@ class NewestFrames:
     [H, W, channels * frame_stack] (oldest frame first). `first()` takes an episode's first
     observation, which the frame-stacking wrapper pads by repeating its first frame; `next()`
     each later one, which must be the previous one shifted by one frame. With `check`, a
-    wrapper that stacks differently fails loudly instead of corrupting replay.
+    wrapper that stacks differently fails loudly instead of corrupting replay: an episode's
+    first two observations are checked whole, each later one on every `CHECK_ROW_STRIDE`-th
+    row (a whole check of an 84x84x9 observation took 70 us a step, a strided compare).
     """
 
     def __init__(self, *, frame_stack: int, channels: int = 3, check: bool = True):
@@ -98,6 +117,7 @@ class NewestFrames:
         self._channels = channels
         self._check = check
         self._previous: Any = None
+        self._checked_whole = False  # this episode's first shift was checked on every row
 
     def _newest(self, observation: Any) -> Any:
         observation = np.asarray(observation)
@@ -107,7 +127,7 @@ class NewestFrames:
                 f"expected stacked observations [H, W, {expected}] (channels={self._channels} "
                 f"x frame_stack={self._frame_stack}), got shape {observation.shape}."
             )
-        return observation, np.ascontiguousarray(observation[..., -self._channels :])
+        return observation, last_channels(observation, self._channels)
 
     def first(self, observation: Any) -> Any:
         """The frame of an episode's first observation (checked to repeat it)."""
@@ -121,6 +141,7 @@ class NewestFrames:
                 "wrapper's padding); this one does not."
             )
         self._previous = observation.copy()
+        self._checked_whole = False
         return frame
 
     def next(self, observation: Any) -> Any:
@@ -129,14 +150,16 @@ class NewestFrames:
             raise ValueError("add_first must be called before add.")
         observation, frame = self._newest(observation)
         channels = self._channels
+        rows = slice(None, None, CHECK_ROW_STRIDE if self._checked_whole else 1)
         if self._check and not np.array_equal(
-            observation[..., :-channels], self._previous[..., channels:]
+            observation[rows, ..., :-channels], self._previous[rows, ..., channels:]
         ):
             raise ValueError(
                 "Each observation must be the previous one shifted by one frame "
                 "(oldest frame first along the channel axis); this one is not."
             )
         self._previous = observation.copy()
+        self._checked_whole = True
         return frame
 
     def reset(self) -> None:
