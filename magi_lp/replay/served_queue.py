@@ -21,7 +21,7 @@ import tree
 
 from magi_lp.replay import step_batch
 from magi_lp.replay.spec import FrameReplaySpec
-from magi_lp.replay.step_queue import BLOCK_S, step_example
+from magi_lp.replay.step_queue import BLOCK_S, TAKE_WAIT_S, step_example
 
 
 class StepQueue:
@@ -30,9 +30,9 @@ class StepQueue:
 
     Its public methods are what an engine serves (plain Python calls, thread-safe: writers,
     the drain and the engine call them from their own threads at once). Every wait ends after
-    at most `block_s`, or at `close()`. `insert_batch` and `take_batch` move steps in columns
-    (what the actors' senders and the learner's drain call); `insert_steps` and `take_steps`
-    do the same with a list of step items.
+    at most `block_s` (an insert) or `take_s` (a take), or at `close()`. `insert_batch` and
+    `take_batch` move steps in columns (what the actors' senders and the learner's drain
+    call); `insert_steps` and `take_steps` do the same with a list of step items.
     """
 
     def __init__(self, spec: FrameReplaySpec, max_steps: int, *, block_s: float = BLOCK_S):
@@ -42,6 +42,7 @@ class StepQueue:
         self.spec = spec
         self.max_steps = int(max_steps)
         self.block_s = float(block_s)
+        self.take_s = max(TAKE_WAIT_S, self.block_s)
         self._batches: collections.deque[step_batch.StepBatch] = collections.deque()
         self._size = 0  # items in `_batches`
         self._condition = threading.Condition()
@@ -52,7 +53,11 @@ class StepQueue:
         """Items handed out by `take_batch`."""
 
     def _wait_s(self, timeout: float | None) -> float:
-        return self.block_s if timeout is None else min(max(0.0, float(timeout)), self.block_s)
+        return self._capped(timeout, self.block_s)
+
+    @staticmethod
+    def _capped(timeout: float | None, cap: float) -> float:
+        return cap if timeout is None else min(max(0.0, float(timeout)), cap)
 
     def insert_batch(self, batch: step_batch.StepBatch, timeout: float | None = None) -> int:
         """Appends the steps of `batch` in order while there is room, waiting for room at most
@@ -88,9 +93,10 @@ class StepQueue:
         self, max_items: int, timeout: float | None = None
     ) -> step_batch.StepBatch | None:
         """Up to `max_items` steps, oldest first, in one batch, waiting for the first at most
-        `timeout` seconds (at most `block_s`; default `block_s`). None: none came (or closed)."""
+        `timeout` seconds (at most `take_s`; default `take_s`). None: none came (or closed)."""
         with self._condition:
-            self._condition.wait_for(lambda: self._size or self._closed, self._wait_s(timeout))
+            wait_s = self._capped(timeout, self.take_s)
+            self._condition.wait_for(lambda: self._size or self._closed, wait_s)
             if self._closed or not self._size:
                 return None
             count = min(max(1, int(max_items)), self._size)

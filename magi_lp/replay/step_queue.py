@@ -31,11 +31,11 @@ object belongs to the process that put it: an actor that ends at the stop takes 
 unconsumed batches with it, and the learner's `take_the_rest` would find them gone.
 
 No call waits for long: `StepQueue.insert_batch` and `take_batch` wait at most a short
-timeout (`BLOCK_S`) and say what they did, so an adder re-checks whether the program stops
-(then gives its write up with `WriteAbandonedError`) and the drain whether it is closed;
-`StepQueue.close()` wakes every waiter at once. Back-pressure is the Reverb queue's: a full
-queue holds the actors' writes back, and the drain takes steps only while the `RatioGate`
-allows, so the replay ratio holds in both directions.
+timeout (`BLOCK_S`, `TAKE_WAIT_S`) and say what they did, so an adder re-checks whether the
+program stops (then gives its write up with `WriteAbandonedError`) and the drain whether it
+is closed; `StepQueue.close()` wakes every waiter at once. Back-pressure is the Reverb
+queue's: a full queue holds the actors' writes back, and the drain takes steps only while
+the `RatioGate` allows, so the replay ratio holds in both directions.
 
 Imports no Reverb, no Launchpad, no Ray and no JAX: it runs in any node process.
 """
@@ -67,8 +67,14 @@ DRAIN_FLUSH_STEPS = 64
 before each batch, so nothing waits on this); also the most steps one served take asks for."""
 
 BLOCK_S = 0.25
-"""The longest one `StepQueue` call waits (for room, or for steps): a writer or the drain then
-re-checks whether it should stop."""
+"""The longest one `StepQueue` insert waits for room: a writer then re-checks whether it
+should stop."""
+
+TAKE_WAIT_S = 1.0
+"""The longest one served take of the drain waits for steps (the queue's `close()` ends it at
+once). Each take that finds none is a remote call: four a second (0.25 s each) cost the
+replay and learner processes and Ray's own 52 ms of CPU a second at rest, one a second 36
+(measured on this repository's 2-core box, Ray 2.60)."""
 
 SEND_STEPS = 64
 """Step items an actor's `StepSender` gathers before it sends them in one call (the default
@@ -80,7 +86,7 @@ SEND_SECS = 0.5
 
 REST_QUIET_S = 0.5
 """At a stop, `StepDrainer.take_the_rest` ends once no step has come for this long (the
-writers are gone: a Reverb read waits on; a served take says so after `BLOCK_S`)."""
+writers are gone: a Reverb read waits on; a served take says so after `TAKE_WAIT_S`)."""
 
 REST_WITHIN_S = 3.0
 """The longest `StepDrainer.take_the_rest` takes: the final save follows it within the
@@ -329,7 +335,7 @@ class ServedStepSource:
     """The drain's reading end of a served `StepQueue`, through `queue`, a handle with its
     `take_batch(max_items, timeout)`."""
 
-    def __init__(self, queue: Any, *, timeout_s: float = BLOCK_S):
+    def __init__(self, queue: Any, *, timeout_s: float = TAKE_WAIT_S):
         self._queue = queue
         self._timeout_s = float(timeout_s)
         self._closed = threading.Event()
