@@ -413,8 +413,9 @@ def cpu_seconds_of(pids: Iterable[int]) -> dict[int, float]:
 
 @contextlib.contextmanager
 def embedded_ray(prefix: str, num_cpus: int) -> Iterator[Any]:
-    """Ray started on this machine for a figure (its own temporary folder and token, loopback,
-    no dashboard), shut down and its folder removed after; yields the `ray` module."""
+    """Ray started on this machine for a figure as the Ray engine starts it (its own temporary
+    folder and token, loopback, no dashboard, no task events), shut down and its folder
+    removed after; yields the `ray` module."""
     import ray
 
     from magi_lp.engines import ray_paths, ray_seam
@@ -427,6 +428,7 @@ def embedded_ray(prefix: str, num_cpus: int) -> Iterator[Any]:
         include_dashboard=False,
         log_to_driver=False,
         num_cpus=num_cpus,
+        _system_config={ray_seam.TASK_EVENTS_KEY: 0},  # as the Ray engine starts it
     )
     try:
         yield ray

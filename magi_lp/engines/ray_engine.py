@@ -103,6 +103,9 @@ def _start_ray(
                 # Ray's processes give up 60 s after losing their GCS (the driver's own client
                 # exits then); a stop in tiers whose notices add up to more would be cut.
                 ray_seam.GCS_RECONNECT_KEY: max(60.0, _STOP_STAGES * notice_secs + 30),
+                # No dashboard reads them: the reports cost every Ray process CPU per call and
+                # per second (BENCHMARKS.md, "Served acting").
+                ray_seam.TASK_EVENTS_KEY: 0,
             },
             **options,
         )
