@@ -167,6 +167,9 @@ class ReverbStepSource:
             return tree.unflatten_as(self._structure, [np.asarray(c) for c in columns])
         return {path: np.asarray(c) for path, c in zip(self._paths, columns, strict=True)}
 
+    def hurry(self) -> None:
+        """Nothing to do: `close()` cancels a blocked read."""
+
     def close(self) -> None:
         """Cancels a blocked read; later reads return []."""
         with self._sampler_lock:

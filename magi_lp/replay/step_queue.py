@@ -330,6 +330,11 @@ class StepSource(Protocol):
         """Ends a `take` waiting in another thread; later ones return []."""
         ...
 
+    def hurry(self) -> None:
+        """A stop takes the rest: later takes that find nothing end soon, so that `close()`
+        (which waits for the take in flight) follows the last step quickly."""
+        ...
+
 
 class ServedStepSource:
     """The drain's reading end of a served `StepQueue`, through `queue`, a handle with its
@@ -353,6 +358,10 @@ class ServedStepSource:
 
     def close(self) -> None:
         self._closed.set()
+
+    def hurry(self) -> None:
+        # A remote take cannot be cancelled: the drain's close waits for the one in flight.
+        self._timeout_s = min(self._timeout_s, BLOCK_S)
 
 
 class StepDrainer:
@@ -462,6 +471,7 @@ class StepDrainer:
             return 0
         before = self.steps
         self._gate.close()
+        self._source.hurry()
         self._rest.set()
         start = last_at = time.monotonic()
         last = self.steps
