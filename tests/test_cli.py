@@ -288,6 +288,7 @@ def test_a_sequence_given_in_a_flagfile_and_again_on_the_command_line_is_refused
     ), result.stderr[-2000:]
 
 
+@pytest.mark.integration  # runs an entry point: a process of its own importing JAX, ~1-2 s
 def test_a_run_that_cannot_train_is_refused_or_warned_before_it_starts(tmp_path):
     """A replay too small for the transitions the first update waits for is refused (the
     learner waited forever); a limit before the first update is allowed, with a warning."""
@@ -346,6 +347,7 @@ def test_a_served_replay_smaller_than_the_first_update_waits_for_is_refused():
     )
 
 
+@pytest.mark.integration  # runs an entry point: a process of its own importing JAX, ~1-2 s
 def test_an_entry_point_without_validate_config_warns_that_the_projects_keys_go_unchecked(
     tmp_path,
 ):
@@ -600,6 +602,7 @@ def test_a_bad_agent_key_is_refused_once_before_any_heavy_import(tmp_path, scrip
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.integration  # runs an entry point: a process of its own importing JAX, ~1-2 s
 @pytest.mark.parametrize(
     ("flag", "notice"),
     [
@@ -620,6 +623,7 @@ def test_a_replay_checkpoint_flag_that_saves_nothing_is_said(tmp_path, flag, not
     assert said == ([notice] if notice else []), result.stdout
 
 
+@pytest.mark.integration  # runs an entry point: a process of its own importing JAX, ~1-2 s
 def test_dry_run_warns_about_cores_memory_and_ignored_gpus(tmp_path):
     result = run_entry_point(
         SCRIPT,
@@ -637,6 +641,7 @@ def test_dry_run_warns_about_cores_memory_and_ignored_gpus(tmp_path):
     assert "resources.actor.gpus=1 is ignored: resources.actor.device='cpu'" in result.stdout
 
 
+@pytest.mark.integration  # runs an entry point: a process of its own importing JAX, ~1-2 s
 def test_dry_run_warns_of_the_compilation_cache_where_jaxlib_crashed_with_it(tmp_path):
     cache = str(tmp_path / "jax_cache")
     result = run_entry_point(
@@ -678,6 +683,7 @@ def test_main_py_says_which_distributed_settings_it_ignores(tmp_path):
     assert (warned in result.stderr) == (not detect_jax_build().compilation_cache_safe)
 
 
+@pytest.mark.integration  # runs an entry point: a process of its own importing JAX, ~1-2 s
 def test_dry_run_prints_the_plan_and_spawns_nothing(tmp_path):
     result = run_entry_point(
         SCRIPT,
@@ -694,6 +700,7 @@ def test_dry_run_prints_the_plan_and_spawns_nothing(tmp_path):
     assert not (tmp_path / "nodes").exists()
 
 
+@pytest.mark.integration  # runs an entry point: a process of its own importing JAX, ~1-2 s
 def test_every_resource_key_is_overridable_in_every_project(tmp_path):
     """TD3's config lists every ResourceSpec field (the toolkit's defaults), so any
     resource key can be set from the command line; the plan shows the result."""
@@ -715,6 +722,7 @@ def test_every_resource_key_is_overridable_in_every_project(tmp_path):
     assert "--xla_dump_to=/tmp/x" in result.stdout
 
 
+@pytest.mark.integration  # runs an entry point: a process of its own importing JAX, ~1-2 s
 @pytest.mark.parametrize("script", ["projects/td3/lp_main.py", "projects/td3/main.py"])
 def test_an_exported_unknown_xla_flag_is_refused_before_anything_starts(
     tmp_path, monkeypatch, script
@@ -794,6 +802,7 @@ def test_a_cluster_address_where_nothing_answers_is_refused_in_one_line(monkeypa
         ray.check_cluster()
 
 
+@pytest.mark.integration  # runs an entry point: a process of its own importing JAX, ~1-2 s
 def test_a_dry_run_does_not_check_the_workdir_it_never_writes(tmp_path):
     # A plan made on one machine for a workdir on another (a cluster's shared folder).
     blocker = tmp_path / "a_file"
@@ -835,6 +844,7 @@ def get_config():
 """
 
 
+@pytest.mark.integration  # runs an entry point: a process of its own importing JAX, ~1-2 s
 @pytest.mark.parametrize(
     ("mode", "hosts", "fix"),
     [
@@ -868,6 +878,7 @@ def test_a_state_agent_without_reverb_tables_is_refused_before_anything_starts(
     assert not marked_processes(mark)
 
 
+@pytest.mark.integration  # runs an entry point: a process of its own importing JAX, ~1-2 s
 @pytest.mark.parametrize("mode", ["one", "many"], ids=["main", "lp_main"])
 def test_a_ctrl_c_that_a_library_swallowed_still_stops_the_run_before_it_starts(tmp_path, mode):
     mark = "cli-swallowed-ctrl-c"
