@@ -383,23 +383,11 @@ def process_cpu_seconds(pid: int | None = None) -> float:
 
 
 def descendants(pid: int | None = None) -> list[int]:
-    """The processes started by process `pid` (this one by default), and theirs, read from
-    /proc: an embedded Ray's GCS, raylet, agents and workers."""
-    root = os.getpid() if pid is None else pid
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                parent = int(_read(f"/proc/{entry}/stat").rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue  # gone meanwhile
-            children.setdefault(parent, []).append(int(entry))
-    found, todo = [], list(children.get(root, []))
-    while todo:
-        child = todo.pop()
-        found.append(child)
-        todo += children.get(child, [])
-    return found
+    """The processes started by process `pid` (this one by default), and theirs: an embedded
+    Ray's GCS, raylet, agents and workers."""
+    import psutil
+
+    return [child.pid for child in psutil.Process(pid).children(recursive=True)]
 
 
 def cpu_seconds_of(pids: Iterable[int]) -> dict[int, float]:

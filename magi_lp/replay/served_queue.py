@@ -52,11 +52,8 @@ class StepQueue:
         self.taken = 0
         """Items handed out by `take_batch`."""
 
-    def _wait_s(self, timeout: float | None) -> float:
-        return self._capped(timeout, self.block_s)
-
     @staticmethod
-    def _capped(timeout: float | None, cap: float) -> float:
+    def _wait_s(timeout: float | None, cap: float) -> float:
         return cap if timeout is None else min(max(0.0, float(timeout)), cap)
 
     def insert_batch(self, batch: step_batch.StepBatch, timeout: float | None = None) -> int:
@@ -64,16 +61,13 @@ class StepQueue:
         `timeout` seconds (at most `block_s`; default `block_s`). Returns how many it took:
         the first that many of `batch` (0 once closed)."""
         count = step_batch.length(batch)
-        deadline = time.monotonic() + self._wait_s(timeout)
+        deadline = time.monotonic() + self._wait_s(timeout, self.block_s)
         taken = 0
         with self._condition:
             while taken < count and not self._closed:
                 room = min(self.max_steps - self._size, count - taken)
                 if room > 0:
-                    whole = taken == 0 and room == count
-                    self._batches.append(
-                        batch if whole else step_batch.part(batch, taken, taken + room)
-                    )
+                    self._batches.append(step_batch.part(batch, taken, taken + room))
                     self._size += room
                     taken += room
                     self.inserted += room
@@ -95,7 +89,7 @@ class StepQueue:
         """Up to `max_items` steps, oldest first, in one batch, waiting for the first at most
         `timeout` seconds (at most `take_s`; default `take_s`). None: none came (or closed)."""
         with self._condition:
-            wait_s = self._capped(timeout, self.take_s)
+            wait_s = self._wait_s(timeout, self.take_s)
             self._condition.wait_for(lambda: self._size or self._closed, wait_s)
             if self._closed or not self._size:
                 return None
