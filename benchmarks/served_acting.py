@@ -8,7 +8,7 @@ makes them, each in its own process and served as `magi_lp.engines.ray_nodes` se
 - replay: the served `StepQueue` (`replay.queue_steps`);
 - learner: serves DrQ-v2's policy parameters (`get_variables`, put into the object store once
   per version) and drains the queue on a thread as the learner's `StepDrainer` does
-  (`ServedStepSource`, takes of up to 64 steps), the steps touched and dropped;
+  (`ServedStepSource`, takes of up to `SERVED_TAKE_STEPS`), the steps touched and dropped;
 - counter: Acme's counter, as the counter node.
 This process is the actor: `ActingLoop` over reacher_hard from pixels (84x84, action repeat 2,
 frame stack 3) with DrQ-v2's jitted behaviour policy at the tiny sizes (projects/drq_v2/tiny.py:
@@ -25,7 +25,7 @@ Variants, each for the same environment steps, in rotating order, several rounds
              (`DeviceStore.make_adders`: one `StepSender` for the k environments, the
              default `replay.send_steps` / `send_secs`) calling the replay node, parameters
              pulled from the learner node by reference, counts reported to the counter node
-             every `DISTRIBUTED_COUNT_EVERY` loop steps.
+             with each call (far from the step limit, as an actor node counts).
 
 CPU per environment step outside the environment and the policy: this process's CPU seconds
 (all its threads, Ray's included) over a sample, less those spent inside its environment steps
@@ -98,7 +98,7 @@ class _DrainingLearner:
     def __init__(self, replay: Any, params: Any):
         import numpy as np
 
-        from magi_lp.replay.step_queue import DRAIN_FLUSH_STEPS, ServedStepSource
+        from magi_lp.replay.step_queue import SERVED_TAKE_STEPS, ServedStepSource
 
         self._values = {"policy": params}
         self._source = ServedStepSource(replay)
@@ -106,7 +106,7 @@ class _DrainingLearner:
 
         def drain() -> None:
             while True:
-                for step in self._source.take(DRAIN_FLUSH_STEPS):
+                for step in self._source.take(SERVED_TAKE_STEPS):
                     np.asarray(step["frame"]).sum(dtype=np.int64)
                     self.steps += 1
 
@@ -192,10 +192,11 @@ def _measure(quick: bool, ray: Any) -> dict:
     from magi_lp.agent.variable_client import VariableClient
     from magi_lp.engines.ray_nodes import NodeClient
     from magi_lp.replay.frame_store import DeviceFrameStore, StoreAdder
-    from magi_lp.replay.step_queue import SEND_SECS, SEND_STEPS
+    from magi_lp.replay.step_queue import SEND_SECS, SEND_STEPS, SERVED_TAKE_STEPS
     from magi_lp.replay.stores.device import DeviceStore
     from magi_lp.runtime.acting_loop import ActingLoop
     from magi_lp.runtime.config import DISTRIBUTED_COUNT_EVERY
+    from magi_lp.runtime.nodes import far_from_limit
     from magi_lp.runtime.seeding import node_seed
 
     common.progress("building the experiment and the policy")
@@ -247,6 +248,7 @@ def _measure(quick: bool, ray: Any) -> dict:
                 adders = store.make_adders(spec, replay, range(k))
                 loop_counter = counting.Counter(counter_node, prefix="actor", time_delta=0.0)
                 count_every = DISTRIBUTED_COUNT_EVERY
+                follow = far_from_limit(int(config.max_actor_steps), 1, k, SEND_STEPS)
             else:
                 source = common._InProcessVariables(params, 200_000)
                 source._values = {"policy": params}
@@ -256,6 +258,7 @@ def _measure(quick: bool, ray: Any) -> dict:
                 adders = [StoreAdder(local, j) for j in range(k)]
                 loop_counter = counting.Counter(time_delta=0.0)
                 count_every = 1
+                follow = None
             client = VariableClient(source, "policy", update_period=period)
             if how == "bare":
                 actor = BatchedActor(policy, keys, client, [None] * k)
@@ -276,6 +279,7 @@ def _measure(quick: bool, ray: Any) -> dict:
                 loggers.NoOpLogger(),
                 frames_per_step=repeat,
                 count_every=count_every,
+                counts_follow_sends=follow,
             )
             runners[f"{how} k={k}"] = (_loop_runner(loop, count), count)
 
@@ -360,6 +364,8 @@ def _measure(quick: bool, ray: Any) -> dict:
         "send_secs": SEND_SECS,
         "queue_steps": queue_steps,
         "count_every": DISTRIBUTED_COUNT_EVERY,
+        "take_steps": SERVED_TAKE_STEPS,
+        "counts_with_sends": True,
         "queue_inserted": queue_info["inserted"],
         "drained": drained,
         "variants": variants,
@@ -566,12 +572,19 @@ def report(result: dict) -> str:
         "bare: the environments and the policy alone. local: `ActingLoop` writing into a "
         f"`DeviceFrameStore` in this process ({LOCAL_CAPACITY:,} transitions), counted here. "
         "served: `ActingLoop` with the device store's served adders (one `StepSender` for the "
-        f"k environments: {result['send_steps']} steps or {result['send_secs']} s a call, and "
-        f"at each count), counts to a counter node every {result['count_every']} loop steps, "
-        "parameters from a learner node by reference (`call_shared`); an embedded Ray (Ray "
+        f"k environments: {result['send_steps']} steps or {result['send_secs']} s a call"
+        + (
+            "), counts to a counter node with each call (far from the step limit, as an actor "
+            "node counts: `runtime.nodes.far_from_limit`), "
+            if result.get("counts_with_sends")  # before: every count_every loop steps
+            else f", and at each count), counts to a counter node every {result['count_every']} "
+            "loop steps, "
+        )
+        + "parameters from a learner node by reference (`call_shared`); an embedded Ray (Ray "
         f"{result['ray']}, JAX {result['jax']}, Python {result['python']}) with the replay node's "
         f"`StepQueue` ({result['queue_steps']} steps) and a learner node draining it in takes "
-        "of up to 64 steps, each in its own process, started before the actor initialised JAX "
+        f"of up to {result.get('take_steps', 64)} steps, each in its own process, started "
+        "before the actor initialised JAX "
         f"({result['drained']:,} of {result['queue_inserted']:,} items drained by the end). "
         "CPU is each process's user + system seconds (all threads, Ray's included). 'Outside "
         "env and policy' for the actor: its process CPU over the sample less the process CPU "

@@ -10,6 +10,7 @@ Runs without Launchpad, Reverb or a Ray cluster (the Ray calls are stood in for)
 from __future__ import annotations
 
 import threading
+import time
 
 import dm_env
 import jax
@@ -22,17 +23,20 @@ from magi_lp.acme_api import counting, specs
 from magi_lp.agent.actor import BatchedActor, GenericActor, OneEnvironment
 from magi_lp.agent.actor_core import ActorCore
 from magi_lp.errors import ConfigError
+from magi_lp.replay.schedule import RatioGate, ReplaySchedule
 from magi_lp.replay.served_queue import StepQueue
 from magi_lp.replay.spec import WriteAbandonedError
 from magi_lp.replay.step_queue import (
     SEND_SECS,
     SEND_STEPS,
     ServedFrameAdder,
+    StepDrainer,
     StepSender,
 )
 from magi_lp.replay.stores import resolve_store
 from magi_lp.runtime.acting_loop import ActingLoop
-from magi_lp.runtime.config import ReplaySettings
+from magi_lp.runtime.config import DISTRIBUTED_COUNT_EVERY, ReplaySettings
+from magi_lp.runtime.nodes import far_from_limit
 from tests.agent_harness import actor_node_stopping_after
 from tests.test_frame_store import STACK, C, H, W, make_spec
 from tests.test_served_replay import Remote
@@ -110,7 +114,9 @@ def _item(first: bool = False) -> dict:
     return {"first": np.bool_(first), "frame": FRAME}
 
 
-def _loop(k: int, queue, *, should_stop=lambda: False, count_every: int = 20, **bounds):
+def _loop(
+    k: int, queue, *, should_stop=lambda: False, count_every: int = 20, follow=None, **bounds
+):
     remote = Remote(queue)
     adders = _store(envs=k, **bounds).make_adders(None, remote, range(k), should_stop)
     keys = list(jax.random.split(jax.random.PRNGKey(0), k))
@@ -121,7 +127,10 @@ def _loop(k: int, queue, *, should_stop=lambda: False, count_every: int = 20, **
     )
     counter = counting.Counter(time_delta=0.0)
     environments = [Pixels(length=7 + j) for j in range(k)]
-    return ActingLoop(environments, actor, counter, count_every=count_every), counter, remote
+    loop = ActingLoop(
+        environments, actor, counter, count_every=count_every, counts_follow_sends=follow
+    )
+    return loop, counter, remote
 
 
 def _steps_in(queue: StepQueue) -> int:
@@ -244,6 +253,162 @@ def test_a_write_to_a_closed_queue_is_given_up_and_the_loop_counts_what_went():
         for _ in range(10):
             loop.step()
     assert loop.flush_counts()["steps"] == 4
+
+
+def test_far_from_the_limit_the_counts_follow_the_sends():
+    """Counting with the sends: a report only after a step that sent (or ended an episode),
+    of exactly what the queue took; a report never sends, so batches reach the sender's
+    bound (12 items here) even though `count_every` is 2 loop steps."""
+    queue = StepQueue(make_spec(), max_steps=10_000)
+    loop, counter, remote = _loop(
+        3, queue, count_every=2, follow=lambda counts: True, send_steps=12, send_secs=60.0
+    )
+    reports = 0
+    for _ in range(20):
+        calls, counts = remote.calls, dict(loop.counts)
+        loop.step()
+        sent = remote.calls > calls
+        if loop.counts != counts:  # a report: after a send, or an episode's end
+            reports += 1
+            ended = loop.counts["episodes"] > counts.get("episodes", 0)
+            assert sent or ended
+            assert counter.get_counts()["steps"] == _steps_in(queue)
+        assert counter.get_counts().get("steps", 0) <= _steps_in(queue)
+    # 3 first items and 60 steps (6 more first items at episodes' ends) in sends of 12.
+    assert remote.calls == queue.info()["inserted"] // 12 == 5
+    assert 5 <= reports <= 5 + 6  # the sends, and the steps that ended episodes
+    assert loop.flush_counts()["steps"] == _steps_in(queue) == 60  # the rest, sent now
+
+
+def test_near_the_limit_the_loop_sends_and_counts_every_count_every_steps():
+    """Once `counts_follow_sends` says no (near the step limit), every `count_every` loop
+    steps the loop sends what waits and counts it: the counts are exact at each report."""
+    queue = StepQueue(make_spec(), max_steps=10_000)
+    loop, counter, _ = _loop(
+        3,
+        queue,
+        count_every=2,
+        follow=lambda counts: counts.get("steps", 0) < 9,
+        send_steps=12,
+        send_secs=60.0,
+    )
+    for _ in range(3):  # 3 first items and 9 steps: one send of 12, counted with it
+        loop.step()
+    assert counter.get_counts()["steps"] == 9
+    for taken in range(4, 12):
+        loop.step()
+        if taken % 2 == 1:  # every second loop step: sent and counted, nothing left out
+            assert counter.get_counts()["steps"] == _steps_in(queue) == 3 * taken, taken
+
+
+def test_the_rule_for_counting_with_the_sends_keeps_a_margin_before_the_limit():
+    """Every actor's unsent batch and two reports' steps: within that of the limit an actor
+    counts every `DISTRIBUTED_COUNT_EVERY` loop steps, as before batches."""
+    far = far_from_limit(1000, actors=2, envs_per_actor=1, send_steps=256)
+    margin = 2 * (256 + 2 * DISTRIBUTED_COUNT_EVERY)
+    assert far({}) and far({"actor_steps": 999 - margin})
+    assert not far({"actor_steps": 1000 - margin}) and not far({"actor_steps": 5000})
+    resumed = far_from_limit(1000, actors=2, envs_per_actor=1, send_steps=256, resumed_at=600)
+    assert not resumed({})  # before the first report: the counts the run resumed from
+    assert far_from_limit(10**6, 1, 8, 256)({"actor_steps": 10**6 - 600})
+    assert not far_from_limit(10**6, 1, 8, 256)({"actor_steps": 10**6 - 576})
+
+
+def test_the_queue_says_when_there_is_room():
+    queue = StepQueue(make_spec(), max_steps=4, block_s=0.05)
+    assert queue.wait_for_room(3) == 4 and queue.wait_for_room(10) == 4  # at most the bound
+    queue.insert_steps([_item(first=True)] + [_item()] * 3)
+    start = time.monotonic()
+    assert queue.wait_for_room(1) == 0  # full: no room after the (short) wait
+    assert time.monotonic() - start >= 0.04
+    queue.take_batch(3)
+    assert queue.wait_for_room(1) == 3
+    queue.close()
+    assert queue.wait_for_room(1) == -1
+
+
+def test_a_held_back_batch_waits_for_room_by_a_small_call_not_by_travelling_again():
+    """A full queue: the sender sends the rest of its batch once there is room for it,
+    asking with `wait_for_room` meanwhile, instead of sending the batch every wait."""
+    queue = StepQueue(make_spec(), max_steps=4, block_s=0.05)
+    calls: list[str] = []
+
+    class Recording:
+        def __getattr__(self, name):
+            calls.append(name)
+            return getattr(queue, name)
+
+    sender = StepSender(Recording(), send_steps=6, send_secs=60.0, clock=Clock())
+    drain = threading.Timer(0.3, lambda: queue.take_batch(4))
+    drain.start()
+    for i in range(6):
+        sender.add(_item(first=i == 0))
+    drain.join()
+    assert calls.count("insert_batch") == 2 and calls.count("wait_for_room") >= 3
+    assert queue.info()["inserted"] == 6 and sender.take_sent() == 5
+
+
+class _Items:
+    """A drain's source that always has steps: one endless episode, each take recorded."""
+
+    def __init__(self):
+        self.takes: list[int] = []
+        self.name = "endless"
+
+    def take(self, max_steps: int) -> list[dict]:
+        first = not self.takes
+        self.takes.append(max_steps)
+        return [
+            {"writer": 0, "first": first and i == 0, "last": False, "frame": FRAME}
+            | {"action": 0, "reward": 0.0, "discount": 1.0}
+            for i in range(max_steps)
+        ]
+
+    def hurry(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class _Counting:
+    """A store that counts: each step completes one transition."""
+
+    def add_first(self, writer, frame) -> None:
+        pass
+
+    def in_episode(self, writer) -> bool:
+        return True
+
+    def add(self, writer, *args, **kwargs) -> int:
+        return 1
+
+    def flush(self) -> None:
+        pass
+
+
+def test_a_drain_the_ratio_holds_back_takes_in_chunks_within_the_same_ratio():
+    """With `min_take`, a drain the replay ratio holds back waits for room for that many
+    (at most half the error buffer) instead of taking the two steps each sampled batch lets
+    in, one remote call each; the ratio's rule is as before: never past its insert limit,
+    and the learner never waits for data the ratio would let in."""
+    schedule = ReplaySchedule(min_replay_size=10, actor_steps_per_update=2, batch_size=4)
+    gate = RatioGate(schedule)  # an error buffer of 200 transitions
+    source = _Items()
+    drainer = StepDrainer(source, _Counting(), gate, max_take=256, min_take=256)
+    drainer.start()
+    try:
+        for _ in range(400):  # the learner: 400 batches, each 2 ms after it is due
+            assert gate.wait_to_sample()
+            assert gate.inserted <= gate.insert_limit()
+            time.sleep(0.002)
+        time.sleep(0.2)
+    finally:
+        drainer.close()
+    assert source.takes[0] == 210  # the first: min_replay_size + the error buffer
+    later = source.takes[1:]  # 400 batches needed 808 transitions in: in a few takes
+    assert all(take >= 100 for take in later) and sum(later) >= 808 - 210, later
+    assert gate.inserted <= gate.insert_limit()
 
 
 def test_the_send_bounds_are_config_keys_with_checked_values():

@@ -92,9 +92,9 @@ class GenericActor(core.Actor, Generic[State]):
         """Sends what its adder still holds (`end_episode_writes`)."""
         end_episode_writes([self._adder])
 
-    def take_sent_steps(self) -> int | None:
+    def take_sent_steps(self, send: bool = True) -> int | None:
         """`sent_steps` of its adder."""
-        return sent_steps([self._adder])
+        return sent_steps([self._adder], send)
 
     def warm_up(self, observation: Any) -> bool:
         """Compiles `select_action` for params shaped as the core's `params_shape` says and
@@ -263,9 +263,9 @@ class BatchedActor(Generic[State]):
         """Sends what each environment's adder still holds (`end_episode_writes`)."""
         end_episode_writes(self._adders)
 
-    def take_sent_steps(self) -> int | None:
+    def take_sent_steps(self, send: bool = True) -> int | None:
         """`sent_steps` of its k adders (one call for all k where they share a sender)."""
-        return sent_steps(self._adders)
+        return sent_steps(self._adders, send)
 
     @property
     def state(self) -> State:
@@ -292,11 +292,11 @@ def end_episode_writes(environment_adders: Sequence[adders.Adder | None]) -> Non
                 adder.reset()
 
 
-def sent_steps(environment_adders: Sequence[adders.Adder | None]) -> int | None:
-    """Sends what the adders hold back for a batched send, and returns the environment steps
-    their replay took since the last call (an acting loop counts these: nothing it counts is
-    still waiting to be sent); None where no adder says (each step is written as it comes:
-    the loop counts its own steps).
+def sent_steps(environment_adders: Sequence[adders.Adder | None], send: bool = True) -> int | None:
+    """Sends what the adders hold back for a batched send (not with `send=False`), and returns
+    the environment steps their replay took since the last call (an acting loop counts these:
+    nothing it counts is still waiting to be sent); None where no adder says (each step is
+    written as it comes: the loop counts its own steps).
 
     Adders that send in batches have `take_sent_steps()` (the served
     `magi_lp.replay.step_queue.ServedFrameAdder`); adders sharing one sender answer its
@@ -305,7 +305,7 @@ def sent_steps(environment_adders: Sequence[adders.Adder | None]) -> int | None:
     counting = [a for a in environment_adders if hasattr(a, "take_sent_steps")]
     if not counting:
         return None
-    return sum(int(adder.take_sent_steps()) for adder in counting)
+    return sum(int(adder.take_sent_steps(send)) for adder in counting)
 
 
 class OneEnvironment:
@@ -340,10 +340,10 @@ class OneEnvironment:
         if close is not None:
             close()
 
-    def take_sent_steps(self) -> int | None:
+    def take_sent_steps(self, send: bool = True) -> int | None:
         """The actor's `take_sent_steps` where it has one (`GenericActor`'s); else None."""
         take = getattr(self.actor, "take_sent_steps", None)
-        return None if take is None else take()
+        return None if take is None else take(send)
 
     def warm_up(self, observation: Any) -> bool:
         """The actor's `warm_up` where it has one (`GenericActor.warm_up`); else False."""

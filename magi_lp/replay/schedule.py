@@ -119,12 +119,17 @@ class RatioGate:
                 self.inserted += count
                 self._condition.notify_all()
 
-    def wait_to_insert(self, timeout: float | None = None) -> bool:
-        """Waits until one more transition may go in; False once closed (or on timeout)."""
+    def wait_to_insert(self, timeout: float | None = None, room: int = 1) -> bool:
+        """Waits until `room` more transitions may go in (one by default; at most half the
+        error buffer, as more may never fit while the learner waits for data, and with half
+        the learner still has half the buffer's updates in hand); False once closed (or on
+        timeout)."""
+        wanted = max(1, min(int(room), self.error_buffer // 2))
         with self._condition:
             return (
                 self._condition.wait_for(
-                    lambda: self._closed or self.inserted < self.insert_limit(), timeout
+                    lambda: self._closed or self.insert_limit() - self.inserted >= wanted,
+                    timeout,
                 )
                 and not self._closed
             )

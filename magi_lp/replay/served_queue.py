@@ -79,6 +79,19 @@ class StepQueue:
                 self._condition.wait(remaining)
         return taken
 
+    def wait_for_room(self, steps: int, timeout: float | None = None) -> int:
+        """Waits at most `timeout` seconds (at most `block_s`; default `block_s`) until
+        `steps` fit (or as many as the bound holds); returns the room then, or -1 once closed.
+        A writer the queue held back asks this (a small call) before its batch travels
+        again, rather than sending the batch to wait each time."""
+        wanted = min(max(1, int(steps)), self.max_steps)
+        with self._condition:
+            self._condition.wait_for(
+                lambda: self._closed or self.max_steps - self._size >= wanted,
+                self._wait_s(timeout, self.block_s),
+            )
+            return -1 if self._closed else self.max_steps - self._size
+
     def insert_steps(self, items: Sequence[dict[str, Any]], timeout: float | None = None) -> int:
         """`insert_batch` of a list of step items."""
         return self.insert_batch(step_batch.stack(items), timeout) if items else 0

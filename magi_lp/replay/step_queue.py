@@ -16,10 +16,14 @@ transitions in. Two transports carry the items:
 
 Steps move in batches (issue 67): an actor's k adders share one `StepSender`, which sends
 their items in one `insert_batch` call once `replay.send_steps` wait or the oldest waited
-`replay.send_secs`, and whenever the acting loop reports its counts; the loop counts what the
-queue took (`StepSender.take_sent`), so nothing waiting in an actor is ever counted. The drain
-takes up to `DRAIN_FLUSH_STEPS` a call. A batch travels in columns (`magi_lp.replay.step_batch`:
-one array of frames, not one object per step), which halves what a call costs to serialize.
+`replay.send_secs` (and near the step limit whenever the acting loop reports its counts); the
+loop counts what the queue took (`StepSender.take_sent`), so nothing waiting in an actor is
+ever counted. A full queue holds a batch back: the sender asks `wait_for_room` (a small call)
+before the batch travels again. The drain takes up to `SERVED_TAKE_STEPS` a call, and where
+the replay ratio holds it back it waits for room for that many (at most half the ratio's error
+buffer) rather than taking a step or two per sampled batch. A batch travels in columns
+(`magi_lp.replay.step_batch`: one array of frames, not one object per step), which halves what
+a call costs to serialize.
 
 The relay hop stays: actors -> the replay node's `StepQueue` -> the learner's drain. Batched,
 it costs the replay node little per step (BENCHMARKS.md, "Served acting"), and it keeps every
@@ -64,7 +68,13 @@ if TYPE_CHECKING:
 
 DRAIN_FLUSH_STEPS = 64
 """Steps the drain writes before it applies them on the device (the learner also flushes
-before each batch, so nothing waits on this); also the most steps one served take asks for."""
+before each batch, so nothing waits on this); also the most steps one take from Reverb's queue
+asks for."""
+
+SERVED_TAKE_STEPS = 256
+"""The most steps one served take of the drain asks for (`StepDrainer`'s `max_take` on the
+served path): a remote call costs the processes on both ends and Ray's own about as much as
+100 steps' frames, so the drain takes them as the actors send them, a batch a call."""
 
 BLOCK_S = 0.25
 """The longest one `StepQueue` insert waits for room: a writer then re-checks whether it
@@ -76,13 +86,18 @@ once). Each take that finds none is a remote call: four a second (0.25 s each) c
 replay and learner processes and Ray's own 52 ms of CPU a second at rest, one a second 36
 (measured on this repository's 2-core box, Ray 2.60)."""
 
-SEND_STEPS = 64
+SEND_STEPS = 256
 """Step items an actor's `StepSender` gathers before it sends them in one call (the default
-of `replay.send_steps`): a call per 64 environment steps instead of one each."""
+of `replay.send_steps`). A call of n steps of 84x84x3 frames cost the actor, the replay node,
+the learner's drain and Ray's daemons together about 12 ms of CPU plus 0.08 ms a step
+(embedded Ray 2.60 on this repository's 2-core box): 0.29 ms a step at n = 64, 0.12-0.2 at
+n = 256."""
 
-SEND_SECS = 0.5
+SEND_SECS = 2.0
 """The longest a step waits in an actor's `StepSender` once another comes (the default of
-`replay.send_secs`); the acting loop also sends at each report of its counts."""
+`replay.send_secs`): a slow actor (one environment at 55 steps a second on a 2-core box)
+still sends batches of about 100, and no step waits long for the learner. Near the step
+limit the acting loop also sends at each report of its counts."""
 
 REST_QUIET_S = 0.5
 """At a stop, `StepDrainer.take_the_rest` ends once no step has come for this long (the
@@ -167,9 +182,10 @@ class StepAdder(adders.Adder):
 class StepSender:
     """What one actor's adders send to a served `StepQueue`, in batches: the steps of its k
     environments (each `ServedFrameAdder` of the actor adds its items here) go in one
-    `insert_steps` call once `send_steps` items wait, or once the oldest has waited
+    `insert_batch` call once `send_steps` items wait, or once the oldest has waited
     `send_secs` (checked as each item comes: a slow environment still sends, one step late
-    at most), and whenever the acting loop reports its counts (`take_sent`).
+    at most), and whenever the acting loop asks it to (`take_sent`: near the step limit, at
+    each report of the counts; at a stop).
 
     The counts stay exact: `take_sent` sends what waits first and answers the environment
     steps the queue took, so an actor counts only steps the replay has (a kill loses only
@@ -241,17 +257,25 @@ class StepSender:
             if not self._pending:
                 return
             batch = step_batch.part(batch, taken)
-            # Nothing taken from a closed queue ever will be: the replay node is stopping.
-            if self._should_stop() or (taken == 0 and self._queue.info()["closed"]):
-                self._pending.clear()
-                raise WriteAbandonedError("the program is stopping")
+            # The queue is full: the rest travels again once there is room for it (a small
+            # call waits for that), or never, at a stop or once the queue is closed (the
+            # replay node is stopping: nothing taken from a closed queue ever will be).
+            while True:
+                room = -1 if self._should_stop() else int(self._queue.wait_for_room(self.pending))
+                if room < 0:
+                    self._pending.clear()
+                    raise WriteAbandonedError("the program is stopping")
+                if room > 0:
+                    break
 
-    def take_sent(self) -> int:
+    def take_sent(self, send: bool = True) -> int:
         """Sends what waits (at a stop: what the queue still takes), then returns the
         environment steps (items of `add`, not of `add_first`) the queue took since the last
-        call: what the actor may count."""
-        with contextlib.suppress(WriteAbandonedError):  # dropped, and so never counted
-            self.send()
+        call: what the actor may count. With `send=False` nothing is sent: what the sends
+        made so far took (an acting loop whose counts follow the sends)."""
+        if send:
+            with contextlib.suppress(WriteAbandonedError):  # dropped, and so never counted
+                self.send()
         sent, self._sent = self._sent, 0
         return sent
 
@@ -302,10 +326,11 @@ class ServedFrameAdder(StepAdder):
     def _send(self, item: dict[str, Any]) -> None:
         self._sender.add(item)
 
-    def take_sent_steps(self) -> int:
-        """Sends what its sender holds and returns the environment steps the queue took
-        since the last call, of every adder sharing the sender (`StepSender.take_sent`)."""
-        return self._sender.take_sent()
+    def take_sent_steps(self, send: bool = True) -> int:
+        """Sends what its sender holds (unless `send=False`) and returns the environment steps
+        the queue took since the last call, of every adder sharing the sender
+        (`StepSender.take_sent`)."""
+        return self._sender.take_sent(send)
 
     def close(self) -> None:
         """Sends what its sender holds, unless the program is stopping (`StepSender.close`)."""
@@ -381,11 +406,17 @@ class StepDrainer:
         gate: RatioGate,
         *,
         max_take: int = DRAIN_FLUSH_STEPS,
+        min_take: int = 1,
     ):
+        """`max_take`: the most steps one take asks for. `min_take`: the room in the ratio
+        the drain waits for before it takes (`RatioGate.wait_to_insert`), so that a learner
+        the ratio holds back is fed in takes of that many rather than a step or two per
+        sampled batch (a served take is a remote call)."""
         self._source = source
         self._store = store
         self._gate = gate
         self._max_take = max(1, int(max_take))
+        self._min_take = max(1, int(min_take))
         self._closed = threading.Event()
         self._rest = threading.Event()  # a stop: take what is left, past the ratio
         self._thread: threading.Thread | None = None
@@ -409,7 +440,7 @@ class StepDrainer:
             while not self._closed.is_set():
                 if self._rest.is_set():  # a stop: no batch is sampled any more
                     limit = self._max_take
-                elif self._gate.wait_to_insert(timeout=0.1):
+                elif self._gate.wait_to_insert(timeout=0.1, room=self._min_take):
                     room = self._gate.insert_limit() - self._gate.inserted
                     limit = min(max(1, room), self._max_take)
                 else:

@@ -10,7 +10,7 @@ here.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -115,6 +115,7 @@ def make_acting_loop(
     observers: Sequence[Any] = (),
     should_stop: StopFn = lambda: False,
     count_every: int = 1,
+    counts_follow_sends: Callable[[Mapping[str, Any]], bool] | None = None,
     resumed_at: int = 0,
     actors: int = 1,
 ) -> ActingLoop:
@@ -130,7 +131,7 @@ def make_acting_loop(
     the replay holds back once the program stops (`spec.WriteAbandonedError`).
     `store` makes the adders (None for an evaluator); `replay` is what they write to: the
     Reverb client, or in one process the store's `LearnerReplay`.
-    `count_every`: loop steps between two counter increments (`ActingLoop`).
+    `count_every`, `counts_follow_sends`: when the loop counts (`ActingLoop`).
     `resumed_at`: the run's `resume_point`; the environments and the policy's key are seeded
     from it too, so a resumed run does not replay the first launch's episodes and noise, and
     an actor's state goes on from its share of those steps (`ActorCore.resume`: `resumed_at`
@@ -181,6 +182,7 @@ def make_acting_loop(
         frames_per_step=experiment.frames_per_step,
         observers=observers,
         count_every=count_every,
+        counts_follow_sends=counts_follow_sends,
     )
 
 

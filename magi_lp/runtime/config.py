@@ -57,7 +57,9 @@ DISTRIBUTED_COUNT_EVERY = 20
 """Loop steps a distributed actor or evaluator takes between two reports to the counter node
 (and at every episode's end): a Courier call each. The program's `actor_steps` trail the
 truth by fewer than this many steps per actor (times `envs_per_actor`), and a run stops within
-that of `max_actor_steps`; one process counts every step (`ActingLoop(count_every=1)`)."""
+that of `max_actor_steps`; one process counts every step (`ActingLoop(count_every=1)`). An
+actor whose steps go in batches (on Ray) reports with each batch instead, far from the limit
+(`runtime.nodes.far_from_limit`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,10 +136,10 @@ class ReplaySettings:
     store: str = "auto"
     queue_steps: int = 500  # device/host store: steps in flight from actors to the learner
     # device/host store on Ray: an actor sends its k environments' steps in one call once this
-    # many wait, or once the oldest waited send_secs, and at each report of its counts
-    # (magi_lp.replay.step_queue.StepSender; SEND_STEPS and SEND_SECS there)
-    send_steps: int = 64
-    send_secs: float = 0.5
+    # many wait, or once the oldest waited send_secs, and near max_actor_steps at each report
+    # of its counts (magi_lp.replay.step_queue.StepSender; SEND_STEPS and SEND_SECS there)
+    send_steps: int = 256
+    send_secs: float = 2.0
 
     def __post_init__(self) -> None:
         check(self, "store", self.store in REPLAY_STORES, " or ".join(map(repr, REPLAY_STORES)))

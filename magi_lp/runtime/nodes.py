@@ -17,7 +17,7 @@ import functools
 import json
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -201,11 +201,33 @@ class LearnerNode:
         )
 
 
+def far_from_limit(
+    max_actor_steps: int, actors: int, envs_per_actor: int, send_steps: int, resumed_at: int = 0
+) -> Callable[[Mapping[str, Any]], bool]:
+    """An actor's rule for `ActingLoop(counts_follow_sends=...)`: whether the program's
+    `actor_steps` (in the counts last answered, or `resumed_at` before any) are so far below
+    `max_actor_steps` that the actor may count with its sends.
+
+    Counting with the sends, an actor's steps reach the counter a batch at a time, up to
+    `send_steps` late, so the counts seen trail the truth by up to that much per actor. The
+    margin is every actor's unsent batch and two reports' steps besides; within it each actor
+    sends and counts every `DISTRIBUTED_COUNT_EVERY` loop steps, so the run still ends within
+    that many steps per actor of its limit."""
+    margin = actors * (send_steps + 2 * DISTRIBUTED_COUNT_EVERY * envs_per_actor)
+
+    def far(counts: Mapping[str, Any]) -> bool:
+        seen = max(int(counts.get("actor_steps", 0)), resumed_at)
+        return seen + margin < max_actor_steps
+
+    return far
+
+
 class ActorNode:
     """An actor and its environment loop, acting until the program stops or the counts it
     reported reach `max_actor_steps` (then it waits for the coordinator's stop, so the run
     ends within `DISTRIBUTED_COUNT_EVERY` steps per actor of the limit, not a stop's latency
-    of steps later)."""
+    of steps later). Far from the limit, an actor whose steps go in batches counts with its
+    sends (`far_from_limit`)."""
 
     def __init__(
         self,
@@ -225,6 +247,9 @@ class ActorNode:
         prepare_node_process()
         self._lifetime = lifetime
         self._name = f"actor_{index}"
+        config = experiment.config
+        resumed_at = resume_point(experiment, workdir)
+        send_bounds = getattr(store, "send_bounds", None)
         self._loop = make_acting_loop(
             experiment,
             environment_spec,
@@ -236,10 +261,19 @@ class ActorNode:
             logger_factory,
             should_stop=lifetime.stopping,
             count_every=DISTRIBUTED_COUNT_EVERY,
-            resumed_at=resume_point(experiment, workdir),
-            actors=int(experiment.config.num_actors),
+            counts_follow_sends=None
+            if send_bounds is None
+            else far_from_limit(
+                int(config.max_actor_steps),
+                int(config.num_actors),
+                int(config.envs_per_actor),
+                int(send_bounds()["send_steps"]),
+                resumed_at,
+            ),
+            resumed_at=resumed_at,
+            actors=int(config.num_actors),
         )
-        self._max_actor_steps = int(experiment.config.max_actor_steps)
+        self._max_actor_steps = int(config.max_actor_steps)
         warm_up(self._loop, environment_spec, f"actor_{index}")
 
     def limit_reached(self) -> bool:

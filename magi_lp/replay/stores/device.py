@@ -118,7 +118,7 @@ class DeviceStore(ReplayStore):
     ) -> list[Any]:
         """One actor's adders; on 'served' they share one `StepSender`: the actor's k
         environments' steps go in one call, `replay.send_steps` at a time (or after
-        `replay.send_secs`, or at the loop's count)."""
+        `replay.send_secs`, or when the loop's count asks)."""
         if isinstance(replay, DeviceLearnerReplay):  # one process: straight into the store
             from magi_lp.replay.frame_store import StoreAdder
 
@@ -171,9 +171,19 @@ class DeviceStore(ReplayStore):
 
         gate = RatioGate(self.builder.replay_schedule())
         if self.served:
-            from magi_lp.replay.step_queue import ServedStepSource, StepDrainer
+            from magi_lp.replay.step_queue import (
+                SERVED_TAKE_STEPS,
+                ServedStepSource,
+                StepDrainer,
+            )
 
-            drainer = StepDrainer(ServedStepSource(replay_client), store, gate)
+            drainer = StepDrainer(
+                ServedStepSource(replay_client),
+                store,
+                gate,
+                max_take=SERVED_TAKE_STEPS,
+                min_take=SERVED_TAKE_STEPS,
+            )
             return gate, drainer, None  # no Reverb: the handle is the drain's alone
         from magi_lp.replay.frame_queue import QueueDrainer
 
