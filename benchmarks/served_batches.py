@@ -118,7 +118,11 @@ class _HeldDrain:
         threading.Thread(target=learn, daemon=True).start()
 
     def counts(self) -> dict[str, int]:
-        return {"inserted": self._gate.inserted, "takes": self._takes}
+        return {
+            "inserted": self._gate.inserted,
+            "sampled": self._gate.sampled,
+            "takes": self._takes,
+        }
 
     def close(self) -> None:
         self._drainer.close()
@@ -246,6 +250,7 @@ def _ratio_held(ray: Any, spec: Any, min_take: int, at_rest: float) -> dict:
         "min_take": min_take,
         "steps_per_s": steps / wall,
         "takes_per_s": (last["takes"] - first["takes"]) / wall,
+        "updates_per_s": (last["sampled"] - first["sampled"]) / wall,  # the goal: 100
         "with_the_steps_ms_per_step": 1000 * (used - at_rest * wall) / max(steps, 1),
     }
     common.progress(f"ratio-held, min_take {min_take}: {row}")
