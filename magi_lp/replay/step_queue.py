@@ -90,8 +90,8 @@ SEND_STEPS = 256
 """Step items an actor's `StepSender` gathers before it sends them in one call (the default
 of `replay.send_steps`). A call of n steps of 84x84x3 frames cost the actor, the replay node,
 the learner's drain and Ray's daemons together 9-12 ms of CPU plus 0.08 ms a step (embedded
-Ray 2.60 on this repository's 2-core box, `benchmarks/served_batches.py`): 0.24-0.29 ms a step
-at n = 64, 0.10-0.12 at n = 256."""
+Ray 2.60 on this repository's 2-core box, `benchmarks/served_batches.py`, five runs):
+0.22-0.28 ms a step at n = 64, 0.07-0.12 at n = 256."""
 
 SEND_SECS = 2.0
 """The longest a step waits in an actor's `StepSender` once another comes (the default of
