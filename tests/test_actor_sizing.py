@@ -10,6 +10,7 @@ from magi_lp.errors import ConfigError
 from magi_lp.placement import actor_sizing
 from magi_lp.placement.gpu_inventory import GpuInventory
 from magi_lp.runtime.config import (
+    capacity_warnings,
     placement_requests,
     resolve_actor_counts,
     single_process_counts,
@@ -157,6 +158,21 @@ def test_the_threads_each_node_takes_count():
     resolved, line = _sized(config, NO_GPU, 16)
     assert resolved.num_actors == 4  # (16 - 4 - 1 - 2 - 1) // 2
     assert "16 cores: 8 left after learner 4, replay 1, evaluator 2, counter 1; 2 threads" in line
+
+
+def test_the_capacity_warning_counts_the_threads_the_sizing_counts():
+    config = _distributed()
+    config.resources.actor.cpu_threads = 2
+    config.resources.learner.cpu_threads = 4
+    config.num_evaluators = 2
+    resolved, _ = _sized(config, NO_GPU, 16)
+    assert capacity_warnings(resolved, cores=16, memory_gib=128) == []  # sized to fit
+    resolved.num_actors = 5  # one actor (2 threads) past the 8 cores the others leave
+    (warning,) = capacity_warnings(resolved, cores=16, memory_gib=128)
+    assert warning.startswith(
+        "the busy nodes need 18 threads (learner 4, replay 1, evaluator 2, counter 1, actor 10) "
+        "but this machine has 16 cores"
+    ), warning
 
 
 def test_auto_is_a_number_only_after_it_is_sized():

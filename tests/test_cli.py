@@ -637,7 +637,10 @@ def test_dry_run_warns_about_cores_memory_and_ignored_gpus(tmp_path):
         timeout=60,
     )
     assert result.returncode == 0, result.stderr
-    assert "warning: the busy nodes need 67 threads" in result.stdout
+    assert (
+        "warning: the busy nodes need 69 threads "
+        "(learner 2, replay 1, evaluator 1, counter 1, actor 64)" in result.stdout
+    )
     assert "resources.actor.gpus=1 is ignored: resources.actor.device='cpu'" in result.stdout
 
 

@@ -466,10 +466,6 @@ def single_process_counts(config: ml_collections.ConfigDict) -> ml_collections.C
     return resolved
 
 
-# Groups whose nodes keep a core busy all the time.
-_BUSY_GROUPS = ("learner", "actor", "evaluator")
-
-
 def capacity_warnings(
     config: ml_collections.ConfigDict,
     cores: int | None = None,
@@ -477,6 +473,7 @@ def capacity_warnings(
 ) -> list[str]:
     """Warnings for a program larger than this machine: threads past its cores, RAM past its
     memory. The run may still work (slower, or swapping), so these are warnings, not errors.
+    The threads are those 'auto' sizes the actors by (`busy_threads`), plus the actors'.
 
     Args:
       config: a validated experiment config.
@@ -489,10 +486,8 @@ def capacity_warnings(
     memory_gib = memory_gib or psutil.virtual_memory().total / 2**30
     counts = node_counts(config)
     warnings = []
-    threads = {
-        group: counts[group] * max(1, int(config.resources[group].get("cpu_threads") or 1))
-        for group in _BUSY_GROUPS
-    }
+    actor_threads = max(1, int(config.resources.actor.get("cpu_threads") or 1))
+    threads = {**busy_threads(config), "actor": counts["actor"] * actor_threads}
     if sum(threads.values()) > cores:
         listed = ", ".join(f"{group} {n}" for group, n in threads.items() if n)
         warnings.append(
