@@ -169,6 +169,52 @@ def test_a_call_to_a_node_unreachable_for_a_moment_is_asked_again(monkeypatch):
     assert clock.now == pytest.approx(7.0)  # 2 s before, then the 5 s grace
 
 
+def test_an_increment_asked_again_counts_once(monkeypatch):
+    """An actor's Acme counter over the counter node's Ray client: Ray loses the answer of an
+    increment that ran (a blip); the client asks again, and the node counts it once. The
+    steps decide when the run stops and what a resume counts from."""
+    from magi_lp.acme_api import counting
+    from magi_lp.runtime.control_nodes import CounterNode, counter_parent
+
+    node = CounterNode()
+    ran = []
+
+    class Call:  # what `actor.call.remote` reaches: the node actor's `call`, run at once
+        @staticmethod
+        def remote(method, *args, **kwargs):
+            answer = getattr(node, method)(*args, **kwargs)
+            ran.append(method)
+            return _unavailable() if len(ran) == 2 else answer  # the 2nd answer is lost
+
+    class Handle:
+        call = Call
+
+    def get(value, timeout=None):
+        if isinstance(value, ray.exceptions.ActorUnavailableError):
+            raise value
+        return value
+
+    monkeypatch.setattr(ray_nodes.ray, "get", get)
+    monkeypatch.setattr(ray_nodes, "_REASK_S", 0.0)
+    client = ray_nodes.NodeClient(Handle(), ["increment", "increment_once", "get_counts"])
+    counter = counting.Counter(counter_parent(client), prefix="actor", time_delta=0.0)
+    for _ in range(3):
+        counter.increment(steps=256)
+    assert ran == ["increment_once"] * 4  # the lost one asked again
+    assert node.get_counts() == {"actor_steps": 768}
+
+    # Asked again while the first asking still runs, and from another sender: each once.
+    calls = [
+        threading.Thread(target=node.increment_once, args=("b", 1, {"actor_steps": 10}))
+        for _ in range(4)
+    ]
+    for call in calls:
+        call.start()
+    for call in calls:
+        call.join(10)
+    assert node.increment_once("b", 2, {"actor_steps": 1}) == {"actor_steps": 779}
+
+
 # --- on a real embedded Ray ---------------------------------------------------------------------
 
 

@@ -95,9 +95,9 @@ class Remote:
     def __getattr__(self, name):
         method = getattr(self._server, name)
 
-        def call(*args):
+        def call(*args, **named):
             self.calls += 1
-            answer = method(*pickle.loads(pickle.dumps(args)))
+            answer = method(*pickle.loads(pickle.dumps(args)), **pickle.loads(pickle.dumps(named)))
             return tree.map_structure(_read_only, pickle.loads(pickle.dumps(answer)))
 
         return call
@@ -602,6 +602,28 @@ def test_the_table_limits_samples_per_insert_by_the_schedules_rule():
     default = TransitionTable(TransitionReplaySpec(1000, 4, 1, GAMMA), ENV_SPEC, SCHEDULE)
     assert default.gate.error_buffer == RatioGate(SCHEDULE).error_buffer == 200
     assert default.insert([transition] * 300, 0.2) == 10 + 200
+
+
+def test_a_table_insert_asked_again_takes_its_transitions_once():
+    """An engine that lost an insert's answer asks it again (Ray: "may or may not have been
+    executed"): the transitions the table took from that sender count, and go in once."""
+    rows = _rows_of_episodes(5, lengths=(9, 10))
+    table = _table()
+    assert table.insert(rows[:6], sender="a", offset=0) == 6
+    assert table.insert(rows[:6], sender="a", offset=0) == 6  # asked again
+    assert table.info()["inserted"] == 6
+    # At the limiter's limit (16) the next call takes 10 of 12; asked again once the learner
+    # sampled, it takes the other 2 and says 12.
+    assert table.insert(rows[6:18], 0.05, sender="a", offset=6) == 10
+    assert table.sample(0.1) is not None
+    assert table.insert(rows[6:18], 0.05, sender="a", offset=6) == 12
+    assert table.info()["inserted"] == 18
+    held = table.save()["data"]  # in the order they came, each once
+    for field in ("observation", "action", "next_observation"):
+        sent = np.stack([getattr(row, field) for row in rows[:18]])
+        np.testing.assert_array_equal(held[field][:18], sent)
+    with pytest.raises(ValueError, match="took only 18 of its items"):
+        table.insert(rows[:1], sender="a", offset=20)
 
 
 def test_the_table_saves_and_restores_its_transitions_and_the_limiters_counts():

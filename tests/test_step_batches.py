@@ -157,9 +157,9 @@ def test_the_sender_sends_its_steps_in_columns():
     calls = []
 
     class Recording:
-        def insert_batch(self, batch):
+        def insert_batch(self, batch, **named):
             calls.append(batch)
-            return queue.insert_batch(batch)
+            return queue.insert_batch(batch, **named)
 
     sender = StepSender(Recording(), send_steps=4, send_secs=10.0, clock=Clock())
     for i in range(4):
@@ -535,3 +535,133 @@ def test_counts_without_batched_adders_are_the_loops_own():
     for _ in range(3):
         loop.step()
     assert counter.get_counts()["steps"] == 6
+
+
+# -- a call asked twice (its answer lost) moves its steps once --------------------------------
+
+
+def _numbered(start: int, count: int) -> list[dict]:
+    """Step items whose frames say their number (0 is an episode's first)."""
+    return [
+        {"first": np.bool_(i == 0), "frame": np.full((H, W, C), i % 251, np.uint8)}
+        for i in range(start, start + count)
+    ]
+
+
+def _numbers(batch) -> list[int]:
+    return [int(frame[0, 0, 0]) for frame in batch["frame"]]
+
+
+def test_an_insert_asked_again_puts_its_steps_in_once():
+    from magi_lp.replay import step_batch
+
+    queue = StepQueue(make_spec(), max_steps=6)
+    first, second = step_batch.stack(_numbered(0, 4)), step_batch.stack(_numbered(4, 5))
+    assert queue.insert_batch(first, sender="a", offset=0) == 4
+    assert queue.insert_batch(first, sender="a", offset=0) == 4  # its answer was lost
+    assert queue.info()["size"] == 4
+    assert queue.insert_batch(second, sender="a", offset=4, timeout=0.05) == 2  # full
+    assert _numbers(queue.take_batch(3)) == [0, 1, 2]
+    # The same call again (it took 2 of 5): the 2 count, the other 3 go in after them.
+    assert queue.insert_batch(second, sender="a", offset=4) == 5
+    assert _numbers(queue.take_batch(10)) == [3, 4, 5, 6, 7, 8]
+    # Another sender's steps are its own; a sender's steps past what the queue has are refused.
+    assert queue.insert_batch(first, sender="b", offset=0) == 4
+    with pytest.raises(ValueError, match="took only 9 of its items"):
+        queue.insert_batch(first, sender="a", offset=12)
+
+
+def test_an_insert_asked_again_while_the_first_waits_for_room_puts_its_steps_in_once():
+    from magi_lp.replay import step_batch
+
+    queue = StepQueue(make_spec(), max_steps=4, block_s=5.0)
+    queue.insert_batch(step_batch.stack(_numbered(0, 4)), sender="a", offset=0)
+    batch = step_batch.stack(_numbered(4, 3))
+    answers = []
+    calls = [
+        threading.Thread(
+            target=lambda: answers.append(queue.insert_batch(batch, 5.0, sender="a", offset=4))
+        )
+        for _ in range(2)
+    ]
+    for call in calls:
+        call.start()
+        time.sleep(0.1)  # the first waits for room, then the second (its answer was lost)
+    taken = _numbers(queue.take_batch(4))
+    for call in calls:
+        call.join(10)
+    taken += _numbers(queue.take_batch(10, 0.05))
+    assert answers == [3, 3] and taken == list(range(7))
+
+
+def test_a_take_asked_again_is_answered_the_same_steps():
+    from magi_lp.replay import step_batch
+
+    queue = StepQueue(make_spec(), max_steps=20)
+    queue.insert_batch(step_batch.stack(_numbered(0, 6)))
+    assert _numbers(queue.take_batch(4, taker="d", ask=1)) == [0, 1, 2, 3]
+    assert _numbers(queue.take_batch(4, taker="d", ask=1)) == [0, 1, 2, 3]  # answer lost
+    assert _numbers(queue.take_batch(4, taker="d", ask=2)) == [4, 5]
+    # Asked again while the first asking still waits for steps: both get the same ones.
+    answers = []
+    takes = [
+        threading.Thread(
+            target=lambda: answers.append(_numbers(queue.take_batch(9, 5.0, taker="d", ask=3)))
+        )
+        for _ in range(2)
+    ]
+    for take in takes:
+        take.start()
+        time.sleep(0.1)
+    queue.insert_batch(step_batch.stack(_numbered(6, 3)))
+    for take in takes:
+        take.join(10)
+    assert answers == [[6, 7, 8], [6, 7, 8]]
+    queue.insert_batch(step_batch.stack(_numbered(9, 1)))
+    assert _numbers(queue.take_batch(9, taker="d", ask=4)) == [9]  # nothing lost, nothing twice
+    with pytest.raises(ValueError, match="ask number counts from 1"):
+        queue.take_batch(1, taker="d", ask=0)
+
+
+def test_steps_cross_a_lost_answer_once_each_way_through_the_ray_client(monkeypatch):
+    """The real sender, queue, drain source and Ray node client: Ray says the replay node is
+    unreachable after it ran an insert and after it ran a take (a blip: "may or may not have
+    been executed"); the client asks again, and every step reaches the drain once, in order."""
+    ray = pytest.importorskip("ray")  # the current stack's engine
+    from magi_lp.engines import ray_nodes
+    from magi_lp.replay.step_queue import ServedStepSource
+
+    queue = StepQueue(make_spec(), max_steps=100)
+    lose = {"insert_batch": [2], "take_batch": [1]}  # the answers Ray loses: the n-th call's
+    made = {"insert_batch": 0, "take_batch": 0}
+
+    class Call:  # what `actor.call.remote` reaches: the node actor's `call`, run at once
+        @staticmethod
+        def remote(method, *args, **kwargs):
+            answer = getattr(queue, method)(*args, **kwargs)
+            if method in made:
+                made[method] += 1
+                if made[method] in lose[method]:
+                    return ray.exceptions.ActorUnavailableError("blip", None)
+            return answer
+
+    class Handle:
+        call = Call
+
+    def get(value, timeout=None):
+        if isinstance(value, ray.exceptions.ActorUnavailableError):
+            raise value
+        return value
+
+    monkeypatch.setattr(ray_nodes.ray, "get", get)
+    monkeypatch.setattr(ray_nodes, "_REASK_S", 0.0)
+    client = ray_nodes.NodeClient(Handle(), ["insert_batch", "wait_for_room", "take_batch"])
+    sender = StepSender(client, send_steps=4, send_secs=10.0, clock=Clock())
+    for item in _numbered(0, 12):
+        sender.add(item)
+    source = ServedStepSource(client, timeout_s=0.05)
+    got = []
+    while len(got) < 12 and (steps := source.take(5)):
+        got += [int(step["frame"][0, 0, 0]) for step in steps]
+    assert got == list(range(12)) and queue.info()["size"] == 0
+    assert made == {"insert_batch": 4, "take_batch": 4}  # a lost answer each way, asked again

@@ -134,8 +134,12 @@ def answer_through_blips(ask: Callable[[], Any], grace_s: float = UNAVAILABLE_GR
     """`ask()` (a node's call and `ray.get` of its answer), asked again while the node is
     unreachable (Ray's ActorUnavailableError) for up to `grace_s`; raised after that.
 
-    Ray says such a call "may or may not have been executed": a repeated counter increment or
-    replay insert counts once more, which is what a network blip costs instead of the run."""
+    Ray says such a call "may or may not have been executed", so a call asked again may run
+    twice. The calls that move steps and counts take that into account: the replay's step
+    queue takes a repeated insert's steps once and answers a repeated take the same steps
+    (`magi_lp.replay.served_queue.StepQueue`: each call names its sender or taker and its
+    place), and the counter node counts a repeated increment once
+    (`magi_lp.runtime.control_nodes.CounterNode.increment_once`)."""
     since = None
     while True:
         try:

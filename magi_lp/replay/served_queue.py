@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import tree
 
-from magi_lp.replay import step_batch
+from magi_lp.replay import asked_again, step_batch
 from magi_lp.replay.spec import FrameReplaySpec
 from magi_lp.replay.step_queue import BLOCK_S, TAKE_WAIT_S, step_example
 
@@ -33,6 +33,12 @@ class StepQueue:
     at most `block_s` (an insert) or `take_s` (a take), or at `close()`. `insert_batch` and
     `take_batch` move steps in columns (what the actors' senders and the learner's drain
     call); `insert_steps` and `take_steps` do the same with a list of step items.
+
+    A call asked twice takes and hands out its steps once (`magi_lp.replay.asked_again`): an
+    insert that names its `sender` and `offset` skips the steps the queue already has from
+    it, a take that names its `taker` and `ask` number is answered the same batch again.
+    Without them, an insert asked again would put a batch in twice and a take asked again
+    would drop one; either breaks the frames' order, and so every transition across it.
     """
 
     def __init__(self, spec: FrameReplaySpec, max_steps: int, *, block_s: float = BLOCK_S):
@@ -51,32 +57,61 @@ class StepQueue:
         """Items taken in by `insert_batch` (and `restore`)."""
         self.taken = 0
         """Items handed out by `take_batch`."""
+        self._senders = asked_again.SenderPlaces("StepQueue")
+        self._takers = asked_again.LastAnswers()
 
     @staticmethod
     def _wait_s(timeout: float | None, cap: float) -> float:
         return cap if timeout is None else min(max(0.0, float(timeout)), cap)
 
-    def insert_batch(self, batch: step_batch.StepBatch, timeout: float | None = None) -> int:
+    def insert_batch(
+        self,
+        batch: step_batch.StepBatch,
+        timeout: float | None = None,
+        *,
+        sender: str | None = None,
+        offset: int = 0,
+    ) -> int:
         """Appends the steps of `batch` in order while there is room, waiting for room at most
         `timeout` seconds (at most `block_s`; default `block_s`). Returns how many it took:
-        the first that many of `batch` (0 once closed)."""
+        the first that many of `batch` (0 once closed).
+
+        Args:
+          sender: the writer's own name, for an insert that may be asked twice: with it, the
+            steps of `batch` the queue already took from `sender` (a call asked again) count
+            as taken and are not appended again.
+          offset: the items of `sender` the queue took before `batch` (the sum of its
+            earlier answers).
+
+        Raises:
+          ValueError: `offset` is past what the queue took from `sender` (steps went missing).
+        """
         count = step_batch.length(batch)
         deadline = time.monotonic() + self._wait_s(timeout, self.block_s)
+        offset = int(offset)
         taken = 0
         with self._condition:
-            while taken < count and not self._closed:
+            while not self._closed:
+                if sender is not None:  # the same call asked again may be taking them too
+                    taken = self._senders.taken_of(sender, offset, count)
+                if taken >= count:
+                    break
                 room = min(self.max_steps - self._size, count - taken)
                 if room > 0:
                     self._batches.append(step_batch.part(batch, taken, taken + room))
                     self._size += room
                     taken += room
                     self.inserted += room
+                    if sender is not None:
+                        self._senders.took(sender, offset, taken)
                     self._condition.notify_all()
                     continue
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
                 self._condition.wait(remaining)
+            if sender is not None:
+                taken = self._senders.taken_of(sender, offset, count)
         return taken
 
     def wait_for_room(self, steps: int, timeout: float | None = None) -> int:
@@ -97,14 +132,38 @@ class StepQueue:
         return self.insert_batch(step_batch.stack(items), timeout) if items else 0
 
     def take_batch(
-        self, max_items: int, timeout: float | None = None
+        self,
+        max_items: int,
+        timeout: float | None = None,
+        *,
+        taker: str | None = None,
+        ask: int = 1,
     ) -> step_batch.StepBatch | None:
         """Up to `max_items` steps, oldest first, in one batch, waiting for the first at most
-        `timeout` seconds (at most `take_s`; default `take_s`). None: none came (or closed)."""
+        `timeout` seconds (at most `take_s`; default `take_s`). None: none came (or closed).
+
+        Args:
+          taker: the reader's own name, for a take that may be asked twice: the queue keeps
+            its last answer until its next take.
+          ask: the take's number among `taker`'s (from 1): the same number as its last take
+            (a call asked again) is answered that take's batch again, once it has one.
+        """
+        if taker is not None:
+            self._takers.check(ask)
         with self._condition:
+            if taker is not None:
+                # The same take asked again: its answer, once the first asking has one.
+                self._condition.wait_for(lambda: not self._takers.in_flight(taker, ask))
+                answered, answer = self._takers.answered(taker, ask)
+                if answered:
+                    return answer
+                self._takers.begin(taker, ask)
             wait_s = self._wait_s(timeout, self.take_s)
             self._condition.wait_for(lambda: self._size or self._closed, wait_s)
             if self._closed or not self._size:
+                if taker is not None:
+                    self._takers.end(taker, ask, None)  # nothing handed out
+                    self._condition.notify_all()
                 return None
             count = min(max(1, int(max_items)), self._size)
             parts, got = [], 0
@@ -121,7 +180,10 @@ class StepQueue:
             self._size -= count
             self.taken += count
             self._condition.notify_all()  # room for the writers
-        return step_batch.join(parts)
+            batch = step_batch.join(parts)
+            if taker is not None:
+                self._takers.end(taker, ask, batch)
+        return batch
 
     def take_steps(self, max_items: int, timeout: float | None = None) -> list[dict[str, Any]]:
         """`take_batch` as a list of step items ([]: none came, or closed)."""

@@ -49,6 +49,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -189,7 +190,9 @@ class StepSender:
 
     The counts stay exact: `take_sent` sends what waits first and answers the environment
     steps the queue took, so an actor counts only steps the replay has (a kill loses only
-    steps never counted, a stop drops only what the replay would not take, uncounted).
+    steps never counted, a stop drops only what the replay would not take, uncounted). Each
+    insert names the sender and how many of its steps the queue took before it, so a call
+    that an engine asks twice (its answer lost) puts them in once (`StepQueue.insert_batch`).
     """
 
     def __init__(
@@ -225,6 +228,8 @@ class StepSender:
         self._pending: list[dict[str, Any]] = []
         self._oldest_at = 0.0
         self._sent = 0  # environment steps the queue took since the last `take_sent`
+        self._name = f"sender-{uuid.uuid4().hex[:12]}"  # this sender's, across every call
+        self._offset = 0  # items the queue took from this sender
         self.calls = 0
         """`insert_batch` calls made."""
 
@@ -251,7 +256,8 @@ class StepSender:
         batch = step_batch.stack(self._pending)
         while True:
             self.calls += 1
-            taken = int(self._queue.insert_batch(batch))
+            taken = int(self._queue.insert_batch(batch, sender=self._name, offset=self._offset))
+            self._offset += taken
             self._sent += step_batch.environment_steps(step_batch.part(batch, 0, taken))
             del self._pending[:taken]
             if not self._pending:
@@ -363,19 +369,25 @@ class StepSource(Protocol):
 
 class ServedStepSource:
     """The drain's reading end of a served `StepQueue`, through `queue`, a handle with its
-    `take_batch(max_items, timeout)`."""
+    `take_batch(max_items, timeout, taker=, ask=)`. Each take is numbered, so a take that an
+    engine asks twice (its answer lost) is answered the same steps (`StepQueue.take_batch`)."""
 
     def __init__(self, queue: Any, *, timeout_s: float = TAKE_WAIT_S):
         self._queue = queue
         self._timeout_s = float(timeout_s)
         self._closed = threading.Event()
+        self._taker = f"drain-{uuid.uuid4().hex[:12]}"
+        self._asks = 0
         self.name = "the served step queue"
 
     def take(self, max_steps: int) -> list[dict[str, Any]]:
         if self._closed.is_set():
             return []
         start = time.monotonic()
-        batch = self._queue.take_batch(max_steps, self._timeout_s)
+        self._asks += 1
+        batch = self._queue.take_batch(
+            max_steps, self._timeout_s, taker=self._taker, ask=self._asks
+        )
         if batch is None:  # a closed queue answers at once: wait out the timeout, not spin
             self._closed.wait(max(0.0, self._timeout_s - (time.monotonic() - start)))
             return []

@@ -14,7 +14,10 @@ Reverb table keeps on the Launchpad path:
 - inserts and samples wait at most a short timeout (`BLOCK_S`) and say what they did, so a
   writer re-checks whether the program stops and the learner whether it is closed, and
   `close()` ends every wait at once: a stop never leaves a writer or the learner blocked;
-- `save()` / `restore()` of the whole table (`checkpoint.replay`).
+- `save()` / `restore()` of the whole table (`checkpoint.replay`);
+- an insert asked twice (an engine that lost its answer asks it again) takes its transitions
+  once: it names its sender and offset (`magi_lp.replay.asked_again`). A batch sampled twice
+  is only one more batch, as a learner may sample anything.
 
 Its public methods are what an engine serves (plain Python calls, thread-safe). Each actor's
 `ServedTransitionAdder` (the n-step arithmetic of `TransitionAdder`) sends its transitions
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -35,6 +39,7 @@ import numpy as np
 import tree
 
 from magi_lp.acme_api import specs, types
+from magi_lp.replay import asked_again
 from magi_lp.replay.schedule import RatioGate, ReplaySchedule
 from magi_lp.replay.spec import TransitionReplaySpec, WriteAbandonedError
 from magi_lp.replay.transition_replay import TransitionAdder, TransitionReplay
@@ -85,6 +90,7 @@ class TransitionTable:
         self._insert_lock = threading.Lock()
         self._sample_lock = threading.Lock()
         self._closed = False
+        self._senders = asked_again.SenderPlaces("TransitionTable")  # under `_insert_lock`
 
     @property
     def gate(self) -> RatioGate:
@@ -99,16 +105,32 @@ class TransitionTable:
         held = self._replay.size >= max(1, self.schedule.min_replay_size)
         return held and self._gate.may_sample()
 
-    def insert(self, transitions: Sequence[types.Transition], timeout: float | None = None) -> int:
+    def insert(
+        self,
+        transitions: Sequence[types.Transition],
+        timeout: float | None = None,
+        *,
+        sender: str | None = None,
+        offset: int = 0,
+    ) -> int:
         """Inserts `transitions` in order while the limiter allows, waiting at most `timeout`
         seconds in all (at most `block_s`; default `block_s`). Returns how many it took: the
-        first that many (0 once closed)."""
+        first that many (0 once closed).
+
+        Args:
+          sender: the writer's own name, for an insert that may be asked twice: with it, the
+            transitions the table already took from `sender` (a call asked again) count as
+            taken and are not inserted again.
+          offset: the transitions of `sender` the table took before these (the sum of its
+            earlier answers).
+        """
         deadline = time.monotonic() + self._wait_s(timeout)
+        count, offset = len(transitions), int(offset)
         if not self._insert_lock.acquire(timeout=self._wait_s(timeout)):
-            return 0
+            return 0  # taken none of them (the lock's holder may be this call asked again)
         try:
-            taken = 0
-            for transition in transitions:
+            taken = 0 if sender is None else self._senders.taken_of(sender, offset, count)
+            for transition in transitions[taken:]:
                 if self._closed:
                     break
                 if not self._gate.wait_to_insert(max(0.0, deadline - time.monotonic())):
@@ -118,6 +140,8 @@ class TransitionTable:
                     self._gate.add_inserted(1)
                     self._condition.notify_all()
                 taken += 1
+                if sender is not None:
+                    self._senders.took(sender, offset, taken)
             return taken
         finally:
             self._insert_lock.release()
@@ -209,6 +233,8 @@ class ServedTransitionAdder(TransitionAdder):
         super().__init__(self._outbox, n_step, discount)  # type: ignore[arg-type]
         self._table = table
         self._should_stop = should_stop
+        self._name = f"adder-{uuid.uuid4().hex[:12]}"  # this adder's, across every insert
+        self._offset = 0  # transitions the table took from this adder
 
     def add(self, action: Any, next_timestep: Any, extras: Any = ()) -> None:
         super().add(action, next_timestep, extras)
@@ -217,7 +243,8 @@ class ServedTransitionAdder(TransitionAdder):
     def _send(self) -> None:
         pending = self._outbox.transitions
         while pending:
-            taken = int(self._table.insert(pending))
+            taken = int(self._table.insert(pending, sender=self._name, offset=self._offset))
+            self._offset += taken
             del pending[:taken]
             if not pending:
                 return

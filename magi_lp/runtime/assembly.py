@@ -28,6 +28,7 @@ from magi_lp.runtime import seeding
 from magi_lp.runtime.acting_loop import ActingLoop
 from magi_lp.runtime.checkpoint_metadata import run_identity, saved_metadata
 from magi_lp.runtime.checkpointing import Checkpointer
+from magi_lp.runtime.control_nodes import counter_parent
 from magi_lp.runtime.experiment import Experiment
 from magi_lp.runtime.learner_runner import LEARNER_STEPS, LearnerRunner, ReplayCheckpoint
 from magi_lp.runtime.workdir import Workdir
@@ -71,7 +72,7 @@ def make_learner_runner(
         dataset=replay.iterator,
         environment_spec=environment_spec,
         logger=logger,
-        counter=counting.Counter(counter, prefix="learner", time_delta=0.0),
+        counter=counting.Counter(counter_parent(counter), prefix="learner", time_delta=0.0),
     )
     contract.check_learner(builder, learner)
     if config.debug.check_devices and isinstance(learner, JaxLearner):
@@ -94,7 +95,7 @@ def make_learner_runner(
         checkpointer,
         checkpoint_minutes=config.checkpoint.every_minutes,
         get_counts=counter.get_counts,
-        restore_counts=lambda counts: counter.increment(**counts),
+        restore_counts=lambda counts: counter_parent(counter).increment(**counts),
         closeables=[logger, replay],
         replay=replay_checkpoint,
         identity=run_identity(config),
@@ -165,7 +166,7 @@ def make_acting_loop(
         resumed_at=resumed_at,
         actors=actors,
     )
-    counter = counting.Counter(counter, prefix=role, time_delta=0.0)
+    counter = counting.Counter(counter_parent(counter), prefix=role, time_delta=0.0)
     # An evaluator's rows are its evaluations (one per episode): `logging.time_delta` never
     # drops one, or an evaluation point would average fewer episodes, or vanish.
     logger = logger_factory(

@@ -12,7 +12,9 @@ processes).
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
+import uuid
 from typing import Any
 
 from absl import logging
@@ -98,9 +100,56 @@ def new_counter() -> counting.Counter:
     return counting.Counter(time_delta=0.0)
 
 
+RECENT_CALLS = 64
+"""Per sender, how many of its latest increments `CounterNode.increment_once` remembers."""
+
+
 class CounterNode(counting.Counter):
-    """The program's step counter as a node of its own (serves `increment`, `get_counts`)."""
+    """The program's step counter as a node of its own (serves `increment`, `increment_once`
+    and `get_counts`)."""
 
     def __init__(self, *, lifetime: NodeLifetime | None = None):
         del lifetime  # it only answers calls
         super().__init__(time_delta=0.0)
+        self._once = threading.Lock()
+        self._counted: dict[str, set[int]] = {}  # sender -> its latest calls counted
+
+    def increment_once(self, sender: str, call: int, counts: dict[str, Any]) -> dict[str, Any]:
+        """`increment(**counts)`, unless `sender`'s increment number `call` was counted
+        already (an engine asked the call again after losing its answer: Ray's "may or may
+        not have been executed"); the counts either way."""
+        with self._once:
+            counted = self._counted.setdefault(sender, set())
+            if call not in counted:
+                self.increment(**counts)
+                counted.add(call)
+                if len(counted) > RECENT_CALLS:
+                    counted.discard(min(counted))
+        return self.get_counts()
+
+
+class OnceCounterClient:
+    """A node's handle to the counter node as the parent of Acme's `Counter`: each increment
+    is numbered (`CounterNode.increment_once`), so one that an engine asks twice counts once."""
+
+    def __init__(self, counter: Any):
+        self._counter = counter
+        self._sender = f"counts-{uuid.uuid4().hex[:12]}"
+        self._calls = 0
+        self._lock = threading.Lock()
+
+    def increment(self, **counts: Any) -> dict[str, Any]:
+        with self._lock:
+            self._calls += 1
+            call = self._calls
+        return self._counter.increment_once(self._sender, call, counts)
+
+    def get_counts(self) -> dict[str, Any]:
+        return self._counter.get_counts()
+
+
+def counter_parent(counter: Any) -> Any:
+    """What a node's own counters sync with: `counter` itself where it is in this process
+    (the single-process runner's), else the counter node's handle with numbered increments
+    (`OnceCounterClient`)."""
+    return counter if isinstance(counter, counting.Counter) else OnceCounterClient(counter)
