@@ -172,6 +172,17 @@ def started():
             thing.close()
 
 
+def insert_steps(queue: StepQueue, items: list, timeout: float | None = None) -> int:
+    """`queue.insert_batch` of a list of step items."""
+    return queue.insert_batch(step_batch.stack(items), timeout) if items else 0
+
+
+def take_steps(queue: StepQueue, max_items: int, timeout: float | None = None) -> list:
+    """`queue.take_batch` as a list of step items ([]: none came, or closed)."""
+    batch = queue.take_batch(max_items, timeout)
+    return [] if batch is None else step_batch.rows(batch)
+
+
 def _in_thread(target, *args) -> tuple[threading.Thread, list]:
     """Runs `target(*args)` on a daemon thread; the list gets its answer (or its error)."""
     out: list = []
@@ -223,22 +234,22 @@ def test_the_step_queue_is_a_bounded_fifo_that_says_what_it_took():
     queue = StepQueue(spec, max_steps=5)
     items = _step_items(spec, 8)
     start = time.monotonic()
-    assert queue.insert_steps(items, 0.2) == 5  # the first five; the rest waited, then no
+    assert insert_steps(queue, items, 0.2) == 5  # the first five; the rest waited, then no
     assert 0.15 <= time.monotonic() - start < 1.0
     assert queue.info() == {"size": 5, "inserted": 5, "taken": 0, "max_steps": 5, "closed": False}
-    got = queue.take_steps(3)
+    got = take_steps(queue, 3)
     assert [float(item["reward"]) for item in got] == [0, 1, 2]
-    assert queue.insert_steps(items[5:]) == 3
-    got += queue.take_steps(100)
+    assert insert_steps(queue, items[5:]) == 3
+    got += take_steps(queue, 100)
     assert [float(item["reward"]) for item in got] == list(range(8))
     assert queue.info()["taken"] == 8
     start = time.monotonic()
-    assert queue.take_steps(10, 0.1) == []  # empty: waits its timeout, then none
+    assert take_steps(queue, 10, 0.1) == []  # empty: waits its timeout, then none
     assert time.monotonic() - start < 1.0
     # A caller's timeout never exceeds the queue's own bound (BLOCK_S): no call hangs.
-    queue.insert_steps(items[:5])
+    insert_steps(queue, items[:5])
     start = time.monotonic()
-    assert queue.insert_steps(items[:1], 3600) == 0
+    assert insert_steps(queue, items[:1], 3600) == 0
     assert time.monotonic() - start < queue.block_s + 0.5
 
 
@@ -282,14 +293,14 @@ def test_the_step_queue_saves_and_restores_what_it_holds():
     queue = StepQueue(spec, max_steps=10)
     assert queue.save()["steps"]["frame"].shape == (0, *spec.frame_shape)  # empty: same tree
     items = _step_items(spec, 6, writer=3)
-    queue.insert_steps(items)
-    queue.take_steps(2)
+    insert_steps(queue, items)
+    take_steps(queue, 2)
     saved = pickle.loads(pickle.dumps(queue.save()))
     assert saved["steps"]["frame"].shape == (4, *spec.frame_shape)
     restored = StepQueue(spec, max_steps=10)
     restored.restore(saved)
     assert restored.info() == queue.info()
-    for want, got in zip(items[2:], restored.take_steps(10), strict=True):
+    for want, got in zip(items[2:], take_steps(restored, 10), strict=True):
         tree.map_structure(np.testing.assert_array_equal, want, got)
 
 
@@ -299,15 +310,15 @@ def test_close_ends_every_wait_of_the_queue_and_the_table_within_a_second():
     own timeouts are long here, so only the close can end them)."""
     spec = make_spec()
     full = StepQueue(spec, max_steps=2, block_s=60)
-    full.insert_steps(_step_items(spec, 2))
+    insert_steps(full, _step_items(spec, 2))
     empty = StepQueue(spec, max_steps=2, block_s=60)
     table = TransitionTable(
         TransitionReplaySpec(100, 4, 1, GAMMA), ENV_SPEC, SCHEDULE, error_buffer=1, block_s=60
     )
     transitions = [_rows_of_episodes(1)[0]] * (SCHEDULE.min_replay_size + 1)
     assert table.insert(transitions, 0) == SCHEDULE.min_replay_size + 1  # at its limit now
-    waits = [_in_thread(full.insert_steps, _step_items(spec, 1), 60) for _ in range(3)]
-    waits += [_in_thread(empty.take_steps, 1, 60) for _ in range(2)]
+    waits = [_in_thread(insert_steps, full, _step_items(spec, 1), 60) for _ in range(3)]
+    waits += [_in_thread(take_steps, empty, 1, 60) for _ in range(2)]
     waits += [_in_thread(table.insert, transitions[:1], 60) for _ in range(2)]
     below = TransitionTable(TransitionReplaySpec(100, 4, 1, GAMMA), ENV_SPEC, SCHEDULE, block_s=60)
     waits += [_in_thread(below.sample, 60)]
@@ -480,7 +491,7 @@ def test_the_rest_is_nothing_once_the_drain_has_ended(started):
     queue = StepQueue(spec, max_steps=20)
     _, _, drainer, _ = _learner_side(Remote(queue), spec, started)
     drainer.close()
-    queue.insert_steps(_step_items(spec, 3))
+    insert_steps(queue, _step_items(spec, 3))
     assert drainer.take_the_rest() == 0
     assert queue.info()["size"] == 3
 

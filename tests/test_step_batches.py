@@ -23,6 +23,7 @@ from magi_lp.acme_api import counting, specs
 from magi_lp.agent.actor import BatchedActor, GenericActor, OneEnvironment
 from magi_lp.agent.actor_core import ActorCore
 from magi_lp.errors import ConfigError
+from magi_lp.replay import step_batch
 from magi_lp.replay.schedule import RatioGate, ReplaySchedule
 from magi_lp.replay.served_queue import StepQueue
 from magi_lp.replay.spec import WriteAbandonedError
@@ -317,7 +318,7 @@ def test_the_rule_for_counting_with_the_sends_keeps_a_margin_before_the_limit():
 def test_the_queue_says_when_there_is_room():
     queue = StepQueue(make_spec(), max_steps=4, block_s=0.05)
     assert queue.wait_for_room(3) == 4 and queue.wait_for_room(10) == 4  # at most the bound
-    queue.insert_steps([_item(first=True)] + [_item()] * 3)
+    queue.insert_batch(step_batch.stack([_item(first=True)] + [_item()] * 3))
     start = time.monotonic()
     assert queue.wait_for_room(1) == 0  # full: no room after the (short) wait
     assert time.monotonic() - start >= 0.04
@@ -553,8 +554,6 @@ def _numbers(batch) -> list[int]:
 
 
 def test_an_insert_asked_again_puts_its_steps_in_once():
-    from magi_lp.replay import step_batch
-
     queue = StepQueue(make_spec(), max_steps=6)
     first, second = step_batch.stack(_numbered(0, 4)), step_batch.stack(_numbered(4, 5))
     assert queue.insert_batch(first, sender="a", offset=0) == 4
@@ -572,8 +571,6 @@ def test_an_insert_asked_again_puts_its_steps_in_once():
 
 
 def test_an_insert_asked_again_while_the_first_waits_for_room_puts_its_steps_in_once():
-    from magi_lp.replay import step_batch
-
     queue = StepQueue(make_spec(), max_steps=4, block_s=5.0)
     queue.insert_batch(step_batch.stack(_numbered(0, 4)), sender="a", offset=0)
     batch = step_batch.stack(_numbered(4, 3))
@@ -595,8 +592,6 @@ def test_an_insert_asked_again_while_the_first_waits_for_room_puts_its_steps_in_
 
 
 def test_a_take_asked_again_is_answered_the_same_steps():
-    from magi_lp.replay import step_batch
-
     queue = StepQueue(make_spec(), max_steps=20)
     queue.insert_batch(step_batch.stack(_numbered(0, 6)))
     assert _numbers(queue.take_batch(4, taker="d", ask=1)) == [0, 1, 2, 3]

@@ -13,7 +13,6 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -32,7 +31,7 @@ class StepQueue:
     the drain and the engine call them from their own threads at once). Every wait ends after
     at most `block_s` (an insert) or `take_s` (a take), or at `close()`. `insert_batch` and
     `take_batch` move steps in columns (what the actors' senders and the learner's drain
-    call); `insert_steps` and `take_steps` do the same with a list of step items.
+    call).
 
     A call asked twice takes and hands out its steps once (`magi_lp.replay.asked_again`): an
     insert that names its `sender` and `offset` skips the steps the queue already has from
@@ -127,10 +126,6 @@ class StepQueue:
             )
             return -1 if self._closed else self.max_steps - self._size
 
-    def insert_steps(self, items: Sequence[dict[str, Any]], timeout: float | None = None) -> int:
-        """`insert_batch` of a list of step items."""
-        return self.insert_batch(step_batch.stack(items), timeout) if items else 0
-
     def take_batch(
         self,
         max_items: int,
@@ -184,11 +179,6 @@ class StepQueue:
             if taker is not None:
                 self._takers.end(taker, ask, batch)
         return batch
-
-    def take_steps(self, max_items: int, timeout: float | None = None) -> list[dict[str, Any]]:
-        """`take_batch` as a list of step items ([]: none came, or closed)."""
-        batch = self.take_batch(max_items, timeout)
-        return [] if batch is None else step_batch.rows(batch)
 
     def info(self) -> dict[str, Any]:
         """The queue's numbers: items held, inserted and taken, its bound, and whether closed."""
