@@ -88,16 +88,18 @@ CHECK_ROW_STRIDE = 8
 
 
 def last_channels(observation: np.ndarray, channels: int) -> np.ndarray:
-    """A contiguous copy of `observation[..., -channels:]`. A C-contiguous observation is
-    read as records of `channels` values, one per stacked frame and pixel, so the copy moves
-    one record a pixel instead of `channels` strided values (23 instead of 33 us for
-    84x84x9 uint8)."""
-    if not observation.flags.c_contiguous or observation.shape[-1] % channels:
+    """A contiguous copy of `observation[..., -channels:]`, made one channel at a time: each
+    is a copy of one byte every `observation.shape[-1]`, which NumPy does faster than a copy
+    of `channels` bytes every so many (9 against 21 us for 84x84x9 uint8 taking the last 3,
+    where a record view took 21 and a plain slice's copy 35-53)."""
+    *pixels, stacked = observation.shape
+    if not observation.flags.c_contiguous or stacked < channels:
         return np.ascontiguousarray(observation[..., -channels:])
-    record = np.dtype((np.void, channels * observation.itemsize))
-    records = observation.reshape(-1, observation.shape[-1]).view(record)  # pixels x frames
-    newest = records[:, -1].copy().view(observation.dtype)
-    return newest.reshape(*observation.shape[:-1], channels)
+    rows = observation.reshape(-1, stacked)
+    newest = np.empty((rows.shape[0], channels), observation.dtype)
+    for channel in range(channels):
+        newest[:, channel] = rows[:, stacked - channels + channel]
+    return newest.reshape(*pixels, channels)
 
 
 class NewestFrames:
