@@ -158,14 +158,7 @@ def test_the_threads_each_node_takes_count():
     resolved, line = _sized(config, NO_GPU, 16)
     assert resolved.num_actors == 4  # (16 - 4 - 1 - 2 - 1) // 2
     assert "16 cores: 8 left after learner 4, replay 1, evaluator 2, counter 1; 2 threads" in line
-
-
-def test_the_capacity_warning_counts_the_threads_the_sizing_counts():
-    config = _distributed()
-    config.resources.actor.cpu_threads = 2
-    config.resources.learner.cpu_threads = 4
-    config.num_evaluators = 2
-    resolved, _ = _sized(config, NO_GPU, 16)
+    # The capacity warning counts the threads the sizing counts.
     assert capacity_warnings(resolved, cores=16, memory_gib=128) == []  # sized to fit
     resolved.num_actors = 5  # one actor (2 threads) past the 8 cores the others leave
     (warning,) = capacity_warnings(resolved, cores=16, memory_gib=128)

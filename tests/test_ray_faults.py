@@ -27,6 +27,7 @@ import ray
 
 from magi_lp.engines import ray_driver, ray_engine, ray_nodes
 from magi_lp.runtime.graph import NodeSpec
+from tests.ray_blips import lossy_client
 from tests.test_ray_engine import _toy_launch
 
 # --- a node Ray cannot reach for a moment (unit) ------------------------------------------------
@@ -177,30 +178,13 @@ def test_an_increment_asked_again_counts_once(monkeypatch):
     from magi_lp.runtime.control_nodes import CounterNode, counter_parent
 
     node = CounterNode()
-    ran = []
-
-    class Call:  # what `actor.call.remote` reaches: the node actor's `call`, run at once
-        @staticmethod
-        def remote(method, *args, **kwargs):
-            answer = getattr(node, method)(*args, **kwargs)
-            ran.append(method)
-            return _unavailable() if len(ran) == 2 else answer  # the 2nd answer is lost
-
-    class Handle:
-        call = Call
-
-    def get(value, timeout=None):
-        if isinstance(value, ray.exceptions.ActorUnavailableError):
-            raise value
-        return value
-
-    monkeypatch.setattr(ray_nodes.ray, "get", get)
-    monkeypatch.setattr(ray_nodes, "_REASK_S", 0.0)
-    client = ray_nodes.NodeClient(Handle(), ["increment", "increment_once", "get_counts"])
+    client, made = lossy_client(
+        monkeypatch, node, ["increment", "increment_once", "get_counts"], {"increment_once": {2}}
+    )
     counter = counting.Counter(counter_parent(client), prefix="actor", time_delta=0.0)
     for _ in range(3):
         counter.increment(steps=256)
-    assert ran == ["increment_once"] * 4  # the lost one asked again
+    assert made == {"increment_once": 4}  # the lost one asked again
     assert node.get_counts() == {"actor_steps": 768}
 
     # Asked again while the first asking still runs, and from another sender: each once.

@@ -622,35 +622,17 @@ def test_steps_cross_a_lost_answer_once_each_way_through_the_ray_client(monkeypa
     """The real sender, queue, drain source and Ray node client: Ray says the replay node is
     unreachable after it ran an insert and after it ran a take (a blip: "may or may not have
     been executed"); the client asks again, and every step reaches the drain once, in order."""
-    ray = pytest.importorskip("ray")  # the current stack's engine
-    from magi_lp.engines import ray_nodes
+    pytest.importorskip("ray")  # the current stack's engine
     from magi_lp.replay.step_queue import ServedStepSource
+    from tests.ray_blips import lossy_client
 
     queue = StepQueue(make_spec(), max_steps=100)
-    lose = {"insert_batch": [2], "take_batch": [1]}  # the answers Ray loses: the n-th call's
-    made = {"insert_batch": 0, "take_batch": 0}
-
-    class Call:  # what `actor.call.remote` reaches: the node actor's `call`, run at once
-        @staticmethod
-        def remote(method, *args, **kwargs):
-            answer = getattr(queue, method)(*args, **kwargs)
-            if method in made:
-                made[method] += 1
-                if made[method] in lose[method]:
-                    return ray.exceptions.ActorUnavailableError("blip", None)
-            return answer
-
-    class Handle:
-        call = Call
-
-    def get(value, timeout=None):
-        if isinstance(value, ray.exceptions.ActorUnavailableError):
-            raise value
-        return value
-
-    monkeypatch.setattr(ray_nodes.ray, "get", get)
-    monkeypatch.setattr(ray_nodes, "_REASK_S", 0.0)
-    client = ray_nodes.NodeClient(Handle(), ["insert_batch", "wait_for_room", "take_batch"])
+    client, made = lossy_client(
+        monkeypatch,
+        queue,
+        ["insert_batch", "wait_for_room", "take_batch"],
+        {"insert_batch": {2}, "take_batch": {1}},  # the calls whose answers Ray loses
+    )
     sender = StepSender(client, send_steps=4, send_secs=10.0, clock=Clock())
     for item in _numbered(0, 12):
         sender.add(item)
