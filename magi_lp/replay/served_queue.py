@@ -143,42 +143,49 @@ class StepQueue:
           ask: the take's number among `taker`'s (from 1): the same number as its last take
             (a call asked again) is answered that take's batch again, once it has one.
         """
-        if taker is not None:
-            self._takers.check(ask)
+        if taker is None:
+            with self._condition:
+                return self._take(max_items, timeout)
+        self._takers.check(ask)
         with self._condition:
-            if taker is not None:
-                # The same take asked again: its answer, once the first asking has one.
-                self._condition.wait_for(lambda: not self._takers.in_flight(taker, ask))
-                answered, answer = self._takers.answered(taker, ask)
-                if answered:
-                    return answer
-                self._takers.begin(taker, ask)
-            wait_s = self._wait_s(timeout, self.take_s)
-            self._condition.wait_for(lambda: self._size or self._closed, wait_s)
-            if self._closed or not self._size:
-                if taker is not None:
-                    self._takers.end(taker, ask, None)  # nothing handed out
-                    self._condition.notify_all()
-                return None
-            count = min(max(1, int(max_items)), self._size)
-            parts, got = [], 0
-            while got < count:
-                head = self._batches[0]
-                size = step_batch.length(head)
-                if size <= count - got:
-                    parts.append(self._batches.popleft())
-                    got += size
-                else:  # the head batch is split: its first steps go, the rest stays first
-                    parts.append(step_batch.part(head, 0, count - got))
-                    self._batches[0] = step_batch.part(head, count - got)
-                    got = count
-            self._size -= count
-            self.taken += count
-            self._condition.notify_all()  # room for the writers
-            batch = step_batch.join(parts)
-            if taker is not None:
+            # The same take asked again: its answer, once the first asking has one (within
+            # that asking's wait).
+            self._condition.wait_for(lambda: not self._takers.in_flight(taker, ask))
+            answered, answer = self._takers.answered(taker, ask)
+            if answered:
+                return answer
+            self._takers.begin(taker, ask)
+            batch = None
+            try:
+                batch = self._take(max_items, timeout)
+            finally:  # never left in flight: a take asked again would wait for it
                 self._takers.end(taker, ask, batch)
-        return batch
+                self._condition.notify_all()
+            return batch
+
+    def _take(self, max_items: int, timeout: float | None) -> step_batch.StepBatch | None:
+        """`take_batch` with no taker, under the queue's lock."""
+        self._condition.wait_for(
+            lambda: self._size or self._closed, self._wait_s(timeout, self.take_s)
+        )
+        if self._closed or not self._size:
+            return None
+        count = min(max(1, int(max_items)), self._size)
+        parts, got = [], 0
+        while got < count:
+            head = self._batches[0]
+            size = step_batch.length(head)
+            if size <= count - got:
+                parts.append(self._batches.popleft())
+                got += size
+            else:  # the head batch is split: its first steps go, the rest stays first
+                parts.append(step_batch.part(head, 0, count - got))
+                self._batches[0] = step_batch.part(head, count - got)
+                got = count
+        self._size -= count
+        self.taken += count
+        self._condition.notify_all()  # room for the writers
+        return step_batch.join(parts)
 
     def info(self) -> dict[str, Any]:
         """The queue's numbers: items held, inserted and taken, its bound, and whether closed."""
