@@ -18,7 +18,14 @@ Imports nothing but the standard library: it runs in any node process.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
+
+
+def caller_name(kind: str) -> str:
+    """A name for one sender or taker, unique across the program's processes ("sender-1f0c...")."""
+    return f"{kind}-{uuid.uuid4().hex[:12]}"
+
 
 IN_FLIGHT = object()
 """`LastAnswers`' mark of a take still being answered."""

@@ -49,7 +49,6 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -59,7 +58,7 @@ import tree
 from absl import logging
 
 from magi_lp.acme_api import adders
-from magi_lp.replay import step_batch
+from magi_lp.replay import asked_again, step_batch
 from magi_lp.replay.frame_window import NewestFrames
 from magi_lp.replay.schedule import RatioGate
 from magi_lp.replay.spec import FrameReplaySpec, WriteAbandonedError
@@ -228,7 +227,7 @@ class StepSender:
         self._pending: list[dict[str, Any]] = []
         self._oldest_at = 0.0
         self._sent = 0  # environment steps the queue took since the last `take_sent`
-        self._name = f"sender-{uuid.uuid4().hex[:12]}"  # this sender's, across every call
+        self._name = asked_again.caller_name("sender")  # this sender's, across every call
         self._offset = 0  # items the queue took from this sender
         self.calls = 0
         """`insert_batch` calls made."""
@@ -376,7 +375,7 @@ class ServedStepSource:
         self._queue = queue
         self._timeout_s = float(timeout_s)
         self._closed = threading.Event()
-        self._taker = f"drain-{uuid.uuid4().hex[:12]}"
+        self._taker = asked_again.caller_name("drain")
         self._asks = 0
         self.name = "the served step queue"
 

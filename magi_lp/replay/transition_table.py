@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -233,7 +232,7 @@ class ServedTransitionAdder(TransitionAdder):
         super().__init__(self._outbox, n_step, discount)  # type: ignore[arg-type]
         self._table = table
         self._should_stop = should_stop
-        self._name = f"adder-{uuid.uuid4().hex[:12]}"  # this adder's, across every insert
+        self._name = asked_again.caller_name("adder")  # this adder's, across every insert
         self._offset = 0  # transitions the table took from this adder
 
     def add(self, action: Any, next_timestep: Any, extras: Any = ()) -> None:

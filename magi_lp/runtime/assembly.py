@@ -66,13 +66,14 @@ def make_learner_runner(
     config = experiment.config
     builder = experiment.builder
     logger = logger_factory("learner", steps_key=LEARNER_STEPS)
+    parent = counter_parent(counter)  # its counts and the restored ones, numbered as one
     learner = builder.make_learner(
         random_key=seeding.node_key(config.seed, "learner"),
         networks=experiment.network_factory(environment_spec),
         dataset=replay.iterator,
         environment_spec=environment_spec,
         logger=logger,
-        counter=counting.Counter(counter_parent(counter), prefix="learner", time_delta=0.0),
+        counter=counting.Counter(parent, prefix="learner", time_delta=0.0),
     )
     contract.check_learner(builder, learner)
     if config.debug.check_devices and isinstance(learner, JaxLearner):
@@ -95,7 +96,7 @@ def make_learner_runner(
         checkpointer,
         checkpoint_minutes=config.checkpoint.every_minutes,
         get_counts=counter.get_counts,
-        restore_counts=lambda counts: counter_parent(counter).increment(**counts),
+        restore_counts=lambda counts: parent.increment(**counts),
         closeables=[logger, replay],
         replay=replay_checkpoint,
         identity=run_identity(config),

@@ -381,15 +381,17 @@ def busy_threads(config: ml_collections.ConfigDict) -> dict[str, int]:
     none, `LEARNER_THREADS` for a learner's (its update and its prefetch). A replay colocated
     with the learner is a thread of its process: it counts the same."""
 
-    def threads(group: str, default: int = 1) -> int:
-        return int(config.resources[group].get("cpu_threads") or default)
-
     return {
-        "learner": threads("learner", LEARNER_THREADS),
-        "replay": threads("replay"),
-        "evaluator": int(config.num_evaluators) * threads("evaluator"),
-        "counter": threads("counter"),
+        "learner": node_threads(config, "learner", LEARNER_THREADS),
+        "replay": node_threads(config, "replay"),
+        "evaluator": int(config.num_evaluators) * node_threads(config, "evaluator"),
+        "counter": node_threads(config, "counter"),
     }
+
+
+def node_threads(config: ml_collections.ConfigDict, group: str, default: int = 1) -> int:
+    """The threads one node of `group` keeps busy: its spec's `cpu_threads`, else `default`."""
+    return int(config.resources[group].get("cpu_threads") or default)
 
 
 def resolve_actor_counts(
@@ -486,8 +488,7 @@ def capacity_warnings(
     memory_gib = memory_gib or psutil.virtual_memory().total / 2**30
     counts = node_counts(config)
     warnings = []
-    actor_threads = max(1, int(config.resources.actor.get("cpu_threads") or 1))
-    threads = {**busy_threads(config), "actor": counts["actor"] * actor_threads}
+    threads = {**busy_threads(config), "actor": counts["actor"] * node_threads(config, "actor")}
     if sum(threads.values()) > cores:
         listed = ", ".join(f"{group} {n}" for group, n in threads.items() if n)
         warnings.append(

@@ -14,12 +14,12 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-import uuid
 from typing import Any
 
 from absl import logging
 
 from magi_lp.acme_api import counting
+from magi_lp.replay.asked_again import caller_name
 from magi_lp.runtime.graph import NodeLifetime
 
 
@@ -134,7 +134,7 @@ class OnceCounterClient:
 
     def __init__(self, counter: Any):
         self._counter = counter
-        self._sender = f"counts-{uuid.uuid4().hex[:12]}"
+        self._sender = caller_name("counts")
         self._calls = 0
         self._lock = threading.Lock()
 
