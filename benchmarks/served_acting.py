@@ -128,9 +128,9 @@ def _step_queue(frame_spec: Any, queue_steps: int) -> Any:
 
 
 def _counter() -> Any:
-    from magi_lp.acme_api import counting
+    from magi_lp.runtime.control_nodes import CounterNode
 
-    return counting.Counter(time_delta=0.0)
+    return CounterNode()
 
 
 def _policy_params(experiment: Any, spec: Any) -> Any:
@@ -196,6 +196,7 @@ def _measure(quick: bool, ray: Any) -> dict:
     from magi_lp.replay.stores.device import DeviceStore
     from magi_lp.runtime.acting_loop import ActingLoop
     from magi_lp.runtime.config import DISTRIBUTED_COUNT_EVERY
+    from magi_lp.runtime.control_nodes import counter_parent
     from magi_lp.runtime.nodes import far_from_limit
     from magi_lp.runtime.seeding import node_seed
 
@@ -212,11 +213,13 @@ def _measure(quick: bool, ray: Any) -> dict:
     node = ray.remote(_Served).options(max_concurrency=8, num_cpus=0)
     queue_steps = int(config.replay.queue_steps)
     replay_actor = node.remote(functools.partial(_step_queue, frame_spec, queue_steps))
-    replay = NodeClient(replay_actor, ["insert_batch", "take_batch", "info", "close"])
+    replay = NodeClient(
+        replay_actor, ["insert_batch", "wait_for_room", "take_batch", "info", "close"]
+    )
     learner_actor = node.remote(functools.partial(_DrainingLearner, replay, params))
     learner = NodeClient(learner_actor, ["get_variables", "taken"])
     counter_actor = node.remote(_counter)
-    counter_node = NodeClient(counter_actor, ["increment", "get_counts"])
+    counter_node = NodeClient(counter_actor, ["increment", "increment_once", "get_counts"])
     common.progress("starting the replay, learner and counter nodes")
     pids = {
         "replay": ray.get(replay_actor.pid.remote()),
@@ -246,7 +249,9 @@ def _measure(quick: bool, ray: Any) -> dict:
             if how == "served":
                 source = learner
                 adders = store.make_adders(spec, replay, range(k))
-                loop_counter = counting.Counter(counter_node, prefix="actor", time_delta=0.0)
+                loop_counter = counting.Counter(
+                    counter_parent(counter_node), prefix="actor", time_delta=0.0
+                )
                 count_every = DISTRIBUTED_COUNT_EVERY
                 follow = far_from_limit(int(config.max_actor_steps), 1, k, SEND_STEPS)
             else:
